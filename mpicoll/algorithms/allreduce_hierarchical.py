@@ -1,0 +1,96 @@
+"""Hierarchical all-reduce: a node-local phase, an inter-node all-reduce, a node-local phase back.
+
+``nodes`` lists the ranks of each node (from ``COMM_TYPE_SHARED``, or virtual nodes of k
+consecutive ranks with ``MPICOLL_RANKS_PER_NODE=k``). Two compositions:
+
+* shard (``inner="ring"`` or ``"recursive_halving"``; needs every node to hold the same number
+  L of ranks) -- the Horovod / NCCL shape. Phase 1: a reduce-scatter inside each node leaves
+  local rank i with shard i (count/L elements) of the node's sum. Phase 2: local rank i of every
+  node all-reduces shard i with the ``outer`` algorithm, so L inter-node all-reduces of n/L
+  bytes run side by side. Phase 3: an all-gather inside each node.
+* leader (``inner="binomial"``; any node sizes) -- MPICH's ``smp``. Phase 1: binomial reduce
+  to the node's first rank. Phase 2: the leaders all-reduce the whole vector with ``outer``.
+  Phase 3: binomial broadcast inside each node.
+
+Every element of the result is computed once and copied, so all ranks end with the same bits.
+
+Source: MPICH's ``allreduce_intra_smp.c`` (leader); Horovod's ``NCCLHierarchicalAllreduce``
+and Open MPI's coll/han (shard).
+
+Cost, n bytes, L ranks per node, M nodes, intra-node alpha_l/beta_l, inter-node alpha/beta:
+    shard:  T = 2(L-1).alpha_l + 2.n.((L-1)/L).beta_l + n.((L-1)/L).gamma   (ring inner)
+                + T_outer(M, n/L; alpha, beta, gamma)
+    leader: T = 2.ceil(lg L).(alpha_l + n.beta_l) + ceil(lg L).n.gamma + T_outer(M, n)
+"""
+
+from ..schedule import Schedule, block_displs
+from . import (allgather_recursive_doubling, allgather_ring, bcast_binomial, reduce_binomial,
+               reduce_scatter_recursive_halving, reduce_scatter_ring)
+
+# inner name -> (node phase 1, node phase 3)
+INNER = {
+    "ring": (reduce_scatter_ring, allgather_ring),
+    "recursive_halving": (reduce_scatter_recursive_halving, allgather_recursive_doubling),
+    "binomial": (reduce_binomial, bcast_binomial),
+}
+OUTER = ("ring", "recursive_halving", "recursive_doubling", "binomial")
+
+
+def default_inner(nodes) -> str:
+    """``ring`` (shard) when every node has the same number of ranks, else ``binomial`` (leader)."""
+    return "ring" if len({len(n) for n in nodes}) == 1 else "binomial"
+
+
+def check_options(nodes, inner: str, outer: str) -> None:
+    if inner not in INNER:
+        raise ValueError(f"unknown hierarchical inner algorithm {inner!r}; "
+                         f"expected one of {sorted(INNER)}")
+    if outer not in OUTER:
+        raise ValueError(f"unknown hierarchical outer algorithm {outer!r}; "
+                         f"expected one of {list(OUTER)}")
+    sizes = sorted({len(n) for n in nodes})
+    if inner != "binomial" and len(sizes) > 1:
+        raise ValueError(f"hierarchical inner={inner!r} needs the same number of ranks on every "
+                         f"node, got node sizes {sizes}; use inner='binomial'")
+
+
+def schedule(rank: int, size: int, count: int, *, nodes, inner: str | None = None,
+             outer: str = "recursive_doubling") -> Schedule:
+    from ..registry import ALLREDUCE
+    inner = inner or default_inner(nodes)
+    check_options(nodes, inner, outer)
+    node = next(j for j, members in enumerate(nodes) if rank in members)
+    members = list(nodes[node])
+    local, L = members.index(rank), len(members)
+    first, last = INNER[inner]
+    outer_schedule = ALLREDUCE[outer].schedule
+    if inner == "binomial":                                  # leader composition
+        phase1 = first.schedule(local, L, count).remap(members)
+        leaders = [n[0] for n in nodes]
+        phase2 = (outer_schedule(node, len(nodes), count).remap(leaders)
+                  if local == 0 else Schedule())
+        phase3 = last.schedule(local, L, count).remap(members)
+    else:                                                    # shard composition
+        phase1 = first.schedule(local, L, count).remap(members)
+        shard = block_displs(count, L)
+        peers = [n[local] for n in nodes]
+        phase2 = outer_schedule(node, len(nodes), shard[local + 1] - shard[local]).remap(
+            peers, offset=shard[local])
+        phase3 = last.schedule(local, L, count).remap(members)
+    return phase1 + phase2 + phase3
+
+
+def cost(p: int, n: float, alpha: float, beta: float, gamma: float, *, ranks_per_node: int = 1,
+         alpha_intra: float | None = None, beta_intra: float | None = None,
+         inner: str = "ring", outer: str = "recursive_doubling") -> float:
+    from ..registry import ALLREDUCE
+    L = max(1, min(ranks_per_node, p))
+    M = -(-p // L)
+    al = alpha if alpha_intra is None else alpha_intra
+    bl = beta if beta_intra is None else beta_intra
+    first, last = INNER[inner]
+    outer_cost = ALLREDUCE[outer].cost
+    node = first.cost(L, n, al, bl, gamma) + last.cost(L, n, al, bl, gamma)
+    if inner == "binomial":
+        return node + outer_cost(M, n, alpha, beta, gamma)
+    return node + outer_cost(M, n / L, alpha, beta, gamma)

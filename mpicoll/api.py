@@ -1,0 +1,230 @@
+"""The public collectives: argument checks, buffer set-up, algorithm choice, execution.
+
+Semantics follow MPI's: ``comm`` defaults to ``MPI.COMM_WORLD``; ``sendbuf=MPI.IN_PLACE`` means
+``recvbuf`` holds the input and receives the result; ``recvbuf=None`` allocates and returns it;
+out-of-place calls never modify ``sendbuf``; any C-contiguous numpy array is reduced element-wise
+over its flat view. Bad input raises on the calling rank before any communication.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels, select
+from .context import state
+from .executor import execute
+from .registry import ALLREDUCE, COLLECTIVES
+
+__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS"]
+
+ALGORITHMS = tuple(ALLREDUCE)
+_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+_DTYPE_NAMES = ", ".join(str(d) for d in kernels.DTYPES)
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+def _op_name(op) -> str:
+    if isinstance(op, str) and op.lower() in _OPS:
+        return op.lower()
+    if isinstance(op, MPI.Op):
+        for name, mpi_op in _OPS.items():
+            if op == mpi_op:
+                return name
+    raise TypeError(f"unsupported op {op!r}; expected MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN "
+                    f"or one of {sorted(_OPS)}")
+
+
+def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if x.dtype not in kernels.DTYPES:
+        raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {_DTYPE_NAMES}")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got strides {x.strides} for shape "
+                         f"{x.shape}); pass np.ascontiguousarray({name})")
+    if writable and not x.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return x
+
+
+def _comm(comm) -> MPI.Intracomm:
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+        raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
+    return comm
+
+
+def _algorithm(collective: str, algorithm) -> str:
+    table = COLLECTIVES[collective]
+    if algorithm == "auto" or algorithm in table:
+        return algorithm
+    raise ValueError(f"unknown {collective} algorithm {algorithm!r}; expected 'auto' or one of "
+                     f"{list(table)}")
+
+
+def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
+    """Check and pair the buffers: returns (input array or None for IN_PLACE, output array).
+
+    ``recv_count(n)`` is the element count recvbuf must have for a sendbuf of n elements, and
+    ``recv_shape(sendbuf)`` the shape of a recvbuf to allocate.
+    """
+    if sendbuf is MPI.IN_PLACE:
+        if recvbuf is None:
+            raise ValueError("sendbuf=MPI.IN_PLACE needs a recvbuf holding the input")
+        return None, _array(recvbuf, "recvbuf", writable=True)
+    send = _array(sendbuf, "sendbuf")
+    want = recv_count(send.size)
+    if recvbuf is None:
+        return send, np.empty(recv_shape(send), send.dtype)
+    recv = _array(recvbuf, "recvbuf", writable=True)
+    if recv.dtype != send.dtype:
+        raise ValueError(f"recvbuf dtype {recv.dtype} does not match sendbuf dtype {send.dtype}")
+    if recv.size != want:
+        raise ValueError(f"recvbuf has {recv.size} elements, expected {want} "
+                         f"(sendbuf has {send.size})")
+    if np.may_share_memory(send, recv):
+        raise ValueError("sendbuf and recvbuf overlap; for an in-place call pass "
+                         "sendbuf=MPI.IN_PLACE")
+    return send, recv
+
+
+# ----------------------------------------------------------------------------- execution
+
+@functools.lru_cache(maxsize=256)
+def _schedule(collective: str, algorithm: str, rank: int, size: int, count: int, options: tuple):
+    return COLLECTIVES[collective][algorithm].schedule(rank, size, count, **dict(options))
+
+
+def _run(collective: str, algorithm: str, comm, flat: np.ndarray, op: str, options=()) -> None:
+    st = state(comm)
+    sched = _schedule(collective, algorithm, comm.Get_rank(), comm.Get_size(), flat.size,
+                      tuple(options))
+    kernels.warmup()
+    execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=st.next_tag(),
+            scratch=st.scratch(flat.dtype, sched.scratch_elements()),
+            what=f"{collective} {algorithm}")
+
+
+# ----------------------------------------------------------------------------- collectives
+
+def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
+              inner: str | None = None, outer: str | None = None):
+    """All-reduce: every rank gets ``op`` over all ranks' ``sendbuf``, element-wise.
+
+    ``algorithm`` is one of ``ALGORITHMS`` or ``"auto"``. ``inner``/``outer`` choose the
+    node-local and inter-node algorithms of ``"hierarchical"`` (also ``MPICOLL_HIER_INNER`` /
+    ``MPICOLL_HIER_OUTER``). Returns ``recvbuf``.
+    """
+    opname = _op_name(op)
+    algorithm = _algorithm("allreduce", algorithm)
+    comm = _comm(comm)
+    send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
+    if (inner or outer) and algorithm != "hierarchical":
+        raise ValueError(f"inner/outer apply to algorithm='hierarchical', not {algorithm!r}")
+    if algorithm == "mpi":
+        comm.Allreduce(MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
+        return recv
+    if send is not None:
+        np.copyto(recv, send)
+    size, count = comm.Get_size(), recv.size
+    if algorithm == "auto":
+        algorithm = select.allreduce(recv.nbytes, size, count)
+    options = ()
+    if algorithm == "hierarchical":
+        from .algorithms.allreduce_hierarchical import check_options, default_inner
+        nodes = state(comm).nodes()
+        inner = inner or os.environ.get("MPICOLL_HIER_INNER") or default_inner(nodes)
+        outer = outer or os.environ.get("MPICOLL_HIER_OUTER") or "recursive_doubling"
+        check_options(nodes, inner, outer)
+        options = (("nodes", nodes), ("inner", inner), ("outer", outer))
+    if size > 1 and count > 0:
+        _run("allreduce", algorithm, comm, recv.reshape(-1), opname, options)
+    return recv
+
+
+def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None):
+    """Reduce-scatter: rank r gets block r (``sendbuf.size / comm.size`` elements) of the reduction.
+
+    With ``MPI.IN_PLACE`` the input is the whole ``recvbuf`` and the result lands in its first
+    block. A new ``recvbuf`` has shape ``sendbuf.shape[1:]`` when ``sendbuf.shape[0]`` equals the
+    communicator size, else it is flat.
+    """
+    opname = _op_name(op)
+    algorithm = _algorithm("reduce_scatter_block", algorithm)
+    comm = _comm(comm)
+    size = comm.Get_size()
+
+    def block_shape(s):
+        return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
+
+    send, recv = _buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
+    total = recv.size if send is None else send.size
+    if total % size:
+        raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
+                         f"not a multiple of the communicator size {size}")
+    if algorithm == "mpi":
+        comm.Reduce_scatter_block(MPI.IN_PLACE if send is None else send, recv,
+                                  op=_OPS[opname])
+        return recv
+    n = total // size
+    if algorithm == "auto":
+        algorithm = select.reduce_scatter_block(n * recv.itemsize, size)
+    work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
+    if size > 1 and n > 0:
+        _run("reduce_scatter_block", algorithm, comm, work, opname)
+    rank = comm.Get_rank()
+    np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
+    return recv
+
+
+def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None):
+    """All-gather: every rank gets all ranks' ``sendbuf`` concatenated in rank order.
+
+    With ``MPI.IN_PLACE`` rank r's input is block r of ``recvbuf``. A new ``recvbuf`` has shape
+    ``(comm.size,) + sendbuf.shape``.
+    """
+    algorithm = _algorithm("allgather", algorithm)
+    comm = _comm(comm)
+    size, rank = comm.Get_size(), comm.Get_rank()
+    send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size,
+                          lambda s: (size,) + s.shape)
+    if recv.size % size:
+        raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
+                         f"communicator size {size}")
+    if algorithm == "mpi":
+        comm.Allgather(MPI.IN_PLACE if send is None else send, recv)
+        return recv
+    n = recv.size // size
+    flat = recv.reshape(-1)
+    if send is not None:
+        np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
+    if algorithm == "auto":
+        algorithm = select.allgather(recv.nbytes, size)
+    if size > 1 and n > 0:
+        _run("allgather", algorithm, comm, flat, "sum")
+    return recv
+
+
+def bcast(buf, root=0, *, algorithm="auto", comm=None):
+    """Broadcast ``buf`` from ``root`` to every rank, in place. Returns ``buf``."""
+    algorithm = _algorithm("bcast", algorithm)
+    comm = _comm(comm)
+    buf = _array(buf, "buf", writable=True)
+    size = comm.Get_size()
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
+    root = int(root)
+    if algorithm == "mpi":
+        comm.Bcast(buf, root=root)
+        return buf
+    if algorithm == "auto":
+        algorithm = select.bcast(buf.nbytes, size)
+    if size > 1 and buf.size > 0:
+        _run("bcast", algorithm, comm, buf.reshape(-1), "sum", (("root", root),))
+    return buf
+

@@ -1,0 +1,160 @@
+"""Schedules: the steps one rank performs in a collective, as plain data.
+
+A schedule is what an algorithm *is*: a pure function of (rank, size, count) returns one, and an
+executor (``mpicoll.executor`` over MPI, ``mpicoll.simulate`` in-process) runs it. The
+vocabulary is closed and small:
+
+* ``Send(peer, lo, hi)``          -- send elements ``buf[lo:hi]`` to ``peer``;
+* ``Recv(peer, lo, hi, reduce)``  -- receive ``hi - lo`` elements from ``peer`` and either
+  reduce them into ``buf[lo:hi]`` (``acc = op(acc, incoming)``, or ``op(incoming, acc)`` with
+  ``left=True``) or copy them there.
+
+A *step* is a tuple of such operations that are started together and finished together (an
+``MPI_Sendrecv`` is a step with one Send and one Recv). Received data that is reduced lands in a
+scratch buffer first and is reduced once every transfer of the step is complete, so a step may
+send a slice that it also reduces into. A copied receive must not overlap a send of the same
+step (``check_step`` enforces it in the tests).
+
+Offsets are in elements of the flat buffer. Messages between two ranks match in order, so a
+schedule is correct when, for every pair, the k-th Send of one matches the k-th Recv of the
+other in length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence, Union
+
+__all__ = [
+    "Send", "Recv", "Schedule", "block_displs", "make_schedule", "check_step",
+    "pof2_fold", "fold_real_rank",
+]
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send ``buf[lo:hi]`` to ``peer``."""
+
+    peer: int
+    lo: int
+    hi: int
+
+    def __repr__(self) -> str:
+        return f"send [{self.lo}:{self.hi}) -> {self.peer}"
+
+
+@dataclass(frozen=True)
+class Recv:
+    """Receive ``hi - lo`` elements from ``peer`` into ``buf[lo:hi]``, reducing or copying.
+
+    A reduction computes ``acc = op(acc, incoming)``, or ``op(incoming, acc)`` with ``left``:
+    when two ranks reduce the same pair of vectors, both put the same one on the left and so
+    get the same bits (MAX of +0.0 and -0.0, or the payload of a NaN, depend on the order).
+    """
+
+    peer: int
+    lo: int
+    hi: int
+    reduce: bool
+    left: bool = False
+
+    def __repr__(self) -> str:
+        how = ("reduce" + (" (as left operand)" if self.left else "")) if self.reduce else "copy"
+        return f"recv [{self.lo}:{self.hi}) <- {self.peer} {how}"
+
+
+Op = Union[Send, Recv]
+Step = tuple  # tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The ordered steps of one rank."""
+
+    steps: tuple = ()
+
+    def __add__(self, other: "Schedule") -> "Schedule":
+        return Schedule(self.steps + other.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def remap(self, ranks: Sequence[int], offset: int = 0) -> "Schedule":
+        """The same schedule run by a group: peer ``i`` becomes ``ranks[i]``, slices move by ``offset``."""
+        def move(op: Op) -> Op:
+            if isinstance(op, Send):
+                return Send(ranks[op.peer], op.lo + offset, op.hi + offset)
+            return Recv(ranks[op.peer], op.lo + offset, op.hi + offset, op.reduce, op.left)
+        return Schedule(tuple(tuple(move(op) for op in step) for step in self.steps))
+
+    def elements_sent(self) -> int:
+        return sum(op.hi - op.lo for step in self.steps for op in step if isinstance(op, Send))
+
+    def elements_received(self) -> int:
+        return sum(op.hi - op.lo for step in self.steps for op in step if isinstance(op, Recv))
+
+    def messages_sent(self) -> int:
+        return sum(isinstance(op, Send) for step in self.steps for op in step)
+
+    def scratch_elements(self) -> int:
+        """Scratch a rank needs: the largest total of reduced receives in any one step."""
+        return max((sum(op.hi - op.lo for op in step if isinstance(op, Recv) and op.reduce)
+                    for step in self.steps), default=0)
+
+    def __str__(self) -> str:
+        return "\n".join(f"step {i}: " + "; ".join(map(repr, step))
+                         for i, step in enumerate(self.steps)) or "(no steps)"
+
+
+def make_schedule(steps: Iterable[Iterable[Op]]) -> Schedule:
+    """Build a schedule, dropping empty transfers and then empty steps.
+
+    Both ends of a transfer compute the same slice, so dropping the empty ones on both sides
+    keeps the schedules matched; it is what makes count < size work everywhere.
+    """
+    kept = (tuple(op for op in step if op.hi > op.lo) for step in steps)
+    return Schedule(tuple(step for step in kept if step))
+
+
+def block_displs(count: int, nblocks: int) -> list[int]:
+    """Offsets of ``nblocks`` blocks as even as possible: the first ``count % nblocks`` get one more.
+
+    Block ``b`` is ``[displs[b], displs[b + 1])``; the list has ``nblocks + 1`` entries.
+    """
+    base, extra = divmod(count, nblocks)
+    displs = [0]
+    for b in range(nblocks):
+        displs.append(displs[-1] + base + (1 if b < extra else 0))
+    return displs
+
+
+def pof2_fold(rank: int, size: int) -> tuple[int, int, int]:
+    """MPICH's fold of a non-power-of-two group onto ``pof2`` ranks: ``(pof2, rem, newrank)``.
+
+    ``pof2`` is the largest power of two <= size and ``rem = size - pof2``. Among the first
+    ``2*rem`` ranks the even ones hand their data to ``rank + 1`` and sit out (``newrank = -1``);
+    the odd ones become ``newrank = rank // 2``. The rest become ``newrank = rank - rem``.
+    """
+    pof2 = 1 << (size.bit_length() - 1)
+    rem = size - pof2
+    if rank < 2 * rem:
+        newrank = -1 if rank % 2 == 0 else rank // 2
+    else:
+        newrank = rank - rem
+    return pof2, rem, newrank
+
+
+def fold_real_rank(newrank: int, rem: int) -> int:
+    """The real rank behind a ``newrank`` of ``pof2_fold``."""
+    return newrank * 2 + 1 if newrank < rem else newrank + rem
+
+
+def check_step(step: Step) -> None:
+    """Raise if a copied receive overlaps a send or another receive of the same step."""
+    recvs = [op for op in step if isinstance(op, Recv)]
+    for r in recvs:
+        if r.reduce:
+            continue
+        for op in step:
+            if op is not r and op.lo < r.hi and r.lo < op.hi:
+                raise AssertionError(f"copied receive {r!r} overlaps {op!r} in one step")

@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# local-cluster.sh -- a real, two-node Slurm cluster on this single machine.
+#
+#   bash slurm/local-cluster.sh up       # install (if needed) and start it
+#   bash slurm/local-cluster.sh status   # sinfo + daemon pids
+#   bash slurm/local-cluster.sh down     # stop every daemon it started
+#
+# What "up" does, in order:
+#   1. installs Debian's slurm-wlm and munge packages if they are missing
+#      (needs root; Debian 12 ships Slurm 22.05);
+#   2. starts munged (Slurm's authentication daemon) as the munge user;
+#   3. renders slurm/local/slurm.conf.in into $MPICOLL_SLURM_DIR/slurm.conf;
+#   4. starts one slurmctld and two slurmd daemons, "n1" and "n2", which
+#      both run on this host but listen on different ports;
+#   5. waits until sinfo reports both nodes idle.
+#
+# Nothing is installed as a service and nothing under /etc/slurm is changed:
+# the daemons get the config with `-f`, the clients with SLURM_CONF. After
+# "up", either run the printed `export` line or source $MPICOLL_SLURM_DIR/env,
+# then use sbatch/srun/squeue as on any cluster, e.g.
+#
+#   source /tmp/mpicoll-slurm/env
+#   srun -N 2 --ntasks-per-node=2 python -c 'from mpi4py import MPI; ...'
+#
+# Settings (environment variables, all optional):
+#   MPICOLL_SLURM_DIR        state directory        (default /tmp/mpicoll-slurm)
+#   MPICOLL_SLURM_PORT       first of 3 TCP ports   (default 16817: slurmctld,
+#                            then one per slurmd)
+#   MPICOLL_SLURM_CPUS       CPUs per emulated node (default 2)
+#   MPICOLL_SLURM_TIMEOUT    seconds to wait for the nodes (default 60)
+#
+# This script assumes a machine without systemd (it never calls systemctl)
+# and that it is the only Slurm on the box. It is meant for dev boxes and CI.
+
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TEMPLATE=$HERE/local/slurm.conf.in
+
+DIR=${MPICOLL_SLURM_DIR:-/tmp/mpicoll-slurm}
+PORT=${MPICOLL_SLURM_PORT:-16817}
+CPUS=${MPICOLL_SLURM_CPUS:-2}
+TIMEOUT=${MPICOLL_SLURM_TIMEOUT:-60}
+
+CONF=$DIR/slurm.conf
+ENV_FILE=$DIR/env
+NODES=(n1 n2)
+
+# munged uses the distribution's default paths, so the stock `munge` and
+# `unmunge` commands (and Slurm's auth_munge plugin) find it without options.
+MUNGE_RUN=/run/munge
+MUNGE_PIDFILE=$MUNGE_RUN/munged.pid
+MUNGE_KEY=/etc/munge/munge.key
+# Present while the munged that is running is one this script started, so
+# "down" stops it but leaves alone a munged that somebody else runs.
+MUNGE_OURS=$DIR/run/munged.started-by-local-cluster
+
+# Every client command below talks to *our* cluster.
+export SLURM_CONF=$CONF
+
+log() { echo "[local-cluster] $*"; }
+die() { echo "[local-cluster] ERROR: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------
+# Process helpers. A pid file alone is not proof: the pid may have been reused
+# by an unrelated process, so we also check the command name in /proc.
+# ---------------------------------------------------------------------------
+
+# alive PID -> true if PID runs. A zombie (exited, not yet reaped by its
+# parent -- here often PID 1, which reaps lazily) counts as gone.
+alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n $state && $state != Z ]]
+}
+
+# live_pid PIDFILE COMM -> prints the pid if PIDFILE names a running COMM.
+live_pid() {
+    local pidfile=$1 comm=$2 pid
+    [[ -r $pidfile ]] || return 1
+    pid=$(tr -dc '0-9' <"$pidfile")
+    [[ -n $pid && "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$comm" ]] || return 1
+    alive "$pid" || return 1
+    echo "$pid"
+}
+
+# stop_pid PID [SECONDS] -> SIGTERM, wait, then SIGKILL if still alive.
+stop_pid() {
+    local pid=$1 wait=${2:-10} i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < wait * 10; i++)); do
+        alive "$pid" || return 0
+        sleep 0.1
+    done
+    log "pid $pid ignored SIGTERM, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Job step daemons (slurmstepd) of this cluster. They are children of nobody
+# we track, but each keeps its node's slurmd log under $DIR/log open, which
+# tells them apart from any other Slurm on the machine.
+our_stepd_pids() {
+    local p fd
+    for p in /proc/[0-9]*; do
+        [[ "$(cat "$p/comm" 2>/dev/null)" == slurmstepd ]] || continue
+        for fd in "$p"/fd/*; do
+            if [[ "$(readlink "$fd" 2>/dev/null)" == "$DIR/log/"* ]]; then
+                echo "${p#/proc/}"
+                break
+            fi
+        done
+    done
+}
+
+ctld_pid() { live_pid "$DIR/run/slurmctld.pid" slurmctld; }
+slurmd_pid() { live_pid "$DIR/run/slurmd-$1.pid" slurmd; }
+munged_pid() { live_pid "$MUNGE_PIDFILE" munged; }
+
+# ---------------------------------------------------------------------------
+# 1. Packages
+# ---------------------------------------------------------------------------
+install_packages() {
+    local missing=0 cmd
+    for cmd in slurmctld slurmd sinfo sbatch munged munge unmunge; do
+        command -v "$cmd" >/dev/null 2>&1 || missing=1
+    done
+    ((missing)) || return 0
+    [[ $(id -u) -eq 0 ]] || die "Slurm/munge are not installed and we are not root"
+    log "installing slurm-wlm and munge from apt"
+    apt-get update -qq
+    # No recommends: we want the daemons and clients, not a mail server.
+    # The packages try to start their services; without systemd/init that
+    # fails harmlessly ("policy-rc.d denied execution") and we start them.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        slurm-wlm munge >/dev/null
+}
+
+# ---------------------------------------------------------------------------
+# 2. munged
+# ---------------------------------------------------------------------------
+start_munge() {
+    if munged_pid >/dev/null; then
+        log "munged already running (pid $(munged_pid))"
+        return 0
+    fi
+    # munged refuses to start unless its directories belong to the munge user
+    # and are not writable by others; the key must be private to munge.
+    install -d -o munge -g munge -m 0755 "$MUNGE_RUN"
+    install -d -o munge -g munge -m 0700 /var/log/munge /etc/munge
+    install -d -o munge -g munge -m 0711 /var/lib/munge
+    if [[ ! -s $MUNGE_KEY ]]; then
+        log "creating $MUNGE_KEY"
+        if command -v mungekey >/dev/null; then
+            mungekey --create --keyfile="$MUNGE_KEY"
+        else
+            dd if=/dev/urandom of="$MUNGE_KEY" bs=1 count=1024 status=none
+        fi
+    fi
+    chown munge:munge "$MUNGE_KEY"
+    chmod 0400 "$MUNGE_KEY"
+
+    # munged daemonizes itself and writes $MUNGE_PIDFILE.
+    runuser -u munge -- /usr/sbin/munged
+    mkdir -p "$DIR/run"
+    touch "$MUNGE_OURS"
+    # Round trip: encode a credential and decode it again.
+    munge -n | unmunge >/dev/null || die "munged started but munge -n | unmunge fails"
+    log "munged started (pid $(munged_pid))"
+}
+
+stop_munge() {
+    local pid
+    if pid=$(munged_pid); then
+        if [[ -e $MUNGE_OURS ]]; then
+            log "stopping munged (pid $pid)"
+            stop_pid "$pid"
+        else
+            log "leaving munged (pid $pid) alone: this script did not start it"
+        fi
+    fi
+    rm -f "$MUNGE_OURS"
+}
+
+# ---------------------------------------------------------------------------
+# 3. slurm.conf
+# ---------------------------------------------------------------------------
+render_conf() {
+    local host
+    # The name Slurm itself finds for this machine; slurmctld only starts if
+    # SlurmctldHost matches it, so never hard-code it.
+    host=$(hostname -s)
+    [[ -r $TEMPLATE ]] || die "missing template $TEMPLATE"
+    sed -e "s|@DIR@|$DIR|g" \
+        -e "s|@HOST@|$host|g" \
+        -e "s|@CTLD_PORT@|$PORT|g" \
+        -e "s|@N1_PORT@|$((PORT + 1))|g" \
+        -e "s|@N2_PORT@|$((PORT + 2))|g" \
+        -e "s|@CPUS@|$CPUS|g" \
+        -e "s|@MPI_DEFAULT@|pmi2|g" \
+        "$TEMPLATE" >"$CONF"
+
+    # What a shell (or a CI step, or a test) needs to use the cluster.
+    cat >"$ENV_FILE" <<EOF
+# Source this file to use the mpicoll local Slurm cluster.
+export SLURM_CONF=$CONF
+EOF
+}
+
+# ---------------------------------------------------------------------------
+# 4./5. Slurm daemons
+# ---------------------------------------------------------------------------
+
+# Node states as "n1:idle n2:idle" (empty if slurmctld does not answer).
+node_states() {
+    timeout 10 sinfo -h -N -o '%N:%T' 2>/dev/null | sort -u | tr '\n' ' ' || true
+}
+
+all_idle() {
+    local states node
+    states=$(node_states)
+    for node in "${NODES[@]}"; do
+        [[ " $states" == *" $node:idle "* ]] || return 1
+    done
+}
+
+dump_logs() {
+    local f
+    for f in "$DIR"/log/*.log; do
+        [[ -e $f ]] || continue
+        echo "----- $f (last 40 lines) -----" >&2
+        tail -n 40 "$f" >&2
+    done
+}
+
+# Are all three Slurm daemons alive?
+daemons_running() {
+    local node
+    ctld_pid >/dev/null || return 1
+    for node in "${NODES[@]}"; do
+        slurmd_pid "$node" >/dev/null || return 1
+    done
+}
+
+start_slurm() {
+    local node deadline
+    # Fresh state every time: no jobs or node states left over from a
+    # previous run. Only our own sub-directories are removed.
+    rm -rf "$DIR/state" "$DIR/spool" "$DIR/log"
+    mkdir -p "$DIR/state" "$DIR/log" "$DIR/run"
+    for node in "${NODES[@]}"; do
+        mkdir -p "$DIR/spool/$node"
+    done
+
+    # Both daemons fork into the background and write their pid files.
+    # slurmctld -c: start with a clean job/node state.
+    slurmctld -f "$CONF" -c
+    for node in "${NODES[@]}"; do
+        slurmd -f "$CONF" -N "$node"
+    done
+
+    log "waiting up to ${TIMEOUT}s for ${NODES[*]} to become idle"
+    deadline=$((SECONDS + TIMEOUT))
+    until all_idle; do
+        if ((SECONDS >= deadline)) || ! daemons_running; then
+            echo "[local-cluster] ERROR: cluster did not come up; node states: $(node_states)" >&2
+            dump_logs
+            return 1
+        fi
+        sleep 1
+    done
+}
+
+# wait_gone SECONDS PID... -> wait until none of the pids is alive.
+wait_gone() {
+    local wait=$1 i pid running
+    shift
+    for ((i = 0; i < wait * 10; i++)); do
+        running=0
+        for pid in "$@"; do
+            alive "$pid" && running=1
+        done
+        ((running)) || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# tree PID -> PID and all its descendants (children first is not needed:
+# everything gets SIGKILL at once).
+tree() {
+    local child
+    echo "$1"
+    for child in $(pgrep -P "$1" 2>/dev/null || true); do
+        tree "$child"
+    done
+}
+
+stop_slurm() {
+    local pid node jobs=() pids=() stepds=() i asked=0
+    # Note the daemons' pids first: a slurmd deletes its pid file as soon as
+    # it is told to shut down, which may be well before it has exited.
+    if pid=$(ctld_pid); then pids+=("$pid"); fi
+    for node in "${NODES[@]}"; do
+        if pid=$(slurmd_pid "$node"); then pids+=("$pid"); fi
+    done
+
+    if ctld_pid >/dev/null; then
+        # 1. Cancel every job so that no job processes outlive the daemons,
+        #    and wait (bounded) until slurmctld has forgotten them and the
+        #    job step daemons have exited.
+        mapfile -t jobs < <(timeout 10 squeue -h -o %A 2>/dev/null || true)
+        if ((${#jobs[@]} > 0)); then
+            log "cancelling ${#jobs[@]} job(s)"
+            timeout 10 scancel "${jobs[@]}" 2>/dev/null || true
+            for ((i = 0; i < 60; i++)); do
+                [[ -z "$(timeout 10 squeue -h 2>/dev/null)" ]] && break
+                sleep 0.5
+            done
+        fi
+        mapfile -t stepds < <(our_stepd_pids)
+        wait_gone 10 "${stepds[@]+"${stepds[@]}"}" || true
+        # 2. Ask slurmctld to shut the cluster down: it tells every slurmd
+        #    to exit, then exits itself.
+        timeout 15 scontrol shutdown >/dev/null 2>&1 && asked=1
+    fi
+
+    # 3. Give that orderly shutdown a few seconds; whatever daemon is still
+    #    alive then (or at once, if nobody could ask slurmctld) gets SIGTERM,
+    #    then SIGKILL.
+    if ((asked)); then
+        wait_gone 10 "${pids[@]+"${pids[@]}"}" || true
+    fi
+    for pid in "${pids[@]+"${pids[@]}"}"; do
+        alive "$pid" || continue
+        log "stopping leftover pid $pid ($(cat "/proc/$pid/comm" 2>/dev/null))"
+        stop_pid "$pid" 5
+    done
+    # slurmstepd ignores SIGTERM; a step daemon that is still around (e.g.
+    # slurmctld had already died, so nobody cancelled its job) is killed
+    # together with the job processes under it.
+    for pid in $(our_stepd_pids); do
+        log "killing leftover job step daemon $pid and its processes"
+        # shellcheck disable=SC2046
+        kill -KILL $(tree "$pid") 2>/dev/null || true
+    done
+    rm -f "$DIR"/run/slurmctld.pid "$DIR"/run/slurmd-*.pid
+}
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+cmd_up() {
+    mkdir -p "$DIR"
+    if [[ -r $CONF ]] && daemons_running && all_idle; then
+        log "already up"
+    else
+        install_packages
+        [[ $(id -u) -eq 0 ]] || die "starting the daemons needs root"
+        # A half-started or crashed cluster is torn down before a fresh start.
+        stop_slurm
+        start_munge
+        render_conf
+        if ! start_slurm; then
+            # Leave nothing half-running behind.
+            stop_slurm
+            stop_munge
+            exit 1
+        fi
+        log "up: $(node_states)"
+    fi
+    echo "# To use the cluster from your shell run (or: source $ENV_FILE):"
+    echo "export SLURM_CONF=$CONF"
+}
+
+cmd_down() {
+    stop_slurm
+    stop_munge
+    log "down"
+}
+
+cmd_status() {
+    local node pid rc=0
+    if pid=$(munged_pid); then echo "munged     pid $pid"; else echo "munged     not running"; rc=1; fi
+    if pid=$(ctld_pid); then echo "slurmctld  pid $pid"; else echo "slurmctld  not running"; rc=1; fi
+    for node in "${NODES[@]}"; do
+        if pid=$(slurmd_pid "$node"); then
+            echo "slurmd $node  pid $pid"
+        else
+            echo "slurmd $node  not running"
+            rc=1
+        fi
+    done
+    if ctld_pid >/dev/null; then
+        echo "SLURM_CONF=$CONF"
+        timeout 10 sinfo -N -l || rc=1
+    fi
+    return $rc
+}
+
+case "${1:-}" in
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+*)
+    echo "usage: $0 up|down|status" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,156 @@
+"""Every algorithm, in-process, at P = 1..17 virtual ranks against numpy's reduction.
+
+Counts cover the edge cases of block partitioning (0, 1, P-1, P, P+1), primes and one count
+over 100 003; every op x dtype. Integers (wrap-around included) and MAX/MIN must be exact; float
+sums and products must lie within the bound of any summation order: |err| <= (P-1).eps.sum|x_i|
+for SUM and (P-1).eps.|prod| (to first order) for PROD.
+"""
+
+import numpy as np
+import pytest
+
+from mpicoll import simulate
+from mpicoll.kernels import DTYPES, OPS
+from mpicoll.registry import ALLGATHER, ALLREDUCE, BCAST, REDUCE_SCATTER_BLOCK
+
+SIZES = range(1, 18)
+FLAT = [a for a in ALLREDUCE if a not in ("mpi", "hierarchical")]
+LARGE = 100_003
+
+
+def counts(p):
+    return sorted({0, 1, max(p - 1, 0), p, p + 1, 7, 13, 101})
+
+
+def inputs(p, n, dtype, op, seed=0):
+    rng = np.random.default_rng([seed, p, n])
+    if np.dtype(dtype).kind == "f":
+        if op == "prod":
+            return [(1 + rng.uniform(-0.5, 0.5, n) / p).astype(dtype) for _ in range(p)]
+        xs = [rng.uniform(-1, 1, n).astype(dtype) for _ in range(p)]
+        if n:
+            xs[0][0] = np.inf if op in ("max", "sum") else -np.inf   # infinities travel too
+        if n > 1:   # signed zeros and NaN payloads, where op(a, b) and op(b, a) differ in bits
+            itype = np.int32 if dtype == np.float32 else np.int64
+            for r, x in enumerate(xs):
+                x[1] = (np.array([np.nan], dtype).view(itype) + r).view(dtype)[0]
+                if n > 2:
+                    x[2] = -0.0 if r % 2 else 0.0
+        return xs
+    info = np.iinfo(dtype)
+    if op == "prod":                       # wraps around: exact modulo 2^bits in any order
+        return [rng.integers(-7, 8, n).astype(dtype) for _ in range(p)]
+    return [rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True) for _ in range(p)]
+
+
+def expected(xs, op):
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ufunc.reduce(np.stack(xs), axis=0, dtype=xs[0].dtype)
+
+
+def check(out, xs, op, label):
+    ref = expected(xs, op)
+    p = len(xs)
+    for rank, got in enumerate(out):
+        assert got.dtype == ref.dtype, label
+        if ref.dtype.kind == "i" or op in ("max", "min"):
+            same = (got == ref) | (np.isnan(got) & np.isnan(ref)) if ref.dtype.kind == "f" \
+                else got == ref
+            bad = np.flatnonzero(~same)
+            assert bad.size == 0, f"{label}: rank {rank} index {bad[:5]} expected {ref[bad[:5]]} got {got[bad[:5]]}"
+        else:
+            eps = np.finfo(ref.dtype).eps
+            exact = np.stack(xs).astype(np.longdouble)
+            if op == "sum":
+                truth = exact.sum(axis=0)
+                with np.errstate(invalid="ignore"):
+                    bound = (p - 1) * eps * np.abs(exact).sum(axis=0)
+            else:
+                truth = exact.prod(axis=0)
+                bound = 2 * p * eps * np.abs(truth)
+            finite = np.isfinite(truth)
+            bound = np.where(finite, bound, 0)
+            err = np.abs(got[finite].astype(np.longdouble) - truth[finite])
+            assert (err <= bound[finite]).all(), f"{label}: rank {rank} error {err.max()} > bound"
+            assert np.array_equal(np.isfinite(got), finite), label
+        # every rank ends with the same bits
+        assert got.tobytes() == out[0].tobytes(), f"{label}: rank {rank} differs from rank 0"
+
+
+@pytest.mark.parametrize("algorithm", FLAT)
+@pytest.mark.parametrize("p", SIZES)
+def test_allreduce(algorithm, p):
+    for n in counts(p):
+        for dtype in DTYPES:
+            for op in OPS:
+                xs = inputs(p, n, dtype, op)
+                keep = [x.copy() for x in xs]
+                out = simulate.allreduce(xs, op, algorithm)
+                check(out, xs, op, f"{algorithm} P={p} n={n} {dtype} {op}")
+                assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, keep)), "inputs modified"
+
+
+@pytest.mark.parametrize("algorithm", FLAT)
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13, 16, 17])
+def test_allreduce_large(algorithm, p):
+    for dtype in DTYPES:
+        for op in OPS:
+            xs = inputs(p, LARGE, dtype, op)
+            check(simulate.allreduce(xs, op, algorithm), xs, op, f"{algorithm} P={p} {dtype} {op}")
+
+
+def hierarchical_variants(p):
+    for k in sorted({1, 2, 3, 4, p}):
+        if k > p:
+            continue
+        yield k, "binomial", "recursive_doubling"
+        if p % k == 0:
+            for inner in ("ring", "recursive_halving"):
+                for outer in ("ring", "recursive_halving", "recursive_doubling", "binomial"):
+                    yield k, inner, outer
+
+
+@pytest.mark.parametrize("p", SIZES)
+def test_allreduce_hierarchical(p):
+    for k, inner, outer in hierarchical_variants(p):
+        for n in counts(p):
+            for dtype in (np.float64, np.int32):
+                for op in OPS:
+                    xs = inputs(p, n, dtype, op)
+                    out = simulate.allreduce(xs, op, "hierarchical", ranks_per_node=k,
+                                             inner=inner, outer=outer)
+                    check(out, xs, op, f"hierarchical k={k} {inner}/{outer} P={p} n={n}")
+
+
+@pytest.mark.parametrize("algorithm", [a for a in REDUCE_SCATTER_BLOCK if a != "mpi"])
+@pytest.mark.parametrize("p", SIZES)
+def test_reduce_scatter_block(algorithm, p):
+    for n in (0, 1, 2, 5, 64):
+        for dtype in DTYPES:
+            for op in OPS:
+                xs = inputs(p, p * n, dtype, op)
+                out = simulate.reduce_scatter_block(xs, op, algorithm)
+                for r, got in enumerate(out):
+                    block = [x[r * n:(r + 1) * n] for x in xs]
+                    check([got], block, op, f"{algorithm} P={p} n={n} {dtype} {op} rank {r}")
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ALLGATHER if a != "mpi"])
+@pytest.mark.parametrize("p", SIZES)
+def test_allgather(algorithm, p):
+    for n in (0, 1, 2, 5, 64, 1001):
+        xs = [np.arange(n, dtype=np.int64) + 1000 * r for r in range(p)]
+        for got in simulate.allgather(xs, algorithm):
+            assert np.array_equal(got, np.concatenate(xs)), (algorithm, p, n)
+
+
+@pytest.mark.parametrize("algorithm", [a for a in BCAST if a != "mpi"])
+@pytest.mark.parametrize("p", SIZES)
+def test_bcast(algorithm, p):
+    for n in counts(p) + [1000]:
+        for root in range(p):
+            xs = [np.full(n, -1.0) for _ in range(p)]
+            xs[root] = np.arange(n, dtype=np.float64)
+            for got in simulate.bcast(xs, root, algorithm):
+                assert np.array_equal(got, xs[root]), (algorithm, p, n, root)
