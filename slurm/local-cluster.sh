@@ -28,6 +28,15 @@
 #                            then one per slurmd)
 #   MPICOLL_SLURM_CPUS       CPUs per emulated node (default 2)
 #   MPICOLL_SLURM_TIMEOUT    seconds to wait for the nodes (default 60)
+# They take effect on a fresh "up"; a cluster that is already up is left as
+# it is, so run "down" first to change them.
+#
+# MPI: slurm.conf sets MpiDefault=pmi2, so a plain `srun python ...` inside
+# or outside sbatch gives mpi4py (with the MPICH wheel from PyPI) a single
+# MPI_COMM_WORLD over both nodes, and MPI.COMM_TYPE_SHARED groups the ranks
+# by emulated node. Jobs need no environment beyond SLURM_CONF.
+#
+# "status" exits 0 only when every daemon runs; "down" is safe to repeat.
 #
 # This script assumes a machine without systemd (it never calls systemctl)
 # and that it is the only Slurm on the box. It is meant for dev boxes and CI.
@@ -55,10 +64,14 @@ MUNGE_KEY=/etc/munge/munge.key
 # "down" stops it but leaves alone a munged that somebody else runs.
 MUNGE_OURS=$DIR/run/munged.started-by-local-cluster
 
-# Every client command below talks to *our* cluster.
+# Every client command below talks to *our* cluster. The daemons live in
+# /usr/sbin, which a non-login shell (e.g. a CI runner) may not have on PATH.
 export SLURM_CONF=$CONF
+export PATH=$PATH:/usr/sbin:/sbin
 
-log() { echo "[local-cluster] $*"; }
+# Progress messages go to stderr, so that stdout of "up" is only the export
+# line: `eval "$(bash slurm/local-cluster.sh up)"` works.
+log() { echo "[local-cluster] $*" >&2; }
 die() { echo "[local-cluster] ERROR: $*" >&2; exit 1; }
 
 # ---------------------------------------------------------------------------
@@ -126,13 +139,18 @@ install_packages() {
     done
     ((missing)) || return 0
     [[ $(id -u) -eq 0 ]] || die "Slurm/munge are not installed and we are not root"
-    log "installing slurm-wlm and munge from apt"
-    apt-get update -qq
+    log "installing slurm-wlm and munge from apt (log: $DIR/apt.log)"
     # No recommends: we want the daemons and clients, not a mail server.
     # The packages try to start their services; without systemd/init that
     # fails harmlessly ("policy-rc.d denied execution") and we start them.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        slurm-wlm munge >/dev/null
+    if ! {
+        apt-get update &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+                slurm-wlm munge
+    } >"$DIR/apt.log" 2>&1; then
+        tail -n 30 "$DIR/apt.log" >&2
+        die "apt-get failed"
+    fi
 }
 
 # ---------------------------------------------------------------------------
@@ -163,8 +181,14 @@ start_munge() {
     runuser -u munge -- /usr/sbin/munged
     mkdir -p "$DIR/run"
     touch "$MUNGE_OURS"
-    # Round trip: encode a credential and decode it again.
-    munge -n | unmunge >/dev/null || die "munged started but munge -n | unmunge fails"
+    # Round trip: encode a credential and decode it again (retry briefly in
+    # case the daemon is still setting up its socket).
+    local i
+    for ((i = 0; ; i++)); do
+        munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break
+        ((i < 50)) || die "munged started but 'munge -n | unmunge' fails (see /var/log/munge)"
+        sleep 0.1
+    done
     log "munged started (pid $(munged_pid))"
 }
 
@@ -185,18 +209,28 @@ stop_munge() {
 # 3. slurm.conf
 # ---------------------------------------------------------------------------
 render_conf() {
-    local host
+    local host addr comm
     # The name Slurm itself finds for this machine; slurmctld only starts if
     # SlurmctldHost matches it, so never hard-code it.
     host=$(hostname -s)
     [[ -r $TEMPLATE ]] || die "missing template $TEMPLATE"
+
+    # Keep the daemons off the network when we safely can: with NoInAddrAny /
+    # NoCtldInAddrAny Slurm binds to whatever the host name resolves to, which
+    # only works for us (clients use 127.0.0.1) if that is a loopback address.
+    addr=$(getent ahostsv4 "$host" 2>/dev/null | awk 'NR == 1 {print $1}') || true
+    if [[ $addr == 127.* ]]; then
+        comm="CommunicationParameters=NoInAddrAny,NoCtldInAddrAny"
+    else
+        comm="# $host resolves to '${addr:-nothing}': listen on all interfaces"
+    fi
     sed -e "s|@DIR@|$DIR|g" \
         -e "s|@HOST@|$host|g" \
         -e "s|@CTLD_PORT@|$PORT|g" \
         -e "s|@N1_PORT@|$((PORT + 1))|g" \
         -e "s|@N2_PORT@|$((PORT + 2))|g" \
         -e "s|@CPUS@|$CPUS|g" \
-        -e "s|@MPI_DEFAULT@|pmi2|g" \
+        -e "s|@COMM_PARAMS@|$comm|g" \
         "$TEMPLATE" >"$CONF"
 
     # What a shell (or a CI step, or a test) needs to use the cluster.
@@ -215,11 +249,16 @@ node_states() {
     timeout 10 sinfo -h -N -o '%N:%T' 2>/dev/null | sort -u | tr '\n' ' ' || true
 }
 
-all_idle() {
-    local states node
-    states=$(node_states)
+# nodes_in STATE... -> true if every node is in one of the given states.
+nodes_in() {
+    local states node state ok
+    states=" $(node_states)"
     for node in "${NODES[@]}"; do
-        [[ " $states" == *" $node:idle "* ]] || return 1
+        ok=0
+        for state in "$@"; do
+            [[ $states == *" $node:$state "* ]] && ok=1
+        done
+        ((ok)) || return 1
     done
 }
 
@@ -260,7 +299,7 @@ start_slurm() {
 
     log "waiting up to ${TIMEOUT}s for ${NODES[*]} to become idle"
     deadline=$((SECONDS + TIMEOUT))
-    until all_idle; do
+    until nodes_in idle; do
         if ((SECONDS >= deadline)) || ! daemons_running; then
             echo "[local-cluster] ERROR: cluster did not come up; node states: $(node_states)" >&2
             dump_logs
@@ -351,8 +390,10 @@ stop_slurm() {
 # ---------------------------------------------------------------------------
 cmd_up() {
     mkdir -p "$DIR"
-    if [[ -r $CONF ]] && daemons_running && all_idle; then
-        log "already up"
+    # Already up: all daemons alive and every node healthy -- maybe busy with
+    # jobs, which must not be killed by a second "up".
+    if [[ -r $CONF ]] && daemons_running && nodes_in idle mixed allocated completing; then
+        log "already up: $(node_states)"
     else
         install_packages
         [[ $(id -u) -eq 0 ]] || die "starting the daemons needs root"
@@ -368,7 +409,7 @@ cmd_up() {
         fi
         log "up: $(node_states)"
     fi
-    echo "# To use the cluster from your shell run (or: source $ENV_FILE):"
+    log "to use the cluster run the line below, or: source $ENV_FILE"
     echo "export SLURM_CONF=$CONF"
 }
 

@@ -1,0 +1,65 @@
+"""Helpers for tests that run on every rank: assertions all ranks agree on.
+
+A bare ``assert`` that fails on one rank leaves the others waiting in the next collective.
+``agree`` gathers every rank's verdict first, so all ranks pass or all fail, and the failure
+names the ranks and what each saw.
+"""
+
+from __future__ import annotations
+
+__all__ = ["agree", "raises_everywhere"]
+
+
+def agree(comm, ok: bool, message: str = "") -> None:
+    """Raise AssertionError on every rank if ``ok`` is false on any, naming those ranks."""
+    verdicts = comm.allgather((bool(ok), "" if ok else str(message)))
+    bad = [(rank, msg) for rank, (good, msg) in enumerate(verdicts) if not good]
+    if bad:
+        raise AssertionError(f"failed on rank(s) {[r for r, _ in bad]}: " +
+                             "; ".join(f"[rank {r}] {m}" for r, m in bad))
+
+
+def raises_everywhere(comm, exception, fn, /, *args, match: str | None = None, **kwargs):
+    """Call ``fn`` on every rank and check, collectively, that each raised ``exception``.
+
+    Returns the exception raised on this rank.
+    """
+    import re
+    try:
+        fn(*args, **kwargs)
+    except exception as exc:
+        ok = match is None or re.search(match, str(exc)) is not None
+        agree(comm, ok, f"{type(exc).__name__}({exc}) does not match {match!r}")
+        return exc
+    except Exception as exc:   # noqa: BLE001 - reported to every rank
+        agree(comm, False, f"raised {type(exc).__name__}({exc}), not {exception.__name__}")
+    agree(comm, False, f"did not raise {exception.__name__}")
+
+
+def exact_input(rank: int, count: int, dtype, op: str):
+    """Rank ``rank``'s input for a check whose answer is exact in any reduction order.
+
+    Small integers (also as floats): sums stay far below 2^24, products are of +-1 and 2, so
+    every algorithm, whatever its order, must give exactly ``exact_result``.
+    """
+    import numpy as np
+    i = np.arange(count, dtype=np.int64)
+    if op == "prod":
+        v = np.array([1, -1, 2, 1], np.int64)[(i + rank) % 4]
+        v[(i + rank) % 4 == 2] = np.where((i[(i + rank) % 4 == 2] // 4 + rank) % 8 == 0, 2, 1)
+    elif op == "sum":
+        v = (i * 7 + rank * 3) % 16 - 8
+    else:
+        v = (i * 13 + rank * 5) % 97 - 48
+    return v.astype(dtype)
+
+
+def exact_result(size: int, count: int, dtype, op: str):
+    """What ``op`` over ``exact_input`` of ranks 0..size-1 must give."""
+    import numpy as np
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    acc = exact_input(0, count, dtype, op)
+    with np.errstate(over="ignore"):
+        for rank in range(1, size):
+            ufunc(acc, exact_input(rank, count, dtype, op), out=acc)
+    return acc

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One entry point that sets everything up on a fresh machine (python3 is all it needs):
+#   bash run.sh bench    # venv + install + the benchmark under mpiexec -n 4 (results/ gets JSON)
+#   bash run.sh test     # venv + install + the whole test suite (tests/run.sh)
+#   bash run.sh shell    # venv + install, then a shell with it on PATH
+# MPICOLL_VENV picks the virtual environment (default .venv); MPICOLL_PIP_EXTRAS the extras
+# (default mpich,test: the MPICH wheel brings mpiexec, so nothing else needs installing).
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${MPICOLL_VENV:-.venv}
+EXTRAS=${MPICOLL_PIP_EXTRAS:-mpich,test}
+
+setup() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        if ! python3 -m venv "$VENV" 2>/dev/null; then
+            # Debian's own python3 needs python3-venv for this; install it when we may.
+            rm -rf "$VENV"
+            if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+                apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+                python3 -m venv "$VENV"
+            else
+                echo "run.sh: 'python3 -m venv' failed; install python3-venv" >&2; exit 1
+            fi
+        fi
+    fi
+    local stamp="$VENV/.mpicoll-installed-$EXTRAS"
+    if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+        "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+        touch "$stamp"
+    fi
+    export PATH="$PWD/$VENV/bin:$PATH"
+    # numba compiles the kernels once here, so no MPI job starts with a cold cache.
+    python -c "import mpicoll.kernels as k; k.warmup()"
+}
+
+case "${1:-}" in
+    bench)
+        setup
+        shift
+        mkdir -p results
+        mpiexec -n "${MPICOLL_NP:-4}" python -m mpicoll bench -b 8 -e 4M -f 4 \
+            --json results/bench-np${MPICOLL_NP:-4}.json "$@"
+        ;;
+    test)
+        setup
+        shift
+        bash tests/run.sh "$@"
+        ;;
+    shell)
+        setup
+        exec "${SHELL:-bash}"
+        ;;
+    *)
+        echo "usage: bash run.sh bench|test|shell [args]" >&2
+        exit 2
+        ;;
+esac

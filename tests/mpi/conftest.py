@@ -1,0 +1,44 @@
+"""MPI test harness: run with ``mpiexec -n N python -m mpi4py -m pytest --with-mpi tests/mpi``.
+
+* ``python -m mpi4py``: a rank that exits with an error calls MPI_Abort, so the job dies instead
+  of leaving the other ranks waiting;
+* ``--timeout N --timeout-method=thread`` (pytest-timeout): a test stuck in a blocking MPI call
+  dumps every stack and exits the process, which brings the job down the same way;
+* ``-x``: the first failure ends the run on every rank (assertions go through
+  ``mpicoll.testing.agree``, so all ranks fail the same test together);
+* the ``comm`` fixture hands each test a fresh duplicate of COMM_WORLD, so nothing left over
+  from one test can be matched by the next.
+Ranks other than 0 report tersely (``-qq --tb=line``) unless ``MPICOLL_TEST_VERBOSE=1``.
+"""
+
+import os
+
+import pytest
+from mpi4py import MPI
+
+
+def pytest_configure(config):
+    world = MPI.COMM_WORLD
+    if world.Get_rank() != 0 and not os.environ.get("MPICOLL_TEST_VERBOSE"):
+        config.option.verbose = -2
+        config.option.tbstyle = "line"
+
+
+def pytest_sessionstart(session):
+    """pytest-mpi prints an "MPI Information" section; keep only rank 0's."""
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        for plugin in session.config.pluginmanager.get_plugins():
+            if type(plugin).__name__ == "MPIPlugin":
+                plugin._is_testing_mpi = False
+
+
+def pytest_report_header(config):
+    return (f"MPI: {MPI.COMM_WORLD.Get_size()} ranks, "
+            f"{MPI.Get_library_version().splitlines()[0].strip()}")
+
+
+@pytest.fixture
+def comm():
+    dup = MPI.COMM_WORLD.Dup()
+    yield dup
+    dup.Free()

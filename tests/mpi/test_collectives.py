@@ -1,0 +1,177 @@
+"""Every algorithm under MPI against the MPI library's own collective, in the same job."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll import simulate
+from mpicoll.context import state
+from mpicoll.kernels import DTYPES, OPS
+from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK
+from mpicoll.testing import agree, exact_input, exact_result, raises_everywhere
+
+pytestmark = pytest.mark.mpi
+MPI_OP = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def counts(p):
+    return sorted({0, 1, max(p - 1, 1), p, p + 1, 7, 1000, 65537})
+
+
+def same_bits_everywhere(comm, *arrays) -> bool:
+    digest = b"".join(a.tobytes() for a in arrays)
+    return len({hash(d) for d in comm.allgather(digest)}) == 1
+
+
+@pytest.mark.parametrize("algorithm", mpicoll.ALGORITHMS)
+def test_allreduce_matches_mpi(comm, algorithm):
+    """Exact inputs: every algorithm, op, dtype, in and out of place gives MPI's bits."""
+    problems, results = [], []
+    for n in counts(comm.size):
+        for dtype in DTYPES:
+            for op in OPS:
+                x = exact_input(comm.rank, n, dtype, op)
+                keep = x.copy()
+                ref = np.empty_like(x)
+                comm.Allreduce(x, ref, op=MPI_OP[op])
+                out = mpicoll.allreduce(x, op=MPI_OP[op], algorithm=algorithm, comm=comm)
+                inplace = x.copy()
+                mpicoll.allreduce(MPI.IN_PLACE, inplace, op=op, algorithm=algorithm, comm=comm)
+                label = f"n={n} {dtype} {op}"
+                if out.tobytes() != ref.tobytes():
+                    problems.append(f"{label}: out-of-place differs from MPI_Allreduce")
+                if inplace.tobytes() != ref.tobytes():
+                    problems.append(f"{label}: in-place differs from MPI_Allreduce")
+                if x.tobytes() != keep.tobytes():
+                    problems.append(f"{label}: sendbuf was modified")
+                if ref.tobytes() != exact_result(comm.size, n, dtype, op).tobytes():
+                    problems.append(f"{label}: MPI's own result is not the exact answer")
+                results.append(out)
+    agree(comm, not problems, problems[:5])
+    agree(comm, same_bits_everywhere(comm, *results), "ranks ended with different bits")
+
+
+@pytest.mark.parametrize("algorithm", [a for a in mpicoll.ALGORITHMS if a != "mpi"])
+def test_allreduce_random_floats_match_simulator(comm, algorithm):
+    """Random floats: the MPI executor gives the in-process executor's bits, and MPI's within
+    the rounding of a different order."""
+    problems = []
+    nodes = state(comm).nodes() if algorithm == "hierarchical" else None
+    for n in (1, comm.size + 1, 4099):
+        for dtype in (np.float32, np.float64):
+            inputs = [np.random.default_rng([r, n]).standard_normal(n).astype(dtype)
+                      for r in range(comm.size)]
+            out = mpicoll.allreduce(inputs[comm.rank], algorithm=algorithm, comm=comm)
+            options = {"nodes": nodes} if nodes else {}
+            sim = simulate.allreduce(inputs, "sum", algorithm, **options)[comm.rank]
+            ref = np.empty_like(out)
+            comm.Allreduce(inputs[comm.rank], ref)
+            if out.tobytes() != sim.tobytes():
+                problems.append(f"n={n} {dtype}: differs from the in-process executor")
+            tol = comm.size * np.finfo(dtype).eps * np.abs(np.stack(inputs)).sum(axis=0)
+            if not (np.abs(out - ref) <= tol).all():
+                problems.append(f"n={n} {dtype}: further from MPI_Allreduce than rounding allows")
+            agree(comm, same_bits_everywhere(comm, out), f"n={n} {dtype}: ranks differ")
+    agree(comm, not problems, problems[:5])
+
+
+@pytest.mark.parametrize("ranks_per_node", [None, "1", "2", "3"])
+@pytest.mark.parametrize("inner", [None, "ring", "recursive_halving", "binomial"])
+def test_hierarchical_nodes(comm, monkeypatch, ranks_per_node, inner):
+    """hierarchical with the MPI library's nodes and with virtual nodes of k ranks."""
+    if ranks_per_node:
+        monkeypatch.setenv("MPICOLL_RANKS_PER_NODE", ranks_per_node)
+    nodes = state(comm).nodes()
+    k = int(ranks_per_node) if ranks_per_node else None
+    if k:
+        agree(comm, nodes == simulate.virtual_nodes(comm.size, k), f"nodes {nodes}")
+    equal = len({len(nd) for nd in nodes}) == 1
+    x = exact_input(comm.rank, 1001, np.int64, "sum")
+    if inner in ("ring", "recursive_halving") and not equal:
+        raises_everywhere(comm, ValueError, mpicoll.allreduce, x, algorithm="hierarchical",
+                          inner=inner, comm=comm, match="same number of ranks")
+        return
+    for outer in ("ring", "recursive_halving", "recursive_doubling", "binomial"):
+        out = mpicoll.allreduce(x, algorithm="hierarchical", inner=inner, outer=outer,
+                                comm=comm)
+        agree(comm, np.array_equal(out, exact_result(comm.size, 1001, np.int64, "sum")),
+              f"nodes={nodes} inner={inner} outer={outer}")
+
+
+@pytest.mark.parametrize("algorithm", list(REDUCE_SCATTER_BLOCK))
+def test_reduce_scatter_block_matches_mpi(comm, algorithm):
+    problems = []
+    for n in (0, 1, 3, 1000):
+        for dtype in DTYPES:
+            for op in OPS:
+                x = exact_input(comm.rank, n * comm.size, dtype, op)
+                keep = x.copy()
+                ref = np.empty(n, dtype)
+                comm.Reduce_scatter_block(x, ref, op=MPI_OP[op])
+                out = mpicoll.reduce_scatter_block(x, op=op, algorithm=algorithm, comm=comm)
+                inplace = x.copy()
+                mpicoll.reduce_scatter_block(MPI.IN_PLACE, inplace, op=op, algorithm=algorithm,
+                                             comm=comm)
+                if out.tobytes() != ref.tobytes() or inplace[:n].tobytes() != ref.tobytes():
+                    problems.append(f"n={n} {dtype} {op}")
+                if x.tobytes() != keep.tobytes():
+                    problems.append(f"n={n} {dtype} {op}: sendbuf modified")
+    agree(comm, not problems, problems[:5])
+
+
+@pytest.mark.parametrize("algorithm", list(ALLGATHER))
+def test_allgather_matches_mpi(comm, algorithm):
+    problems = []
+    for n in (0, 1, 3, 1000):
+        for dtype in DTYPES:
+            x = exact_input(comm.rank, n, dtype, "sum")
+            ref = np.empty((comm.size, n), dtype)
+            comm.Allgather(x, ref)
+            out = mpicoll.allgather(x, algorithm=algorithm, comm=comm)
+            inplace = np.zeros((comm.size, n), dtype)
+            inplace[comm.rank] = x
+            mpicoll.allgather(MPI.IN_PLACE, inplace, algorithm=algorithm, comm=comm)
+            if out.shape != ref.shape or out.tobytes() != ref.tobytes() \
+                    or inplace.tobytes() != ref.tobytes():
+                problems.append(f"n={n} {dtype}")
+    agree(comm, not problems, problems[:5])
+
+
+@pytest.mark.parametrize("algorithm", list(BCAST))
+def test_bcast_matches_mpi(comm, algorithm):
+    problems = []
+    for root in range(comm.size):
+        for n in (0, 1, comm.size + 1, 10007):
+            for dtype in DTYPES:
+                ref = exact_input(root, n, dtype, "sum") if comm.rank == root \
+                    else np.zeros(n, dtype)
+                comm.Bcast(ref, root=root)
+                buf = exact_input(root, n, dtype, "sum") if comm.rank == root \
+                    else np.zeros(n, dtype)
+                mpicoll.bcast(buf, root, algorithm=algorithm, comm=comm)
+                if buf.tobytes() != ref.tobytes():
+                    problems.append(f"root={root} n={n} {dtype}")
+    agree(comm, not problems, problems[:5])
+
+
+def test_multidimensional_arrays(comm):
+    x = exact_input(comm.rank, 60, np.float64, "sum").reshape(3, 4, 5)
+    out = mpicoll.allreduce(x, algorithm="ring", comm=comm)
+    agree(comm, out.shape == (3, 4, 5) and np.array_equal(
+        out.reshape(-1), exact_result(comm.size, 60, np.float64, "sum")), "3-D all-reduce")
+    g = mpicoll.allgather(x, comm=comm)
+    agree(comm, g.shape == (comm.size, 3, 4, 5), f"allgather shape {g.shape}")
+
+
+def test_user_communicator_is_untouched(comm):
+    """mpicoll's messages travel on its own duplicate: a pending user message is not taken."""
+    peer = (comm.rank + 1) % comm.size
+    token = np.array([comm.rank], np.int64)
+    req = comm.Isend(token, peer, tag=1)
+    for algorithm in ("ring", "recursive_doubling"):
+        mpicoll.allreduce(np.ones(10), algorithm=algorithm, comm=comm)
+    got = np.empty(1, np.int64)
+    comm.Recv(got, (comm.rank - 1) % comm.size, tag=1)
+    req.Wait()
+    agree(comm, got[0] == (comm.rank - 1) % comm.size, f"got {got[0]}")

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite; run it through `bash run.sh test` (which sets up the environment).
+#   1. tests/unit, serial: the in-process executor over every algorithm, kernels, API errors,
+#      the MPI harness itself (which launches small mpiexec jobs of its own);
+#   2. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
+#      adds 8), each run bounded by a per-test timeout and an outer `timeout`.
+# Extra arguments go to every pytest run (e.g. -k ring). Exits non-zero if any run failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RANKS=${MPICOLL_TEST_RANKS:-"1 2 3 4 5"}
+if [ "${CI:-}" = true ] && [[ " $RANKS " != *" 8 "* ]]; then RANKS="$RANKS 8"; fi
+export MPIEXEC_TIMEOUT=${MPIEXEC_TIMEOUT:-1500}     # Hydra's own backstop, in seconds
+LOGDIR=$(mktemp -d)
+passed=0 failed=0 status=0
+
+record() {   # record NAME LOG RC: add the pytest counts of one run to the totals
+    local p f
+    p=$(grep -Eo '[0-9]+ passed' "$2" | tail -1 | grep -Eo '[0-9]+' || echo 0)
+    f=$(grep -Eo '[0-9]+ (failed|error)' "$2" | awk '{s+=$1} END {print s+0}')
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ "$3" != 0 ]; then
+        status=1
+        [ "$f" = 0 ] && failed=$((failed + 1))     # died without a count (abort, timeout)
+        echo "!! $1 exited with status $3"
+    fi
+}
+
+echo "== unit tests (serial)"
+python -m pytest tests/unit -q "$@" 2>&1 | tee "$LOGDIR/unit.log"
+record unit "$LOGDIR/unit.log" "${PIPESTATUS[0]}"
+
+for n in $RANKS; do
+    echo "== MPI tests, mpiexec -n $n"
+    timeout -k 15 1800 mpiexec -n "$n" python -m mpi4py -m pytest tests/mpi --with-mpi -x -q \
+        --timeout=600 --timeout-method=thread "$@" 2>&1 | tee "$LOGDIR/mpi-$n.log"
+    record "mpiexec -n $n" "$LOGDIR/mpi-$n.log" "${PIPESTATUS[0]}"
+done
+
+echo "summary: $passed passed, $failed failed"
+exit $status

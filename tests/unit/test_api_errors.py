@@ -1,0 +1,84 @@
+"""Bad input raises on the calling rank, before any communication, naming the problem."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+
+COMM = MPI.COMM_SELF
+
+
+def call(fn, *args, **kwargs):
+    return fn(*args, comm=kwargs.pop("comm", COMM), **kwargs)
+
+
+@pytest.mark.parametrize("args, kwargs, exc, match", [
+    (([1.0, 2.0],), {}, TypeError, "sendbuf must be a numpy array, got list"),
+    ((np.arange(3, dtype=np.int16),), {}, TypeError, "unsupported dtype int16"),
+    ((np.arange(3, dtype=np.complex128),), {}, TypeError, "unsupported dtype complex128"),
+    ((np.arange(3.0),), {"op": MPI.BAND}, TypeError, "unsupported op"),
+    ((np.arange(3.0),), {"op": "avg"}, TypeError, "unsupported op 'avg'"),
+    ((np.arange(3.0),), {"algorithm": "butterfly"}, ValueError,
+     "unknown allreduce algorithm 'butterfly'"),
+    ((np.arange(6.0)[::2],), {}, ValueError, "sendbuf must be C-contiguous"),
+    ((np.arange(3.0), np.zeros(4)), {}, ValueError, "recvbuf has 4 elements, expected 3"),
+    ((np.arange(3.0), np.zeros(3, np.float32)), {}, ValueError,
+     "recvbuf dtype float32 does not match sendbuf dtype float64"),
+    ((MPI.IN_PLACE,), {}, ValueError, "IN_PLACE needs a recvbuf"),
+    ((None, np.zeros(3)), {}, TypeError, "sendbuf must be a numpy array, got NoneType"),
+    ((np.arange(3.0),), {"algorithm": "ring", "inner": "ring"}, ValueError,
+     "inner/outer apply to algorithm='hierarchical'"),
+    ((np.arange(3.0),), {"comm": "world"}, TypeError, "comm must be an MPI intracommunicator"),
+])
+def test_allreduce_bad_input(args, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        call(mpicoll.allreduce, *args, **kwargs)
+
+
+def test_read_only_recvbuf():
+    out = np.zeros(3)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="recvbuf is read-only"):
+        mpicoll.allreduce(np.arange(3.0), out, comm=COMM)
+
+
+def test_aliased_buffers_need_in_place():
+    x = np.arange(4.0)
+    with pytest.raises(ValueError, match="overlap.*IN_PLACE"):
+        mpicoll.allreduce(x, x, comm=COMM)
+    with pytest.raises(ValueError, match="overlap"):
+        mpicoll.allreduce(x[:2], x[1:3], comm=COMM)
+
+
+def test_sendbuf_untouched_and_recvbuf_returned():
+    x = np.arange(5, dtype=np.int32)
+    out = np.empty(5, np.int32)
+    assert mpicoll.allreduce(x, out, comm=COMM) is out
+    assert out.tolist() == x.tolist()
+    y = x.copy()
+    assert mpicoll.allreduce(MPI.IN_PLACE, y, comm=COMM) is y
+
+
+def test_other_collectives_bad_input():
+    with pytest.raises(ValueError, match="root 1 out of range for a communicator of size 1"):
+        mpicoll.bcast(np.zeros(3), 1, comm=COMM)
+    with pytest.raises(ValueError, match="root -1 out of range"):
+        mpicoll.bcast(np.zeros(3), -1, comm=COMM)
+    with pytest.raises(ValueError, match="unknown bcast algorithm 'recursive_halving'"):
+        mpicoll.bcast(np.zeros(3), algorithm="recursive_halving", comm=COMM)
+    with pytest.raises(ValueError, match="unknown allgather algorithm"):
+        mpicoll.allgather(np.zeros(3), algorithm="binomial", comm=COMM)
+    with pytest.raises(ValueError, match="recvbuf has 2 elements, expected 3"):
+        mpicoll.allgather(np.zeros(3), np.zeros(2), comm=COMM)
+    with pytest.raises(ValueError, match="recvbuf has 5 elements, expected 3"):
+        mpicoll.reduce_scatter_block(np.zeros(3), np.zeros(5), comm=COMM)
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="buf is read-only"):
+        mpicoll.bcast(ro, comm=COMM)
+
+
+def test_algorithms_listed():
+    assert mpicoll.ALGORITHMS == ("ring", "recursive_halving", "recursive_doubling", "binomial",
+                                  "hierarchical", "mpi")
