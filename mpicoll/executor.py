@@ -17,7 +17,10 @@ from mpi4py import MPI
 from .errors import CollectiveTimeout
 from .schedule import Recv, Schedule, Send
 
-__all__ = ["execute"]
+__all__ = ["execute", "traffic"]
+
+# What this process has sent and received through ``execute``, for the benchmark's byte counts.
+traffic = {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0}
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into, tag: int,
@@ -40,10 +43,13 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into,
                     tmp = buf[op.lo:op.hi]
                 requests.append(comm.Irecv(tmp, op.peer, tag))
                 peers.append(op.peer)
+                traffic["bytes_received"] += tmp.nbytes
         for op in step:
             if isinstance(op, Send):
                 requests.append(comm.Isend(buf[op.lo:op.hi], op.peer, tag))
                 peers.append(op.peer)
+                traffic["bytes_sent"] += (op.hi - op.lo) * buf.itemsize
+                traffic["messages_sent"] += 1
         if deadline is None:
             MPI.Request.Waitall(requests)
         else:
