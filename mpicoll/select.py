@@ -1,17 +1,65 @@
 """``algorithm="auto"``: which algorithm to run for a message size and communicator size.
 
-The rule is MPICH's classic one (``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE``): latency-bound
-algorithms below a size threshold, bandwidth-optimal ones above it. Thresholds are in bytes of
-the whole vector and can be moved with ``MPICOLL_SHORT_MSG``.
+In order, the first that has an answer decides:
+
+1. a measured decision table (``MPICOLL_TUNING=path``, written by ``mpicoll tune`` from a bench
+   sweep; the one measured on this project's machine ships as ``profiles/tuning.json``): the
+   winner of the measured size range for this N;
+2. the cost model (``MPICOLL_PROFILE=path``, else the shipped ``profiles/default.json``): the
+   algorithm with the lowest predicted time;
+3. MPICH's classic rule (``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE``): recursive doubling up to
+   ``MPICOLL_SHORT_MSG`` bytes (default 8192) or when count < N, then Rabenseifner on powers of
+   two and the ring otherwise.
+
+Every choice is valid for any N and count (each algorithm here is), and all ranks pass the same
+arguments, so all ranks choose the same algorithm.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+from pathlib import Path
 
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "SHORT_MSG"]
+from . import model
+
+__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "SHORT_MSG",
+           "DEFAULT_TUNING"]
 
 SHORT_MSG = 8192
+DEFAULT_TUNING = Path(__file__).with_name("profiles") / "tuning.json"
+
+
+@functools.lru_cache(maxsize=8)
+def _table(path: str):
+    p = Path(path)
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+@functools.lru_cache(maxsize=8)
+def _profile(path: str | None):
+    return model.load_profile(path)
+
+
+def _from_table(collective: str, nbytes: int, size: int) -> str | None:
+    table = _table(os.environ.get("MPICOLL_TUNING") or str(DEFAULT_TUNING))
+    ranges = (table or {}).get(collective, {}).get(str(size))
+    if not ranges:
+        return None
+    for entry in ranges:                  # sorted by max_bytes; the last one has no upper end
+        if entry["max_bytes"] is None or nbytes <= entry["max_bytes"]:
+            return entry["algorithm"]
+    return None
+
+
+def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str | None:
+    profile = _profile(os.environ.get("MPICOLL_PROFILE"))
+    if profile is None:
+        return None
+    predicted = model.predict_all(size, nbytes, profile, collective=collective,
+                                  ranks_per_node=ranks_per_node)
+    return min(predicted, key=predicted.get)
 
 
 def _short() -> int:
@@ -22,21 +70,45 @@ def _pof2(size: int) -> bool:
     return size & (size - 1) == 0
 
 
-def allreduce(nbytes: int, size: int, count: int) -> str:
-    """recursive_doubling for short vectors (or count < size), then Rabenseifner on powers of
-    two and the ring otherwise."""
-    if nbytes <= _short() or count < size:
-        return "recursive_doubling"
-    return "recursive_halving" if _pof2(size) else "ring"
+def _classic(collective: str, nbytes: int, size: int, count: int) -> str:
+    short = nbytes <= _short()
+    if collective == "allreduce":
+        if short or count < size:
+            return "recursive_doubling"
+        return "recursive_halving" if _pof2(size) else "ring"
+    if collective == "reduce_scatter_block":
+        return "recursive_halving" if short else "ring"
+    if collective == "allgather":
+        return "recursive_doubling" if short else "ring"
+    return "binomial" if short or size < 4 else "ring"
 
 
-def reduce_scatter_block(block_bytes: int, size: int) -> str:
-    return "recursive_halving" if _pof2(size) or block_bytes * size <= _short() else "ring"
+@functools.lru_cache(maxsize=4096)
+def _choose(collective, nbytes, size, count, ranks_per_node, env) -> str:
+    return (_from_table(collective, nbytes, size)
+            or _from_model(collective, nbytes, size, ranks_per_node)
+            or _classic(collective, nbytes, size, count))
+
+
+def choose(collective: str, nbytes: int, size: int, count: int,
+           ranks_per_node: int | None = None) -> str:
+    """The algorithm ``auto`` runs for ``nbytes`` (the whole vector) on ``size`` ranks."""
+    env = tuple(os.environ.get(k) for k in ("MPICOLL_TUNING", "MPICOLL_PROFILE",
+                                             "MPICOLL_SHORT_MSG"))
+    return _choose(collective, nbytes, size, count, ranks_per_node, env)
+
+
+def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None) -> str:
+    return choose("allreduce", nbytes, size, count, ranks_per_node)
+
+
+def reduce_scatter_block(nbytes: int, size: int) -> str:
+    return choose("reduce_scatter_block", nbytes, size, nbytes)
 
 
 def allgather(nbytes: int, size: int) -> str:
-    return "recursive_doubling" if nbytes <= _short() else "ring"
+    return choose("allgather", nbytes, size, nbytes)
 
 
 def bcast(nbytes: int, size: int) -> str:
-    return "binomial" if nbytes <= _short() or size < 4 else "ring"
+    return choose("bcast", nbytes, size, nbytes)

@@ -28,6 +28,10 @@
 #                            then one per slurmd)
 #   MPICOLL_SLURM_CPUS       CPUs per emulated node (default 2)
 #   MPICOLL_SLURM_TIMEOUT    seconds to wait for the nodes (default 60)
+#   MPICOLL_SLURM_MIN_JOB_AGE  slurm.conf MinJobAge (default 300). With 5,
+#                            `sbatch --wait` checks every 2 s instead of after
+#                            2, 10, 42, 74 ... s, but misses the exit codes of
+#                            array tasks that end early (see local/slurm.conf.in)
 # They take effect on a fresh "up"; a cluster that is already up is left as
 # it is, so run "down" first to change them.
 #
@@ -50,6 +54,7 @@ DIR=${MPICOLL_SLURM_DIR:-/tmp/mpicoll-slurm}
 PORT=${MPICOLL_SLURM_PORT:-16817}
 CPUS=${MPICOLL_SLURM_CPUS:-2}
 TIMEOUT=${MPICOLL_SLURM_TIMEOUT:-60}
+MIN_JOB_AGE=${MPICOLL_SLURM_MIN_JOB_AGE:-300}
 
 CONF=$DIR/slurm.conf
 ENV_FILE=$DIR/env
@@ -230,6 +235,7 @@ render_conf() {
         -e "s|@N1_PORT@|$((PORT + 1))|g" \
         -e "s|@N2_PORT@|$((PORT + 2))|g" \
         -e "s|@CPUS@|$CPUS|g" \
+        -e "s|@MIN_JOB_AGE@|$MIN_JOB_AGE|g" \
         -e "s|@COMM_PARAMS@|$comm|g" \
         "$TEMPLATE" >"$CONF"
 
@@ -305,7 +311,7 @@ start_slurm() {
             dump_logs
             return 1
         fi
-        sleep 1
+        sleep 0.5
     done
 }
 

@@ -1,0 +1,310 @@
+"""``mpicoll bench``: every algorithm against the MPI library's own collective, in one job.
+
+    mpiexec -n 4 mpicoll bench -b 8 -e 4M -f 4 --json r.json
+
+Conventions are nccl-tests' and OSU's: sizes by ``-b/-e/-f`` (or ``-m MIN:MAX``), K/M/G
+suffixes; columns ``size count type redop algorithm | time(us) algbw(GB/s) busbw(GB/s) #wrong |
+vs_mpi``, with GB = 1e9 B, algbw = size / time and busbw = algbw x 2(N-1)/N (all-reduce),
+(N-1)/N (reduce-scatter, all-gather) or 1 (broadcast). ``vs_mpi`` = MPI's time / this
+algorithm's time at the same size: above 1 is faster than the MPI library.
+
+Timing: each call sits between barriers; an iteration's time is the slowest rank's; the table
+gives the median (``--full`` adds min, max, p90, p99). At each size the algorithms take turns
+in a fresh random order every iteration (the same order on every rank), so drift of the machine
+hits them all alike. Iterations shrink with size on the IMB rule (a 64 MiB volume per
+measurement, between 5 and 200) unless ``-n`` is given.
+
+Validation (on by default, outside the timed loop): inputs are small integers, whose sums and
+products are exact in any order, so ``#wrong`` counts exactly the elements that differ from the
+closed-form answer, summed over ranks. Any wrong element anywhere makes the exit status 1.
+``bytes_sent`` is what the executor counted on each rank during the validation call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+from .model import load_profile, parse_size, predict, sizes_from
+
+__all__ = ["main", "BUS_FACTOR"]
+
+COLLECTIVE_NAMES = ("allreduce", "reduce_scatter_block", "allgather", "bcast")
+DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
+VOLUME = 64 << 20
+
+
+def BUS_FACTOR(collective: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor (doc/PERFORMANCE.md)."""
+    if collective == "allreduce":
+        return 2 * (n - 1) / n
+    if collective in ("reduce_scatter_block", "allgather"):
+        return (n - 1) / n
+    return 1.0
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="mpicoll bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
+    ap.add_argument("-e", "--maxbytes", default="4M", help="largest size (default 4M)")
+    ap.add_argument("-f", "--stepfactor", type=float, default=4, help="size factor (default 4)")
+    ap.add_argument("-m", "--message-size", metavar="MIN:MAX", help="OSU-style size range")
+    ap.add_argument("-n", "--iters", type=int, help="timed iterations (default: IMB rule)")
+    ap.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls (default 5)")
+    ap.add_argument("-a", "--algorithms", help="comma list (default: all, auto and mpi)")
+    ap.add_argument("-d", "--dtype", default="float32", choices=list(DTYPES))
+    ap.add_argument("-o", "--op", default="sum", choices=["sum", "prod", "max", "min"])
+    ap.add_argument("--inplace", action="store_true", help="time in-place calls")
+    ap.add_argument("--outofplace", action="store_true",
+                    help="time out-of-place calls (default; give both flags for both)")
+    ap.add_argument("--collective", default="allreduce", choices=COLLECTIVE_NAMES)
+    ap.add_argument("--full", action="store_true", help="also min, max, p90, p99")
+    ap.add_argument("--no-check", action="store_true", help="skip validation")
+    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--csv", metavar="PATH")
+    ap.add_argument("--profile", help="cost-model profile for the predicted column")
+    ap.add_argument("--seed", type=int, default=12345, help="seed of the interleaving order")
+    args = ap.parse_args(argv)
+    if args.message_size:
+        lo, _, hi = args.message_size.partition(":")
+        args.minbytes, args.maxbytes = lo or args.minbytes, hi or args.maxbytes
+    return args
+
+
+def preamble(comm, args, nodes) -> dict:
+    from mpi4py import MPI
+    import mpi4py
+    import numba
+    from . import __version__
+    hosts = comm.allgather(socket.gethostname())
+    sizes = [len(n) for n in nodes]
+    return {
+        "nranks": comm.Get_size(),
+        "nodes": len(nodes),
+        "ranks_per_node": sizes[0] if len(set(sizes)) == 1 else sizes,
+        "hosts": list(dict.fromkeys(hosts)),
+        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "versions": {"mpicoll": __version__, "mpi4py": mpi4py.__version__,
+                     "numpy": np.__version__, "numba": numba.__version__,
+                     "python": sys.version.split()[0]},
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
+        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "collective": args.collective, "dtype": args.dtype, "op": args.op,
+        "virtual_nodes": os.environ.get("MPICOLL_RANKS_PER_NODE"),
+    }
+
+
+class Case:
+    """Buffers, call and answer of one collective at one size: built once, run many times."""
+
+    def __init__(self, collective, comm, nbytes, dtype, op, inplace):
+        from .testing import exact_input, exact_result
+        self.collective, self.comm, self.op, self.inplace = collective, comm, op, inplace
+        size, rank = comm.Get_size(), comm.Get_rank()
+        itemsize = np.dtype(dtype).itemsize
+        count = max(1, nbytes // itemsize)
+        if collective in ("reduce_scatter_block", "allgather"):
+            count = max(size, count // size * size)     # a whole block per rank
+        self.count, self.nbytes = count, count * itemsize
+        block = count // size
+        if collective == "allreduce":
+            self.input = exact_input(rank, count, dtype, op)
+            self.answer = exact_result(size, count, dtype, op)
+            self.out = np.empty(count, dtype)
+        elif collective == "reduce_scatter_block":
+            self.input = exact_input(rank, count, dtype, op)
+            self.answer = exact_result(size, count, dtype, op)[rank * block:(rank + 1) * block]
+            self.out = np.empty(count if inplace else block, dtype)
+        elif collective == "allgather":
+            self.input = exact_input(rank, block, dtype, "sum")
+            self.answer = np.concatenate([exact_input(r, block, dtype, "sum")
+                                          for r in range(size)])
+            self.out = np.empty(count, dtype)
+            self.block = block
+        else:   # bcast from rank 0
+            self.input = exact_input(0, count, dtype, "sum")
+            self.answer = self.input.copy()
+            self.out = np.empty(count, dtype)
+
+    def reset(self):
+        """Put the input back where an in-place call (or bcast) reads it; untimed."""
+        c, rank = self.collective, self.comm.Get_rank()
+        if c == "bcast":
+            if rank == 0:
+                self.out[...] = self.input
+            else:
+                self.out[...] = 0
+        elif self.inplace and c == "allgather":
+            self.out[rank * self.block:(rank + 1) * self.block] = self.input
+        elif self.inplace:
+            self.out[...] = self.input
+
+    def call(self, algorithm):
+        import mpicoll
+        from mpi4py import MPI
+        c, comm = self.collective, self.comm
+        send = MPI.IN_PLACE if self.inplace else self.input
+        if c == "allreduce":
+            mpicoll.allreduce(send, self.out, op=self.op, algorithm=algorithm, comm=comm)
+        elif c == "reduce_scatter_block":
+            mpicoll.reduce_scatter_block(send, self.out, op=self.op, algorithm=algorithm,
+                                         comm=comm)
+        elif c == "allgather":
+            mpicoll.allgather(send, self.out, algorithm=algorithm, comm=comm)
+        else:
+            mpicoll.bcast(self.out, 0, algorithm=algorithm, comm=comm)
+
+    def wrong(self) -> int:
+        """Elements of the result whose bits differ from the exact answer."""
+        got = self.out[:self.answer.size]
+        return int((got.view(np.uint8).reshape(got.size, -1)
+                    != self.answer.view(np.uint8).reshape(got.size, -1)).any(axis=1).sum())
+
+
+def auto_choice(collective, comm, nbytes, count, nodes) -> str:
+    from . import select
+    size = comm.Get_size()
+    rpn = max(map(len, nodes)) if len(nodes) > 1 else None
+    if collective == "allreduce":
+        return select.allreduce(nbytes, size, count, rpn)
+    return getattr(select, collective)(nbytes, size)
+
+
+def stats(t: np.ndarray) -> dict:
+    us = t * 1e6
+    return {"time_us": float(np.median(us)), "time_us_min": float(us.min()),
+            "time_us_max": float(us.max()), "time_us_p90": float(np.percentile(us, 90)),
+            "time_us_p99": float(np.percentile(us, 99))}
+
+
+def main(argv=None) -> int:
+    from mpi4py import MPI
+
+    from . import kernels
+    from .context import state
+    from .executor import traffic
+    from .registry import COLLECTIVES
+
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    comm = MPI.COMM_WORLD.Dup()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    kernels.warmup()
+    nodes = state(comm).nodes()
+    table = COLLECTIVES[args.collective]
+    algorithms = (args.algorithms.split(",") if args.algorithms
+                  else [a for a in table if a != "mpi"] + ["auto", "mpi"])
+    for a in algorithms:
+        if a != "auto" and a not in table:
+            raise SystemExit(f"mpicoll bench: unknown {args.collective} algorithm {a!r}; "
+                             f"expected {list(table) + ['auto']}")
+    if "mpi" not in algorithms:
+        algorithms.append("mpi")            # vs_mpi needs the reference in the same run
+    places = ([False] if args.outofplace or not args.inplace else []) + \
+             ([True] if args.inplace else [])
+    if args.collective == "bcast":
+        places = [True]                     # a broadcast is always in place
+    sizes = sizes_from(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
+    profile = load_profile(args.profile)
+    rpn = max(map(len, nodes)) if len(nodes) > 1 else None
+    factor = BUS_FACTOR(args.collective, size)
+    pre = preamble(comm, args, nodes)
+    records, total_wrong = [], 0
+    progress = rank == 0 and sys.stderr.isatty()
+
+    if rank == 0:
+        print(f"# mpicoll bench: {args.collective}, {size} ranks on {len(nodes)} node(s) "
+              f"({pre['ranks_per_node']} per node), {args.dtype} {args.op}, {pre['mpi_library']}")
+        print(f"# time = median over iterations of the slowest rank; busbw = algbw x "
+              f"{factor:.3f}; vs_mpi > 1 means faster than MPI; sent/size = bytes rank 0 sent "
+              f"/ size")
+        extra = f" {'min':>9} {'max':>9} {'p90':>9} {'p99':>9}" if args.full else ""
+        print(f"{'size(B)':>10} {'count':>9} {'type':>7} {'redop':>5} {'algorithm':>18} "
+              f"{'place':>5} | {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} | "
+              f"{'vs_mpi':>6} {'pred(us)':>9} {'sent/size':>9}{extra}", flush=True)
+
+    for si, nbytes in enumerate(sizes):
+        for inplace in places:
+            case = Case(args.collective, comm, nbytes, DTYPES[args.dtype], args.op, inplace)
+            iters = args.iters or int(min(200, max(5, VOLUME // max(case.nbytes, 1))))
+            chosen = auto_choice(args.collective, comm, case.nbytes, case.count, nodes)
+            wrong, sent = {}, {}
+            for a in algorithms:            # validation, byte counts and warm-up, untimed
+                case.reset()
+                before = traffic["bytes_sent"]
+                case.call(a)
+                sent[a] = comm.gather(traffic["bytes_sent"] - before, root=0)
+                wrong[a] = 0 if args.no_check else comm.allreduce(case.wrong())
+                for _ in range(args.warmup):
+                    case.reset()
+                    case.call(a)
+            times = {a: np.zeros(iters) for a in algorithms}
+            order = np.random.default_rng([args.seed, si, int(inplace)])
+            for it in range(iters):
+                for a in order.permutation(algorithms):
+                    case.reset()
+                    comm.Barrier()
+                    t0 = MPI.Wtime()
+                    case.call(a)
+                    times[a][it] = MPI.Wtime() - t0
+                if progress and it % 10 == 0:
+                    print(f"\r[size {si + 1}/{len(sizes)}: {nbytes} B, iteration {it}/{iters}]",
+                          end="", file=sys.stderr, flush=True)
+            for a in algorithms:
+                comm.Allreduce(MPI.IN_PLACE, times[a], op=MPI.MAX)   # the slowest rank
+            if progress:
+                print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+            mpi_time = float(np.median(times["mpi"]))
+            for a in algorithms:
+                st = stats(times[a])
+                runs = chosen if a == "auto" else a
+                pred = (predict(runs, size, case.nbytes, profile, collective=args.collective,
+                                ranks_per_node=rpn) if profile and runs != "mpi" else None)
+                t = st["time_us"] * 1e-6
+                rec = {"collective": args.collective, "algorithm": a, "size": case.nbytes,
+                       "count": case.count, "dtype": args.dtype, "op": args.op,
+                       "inplace": inplace, **st, "iters": iters,
+                       "algbw": case.nbytes / t / 1e9, "busbw": case.nbytes / t / 1e9 * factor,
+                       "wrong": wrong[a], "vs_mpi": mpi_time / float(np.median(times[a])),
+                       "bytes_sent": sent[a] if a != "mpi" else None,
+                       "predicted_us": pred * 1e6 if pred is not None else None,
+                       "auto_choice": chosen if a == "auto" else None}
+                total_wrong += wrong[a]
+                records.append(rec)
+                if rank == 0:
+                    extra = (f" {st['time_us_min']:>9.1f} {st['time_us_max']:>9.1f} "
+                             f"{st['time_us_p90']:>9.1f} {st['time_us_p99']:>9.1f}"
+                             if args.full else "")
+                    name = f"auto:{chosen}" if a == "auto" else a
+                    sent_ratio = (f"{sent[a][0] / case.nbytes:>9.3f}" if a != "mpi" and
+                                  case.nbytes else f"{'-':>9}")
+                    pred_s = f"{rec['predicted_us']:>9.1f}" if pred is not None else f"{'-':>9}"
+                    print(f"{case.nbytes:>10} {case.count:>9} {args.dtype:>7} {args.op:>5} "
+                          f"{name:>18} {'in' if inplace else 'out':>5} | {st['time_us']:>10.1f} "
+                          f"{rec['algbw']:>7.3f} {rec['busbw']:>7.3f} {wrong[a]:>6} | "
+                          f"{rec['vs_mpi']:>6.2f} {pred_s} {sent_ratio}{extra}", flush=True)
+    if rank == 0:
+        print(f"# {'all results correct' if total_wrong == 0 else f'{total_wrong} WRONG elements'}"
+              f"; {len(records)} measurements")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({**pre, "records": records}, f, indent=1)
+            print(f"# wrote {args.json}")
+        if args.csv:
+            with open(args.csv, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(records[0]))
+                w.writeheader()
+                for r in records:
+                    w.writerow({k: ";".join(map(str, v)) if isinstance(v, list) else v
+                                for k, v in r.items()})
+            print(f"# wrote {args.csv}")
+    comm.Free()
+    return 1 if total_wrong else 0

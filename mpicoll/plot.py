@@ -1,0 +1,78 @@
+"""``mpicoll plot RESULTS.json -o FIG.png``: time and bus bandwidth against size.
+
+One line per algorithm; ``mpi`` (the MPI library's own collective, the reference) in black;
+log axes; a dotted vertical line and a label where the fastest of mpicoll's algorithms changes
+(the measured crossovers). Needs matplotlib (``pip install .[plot]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["main", "plot", "best_by_size"]
+
+
+def best_by_size(records: list[dict], inplace: bool = False) -> list[tuple[int, str]]:
+    """(size, fastest algorithm) for each size, among mpicoll's own algorithms."""
+    by_size: dict[int, dict[str, float]] = {}
+    for r in records:
+        if r["inplace"] == inplace and r["algorithm"] not in ("mpi", "auto"):
+            by_size.setdefault(r["size"], {})[r["algorithm"]] = r["time_us"]
+    return [(s, min(t, key=t.get)) for s, t in sorted(by_size.items())]
+
+
+def plot(results: dict, output: str, title: str | None = None) -> list[tuple[int, str, str]]:
+    """Draw the figure; returns the crossovers (size, old winner, new winner)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = results["records"]
+    inplace = all(r["inplace"] for r in records)
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(13, 5))
+    names = list(dict.fromkeys(r["algorithm"] for r in records))
+    for name in names:
+        rows = sorted((r for r in records if r["algorithm"] == name and r["inplace"] == inplace),
+                      key=lambda r: r["size"])
+        sizes = [r["size"] for r in rows]
+        style = dict(color="black", lw=2.5, ls="--") if name == "mpi" else dict(marker="o", ms=3)
+        label = "mpi (MPI library)" if name == "mpi" else name
+        ax_t.plot(sizes, [r["time_us"] for r in rows], label=label, **style)
+        ax_b.plot(sizes, [r["busbw"] for r in rows], label=label, **style)
+    best = best_by_size(records, inplace)
+    cross = [(best[i][0], best[i - 1][1], best[i][1]) for i in range(1, len(best))
+             if best[i][1] != best[i - 1][1]]
+    for size, _, new in cross:
+        for ax in (ax_t, ax_b):
+            ax.axvline(size, color="grey", ls=":", lw=1)
+        ax_t.annotate(f"→ {new}", (size, ax_t.get_ylim()[1]), rotation=90, va="top",
+                      ha="right", fontsize=7, color="grey")
+    for ax, ylabel in ((ax_t, "time (µs), median"), (ax_b, "bus bandwidth (GB/s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_b.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title or f"{results.get('collective', 'allreduce')}: {results['nranks']} ranks, "
+                 f"{results['nodes']} node(s), {results.get('dtype', '')} "
+                 f"{results.get('op', '')} — {results.get('mpi_library', '')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
+    return cross
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="mpicoll plot", description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", help="JSON written by mpicoll bench --json")
+    ap.add_argument("-o", "--output", default="bench.png")
+    ap.add_argument("--title")
+    args = ap.parse_args(argv)
+    with open(args.results) as f:
+        results = json.load(f)
+    for size, old, new in plot(results, args.output, args.title):
+        print(f"crossover: {new} overtakes {old} at {size} B")
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,68 @@
+"""``mpicoll tune R1.json [R2.json ...] -o tuning.json``: bench sweeps -> decision table.
+
+For each collective and rank count found in the results, the fastest of mpicoll's algorithms
+(median time, out-of-place rows unless only in-place ones exist) at each measured size; runs of
+sizes with the same winner become one range. To keep noise from splitting ranges, the winner of
+the range so far keeps a size while it is within ``--margin`` (default 10 %) of the fastest. A size between two measured ones goes to the range
+of the next larger measured size; the last range has no upper end. ``algorithm="auto"`` reads the
+table from ``MPICOLL_TUNING`` (else the shipped ``profiles/tuning.json``):
+
+    {"allreduce": {"4": [{"max_bytes": 32768, "algorithm": "recursive_doubling"},
+                         {"max_bytes": null, "algorithm": "ring"}]}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .plot import best_by_size
+
+__all__ = ["main", "decision_table"]
+
+
+def decision_table(results: list[dict], margin: float = 0.1) -> dict:
+    table: dict = {}
+    for res in results:
+        records = res["records"]
+        inplace = all(r["inplace"] for r in records)
+        times = {(r["size"], r["algorithm"]): r["time_us"] for r in records
+                 if r["inplace"] == inplace}
+        ranges = []
+        for size, algorithm in best_by_size(records, inplace):
+            if ranges and times.get((size, ranges[-1]["algorithm"]), float("inf")) \
+                    <= (1 + margin) * times[(size, algorithm)]:
+                algorithm = ranges[-1]["algorithm"]        # still within the margin: keep it
+            if ranges and ranges[-1]["algorithm"] == algorithm:
+                ranges[-1]["max_bytes"] = size
+            else:
+                ranges.append({"max_bytes": size, "algorithm": algorithm})
+        if ranges:
+            ranges[-1]["max_bytes"] = None
+        collective = res.get("collective", "allreduce")
+        table.setdefault(collective, {})[str(res["nranks"])] = ranges
+    return table
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="mpicoll tune", description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="+", help="JSON files written by mpicoll bench --json")
+    ap.add_argument("-o", "--output", default="tuning.json")
+    ap.add_argument("--margin", type=float, default=0.1,
+                    help="keep the current winner while within this fraction of the fastest")
+    args = ap.parse_args(argv)
+    results = []
+    for path in args.results:
+        with open(path) as f:
+            results.append(json.load(f))
+    table = decision_table(results, args.margin)
+    with open(args.output, "w") as f:
+        json.dump(table, f, indent=1)
+        f.write("\n")
+    for collective, per_n in table.items():
+        for n, ranges in per_n.items():
+            print(f"{collective} N={n}: " + ", ".join(
+                f"{r['algorithm']} up to {r['max_bytes'] if r['max_bytes'] else 'any size'}"
+                for r in ranges))
+    print(f"wrote {args.output}")
+    return 0
