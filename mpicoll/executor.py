@@ -4,7 +4,8 @@ For each step it posts the receives (reduced ones into scratch, copied ones stra
 buffer), then the sends, waits for all of them, then reduces the scratch into the buffer with
 the numba kernel -- an ``MPI_Sendrecv`` generalised to any number of transfers. Nothing is
 allocated here: slices are views, and the scratch comes from the caller, sized by
-``Schedule.scratch_elements()``.
+``Schedule.scratch_elements``. The schedule's ``plan`` (its steps as plain tuples, computed
+once per schedule) keeps the per-step Python work small.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .errors import CollectiveTimeout
-from .schedule import Recv, Schedule, Send
+from .schedule import Schedule
 
 __all__ = ["execute", "traffic"]
 
@@ -29,38 +30,37 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into,
 
     ``deadline`` (a ``time.monotonic()`` value) bounds every wait; past it the call raises
     ``CollectiveTimeout`` naming the step and the peers whose transfers had not completed.
+    A step of exactly one send and one receive, with no deadline, is one ``Sendrecv`` call.
     """
-    for index, step in enumerate(schedule.steps):
-        requests, peers, pending = [], [], []
-        offset = 0
-        for op in step:
-            if isinstance(op, Recv):
-                if op.reduce:
-                    tmp = scratch[offset:offset + op.hi - op.lo]
-                    offset += op.hi - op.lo
-                    pending.append((op, tmp))
-                else:
-                    tmp = buf[op.lo:op.hi]
-                requests.append(comm.Irecv(tmp, op.peer, tag))
-                peers.append(op.peer)
-                traffic["bytes_received"] += tmp.nbytes
-        for op in step:
-            if isinstance(op, Send):
-                requests.append(comm.Isend(buf[op.lo:op.hi], op.peer, tag))
-                peers.append(op.peer)
-                traffic["bytes_sent"] += (op.hi - op.lo) * buf.itemsize
-                traffic["messages_sent"] += 1
-        if deadline is None:
-            MPI.Request.Waitall(requests)
+    itemsize = buf.itemsize
+    for index, (recvs, sends) in enumerate(schedule.plan):
+        for _, lo, hi in sends:
+            traffic["bytes_sent"] += (hi - lo) * itemsize
+        traffic["messages_sent"] += len(sends)
+        for _, lo, hi, *_ in recvs:
+            traffic["bytes_received"] += (hi - lo) * itemsize
+        if deadline is None and len(recvs) == 1 and len(sends) == 1:
+            (src, lo, hi, reduce, left, at), (dst, slo, shi) = recvs[0], sends[0]
+            into = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
+            comm.Sendrecv(buf[slo:shi], dst, tag, into, src, tag)
         else:
-            _wait_until(requests, peers, deadline, what, index, len(schedule.steps))
-        for op, tmp in pending:
-            acc = buf[op.lo:op.hi]
-            if op.left:                     # acc = op(incoming, acc)
-                reduce_into(tmp, acc)
-                acc[...] = tmp
+            requests = [comm.Irecv(scratch[at:at + hi - lo] if reduce else buf[lo:hi], src, tag)
+                        for src, lo, hi, reduce, left, at in recvs]
+            requests += [comm.Isend(buf[lo:hi], dst, tag) for dst, lo, hi in sends]
+            if deadline is None:
+                MPI.Request.Waitall(requests)
+            else:
+                peers = [r[0] for r in recvs] + [s[0] for s in sends]
+                _wait_until(requests, peers, deadline, what, index, len(schedule.plan))
+        for src, lo, hi, reduce, left, at in recvs:
+            if not reduce:
+                continue
+            acc, incoming = buf[lo:hi], scratch[at:at + hi - lo]
+            if left:                        # acc = op(incoming, acc)
+                reduce_into(incoming, acc)
+                acc[...] = incoming
             else:                           # acc = op(acc, incoming)
-                reduce_into(acc, tmp)
+                reduce_into(acc, incoming)
 
 
 def _wait_until(requests, peers, deadline, what, index, nsteps) -> None:

@@ -69,11 +69,12 @@ NUMPY_KERNELS = {
 _compiled = False
 
 
+_BACKEND = NUMPY_KERNELS if os.environ.get("MPICOLL_KERNELS") == "numpy" else KERNELS
+
+
 def kernel(op: str):
-    """The in-place kernel for ``op`` (``MPICOLL_KERNELS=numpy`` picks numpy's ufuncs)."""
-    if os.environ.get("MPICOLL_KERNELS", "numba") == "numpy":
-        return NUMPY_KERNELS[op]
-    return KERNELS[op]
+    """The in-place kernel for ``op`` (``MPICOLL_KERNELS=numpy``, read at import, picks numpy's)."""
+    return _BACKEND[op]
 
 
 def warmup() -> None:

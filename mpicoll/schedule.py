@@ -23,6 +23,7 @@ other in length.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Sequence, Union
 
 __all__ = [
@@ -96,10 +97,27 @@ class Schedule:
     def messages_sent(self) -> int:
         return sum(isinstance(op, Send) for step in self.steps for op in step)
 
+    @cached_property
     def scratch_elements(self) -> int:
         """Scratch a rank needs: the largest total of reduced receives in any one step."""
         return max((sum(op.hi - op.lo for op in step if isinstance(op, Recv) and op.reduce)
                     for step in self.steps), default=0)
+
+    @cached_property
+    def plan(self) -> tuple:
+        """The steps as plain tuples, for executors: per step ``(recvs, sends)`` with
+        ``recvs = ((peer, lo, hi, reduce, left, scratch_lo), ...)`` (reduced receives land in
+        scratch at ``scratch_lo``) and ``sends = ((peer, lo, hi), ...)``."""
+        plan = []
+        for step in self.steps:
+            recvs, offset = [], 0
+            for op in step:
+                if isinstance(op, Recv):
+                    recvs.append((op.peer, op.lo, op.hi, op.reduce, op.left, offset))
+                    offset += (op.hi - op.lo) if op.reduce else 0
+            sends = tuple((op.peer, op.lo, op.hi) for op in step if isinstance(op, Send))
+            plan.append((tuple(recvs), sends))
+        return tuple(plan)
 
     def __str__(self) -> str:
         return "\n".join(f"step {i}: " + "; ".join(map(repr, step))
