@@ -106,7 +106,7 @@ def _run(collective: str, algorithm: str, comm, flat: np.ndarray, op: str, optio
                       tuple(options))
     kernels.warmup()
     execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=st.next_tag(),
-            scratch=st.scratch(flat.dtype, sched.scratch_elements()),
+            scratch=st.scratch(flat.dtype, sched.scratch_elements),
             what=f"{collective} {algorithm}")
 
 
@@ -133,7 +133,9 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         np.copyto(recv, send)
     size, count = comm.Get_size(), recv.size
     if algorithm == "auto":
-        algorithm = select.allreduce(recv.nbytes, size, count)
+        nodes = state(comm).nodes() if size > 1 else ((0,),)
+        algorithm = select.allreduce(recv.nbytes, size, count,
+                                     max(map(len, nodes)) if len(nodes) > 1 else None)
     options = ()
     if algorithm == "hierarchical":
         from .algorithms.allreduce_hierarchical import check_options, default_inner
@@ -173,7 +175,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
         return recv
     n = total // size
     if algorithm == "auto":
-        algorithm = select.reduce_scatter_block(n * recv.itemsize, size)
+        algorithm = select.reduce_scatter_block(total * recv.itemsize, size)
     work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
     if size > 1 and n > 0:
         _run("reduce_scatter_block", algorithm, comm, work, opname)
