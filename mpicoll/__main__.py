@@ -5,6 +5,7 @@
     model       predicted times and crossovers from a profile, for any N (no MPI needed)
     tune        reduce a bench JSON to a decision table for algorithm="auto"
     plot        time and bus bandwidth against size from a bench JSON
+    report      a bench JSON as markdown tables
     trace       print the schedule of an algorithm for N ranks (no MPI needed)
 """
 
@@ -18,6 +19,7 @@ COMMANDS = {
     "model": "mpicoll.model",
     "tune": "mpicoll.tune",
     "plot": "mpicoll.plot",
+    "report": "mpicoll.report",
     "trace": "mpicoll.trace",
 }
 

@@ -1,0 +1,52 @@
+"""``mpicoll report R.json``: a bench JSON as markdown tables (median time and vs_mpi by size).
+
+One row per size, one column per algorithm; the fastest of mpicoll's algorithms at each size is
+in bold, ``auto`` shows which algorithm it ran. ``docs/make-results.sh`` pastes these into
+docs/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["main", "markdown"]
+
+
+def markdown(results: dict) -> str:
+    records = results["records"]
+    inplace = all(r["inplace"] for r in records)
+    rows = [r for r in records if r["inplace"] == inplace]
+    names = list(dict.fromkeys(r["algorithm"] for r in rows))
+    sizes = sorted({r["size"] for r in rows})
+    at = {(r["size"], r["algorithm"]): r for r in rows}
+    head = (f"{results.get('collective', 'allreduce')}, {results['nranks']} ranks, "
+            f"{results['nodes']} node(s), {results.get('dtype')} {results.get('op')}, "
+            f"{results.get('mpi_library')}; median µs of the slowest rank "
+            f"(vs_mpi = MPI's time / this one's)")
+    out = [f"*{head}*", "",
+           "| size (B) | " + " | ".join(names) + " | auto ran |",
+           "|---:|" + "---:|" * len(names) + "---|"]
+    for s in sizes:
+        own = {n: at[(s, n)]["time_us"] for n in names if n not in ("mpi", "auto")}
+        best = min(own, key=own.get)
+        cells = []
+        for n in names:
+            r = at[(s, n)]
+            cell = f"{r['time_us']:.1f}" + ("" if n == "mpi" else f" ({r['vs_mpi']:.2f})")
+            cells.append(f"**{cell}**" if n == best else cell)
+        auto = at.get((s, "auto"), {}).get("auto_choice") or "-"
+        out.append(f"| {s} | " + " | ".join(cells) + f" | {auto} |")
+    wrong = sum(r["wrong"] for r in records)
+    out += ["", f"{len(records)} measurements, {wrong} wrong elements."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="mpicoll report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="+")
+    args = ap.parse_args(argv)
+    for path in args.results:
+        with open(path) as f:
+            print(markdown(json.load(f)))
+    return 0
