@@ -36,5 +36,9 @@ for n in $RANKS; do
     record "mpiexec -n $n" "$LOGDIR/mpi-$n.log" "${PIPESTATUS[0]}"
 done
 
+echo "== Slurm integration tests (tests/slurm: the slurm/ job scripts on a real cluster)"
+bash tests/run-slurm.sh "$@" 2>&1 | tee "$LOGDIR/slurm.log"
+record slurm "$LOGDIR/slurm.log" "${PIPESTATUS[0]}"
+
 echo "summary: $passed passed, $failed failed"
 exit $status

@@ -1,0 +1,136 @@
+"""The slurm/*.sbatch scripts, submitted for real (see conftest.py for the jobs and options)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mpicoll.registry import ALLREDUCE
+
+SUBMIT_DIR = Path(__file__).resolve().parents[2] / "results" / "slurm-tests"   # conftest.BASE
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def assert_ok(job):
+    assert job.rc == 0, job.explain()
+    assert "finished with status 0" in job.log(), job.explain()
+
+
+def assert_two_nodes(res, job):
+    """4 ranks on the 2 nodes MPI's COMM_TYPE_SHARED reports, with no override."""
+    assert (res["nranks"], res["nodes"], res["ranks_per_node"]) == (4, 2, 2), job.explain()
+    assert res["virtual_nodes"] is None
+    assert res["slurm_job_id"] == job.id
+
+
+@pytest.mark.slurm_job("bench")
+def test_bench_all_algorithms_on_two_nodes(job):
+    assert_ok(job)
+    out = job.results()
+    assert out.name == f"mpicoll-bench-{job.id}"            # <job name>-<job id>
+    assert out.parent == SUBMIT_DIR / "results"              # default: results/ where submitted
+    res = load(out / "bench-allreduce.json")
+    assert_two_nodes(res, job)
+    assert {r["algorithm"] for r in res["records"]} == set(ALLREDUCE) | {"auto"}
+    assert {r["size"] for r in res["records"]} == {8, 64, 512, 4096}
+    assert [r for r in res["records"] if r["wrong"]] == []
+    assert (out / "bench-allreduce.png").stat().st_size > 10_000
+    info = load(out / "job.json")
+    assert info["launcher"] in ("srun --mpi=pmi2", "srun --mpi=pmix")
+    assert (info["job_id"], info["nodes"], info["ntasks"]) == (job.id, 2, 4)
+
+
+@pytest.mark.slurm_job("hierarchical")
+def test_hierarchical_finds_two_nodes_and_is_right(job):
+    assert_ok(job)
+    out = job.results()
+    res = load(out / "hierarchical_vs_flat.json")
+    assert_two_nodes(res, job)
+    hier = [r for r in res["records"] if r["algorithm"] == "hierarchical"]
+    assert hier and all(r["wrong"] == 0 for r in res["records"])
+    assert [c["size"] for c in res["comparison"]] == [8, 64, 512, 4096]
+    assert all(c["speedup"] > 0 and c["best_flat"] in res["flat_algorithms"]
+               for c in res["comparison"])
+    for png in ("hierarchical_vs_flat.png", "hierarchical_speedup.png"):
+        assert (out / png).stat().st_size > 10_000
+    assert "NOTE: one node" not in job.log()
+
+
+@pytest.mark.slurm_job("sweep")
+def test_sweep_array_one_result_per_index(job):
+    # sbatch --wait's exit status covers every task only while slurmctld remembers them all
+    # (MinJobAge); each task's own log and results are the real evidence.
+    assert job.rc == 0, job.explain()
+    entries = ["-m 8:32", "-m 256:1K", "ranks=1 -m 8:8"]
+    expect = [(2, {8, 32}), (2, {256, 1024}), (1, {8})]
+    for index, (entry, (nranks, sizes)) in enumerate(zip(entries, expect)):
+        log = job.log(index)
+        assert "finished with status 0" in log, log[-3000:]
+        out = job.results(index)
+        assert out.name == f"mpicoll-sweep-{job.id}_{index}"   # <name>-<array id>_<index>
+        assert (out / "sweep-entry.txt").read_text().strip() == entry
+        res = load(out / "bench-allreduce.json")
+        assert res["nranks"] == nranks
+        assert {r["size"] for r in res["records"]} == sizes
+        assert all(r["wrong"] == 0 for r in res["records"])
+        assert (out / "bench-allreduce.png").exists()
+    assert not list(job.results(0).parent.glob(f"mpicoll-sweep-{job.id}_3"))
+
+
+@pytest.mark.slurm_job("tests")
+def test_mpi_test_suite_across_ranks(job):
+    assert_ok(job)
+    runs = load(job.results() / "tests.json")
+    assert [r["nranks"] for r in runs] == [1, 2, 3, 4]
+    for r in runs:
+        assert r["exit"] == 0 and r["failed"] == 0 and r["passed"] > 0, runs
+
+
+@pytest.mark.slurm_job("crossover")
+def test_crossover_measured_and_modelled(job):
+    assert_ok(job)
+    out = job.results()
+    res = load(out / "crossover.json")
+    assert (res["nranks"], res["nodes"]) == (4, 2)
+    assert res["link"] == "inter-node" and res["profile"]["alpha_inter"] > 0
+    assert res["n_alpha_over_beta"] > 0
+    assert res["sizes"] == [8, 64, 512, 4096, 32768]
+    for name in ("ring", "recursive_doubling", "binomial", "recursive_halving"):
+        assert len(res["measured_us"][name]) == len(res["predicted_us"][name]) == 5
+    assert "measured crossover:" in job.log()
+    assert (out / "crossover.png").stat().st_size > 10_000
+    bench = load(out / "crossover-bench.json")
+    assert all(r["wrong"] == 0 for r in bench["records"])
+
+
+@pytest.mark.slurm_job("scaling")
+def test_scaling_in_n(job):
+    assert_ok(job)
+    res = load(job.results() / "scaling.json")
+    assert res["nranks"] == [2, 3, 4]
+    # ranks fill n1 first: N=2 stays on one node, 3 and 4 span both
+    assert {(r["nranks"], r["nodes"]) for r in res["records"]} == {(2, 1), (3, 2), (4, 2)}
+    assert {r["algorithm"] for r in res["records"]} == set(ALLREDUCE)
+    assert all(r["wrong"] == 0 for r in res["records"])
+    assert (job.results() / "scaling.png").exists()
+
+
+@pytest.mark.slurm_job("mpiexec")
+def test_mpiexec_fallback_with_named_environment(job):
+    assert_ok(job)
+    out = job.results()
+    assert out.parent.name == "elsewhere"                     # MPICOLL_RESULTS
+    info = load(out / "job.json")
+    assert info["launcher"].endswith("/mpiexec")
+    res = load(out / "bench-allreduce.json")
+    assert_two_nodes(res, job)
+    assert all(r["wrong"] == 0 for r in res["records"])
+
+
+@pytest.mark.slurm_job("bad_python")
+def test_missing_python_fails_fast_and_says_why(job):
+    assert job.rc not in (0, None), job.explain()
+    assert "MPICOLL_PYTHON=/nonexistent/bin/python not found" in job.log()
