@@ -3,10 +3,9 @@
     mpiexec -n 8 python -m mpi4py jobs/scaling.py --outdir DIR [--nranks 2,4,8] \\
         [--sizes 8,64K,1M] [-n ITERS] [-a ring,binomial,...]
 
-For each N the first N ranks of COMM_WORLD form a communicator (the others wait) and time each
-algorithm at each size the way ``mpicoll bench`` does, with its own ``Case``: one validated
-call (``wrong`` counts elements that differ from the exact answer), warm-up calls, then
-iterations each between barriers, the slowest rank's time, the median. With ranks placed node
+For each N the first N ranks of COMM_WORLD form a communicator (the others wait) and run
+``mpicoll bench`` on it (``bench.run``) at each size: validated results, algorithms
+interleaved, the median of the slowest rank's time. With ranks placed node
 by node (srun and mpiexec both fill a node before the next), small N stay on one node and
 larger N cross nodes; each row records its node count. Default N: 2, 3, ... up to the job's
 size when that is at most 8, else the powers of two and the size itself. Writes
@@ -18,33 +17,13 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 from _util import RANK, outdir, parser, save_figure, say, write_json
 from mpi4py import MPI
 
-from mpicoll import kernels
-from mpicoll.bench import DTYPES, Case, stats
+from mpicoll import bench, kernels
 from mpicoll.context import state
 from mpicoll.model import parse_size
 from mpicoll.registry import ALLREDUCE
-
-
-def measure(comm, nbytes: int, algorithm: str, iters: int, warmup: int) -> dict:
-    case = Case("allreduce", comm, nbytes, DTYPES["float32"], "sum", False)
-    case.reset()
-    case.call(algorithm)
-    wrong = comm.allreduce(case.wrong())
-    for _ in range(warmup):
-        case.call(algorithm)
-    t = np.zeros(iters)
-    for i in range(iters):
-        comm.Barrier()
-        t0 = MPI.Wtime()
-        case.call(algorithm)
-        t[i] = MPI.Wtime() - t0
-    comm.Allreduce(MPI.IN_PLACE, t, op=MPI.MAX)
-    return {"size": case.nbytes, "algorithm": algorithm, "wrong": wrong, "iters": iters,
-            **stats(t)}
 
 
 def draw(res: dict):
@@ -99,12 +78,12 @@ def main(argv=None) -> int:
         if sub != MPI.COMM_NULL:
             nodes = state(sub).nodes()
             for nbytes in sizes:
-                for a in algorithms:
-                    rec = {"nranks": n, "nodes": len(nodes), **measure(sub, nbytes, a,
-                                                                       args.iters, args.warmup)}
-                    records.append(rec)
-                    say(f"N={n:>4} nodes={len(nodes):>3} {rec['size']:>10} B {a:>18} "
-                        f"{rec['time_us']:>10.1f} us  wrong={rec['wrong']}")
+                say(f"# N={n}, {len(nodes)} node(s)")
+                bench_args = bench.parse_args(["-b", str(nbytes), "-e", str(nbytes), "-n",
+                                               str(args.iters), "-w", str(args.warmup),
+                                               "-a", ",".join(algorithms)])
+                _, recs, _ = bench.run(sub, bench_args)
+                records += [{"nranks": n, "nodes": len(nodes), **r} for r in recs]
             sub.Free()
         world.Barrier()
     total_wrong = sum(r["wrong"] for r in records)

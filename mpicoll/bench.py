@@ -34,7 +34,7 @@ import numpy as np
 
 from .model import load_profile, parse_size, predict, sizes_from
 
-__all__ = ["main", "BUS_FACTOR"]
+__all__ = ["main", "run", "parse_args", "Case", "BUS_FACTOR"]
 
 COLLECTIVE_NAMES = ("allreduce", "reduce_scatter_block", "allgather", "bcast")
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
@@ -186,7 +186,11 @@ def stats(t: np.ndarray) -> dict:
             "time_us_p99": float(np.percentile(us, 99))}
 
 
-def main(argv=None) -> int:
+def run(comm, args) -> tuple[dict, list[dict], int]:
+    """Measure on ``comm`` (collective); rank 0 prints the table as it goes.
+
+    Returns the preamble, the records and the number of wrong elements (the same on all ranks).
+    """
     from mpi4py import MPI
 
     from . import kernels
@@ -194,8 +198,6 @@ def main(argv=None) -> int:
     from .executor import traffic
     from .registry import COLLECTIVES
 
-    args = parse_args(argv if argv is not None else sys.argv[1:])
-    comm = MPI.COMM_WORLD.Dup()
     rank, size = comm.Get_rank(), comm.Get_size()
     kernels.warmup()
     nodes = state(comm).nodes()
@@ -294,6 +296,17 @@ def main(argv=None) -> int:
     if rank == 0:
         print(f"# {'all results correct' if total_wrong == 0 else f'{total_wrong} WRONG elements'}"
               f"; {len(records)} measurements")
+    return pre, records, total_wrong
+
+
+def main(argv=None, comm=None) -> int:
+    """``mpicoll bench``; on ``comm`` (default: a duplicate of COMM_WORLD)."""
+    from mpi4py import MPI
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    own = comm is None
+    comm = MPI.COMM_WORLD.Dup() if own else comm
+    pre, records, total_wrong = run(comm, args)
+    if comm.Get_rank() == 0:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({**pre, "records": records}, f, indent=1)
@@ -306,5 +319,6 @@ def main(argv=None) -> int:
                     w.writerow({k: ";".join(map(str, v)) if isinstance(v, list) else v
                                 for k, v in r.items()})
             print(f"# wrote {args.csv}")
-    comm.Free()
+    if own:
+        comm.Free()
     return 1 if total_wrong else 0

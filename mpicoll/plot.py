@@ -39,7 +39,8 @@ def plot(results: dict, output: str, title: str | None = None) -> list[tuple[int
         style = dict(color="black", lw=2.5, ls="--") if name == "mpi" else dict(marker="o", ms=3)
         label = "mpi (MPI library)" if name == "mpi" else name
         ax_t.plot(sizes, [r["time_us"] for r in rows], label=label, **style)
-        ax_b.plot(sizes, [r["busbw"] for r in rows], label=label, **style)
+        if any(r["busbw"] > 0 for r in rows):          # 0 on one rank: nothing crosses a bus
+            ax_b.plot(sizes, [r["busbw"] for r in rows], label=label, **style)
     best = best_by_size(records, inplace)
     cross = [(best[i][0], best[i - 1][1], best[i][1]) for i in range(1, len(best))
              if best[i][1] != best[i - 1][1]]
