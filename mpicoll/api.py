@@ -4,6 +4,13 @@ Semantics follow MPI's: ``comm`` defaults to ``MPI.COMM_WORLD``; ``sendbuf=MPI.I
 ``recvbuf`` holds the input and receives the result; ``recvbuf=None`` allocates and returns it;
 out-of-place calls never modify ``sendbuf``; any C-contiguous numpy array is reduced element-wise
 over its flat view. Bad input raises on the calling rank before any communication.
+
+Every collective also takes three keyword-only reliability options (``mpicoll.call``;
+docs/reliability.md): ``timeout`` (seconds; default ``MPICOLL_TIMEOUT``, else none) bounds every
+wait and raises ``CollectiveTimeout`` naming the missing ranks; ``on_timeout="abort"`` (default
+``MPICOLL_ON_TIMEOUT``) calls ``MPI_Abort`` instead; ``validate=True`` (default
+``MPICOLL_VALIDATE``) first checks that every rank passed the same count, dtype, op, algorithm
+and root, raising ``ArgumentMismatch`` on every rank if not.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels, select
-from .context import state
+from .call import Call
 from .executor import execute
 from .registry import ALLREDUCE, COLLECTIVES
 
@@ -50,13 +57,6 @@ def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
     if writable and not x.flags.writeable:
         raise ValueError(f"{name} is read-only")
     return x
-
-
-def _comm(comm) -> MPI.Intracomm:
-    comm = MPI.COMM_WORLD if comm is None else comm
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
-    return comm
 
 
 def _algorithm(collective: str, algorithm) -> str:
@@ -100,133 +100,148 @@ def _schedule(collective: str, algorithm: str, rank: int, size: int, count: int,
     return COLLECTIVES[collective][algorithm].schedule(rank, size, count, **dict(options))
 
 
-def _run(collective: str, algorithm: str, comm, flat: np.ndarray, op: str, options=()) -> None:
-    st = state(comm)
+def _run(call: Call, collective: str, algorithm: str, flat: np.ndarray, op: str,
+         options=()) -> None:
+    st, comm = call.state, call.comm
     sched = _schedule(collective, algorithm, comm.Get_rank(), comm.Get_size(), flat.size,
                       tuple(options))
     kernels.warmup()
-    execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=st.next_tag(),
-            scratch=st.scratch(flat.dtype, sched.scratch_elements),
-            what=f"{collective} {algorithm}")
+    execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=call.tag,
+            scratch=st.scratch(flat.dtype, sched.scratch_elements), watch=call.watch)
 
 
 # ----------------------------------------------------------------------------- collectives
 
 def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
-              inner: str | None = None, outer: str | None = None):
+              inner: str | None = None, outer: str | None = None, timeout=None,
+              on_timeout=None, validate=None):
     """All-reduce: every rank gets ``op`` over all ranks' ``sendbuf``, element-wise.
 
     ``algorithm`` is one of ``ALGORITHMS`` or ``"auto"``. ``inner``/``outer`` choose the
     node-local and inter-node algorithms of ``"hierarchical"`` (also ``MPICOLL_HIER_INNER`` /
-    ``MPICOLL_HIER_OUTER``). Returns ``recvbuf``.
+    ``MPICOLL_HIER_OUTER``). ``timeout``, ``on_timeout``, ``validate``: see the module's doc.
+    Returns ``recvbuf``.
     """
-    opname = _op_name(op)
-    algorithm = _algorithm("allreduce", algorithm)
-    comm = _comm(comm)
-    send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
-    if (inner or outer) and algorithm != "hierarchical":
-        raise ValueError(f"inner/outer apply to algorithm='hierarchical', not {algorithm!r}")
-    if algorithm == "mpi":
-        comm.Allreduce(MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
+    with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
+        opname = _op_name(op)
+        algorithm = _algorithm("allreduce", algorithm)
+        comm = call.comm
+        send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
+        if (inner or outer) and algorithm != "hierarchical":
+            raise ValueError(f"inner/outer apply to algorithm='hierarchical', not {algorithm!r}")
+        size, count = comm.Get_size(), recv.size
+        if algorithm == "auto":
+            nodes = call.state.nodes() if size > 1 else ((0,),)
+            algorithm = select.allreduce(recv.nbytes, size, count,
+                                         max(map(len, nodes)) if len(nodes) > 1 else None)
+        options = ()
+        if algorithm == "hierarchical":
+            from .algorithms.allreduce_hierarchical import check_options, default_inner
+            nodes = call.state.nodes()
+            inner = inner or os.environ.get("MPICOLL_HIER_INNER") or default_inner(nodes)
+            outer = outer or os.environ.get("MPICOLL_HIER_OUTER") or "recursive_doubling"
+            check_options(nodes, inner, outer)
+            options = (("nodes", nodes), ("inner", inner), ("outer", outer))
+        call.agree(algorithm, op=opname, dtype=recv.dtype, count=count, inner=inner,
+                   outer=outer)
+        if algorithm == "mpi":
+            call.mpi(MPI.Comm.Allreduce, MPI.Comm.Iallreduce,
+                     MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
+            return recv
+        if send is not None:
+            np.copyto(recv, send)
+        if size > 1 and count > 0:
+            _run(call, "allreduce", algorithm, recv.reshape(-1), opname, options)
         return recv
-    if send is not None:
-        np.copyto(recv, send)
-    size, count = comm.Get_size(), recv.size
-    if algorithm == "auto":
-        nodes = state(comm).nodes() if size > 1 else ((0,),)
-        algorithm = select.allreduce(recv.nbytes, size, count,
-                                     max(map(len, nodes)) if len(nodes) > 1 else None)
-    options = ()
-    if algorithm == "hierarchical":
-        from .algorithms.allreduce_hierarchical import check_options, default_inner
-        nodes = state(comm).nodes()
-        inner = inner or os.environ.get("MPICOLL_HIER_INNER") or default_inner(nodes)
-        outer = outer or os.environ.get("MPICOLL_HIER_OUTER") or "recursive_doubling"
-        check_options(nodes, inner, outer)
-        options = (("nodes", nodes), ("inner", inner), ("outer", outer))
-    if size > 1 and count > 0:
-        _run("allreduce", algorithm, comm, recv.reshape(-1), opname, options)
-    return recv
 
 
-def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None):
+def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
+                         timeout=None, on_timeout=None, validate=None):
     """Reduce-scatter: rank r gets block r (``sendbuf.size / comm.size`` elements) of the reduction.
 
     With ``MPI.IN_PLACE`` the input is the whole ``recvbuf`` and the result lands in its first
     block. A new ``recvbuf`` has shape ``sendbuf.shape[1:]`` when ``sendbuf.shape[0]`` equals the
     communicator size, else it is flat.
     """
-    opname = _op_name(op)
-    algorithm = _algorithm("reduce_scatter_block", algorithm)
-    comm = _comm(comm)
-    size = comm.Get_size()
+    with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
+        opname = _op_name(op)
+        algorithm = _algorithm("reduce_scatter_block", algorithm)
+        comm = call.comm
+        size = comm.Get_size()
 
-    def block_shape(s):
-        return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
+        def block_shape(s):
+            return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
 
-    send, recv = _buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
-    total = recv.size if send is None else send.size
-    if total % size:
-        raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
-                         f"not a multiple of the communicator size {size}")
-    if algorithm == "mpi":
-        comm.Reduce_scatter_block(MPI.IN_PLACE if send is None else send, recv,
-                                  op=_OPS[opname])
+        send, recv = _buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
+        total = recv.size if send is None else send.size
+        if total % size:
+            raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
+                             f"not a multiple of the communicator size {size}")
+        n = total // size
+        if algorithm == "auto":
+            algorithm = select.reduce_scatter_block(total * recv.itemsize, size)
+        call.agree(algorithm, op=opname, dtype=recv.dtype, count=n)
+        if algorithm == "mpi":
+            call.mpi(MPI.Comm.Reduce_scatter_block, MPI.Comm.Ireduce_scatter_block,
+                     MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
+            return recv
+        work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
+        if size > 1 and n > 0:
+            _run(call, "reduce_scatter_block", algorithm, work, opname)
+        rank = comm.Get_rank()
+        np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
         return recv
-    n = total // size
-    if algorithm == "auto":
-        algorithm = select.reduce_scatter_block(total * recv.itemsize, size)
-    work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
-    if size > 1 and n > 0:
-        _run("reduce_scatter_block", algorithm, comm, work, opname)
-    rank = comm.Get_rank()
-    np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
-    return recv
 
 
-def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None):
+def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=None,
+              on_timeout=None, validate=None):
     """All-gather: every rank gets all ranks' ``sendbuf`` concatenated in rank order.
 
     With ``MPI.IN_PLACE`` rank r's input is block r of ``recvbuf``. A new ``recvbuf`` has shape
     ``(comm.size,) + sendbuf.shape``.
     """
-    algorithm = _algorithm("allgather", algorithm)
-    comm = _comm(comm)
-    size, rank = comm.Get_size(), comm.Get_rank()
-    send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size,
-                          lambda s: (size,) + s.shape)
-    if recv.size % size:
-        raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
-                         f"communicator size {size}")
-    if algorithm == "mpi":
-        comm.Allgather(MPI.IN_PLACE if send is None else send, recv)
+    with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
+        algorithm = _algorithm("allgather", algorithm)
+        comm = call.comm
+        size, rank = comm.Get_size(), comm.Get_rank()
+        send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size,
+                              lambda s: (size,) + s.shape)
+        if recv.size % size:
+            raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
+                             f"communicator size {size}")
+        n = recv.size // size
+        if algorithm == "auto":
+            algorithm = select.allgather(recv.nbytes, size)
+        call.agree(algorithm, dtype=recv.dtype, count=n)
+        if algorithm == "mpi":
+            call.mpi(MPI.Comm.Allgather, MPI.Comm.Iallgather,
+                     MPI.IN_PLACE if send is None else send, recv)
+            return recv
+        flat = recv.reshape(-1)
+        if send is not None:
+            np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
+        if size > 1 and n > 0:
+            _run(call, "allgather", algorithm, flat, "sum")
         return recv
-    n = recv.size // size
-    flat = recv.reshape(-1)
-    if send is not None:
-        np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
-    if algorithm == "auto":
-        algorithm = select.allgather(recv.nbytes, size)
-    if size > 1 and n > 0:
-        _run("allgather", algorithm, comm, flat, "sum")
-    return recv
 
 
-def bcast(buf, root=0, *, algorithm="auto", comm=None):
+def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
+          validate=None):
     """Broadcast ``buf`` from ``root`` to every rank, in place. Returns ``buf``."""
-    algorithm = _algorithm("bcast", algorithm)
-    comm = _comm(comm)
-    buf = _array(buf, "buf", writable=True)
-    size = comm.Get_size()
-    if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
-        raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
-    root = int(root)
-    if algorithm == "mpi":
-        comm.Bcast(buf, root=root)
+    with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
+        algorithm = _algorithm("bcast", algorithm)
+        comm = call.comm
+        buf = _array(buf, "buf", writable=True)
+        size = comm.Get_size()
+        if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+            raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
+        root = int(root)
+        if algorithm == "auto":
+            algorithm = select.bcast(buf.nbytes, size)
+        call.agree(algorithm, dtype=buf.dtype, count=buf.size, root=root)
+        if algorithm == "mpi":
+            call.mpi(MPI.Comm.Bcast, MPI.Comm.Ibcast, buf, root=root)
+            return buf
+        if size > 1 and buf.size > 0:
+            _run(call, "bcast", algorithm, buf.reshape(-1), "sum", (("root", root),))
         return buf
-    if algorithm == "auto":
-        algorithm = select.bcast(buf.nbytes, size)
-    if size > 1 and buf.size > 0:
-        _run("bcast", algorithm, comm, buf.reshape(-1), "sum", (("root", root),))
-    return buf
-

@@ -1,11 +1,15 @@
 """Per-communicator state, cached on the communicator as an MPI attribute.
 
-The first collective on a communicator duplicates it (one ``MPI_Comm_dup``, collective), so
+The first collective on a communicator duplicates it (one ``MPI_Comm_idup``, collective), so
 mpicoll's point-to-point messages live in their own context and can never match the user's.
-The state also numbers the calls (each call uses its own tag, so a message left over from a
+The duplicate is created with the nonblocking ``Idup`` so that a call with a timeout can wait
+for it under its deadline (``ready``); the node layout is discovered right after (one
+``MPI_Comm_split_type``, while every rank is known to be there), so later calls never block in
+it. The state also numbers the calls (each call uses its own tag, so a message left over from a
 call that failed cannot be taken by the next), keeps grow-only scratch buffers per dtype, and
-caches the node layout for ``hierarchical``. When the user frees the communicator, MPI calls
-``_delete`` and the duplicate is freed with it.
+caches the node layout for ``hierarchical``. After a call fails mid-way (a timeout), ``broken``
+says why and mpicoll refuses further calls on the communicator. When the user frees the
+communicator, MPI calls ``_delete`` and the duplicate is freed with it.
 """
 
 from __future__ import annotations
@@ -15,18 +19,41 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["state", "CommState", "node_layout"]
+from .errors import CommunicatorBroken
+
+__all__ = ["state", "attach", "CommState", "node_layout"]
 
 _TAGS = 32000        # tags cycle through 1 .. _TAGS (MPI guarantees at least 32767)
 
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
-        self.comm = comm.Dup()
+        self.comm, self._dup = comm.Idup()      # usable once ``ready`` has seen _dup complete
         self.calls = 0
         self.broken: str | None = None
+        self.abandoned: list = []               # requests of failed calls, kept alive (watch.py)
         self._scratch: dict = {}
         self._nodes: dict = {}
+
+    def check(self, what: str = "mpicoll") -> None:
+        """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
+        if self.broken:
+            raise CommunicatorBroken(
+                f"{what}: mpicoll will not use this communicator again: an earlier call failed "
+                f"({self.broken}) and its messages may still be in flight; create a new "
+                "communicator (comm.Dup() on every rank) to go on")
+
+    def ready(self, watch=None) -> None:
+        """Wait for the duplicate (under ``watch``'s deadline, if any), then find the nodes."""
+        self.check()
+        if self._dup is None:
+            return
+        if watch is None:
+            self._dup.Wait()
+        else:
+            watch.wait([self._dup], "MPI_Comm_idup (mpicoll's duplicate of the communicator)")
+        self._dup = None
+        self._nodes[""] = node_layout(self.comm)
 
     def next_tag(self) -> int:
         self.calls += 1
@@ -51,7 +78,7 @@ class CommState:
         return self._nodes[k]
 
     def free(self) -> None:
-        if self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
+        if self._dup is None and self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
             self.comm.Free()
 
 
@@ -78,8 +105,8 @@ def _delete(comm, keyval, value) -> None:
 _keyval = None
 
 
-def state(comm: MPI.Intracomm) -> CommState:
-    """The mpicoll state of ``comm``, created (collectively) on first use."""
+def attach(comm: MPI.Intracomm) -> CommState:
+    """The mpicoll state of ``comm``; on first use, created and its ``Idup`` started."""
     global _keyval
     if _keyval is None:
         _keyval = MPI.Comm.Create_keyval(delete_fn=_delete)
@@ -87,4 +114,11 @@ def state(comm: MPI.Intracomm) -> CommState:
     if st is None:
         st = CommState(comm)
         comm.Set_attr(_keyval, st)
+    return st
+
+
+def state(comm: MPI.Intracomm) -> CommState:
+    """The mpicoll state of ``comm``, ready to use: created (collectively) on first use."""
+    st = attach(comm)
+    st.ready()
     return st

@@ -1,18 +1,52 @@
-"""The exceptions of mpicoll."""
+"""The exceptions of mpicoll (see docs/reliability.md for when each is raised)."""
 
 from __future__ import annotations
 
-__all__ = ["CollectiveTimeout", "ArgumentMismatch"]
+__all__ = ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken"]
 
 
 class CollectiveTimeout(TimeoutError):
-    """A collective did not finish in time on this rank; ``peers`` are the ranks it waited for."""
+    """A collective could not finish on this rank: its deadline passed, or another rank's did.
 
-    def __init__(self, what: str, step: int, nsteps: int, peers: list[int]):
-        self.what, self.step, self.nsteps, self.peers = what, step, nsteps, list(peers)
-        super().__init__(f"{what}: timed out in step {step} of {nsteps} waiting for rank(s) "
-                         f"{self.peers}")
+    ``peers`` are the ranks the call is waiting for: those the roll call did not hear from
+    (never entered the call, exited, died) or found in another call; when every rank is in the
+    call, the ranks this one's unfinished transfers were with (``waiting_on``).
+    """
+
+    def __init__(self, what: str, step, nsteps: int, *, waiting_on=(), missing=(),
+                 elsewhere=(), gave_up=(), timeout: float | None = None):
+        self.what, self.step, self.nsteps = what, step, nsteps
+        self.waiting_on, self.missing = sorted(waiting_on), sorted(missing)
+        self.elsewhere, self.gave_up = sorted(elsewhere), sorted(gave_up)
+        self.peers = sorted(set(self.missing) | set(self.elsewhere)) or self.waiting_on
+        where = step if isinstance(step, str) else f"step {step} of {nsteps}"
+        if timeout is not None:
+            text = f"{what}: timed out after {timeout:g} s in {where}"
+        else:
+            text = f"{what}: gave up in {where} because rank(s) {self.gave_up} timed out"
+        if self.waiting_on:
+            text += f", waiting for rank(s) {self.waiting_on}"
+        if self.missing:
+            text += (f"; rank(s) {self.missing} did not answer the roll call (never entered "
+                     "this call, exited or died)")
+        if self.elsewhere:
+            text += f"; rank(s) {self.elsewhere} are in another call on this communicator"
+        if timeout is not None and not self.missing and not self.elsewhere:
+            text += "; every rank answered from this call (a slow rank or network?)"
+        super().__init__(text)
 
 
 class ArgumentMismatch(ValueError):
-    """Ranks called a collective with arguments that do not agree."""
+    """Ranks called a collective with arguments that do not agree (found by ``validate=True``).
+
+    ``ranks`` are the disagreeing ranks (those outside the largest group of equal arguments);
+    ``fields`` maps each differing argument to ``{value: [ranks]}``.
+    """
+
+    def __init__(self, message: str, ranks=(), fields=None):
+        self.ranks, self.fields = sorted(ranks), dict(fields or {})
+        super().__init__(message)
+
+
+class CommunicatorBroken(RuntimeError):
+    """An earlier call on this communicator failed mid-way; mpicoll will not use it again."""

@@ -10,12 +10,9 @@ once per schedule) keeps the per-step Python work small.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from mpi4py import MPI
 
-from .errors import CollectiveTimeout
 from .schedule import Schedule
 
 __all__ = ["execute", "traffic"]
@@ -25,12 +22,12 @@ traffic = {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0}
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into, tag: int,
-            scratch: np.ndarray, deadline: float | None = None, what: str = "") -> None:
+            scratch: np.ndarray, watch=None) -> None:
     """Run ``schedule`` on the flat array ``buf`` over ``comm``.
 
-    ``deadline`` (a ``time.monotonic()`` value) bounds every wait; past it the call raises
-    ``CollectiveTimeout`` naming the step and the peers whose transfers had not completed.
-    A step of exactly one send and one receive, with no deadline, is one ``Sendrecv`` call.
+    With a ``watch`` (``mpicoll.watch.Watch``) every wait is polled under its deadline; past it
+    the call raises ``CollectiveTimeout`` naming the step and the missing ranks. A step of exactly
+    one send and one receive, without a watch, is one ``Sendrecv`` call.
     """
     itemsize = buf.itemsize
     for index, (recvs, sends) in enumerate(schedule.plan):
@@ -39,7 +36,7 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into,
         traffic["messages_sent"] += len(sends)
         for _, lo, hi, *_ in recvs:
             traffic["bytes_received"] += (hi - lo) * itemsize
-        if deadline is None and len(recvs) == 1 and len(sends) == 1:
+        if watch is None and len(recvs) == 1 and len(sends) == 1:
             (src, lo, hi, reduce, left, at), (dst, slo, shi) = recvs[0], sends[0]
             into = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
             comm.Sendrecv(buf[slo:shi], dst, tag, into, src, tag)
@@ -47,11 +44,11 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into,
             requests = [comm.Irecv(scratch[at:at + hi - lo] if reduce else buf[lo:hi], src, tag)
                         for src, lo, hi, reduce, left, at in recvs]
             requests += [comm.Isend(buf[lo:hi], dst, tag) for dst, lo, hi in sends]
-            if deadline is None:
+            if watch is None:
                 MPI.Request.Waitall(requests)
             else:
-                peers = [r[0] for r in recvs] + [s[0] for s in sends]
-                _wait_until(requests, peers, deadline, what, index, len(schedule.plan))
+                watch.wait(requests, index, len(schedule.plan),
+                           [r[0] for r in recvs] + [s[0] for s in sends])
         for src, lo, hi, reduce, left, at in recvs:
             if not reduce:
                 continue
@@ -61,15 +58,3 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into,
                 acc[...] = incoming
             else:                           # acc = op(acc, incoming)
                 reduce_into(acc, incoming)
-
-
-def _wait_until(requests, peers, deadline, what, index, nsteps) -> None:
-    """Poll ``requests`` until all complete or ``deadline`` passes (sleeping 50 us .. 1 ms)."""
-    pause = 5e-5
-    while not MPI.Request.Testall(requests):
-        if time.monotonic() > deadline:
-            done = [r.Test() for r in requests]       # Testall left them all untouched
-            missing = sorted({p for p, ok in zip(peers, done) if not ok})
-            raise CollectiveTimeout(what, index, nsteps, missing)
-        time.sleep(pause)
-        pause = min(2 * pause, 1e-3)

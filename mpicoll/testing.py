@@ -7,7 +7,10 @@ names the ranks and what each saw.
 
 from __future__ import annotations
 
-__all__ = ["agree", "raises_everywhere"]
+import contextlib
+import os
+
+__all__ = ["agree", "raises_everywhere", "environment"]
 
 
 def agree(comm, ok: bool, message: str = "") -> None:
@@ -34,6 +37,28 @@ def raises_everywhere(comm, exception, fn, /, *args, match: str | None = None, *
     except Exception as exc:   # noqa: BLE001 - reported to every rank
         agree(comm, False, f"raised {type(exc).__name__}({exc}), not {exception.__name__}")
     agree(comm, False, f"did not raise {exception.__name__}")
+
+
+@contextlib.contextmanager
+def environment(**variables):
+    """Set ``MPICOLL_*`` variables (None: unset) for the calls inside, which read them once
+    (``mpicoll.call.read_environment``); restored, and read again, on the way out."""
+    from .call import read_environment
+    def put(values):
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    saved = {name: os.environ.get(name) for name in variables}
+    try:
+        put(variables)
+        read_environment()
+        yield
+    finally:
+        put(saved)
+        read_environment()
 
 
 def exact_input(rank: int, count: int, dtype, op: str):

@@ -1,0 +1,171 @@
+"""One collective call's reliability options: ``timeout``, ``on_timeout``, ``validate``.
+
+    with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
+        ...                          # this rank's own argument checks
+        call.agree(...)              # validate=True: the agreement step (mpicoll.validate)
+        call.state ... call.mpi(...) # communicate: mpicoll's duplicate, the deadline, the tag
+
+Unset options come from the environment: ``MPICOLL_TIMEOUT`` (seconds; unset: none),
+``MPICOLL_ON_TIMEOUT`` (``exception`` or ``abort``), ``MPICOLL_VALIDATE`` (``0`` or ``1``), read
+once, at the first call (``read_environment()`` reads them again).
+
+With a timeout, the numba kernels are loaded first (once per process: local work under a file
+lock, no other rank involved) and then the clock starts: the deadline covers everything after,
+the creation of mpicoll's duplicate communicator (first call) included. On the way out the call
+handles failures:
+
+* with ``validate``, a rank whose own argument checks failed still takes part in the agreement
+  step, flagged, so that the other ranks raise ``ArgumentMismatch`` naming it instead of waiting
+  for it; it raises its own error;
+* ``CollectiveTimeout`` (or an interrupt) marks the communicator broken -- messages of the
+  failed call may still be in flight, so later calls raise ``CommunicatorBroken`` -- and with
+  ``on_timeout="abort"`` prints the error and calls ``comm.Abort``, so a batch job ends.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+from mpi4py import MPI
+
+from . import kernels, validate
+from .context import CommState, attach
+from .errors import ArgumentMismatch, CollectiveTimeout
+from .watch import Watch
+
+__all__ = ["Call", "ABORT_CODE", "read_environment"]
+
+ABORT_CODE = 124        # the job's MPI_Abort error code after a timeout (as timeout(1) exits)
+
+
+class Call:
+    def __init__(self, collective: str, algorithm: str, comm, timeout, on_timeout, validate):
+        if comm is None:
+            comm = MPI.COMM_WORLD
+        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+            raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
+        self.collective, self.comm = collective, comm
+        defaults = _defaults or read_environment()
+        self.timeout = defaults[0] if timeout is None else _timeout(timeout, "timeout")
+        self.on_timeout = defaults[1] if on_timeout is None else _on_timeout(on_timeout,
+                                                                             "on_timeout")
+        self.validate = (defaults[2] if validate is None else _validate(validate)) \
+            and comm.Get_size() > 1
+        self.agreed, self.tag, self._state = False, 0, None
+        self.watch = None
+        if self.timeout is not None:
+            kernels.warmup()
+            self.watch = Watch(self.timeout, f"{collective} {algorithm}", comm)
+
+    @property
+    def state(self) -> CommState:
+        """mpicoll's state of the communicator, ready for this call (first use takes the tag)."""
+        if self._state is None:
+            st = attach(self.comm)
+            st.check(self.collective)
+            self._state = st
+            if st._dup is not None:
+                st.ready(self.watch)
+            self.tag = st.next_tag()
+            if self.watch is not None:
+                self.watch.comm, self.watch.tag = st.comm, self.tag
+        return self._state
+
+    def agree(self, algorithm: str, **fields) -> None:
+        """Name the algorithm about to run; with ``validate``, check every rank agrees on it all.
+
+        ``fields`` are those of ``mpicoll.validate.fingerprint`` (op, dtype, count, root, ...).
+        """
+        if self.watch is not None:
+            self.watch.what = f"{self.collective} {algorithm}"
+        if self.validate and not self.agreed:
+            self.agreed = True
+            validate.check(self.state.comm, validate.fingerprint(
+                self.collective, algorithm, timeout=self.timeout is not None, **fields),
+                self.watch)
+
+    def mpi(self, blocking, nonblocking, *args, **kwargs) -> None:
+        """The MPI library's own collective on mpicoll's duplicate: ``blocking`` (e.g.
+        ``MPI.Comm.Allreduce``) without a timeout, else ``nonblocking`` (``MPI.Comm.Iallreduce``)
+        polled under the deadline."""
+        comm = self.state.comm
+        if self.watch is None:
+            blocking(comm, *args, **kwargs)
+        else:
+            self.watch.wait([nonblocking(comm, *args, **kwargs)], "MPI_" + nonblocking.__name__)
+
+    def __enter__(self) -> "Call":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if isinstance(exc, (TypeError, ValueError)) and self.validate and not self.agreed:
+            self.agreed = True          # this rank's own arguments were rejected: say so
+            try:
+                validate.check(self.state.comm, validate.rejected(self.collective, exc),
+                               self.watch)
+            except ArgumentMismatch:
+                pass                    # the others now raise naming this rank; it raises exc
+            except CollectiveTimeout as timeout:
+                self._failed(timeout)
+                raise timeout from exc
+        elif isinstance(exc, (CollectiveTimeout, KeyboardInterrupt)):
+            self._failed(exc)
+        return False
+
+    def _failed(self, exc: BaseException) -> None:
+        """Mark the communicator broken after a call that failed mid-way; abort if asked to."""
+        if self._state is not None:
+            self._state.broken = f"{type(exc).__name__}: {exc}"
+            if self.watch is not None:
+                self._state.abandoned += self.watch.abandoned
+        if isinstance(exc, CollectiveTimeout) and self.on_timeout == "abort":
+            sys.stderr.write(f"mpicoll: rank {self.comm.Get_rank()}: {exc}\n"
+                             f"mpicoll: on_timeout='abort': calling MPI_Abort({ABORT_CODE})\n")
+            sys.stderr.flush()
+            self.comm.Abort(ABORT_CODE)
+
+
+# ----------------------------------------------------------------------------- the options
+
+_defaults = None        # (timeout, on_timeout, validate) from the environment
+
+
+def read_environment() -> tuple:
+    """Read ``MPICOLL_TIMEOUT``, ``MPICOLL_ON_TIMEOUT``, ``MPICOLL_VALIDATE``: the defaults of
+    every later call. (Read once, not per call: a lookup of an unset variable costs ~1 us.)"""
+    global _defaults
+    env = os.environ
+    text = env.get("MPICOLL_TIMEOUT", "")
+    try:
+        timeout = float(text)
+    except ValueError:
+        timeout = text
+    validate = env.get("MPICOLL_VALIDATE", "")
+    if validate not in ("", "0", "1"):
+        raise ValueError(f"MPICOLL_VALIDATE must be 0 or 1, got {validate!r}")
+    _defaults = (_timeout(timeout, "MPICOLL_TIMEOUT") if text else None,
+                 _on_timeout(env.get("MPICOLL_ON_TIMEOUT") or "exception", "MPICOLL_ON_TIMEOUT"),
+                 validate == "1")
+    return _defaults
+
+
+def _timeout(timeout, name: str) -> float | None:
+    """Seconds, or None for no timeout (``math.inf``)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"{name} must be a positive number of seconds (inf: no timeout), "
+                         f"got {timeout!r}")
+    return None if timeout == math.inf else float(timeout)
+
+
+def _on_timeout(on_timeout, name: str) -> str:
+    if on_timeout not in ("exception", "abort"):
+        raise ValueError(f"{name} must be 'exception' or 'abort', got {on_timeout!r}")
+    return on_timeout
+
+
+def _validate(flag) -> bool:
+    if not isinstance(flag, bool):
+        raise TypeError(f"validate must be True or False, got {flag!r}")
+    return flag

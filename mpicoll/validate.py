@@ -1,0 +1,110 @@
+"""``validate=True``: check that every rank called the collective with the same arguments.
+
+Each rank reduces its call to a *fingerprint* of a few integers (``FIELDS``): the collective,
+the algorithm it is about to run, op, dtype, count, root, the hierarchical options, whether it
+has a timeout, and whether its own argument checks failed. One nonblocking ``MPI_Iallreduce``
+(MAX over the fingerprint and its negation: each field's maximum and minus its minimum) on
+mpicoll's duplicate communicator, polled under the call's deadline, tells every rank whether all
+fingerprints are equal; that is the whole cost when they are. When they are not, an
+``MPI_Iallgather`` of the fingerprints lets every rank build the same ``ArgumentMismatch``,
+naming the disagreeing ranks and their values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .errors import ArgumentMismatch
+from .kernels import DTYPES, OPS
+from .registry import COLLECTIVES
+
+__all__ = ["FIELDS", "fingerprint", "rejected", "check"]
+
+FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "timeout",
+          "error")
+_COLLECTIVES = tuple(COLLECTIVES)
+_NAMES = tuple(sorted({name for table in COLLECTIVES.values() for name in table}))
+_ERRORS = ("none", "TypeError", "ValueError", "another error")
+
+
+def _index(table, value) -> int:
+    return table.index(value) if value in table else -1
+
+
+def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=None,
+                count: int = 0, root: int = -1, inner: str | None = None,
+                outer: str | None = None, timeout: bool = False) -> list:
+    """The integers that must be equal on every rank (-1: not applicable)."""
+    return [_COLLECTIVES.index(collective), _index(_NAMES, algorithm), _index(OPS, op),
+            _index(DTYPES, dtype), count, root, _index(_NAMES, inner), _index(_NAMES, outer),
+            int(timeout), 0]
+
+
+def rejected(collective: str, error: BaseException) -> list:
+    """The fingerprint of a rank whose own argument checks raised ``error``."""
+    kind = 1 if isinstance(error, TypeError) else 2 if isinstance(error, ValueError) else 3
+    return [_COLLECTIVES.index(collective)] + [-1] * (len(FIELDS) - 2) + [kind]
+
+
+def check(comm: MPI.Intracomm, fp: list, watch=None) -> None:
+    """Raise ``ArgumentMismatch`` on every rank unless ``fp`` is the same on all of them."""
+    k = len(fp)
+    extremes = np.empty(2 * k, np.int64)
+    _wait(comm.Iallreduce(np.array(fp + [-v for v in fp], np.int64), extremes, op=MPI.MAX),
+          watch, "the validate=True check (MPI_Iallreduce)")
+    high = extremes.tolist()
+    if high[:k] == [-v for v in high[k:]]:          # every field's max == its min
+        return
+    table = np.empty((comm.Get_size(), k), np.int64)
+    _wait(comm.Iallgather(np.array(fp, np.int64), table), watch,
+          "the validate=True report (MPI_Iallgather)")
+    raise mismatch(_COLLECTIVES[fp[0]], table)
+
+
+def _wait(request, watch, step: str) -> None:
+    if watch is None:
+        request.Wait()
+    else:
+        watch.wait([request], step)
+
+
+def _show(field: str, row) -> str:
+    v = int(row[FIELDS.index(field)])
+    if field == "collective":
+        return _COLLECTIVES[v]
+    if field in ("algorithm", "inner", "outer"):
+        return _NAMES[v] if v >= 0 else "default"
+    if field == "op":
+        return OPS[v] if v >= 0 else "none"
+    if field == "dtype":
+        return str(DTYPES[v]) if v >= 0 else "?"
+    if field == "timeout":
+        return "on" if v else "off"
+    return str(v)
+
+
+def mismatch(collective: str, table: np.ndarray) -> ArgumentMismatch:
+    """The error for a table of every rank's fingerprint: the differing fields, grouped by value.
+
+    A field's largest group of equal values (ties: the one with the lowest rank) is taken as
+    right; the ranks outside it are the disagreeing ones.
+    """
+    size = len(table)
+    errors = [r for r in range(size) if table[r, -1] > 0]
+    others = [r for r in range(size) if table[r, -1] <= 0]
+    parts, ranks, fields = [], set(errors), {}
+    if errors:
+        kinds = sorted({_ERRORS[table[r, -1]] for r in errors})
+        parts.append(f"rank(s) {errors} rejected their own arguments ({', '.join(kinds)})")
+    for field in FIELDS[:-1]:
+        groups: dict = {}
+        for r in others:
+            groups.setdefault(_show(field, table[r]), []).append(r)
+        if len(groups) > 1:
+            ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
+            fields[field] = dict(ordered)
+            ranks.update(r for _, rs in ordered[1:] for r in rs)
+            parts.append(f"{field}: " + ", ".join(f"{v} on rank(s) {rs}" for v, rs in ordered))
+    return ArgumentMismatch(f"{collective}: the ranks called it with different arguments "
+                            f"(validate=True): " + "; ".join(parts), ranks, fields)

@@ -1,0 +1,210 @@
+"""Reliability under MPI: the options keep answers right, validate=True turns disagreeing
+arguments into ArgumentMismatch on every rank, bad input of every kind raises cleanly (on all
+ranks, or on one rank with validate=True), and a short soak of random mixed calls is right and
+bounded in memory. (Timeouts with a missing or dying rank: tests/unit/test_faults.py.)"""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mpicoll
+from mpicoll.registry import COLLECTIVES
+from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
+
+pytestmark = pytest.mark.mpi
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(collective, algorithm, comm, n=1001, dtype=np.int64, op="sum", **options):
+    """One exact call of ``collective``; True when it gives the exact answer."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if collective == "allreduce":
+        out = mpicoll.allreduce(exact_input(rank, n, dtype, op), op=op, algorithm=algorithm,
+                                comm=comm, **options)
+        return np.array_equal(out, exact_result(size, n, dtype, op))
+    if collective == "reduce_scatter_block":
+        out = mpicoll.reduce_scatter_block(exact_input(rank, n * size, dtype, op), op=op,
+                                           algorithm=algorithm, comm=comm, **options)
+        return np.array_equal(out, exact_result(size, n * size, dtype, op)[rank * n:][:n])
+    if collective == "allgather":
+        out = mpicoll.allgather(exact_input(rank, n, dtype, op), algorithm=algorithm, comm=comm,
+                                **options)
+        return all(np.array_equal(out[r], exact_input(r, n, dtype, op)) for r in range(size))
+    root = size - 1
+    buf = exact_input(root, n, dtype, op) if rank == root else np.zeros(n, dtype)
+    mpicoll.bcast(buf, root, algorithm=algorithm, comm=comm, **options)
+    return np.array_equal(buf, exact_input(root, n, dtype, op))
+
+
+CALLS = [(c, a) for c in COLLECTIVES for a in list(COLLECTIVES[c]) + ["auto"]]
+
+
+@pytest.mark.parametrize("options", [{"timeout": 60.0}, {"validate": True},
+                                     {"timeout": 60.0, "validate": True, "on_timeout": "abort"}])
+def test_options_keep_answers_exact(comm, options):
+    """With a timeout (polled waits) and/or validate, every algorithm still gives exact answers;
+    zero-size and count < size included."""
+    bad = [f"{c} {a} n={n}" for c, a in CALLS for n in (0, 1, 1001)
+           if not run(c, a, comm, n=n, **options)]
+    agree(comm, not bad, bad[:5])
+
+
+@pytest.mark.parametrize("collective", list(COLLECTIVES))
+def test_validate_names_the_rank_with_another_count(comm, collective):
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    last = comm.size - 1
+    n = 10 + (comm.rank == last)
+    exc = raises_everywhere(comm, mpicoll.ArgumentMismatch, run, collective, "auto", comm, n=n,
+                            validate=True,
+                            match=rf"count: 10 on rank\(s\) \[0.*\], 11 on rank\(s\) \[{last}\]")
+    agree(comm, exc.ranks == [last] and exc.fields["count"]["11"] == [last], repr(exc.fields))
+    agree(comm, run(collective, "auto", comm, validate=True), "the communicator still works")
+
+
+@pytest.mark.parametrize("field, kwargs, match", [
+    ("dtype", {"dtype": np.float32}, r"dtype: int64 on rank\(s\) \[0.*\], float32 on"),
+    ("op", {"op": "max"}, r"op: sum on rank\(s\) \[0.*\], max on"),
+    ("algorithm", {"algorithm": "binomial"}, r"algorithm: ring on rank\(s\) \[0.*\], binomial"),
+    ("timeout", {"timeout": 60.0}, r"timeout: off on rank\(s\) \[0.*\], on on"),
+])
+def test_validate_names_other_disagreements(comm, field, kwargs, match):
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    mine = dict({"algorithm": "ring"}, **(kwargs if comm.rank == comm.size - 1 else {}))
+    exc = raises_everywhere(comm, mpicoll.ArgumentMismatch, run, "allreduce",
+                            mine.pop("algorithm"), comm, validate=True, match=match, **mine)
+    agree(comm, exc.ranks == [comm.size - 1], f"{field}: ranks {exc.ranks}")
+
+
+def test_validate_names_a_different_root_and_collective(comm):
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    last = comm.size - 1
+    root = 0 if comm.rank == last else last
+    raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.bcast, np.zeros(4), root,
+                      comm=comm, validate=True,
+                      match=rf"root: {last} on rank\(s\) .*, 0 on rank\(s\) \[{last}\]")
+
+    def mixed():
+        if comm.rank == last:
+            return mpicoll.allgather(np.zeros(4), comm=comm, validate=True)
+        return mpicoll.allreduce(np.zeros(4), comm=comm, validate=True)
+    raises_everywhere(comm, mpicoll.ArgumentMismatch, mixed,
+                      match=rf"collective: allreduce on .*, allgather on rank\(s\) \[{last}\]")
+
+
+def test_validate_from_the_environment(comm):
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    with environment(MPICOLL_VALIDATE="1"):
+        raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.allreduce,
+                          np.zeros(3 + (comm.rank == 0)), comm=comm, match="count")
+
+
+def _read_only():
+    x = np.zeros(3)
+    x.flags.writeable = False
+    return x
+
+
+def _aliased():
+    x = np.arange(4.0)
+    return lambda comm, **o: mpicoll.allreduce(x, x, comm=comm, **o)
+
+
+# name -> (a bad call on this rank, the exception, its message)
+BAD = {
+    "wrong dtype": (lambda comm, **o: mpicoll.allreduce(np.arange(3, dtype=np.int16), comm=comm,
+                                                        **o), TypeError, "unsupported dtype int16"),
+    "non-contiguous": (lambda comm, **o: mpicoll.allreduce(np.arange(6.0)[::2], comm=comm, **o),
+                       ValueError, "must be C-contiguous"),
+    "size mismatch": (lambda comm, **o: mpicoll.allreduce(np.zeros(3), np.zeros(4), comm=comm,
+                                                          **o), ValueError,
+                      "recvbuf has 4 elements, expected 3"),
+    "read-only recvbuf": (lambda comm, **o: mpicoll.allreduce(np.zeros(3), _read_only(),
+                                                              comm=comm, **o), ValueError,
+                          "recvbuf is read-only"),
+    "aliased, not IN_PLACE": (lambda comm, **o: _aliased()(comm, **o), ValueError,
+                              "overlap; for an in-place call pass sendbuf=MPI.IN_PLACE"),
+    "unknown op": (lambda comm, **o: mpicoll.allreduce(np.zeros(3), op="avg", comm=comm, **o),
+                   TypeError, "unsupported op 'avg'"),
+    "unknown algorithm": (lambda comm, **o: mpicoll.allreduce(np.zeros(3), algorithm="fast",
+                                                              comm=comm, **o),
+                          ValueError, "unknown allreduce algorithm 'fast'"),
+    "root out of range": (lambda comm, **o: mpicoll.bcast(np.zeros(3), comm.size, comm=comm,
+                                                          **o), ValueError, "out of range"),
+    "non-numpy input": (lambda comm, **o: mpicoll.allreduce([1.0, 2.0], comm=comm, **o),
+                        TypeError, "sendbuf must be a numpy array, got list"),
+    "huge count": (lambda comm, **o: mpicoll.allreduce(np.broadcast_to(np.zeros(1), (1 << 40,)),
+                                                       comm=comm, **o), ValueError,
+                   "must be C-contiguous"),
+    "not a multiple of size": (lambda comm, **o: mpicoll.reduce_scatter_block(
+        np.zeros(comm.size + 1), comm=comm, **o), ValueError, "not a multiple"),
+}
+GOOD = {"bcast": lambda comm, **o: mpicoll.bcast(np.zeros(3), 0, comm=comm, **o),
+        "reduce_scatter_block": lambda comm, **o: mpicoll.reduce_scatter_block(
+            np.zeros(3 * comm.size), comm=comm, **o)}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_on_every_rank(comm, name):
+    """Every rank passes it: every rank raises its own error, before any communication."""
+    bad, exc, match = BAD[name]
+    if name == "not a multiple of size" and comm.size == 1:
+        pytest.skip("any count is a multiple of 1")
+    for options in ({}, {"validate": True, "timeout": 60.0}):
+        raises_everywhere(comm, exc, bad, comm, match=match, **options)
+    agree(comm, run("allreduce", "auto", comm, validate=True), "the communicator still works")
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_on_one_rank_with_validate(comm, name):
+    """Only the last rank passes it, validate=True: that rank raises its own error, the others
+    ArgumentMismatch naming it -- none waits for it."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    bad, exc, match = BAD[name]
+    last = comm.size - 1
+    good = GOOD.get("bcast" if "root" in name else
+                    "reduce_scatter_block" if "multiple" in name else "",
+                    lambda comm, **o: mpicoll.allreduce(np.zeros(3), comm=comm, **o))
+    try:
+        (bad if comm.rank == last else good)(comm, validate=True, timeout=60.0)
+        got = None
+    except Exception as error:      # noqa: BLE001 - checked below, on every rank
+        got = error
+    if comm.rank == last:
+        ok = isinstance(got, exc) and match in str(got)
+    else:
+        ok = (isinstance(got, mpicoll.ArgumentMismatch) and got.ranks == [last]
+              and f"rank(s) [{last}] rejected their own arguments ({exc.__name__})" in str(got))
+    agree(comm, ok, f"{type(got).__name__}: {got}")
+    agree(comm, run("allreduce", "auto", comm, validate=True), "the communicator still works")
+
+
+@pytest.mark.parametrize("variable, value, match", [
+    ("MPICOLL_TIMEOUT", "soon", "MPICOLL_TIMEOUT must be a positive number of seconds"),
+    ("MPICOLL_TIMEOUT", "0", "MPICOLL_TIMEOUT must be a positive number"),
+    ("MPICOLL_ON_TIMEOUT", "retry", "MPICOLL_ON_TIMEOUT must be 'exception' or 'abort'"),
+    ("MPICOLL_VALIDATE", "yes", "MPICOLL_VALIDATE must be 0 or 1"),
+])
+def test_bad_environment(comm, variable, value, match):
+    def call():
+        with environment(**{variable: value}):
+            mpicoll.allreduce(np.zeros(3), comm=comm)
+    raises_everywhere(comm, ValueError, call, match=match)
+
+
+def test_short_soak(comm):
+    """A few thousand random mixed calls (at most ~40 s), each checked against MPI's own: none
+    wrong, resident memory flat once warm."""
+    spec = importlib.util.spec_from_file_location("soak", ROOT / "jobs" / "soak.py")
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    summary = soak.soak(comm, calls=5000, seconds=40, seed=comm.size)
+    agree(comm, summary["wrong"] == 0, summary)
+    agree(comm, summary["growth_mib"] <= 16, summary)
+    agree(comm, summary["calls"] >= 300, summary)
