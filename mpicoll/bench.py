@@ -14,6 +14,10 @@ in a fresh random order every iteration (the same order on every rank), so drift
 hits them all alike. Iterations shrink with size on the IMB rule (a 64 MiB volume per
 measurement, between 5 and 200) unless ``-n`` is given.
 
+Hangs: the validation and warm-up calls run with ``timeout=--timeout`` (300 s) and
+``on_timeout="abort"``, so a rank that is missing or stuck ends the job with the culprit named
+instead of hanging it; the timed calls run without a timeout, as an application's would.
+
 Validation (on by default, outside the timed loop): inputs are small integers, whose sums and
 products are exact in any order, so ``#wrong`` counts exactly the elements that differ from the
 closed-form answer, summed over ranks. Any wrong element anywhere makes the exit status 1.
@@ -71,6 +75,9 @@ def parse_args(argv):
     ap.add_argument("--csv", metavar="PATH")
     ap.add_argument("--profile", help="cost-model profile for the predicted column")
     ap.add_argument("--seed", type=int, default=12345, help="seed of the interleaving order")
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds before a hung validation or warm-up call aborts the job "
+                         "(default 300; 0: never). Timed calls run without one, as users' do.")
     args = ap.parse_args(argv)
     if args.message_size:
         lo, _, hi = args.message_size.partition(":")
@@ -148,20 +155,23 @@ class Case:
         elif self.inplace:
             self.out[...] = self.input
 
-    def call(self, algorithm):
+    def call(self, algorithm, timeout=None):
+        """One call; with ``timeout``, a hang aborts the job (``on_timeout="abort"``)."""
         import mpicoll
         from mpi4py import MPI
-        c, comm = self.collective, self.comm
+        c = self.collective
         send = MPI.IN_PLACE if self.inplace else self.input
+        kw = dict(algorithm=algorithm, comm=self.comm)
+        if timeout:
+            kw.update(timeout=timeout, on_timeout="abort")
         if c == "allreduce":
-            mpicoll.allreduce(send, self.out, op=self.op, algorithm=algorithm, comm=comm)
+            mpicoll.allreduce(send, self.out, op=self.op, **kw)
         elif c == "reduce_scatter_block":
-            mpicoll.reduce_scatter_block(send, self.out, op=self.op, algorithm=algorithm,
-                                         comm=comm)
+            mpicoll.reduce_scatter_block(send, self.out, op=self.op, **kw)
         elif c == "allgather":
-            mpicoll.allgather(send, self.out, algorithm=algorithm, comm=comm)
+            mpicoll.allgather(send, self.out, **kw)
         else:
-            mpicoll.bcast(self.out, 0, algorithm=algorithm, comm=comm)
+            mpicoll.bcast(self.out, 0, **kw)
 
     def wrong(self) -> int:
         """Elements of the result whose bits differ from the exact answer."""
@@ -242,12 +252,12 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             for a in algorithms:            # validation, byte counts and warm-up, untimed
                 case.reset()
                 before = traffic["bytes_sent"]
-                case.call(a)
+                case.call(a, args.timeout)
                 sent[a] = comm.gather(traffic["bytes_sent"] - before, root=0)
                 wrong[a] = 0 if args.no_check else comm.allreduce(case.wrong())
                 for _ in range(args.warmup):
                     case.reset()
-                    case.call(a)
+                    case.call(a, args.timeout)
             times = {a: np.zeros(iters) for a in algorithms}
             order = np.random.default_rng([args.seed, si, int(inplace)])
             for it in range(iters):
