@@ -11,11 +11,13 @@ RANKS=${MPICOLL_TEST_RANKS:-"1 2 3 4 5"}
 if [ "${CI:-}" = true ] && [[ " $RANKS " != *" 8 "* ]]; then RANKS="$RANKS 8"; fi
 export MPIEXEC_TIMEOUT=${MPIEXEC_TIMEOUT:-1500}     # Hydra's own backstop, in seconds
 LOGDIR=$(mktemp -d)
-passed=0 failed=0 status=0
+passed=0 failed=0 skipped=0 status=0
 
 record() {   # record NAME LOG RC: add the pytest counts of one run to the totals
-    local p f
+    local p f s
     p=$(grep -Eo '[0-9]+ passed' "$2" | tail -1 | grep -Eo '[0-9]+' || echo 0)
+    s=$(grep -Eo '[0-9]+ skipped' "$2" | tail -1 | grep -Eo '[0-9]+' || echo 0)
+    skipped=$((skipped + s))
     f=$(grep -Eo '[0-9]+ (failed|error)' "$2" | awk '{s+=$1} END {print s+0}')
     passed=$((passed + p)); failed=$((failed + f))
     if [ "$3" != 0 ]; then
@@ -40,5 +42,5 @@ echo "== Slurm integration tests (tests/slurm: the slurm/ job scripts on a real 
 bash tests/run-slurm.sh "$@" 2>&1 | tee "$LOGDIR/slurm.log"
 record slurm "$LOGDIR/slurm.log" "${PIPESTATUS[0]}"
 
-echo "summary: $passed passed, $failed failed"
+echo "summary: $passed passed, $failed failed, $skipped skipped"
 exit $status
