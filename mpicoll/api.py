@@ -131,9 +131,8 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
             raise ValueError(f"inner/outer apply to algorithm='hierarchical', not {algorithm!r}")
         size, count = comm.Get_size(), recv.size
         if algorithm == "auto":
-            nodes = call.state.nodes() if size > 1 else ((0,),)
             algorithm = select.allreduce(recv.nbytes, size, count,
-                                         max(map(len, nodes)) if len(nodes) > 1 else None)
+                                         call.state.ranks_per_node if size > 1 else None)
         options = ()
         if algorithm == "hierarchical":
             from .algorithms.allreduce_hierarchical import check_options, default_inner

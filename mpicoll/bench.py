@@ -11,7 +11,9 @@ algorithm's time at the same size: above 1 is faster than the MPI library.
 Timing: each call sits between barriers; an iteration's time is the slowest rank's; the table
 gives the median (``--full`` adds min, max, p90, p99). At each size the algorithms take turns
 in a fresh random order every iteration (the same order on every rank), so drift of the machine
-hits them all alike. Iterations shrink with size on the IMB rule (a 64 MiB volume per
+hits them all alike. ``mpi`` is timed as ``comm.Allreduce`` (etc.) straight through mpi4py, the
+way an application calls it; mpicoll's algorithms include the cost of mpicoll's Python layer
+(argument checks, schedule lookup, a few microseconds). Iterations shrink with size on the IMB rule (a 64 MiB volume per
 measurement, between 5 and 200) unless ``-n`` is given.
 
 Hangs: the validation and warm-up calls run with ``timeout=--timeout`` (300 s) and
@@ -164,7 +166,9 @@ class Case:
         kw = dict(algorithm=algorithm, comm=self.comm)
         if timeout:
             kw.update(timeout=timeout, on_timeout="abort")
-        if c == "allreduce":
+        if algorithm == "mpi" and not timeout:   # timed: the library itself, no mpicoll layer
+            self.mpi_call(send)
+        elif c == "allreduce":
             mpicoll.allreduce(send, self.out, op=self.op, **kw)
         elif c == "reduce_scatter_block":
             mpicoll.reduce_scatter_block(send, self.out, op=self.op, **kw)
@@ -173,6 +177,20 @@ class Case:
         else:
             mpicoll.bcast(self.out, 0, **kw)
 
+    def mpi_call(self, send):
+        """The MPI library's own collective, called straight through mpi4py."""
+        from mpi4py import MPI
+        c, comm, out = self.collective, self.comm, self.out
+        op = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[self.op]
+        if c == "allreduce":
+            comm.Allreduce(send, out, op=op)
+        elif c == "reduce_scatter_block":
+            comm.Reduce_scatter_block(send, out, op=op)
+        elif c == "allgather":
+            comm.Allgather(send, out)
+        else:
+            comm.Bcast(out, root=0)
+
     def wrong(self) -> int:
         """Elements of the result whose bits differ from the exact answer."""
         got = self.out[:self.answer.size]
@@ -180,12 +198,13 @@ class Case:
                     != self.answer.view(np.uint8).reshape(got.size, -1)).any(axis=1).sum())
 
 
-def auto_choice(collective, comm, nbytes, count, nodes) -> str:
+def auto_choice(collective, comm, nbytes, count) -> str:
+    """What ``algorithm="auto"`` runs here, asked the way the API asks."""
     from . import select
+    from .context import state
     size = comm.Get_size()
-    rpn = max(map(len, nodes)) if len(nodes) > 1 else None
     if collective == "allreduce":
-        return select.allreduce(nbytes, size, count, rpn)
+        return select.allreduce(nbytes, size, count, state(comm).ranks_per_node)
     return getattr(select, collective)(nbytes, size)
 
 
@@ -226,7 +245,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         places = [True]                     # a broadcast is always in place
     sizes = sizes_from(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
     profile = load_profile(args.profile)
-    rpn = max(map(len, nodes)) if len(nodes) > 1 else None
+    rpn = state(comm).ranks_per_node
     factor = BUS_FACTOR(args.collective, size)
     pre = preamble(comm, args, nodes)
     records, total_wrong = [], 0
@@ -247,7 +266,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         for inplace in places:
             case = Case(args.collective, comm, nbytes, DTYPES[args.dtype], args.op, inplace)
             iters = args.iters or int(min(200, max(5, VOLUME // max(case.nbytes, 1))))
-            chosen = auto_choice(args.collective, comm, case.nbytes, case.count, nodes)
+            chosen = auto_choice(args.collective, comm, case.nbytes, case.count)
             wrong, sent = {}, {}
             for a in algorithms:            # validation, byte counts and warm-up, untimed
                 case.reset()

@@ -7,8 +7,9 @@ alpha and beta come from a ping-pong between rank 0 and one partner on its node 
 another node, when there is one), made of the same calls the executor makes (Isend, Irecv,
 Waitall from Python), so the per-message cost includes mpi4py's and Python's overhead -- the
 alpha that mpicoll's algorithms really pay. One-way time t(n) = round trip / 2, median of many;
-alpha is t at 8 bytes and beta the slope of t between the two largest sizes. gamma is the time
-per byte of the numba SUM kernel on float32 vectors of 1 MiB to 16 MiB. Other ranks wait.
+alpha is t at 8 bytes and beta the least-squares slope of t over the sizes from 64 KiB up. gamma is the time
+per byte of the numba SUM kernel on float32 vectors of 1 MiB to 16 MiB; overhead the time of one
+call through mpicoll's Python layer with no messages. Other ranks wait.
 """
 
 from __future__ import annotations
@@ -56,6 +57,21 @@ def kernel_gamma() -> float:
     return float(np.median(rates))
 
 
+def call_overhead() -> float:
+    """Seconds of one call through mpicoll's Python layer: a 1-element all-reduce on
+    COMM_SELF (argument checks, state and schedule lookup; no messages)."""
+    import mpicoll
+    from mpi4py import MPI
+    x, out = np.ones(1, np.float32), np.empty(1, np.float32)
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            mpicoll.allreduce(x, out, algorithm="ring", comm=MPI.COMM_SELF)
+        times.append((time.perf_counter() - t0) / 2000)
+    return float(np.median(times))
+
+
 def _timed(fn, *args) -> float:
     t0 = time.perf_counter()
     fn(*args)
@@ -63,10 +79,10 @@ def _timed(fn, *args) -> float:
 
 
 def fit(sizes, times) -> tuple[float, float]:
-    """alpha = time of the smallest message; beta = slope between the two largest."""
-    alpha = times[0]
-    beta = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
-    return alpha, max(beta, 1e-15)
+    """alpha = time of the smallest message; beta = least-squares slope over sizes >= 64 KiB."""
+    large = [(s, t) for s, t in zip(sizes, times) if s >= 64 << 10] or list(zip(sizes, times))[-2:]
+    beta = float(np.polyfit([s for s, _ in large], [t for _, t in large], 1)[0])
+    return times[0], max(beta, 1e-15)
 
 
 def main(argv=None) -> int:
@@ -101,10 +117,11 @@ def main(argv=None) -> int:
                            "fit": fit(sizes, times)}
         comm.Barrier()
     gamma = kernel_gamma() if rank == 0 else None
+    overhead = call_overhead() if rank == 0 else None
     if rank == 0:
         base = links.get("intra") or links["inter"]
         alpha, beta = base["fit"]
-        profile = Profile(alpha, beta, gamma)
+        profile = Profile(alpha, beta, gamma, overhead=overhead)
         if "inter" in links:
             profile.alpha_inter, profile.beta_inter = links["inter"]["fit"]
         profile.meta = {"hosts": list(dict.fromkeys(host)), "nranks": size,
@@ -114,7 +131,7 @@ def main(argv=None) -> int:
         profile.to_json(args.output)
         print(f"alpha = {alpha * 1e6:.2f} us, beta = {beta * 1e9:.4f} ns/B "
               f"({1e-9 / beta:.2f} GB/s), gamma = {gamma * 1e9:.4f} ns/B "
-              f"({1e-9 / gamma:.2f} GB/s)")
+              f"({1e-9 / gamma:.2f} GB/s), overhead = {overhead * 1e6:.2f} us per call")
         if "inter" in links:
             a, b = links["inter"]["fit"]
             print(f"inter-node: alpha = {a * 1e6:.2f} us, beta = {b * 1e9:.4f} ns/B")

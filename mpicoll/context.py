@@ -34,6 +34,7 @@ class CommState:
         self.abandoned: list = []               # requests of failed calls, kept alive (watch.py)
         self._scratch: dict = {}
         self._nodes: dict = {}
+        self.ranks_per_node: int | None = None   # for auto: the largest node, None on one node
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
@@ -54,6 +55,8 @@ class CommState:
             watch.wait([self._dup], "MPI_Comm_idup (mpicoll's duplicate of the communicator)")
         self._dup = None
         self._nodes[""] = node_layout(self.comm)
+        nodes = self.nodes()
+        self.ranks_per_node = max(map(len, nodes)) if len(nodes) > 1 else None
 
     def next_tag(self) -> int:
         self.calls += 1

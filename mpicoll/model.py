@@ -2,7 +2,8 @@
 
 A profile holds alpha (seconds per message), beta (seconds per byte sent) and gamma (seconds per
 byte reduced), for messages inside a node and, when measured on several nodes, between nodes
-(``mpicoll calibrate`` writes one). Each algorithm module's ``cost(p, n, alpha, beta, gamma)``
+(``mpicoll calibrate`` writes one), plus the fixed cost of one call through mpicoll's Python
+layer (``overhead``), which every prediction adds once. Each algorithm module's ``cost(p, n, alpha, beta, gamma)``
 is the formula of its docstring; ``predict`` feeds it the right link: a flat algorithm on
 several nodes pays the inter-node link on its critical path, ``hierarchical`` pays the
 intra-node link in its node phases and the inter-node link in between.
@@ -35,13 +36,15 @@ class Profile:
     gamma: float                      # s per byte reduced
     alpha_inter: float | None = None  # s per message between nodes (None: as inside)
     beta_inter: float | None = None   # s per byte between nodes
+    overhead: float = 0.0             # s per call of mpicoll's Python layer (checks, lookups)
     meta: dict = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, path) -> "Profile":
         data = json.loads(Path(path).read_text())
         keys = ("alpha", "beta", "gamma", "alpha_inter", "beta_inter")
-        return cls(**{k: data.get(k) for k in keys}, meta=data.get("meta", {}))
+        return cls(**{k: data.get(k) for k in keys}, overhead=data.get("overhead", 0.0),
+                   meta=data.get("meta", {}))
 
     def to_json(self, path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -75,10 +78,11 @@ def predict(algorithm: str, p: int, nbytes: float, profile: Profile, *,
     if algorithm == "hierarchical":
         a_in, b_in = profile.link(False)
         a_out, b_out = profile.link(multi_node)
-        return algo.cost(p, nbytes, a_out, b_out, profile.gamma, ranks_per_node=L,
-                         alpha_intra=a_in, beta_intra=b_in, **options)
+        return profile.overhead + algo.cost(p, nbytes, a_out, b_out, profile.gamma,
+                                            ranks_per_node=L, alpha_intra=a_in,
+                                            beta_intra=b_in, **options)
     alpha, beta = profile.link(multi_node)
-    return algo.cost(p, nbytes, alpha, beta, profile.gamma)
+    return profile.overhead + algo.cost(p, nbytes, alpha, beta, profile.gamma)
 
 
 def predict_all(p: int, nbytes: float, profile: Profile, *, collective: str = "allreduce",
@@ -136,7 +140,7 @@ def main(argv=None) -> int:
     names = list(table[0])
     print(f"# predicted {args.collective} time (us), N={args.nranks}, "
           f"alpha={profile.alpha * 1e6:.2f}us beta={profile.beta * 1e9:.4f}ns/B "
-          f"gamma={profile.gamma * 1e9:.4f}ns/B"
+          f"gamma={profile.gamma * 1e9:.4f}ns/B overhead={profile.overhead * 1e6:.2f}us"
           + (f" alpha_inter={profile.alpha_inter * 1e6:.2f}us "
              f"beta_inter={profile.beta_inter * 1e9:.4f}ns/B" if profile.alpha_inter else ""))
     print(f"{'size(B)':>12} " + " ".join(f"{n:>19}" for n in names) + "  best")

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from . import model
 
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "SHORT_MSG",
-           "DEFAULT_TUNING"]
+__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "reload",
+           "SHORT_MSG", "DEFAULT_TUNING"]
 
 SHORT_MSG = 8192
 DEFAULT_TUNING = Path(__file__).with_name("profiles") / "tuning.json"
@@ -84,18 +84,22 @@ def _classic(collective: str, nbytes: int, size: int, count: int) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _choose(collective, nbytes, size, count, ranks_per_node, env) -> str:
+def choose(collective: str, nbytes: int, size: int, count: int,
+           ranks_per_node: int | None = None) -> str:
+    """The algorithm ``auto`` runs for ``nbytes`` (the whole vector) on ``size`` ranks.
+
+    Decisions are cached, and the environment is read when first needed: after changing
+    ``MPICOLL_TUNING``, ``MPICOLL_PROFILE`` or ``MPICOLL_SHORT_MSG`` call ``reload()``.
+    """
     return (_from_table(collective, nbytes, size)
             or _from_model(collective, nbytes, size, ranks_per_node)
             or _classic(collective, nbytes, size, count))
 
 
-def choose(collective: str, nbytes: int, size: int, count: int,
-           ranks_per_node: int | None = None) -> str:
-    """The algorithm ``auto`` runs for ``nbytes`` (the whole vector) on ``size`` ranks."""
-    env = tuple(os.environ.get(k) for k in ("MPICOLL_TUNING", "MPICOLL_PROFILE",
-                                             "MPICOLL_SHORT_MSG"))
-    return _choose(collective, nbytes, size, count, ranks_per_node, env)
+def reload() -> None:
+    """Forget cached decisions, tables and profiles (after changing the environment)."""
+    for cached in (choose, _table, _profile):
+        cached.cache_clear()
 
 
 def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None) -> str:
