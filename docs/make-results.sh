@@ -3,9 +3,10 @@
 #   bash run.sh shell        # (or put .venv/bin on PATH), then:
 #   bash docs/make-results.sh
 # 1. calibrate alpha/beta/gamma (mpiexec -n 2) -> mpicoll/profiles/default.json
-# 2. the all-reduce sweep at N = 2 and 4, and at N = 4 with virtual nodes of 2 ranks
-#    (hierarchical vs flat) -> docs/results/*.json, *.txt, *.png
-# 3. mpicoll tune on the N = 2 and 4 sweeps -> mpicoll/profiles/tuning.json (what auto uses)
+# 2. the all-reduce sweep at N = 2 and 4 (three times each), and at N = 4 with virtual nodes of
+#    2 ranks (hierarchical vs flat) -> docs/results/*.json, *.txt, *.png
+# 3. mpicoll tune on the N = 2 and 4 sweeps (pooled: median over the three runs)
+#    -> mpicoll/profiles/tuning.json (what auto uses)
 # 4. the acceptance run with that table: mpiexec -n 4 mpicoll bench -b 8 -e 4M -f 4
 # 5. markdown tables -> docs/results/tables.md
 # Takes about 10 minutes on 2 cores. Run it on a quiet machine: timings are medians, but a busy
@@ -22,13 +23,17 @@ for n in 2 4; do
     mpiexec -n "$n" python -m mpicoll bench "${SWEEP[@]}" --json "$OUT/allreduce-np$n.json" \
         | tee "$OUT/allreduce-np$n.txt"
     python -m mpicoll plot "$OUT/allreduce-np$n.json" -o "$OUT/allreduce-np$n.png"
+    for run in 2 3; do      # two more sweeps, for the decision table only
+        mpiexec -n "$n" python -m mpicoll bench "${SWEEP[@]}" --json "$OUT/tune-np$n-$run.json" \
+            > /dev/null
+    done
 done
 MPICOLL_RANKS_PER_NODE=2 mpiexec -n 4 python -m mpicoll bench "${SWEEP[@]}" \
     -a ring,recursive_halving,recursive_doubling,hierarchical \
     --json "$OUT/allreduce-np4-2nodes.json" | tee "$OUT/allreduce-np4-2nodes.txt"
 python -m mpicoll plot "$OUT/allreduce-np4-2nodes.json" -o "$OUT/allreduce-np4-2nodes.png"
 
-python -m mpicoll tune "$OUT/allreduce-np2.json" "$OUT/allreduce-np4.json" \
+python -m mpicoll tune "$OUT"/allreduce-np[24].json "$OUT"/tune-np*.json \
     -o mpicoll/profiles/tuning.json | tee "$OUT/tune.txt"
 
 mpiexec -n 4 python -m mpicoll bench -b 8 -e 4M -f 4 --json "$OUT/acceptance-np4.json" \

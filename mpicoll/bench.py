@@ -99,7 +99,7 @@ def preamble(comm, args, nodes) -> dict:
         "nodes": len(nodes),
         "ranks_per_node": sizes[0] if len(set(sizes)) == 1 else sizes,
         "hosts": list(dict.fromkeys(hosts)),
-        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
         "versions": {"mpicoll": __version__, "mpi4py": mpi4py.__version__,
                      "numpy": np.__version__, "numba": numba.__version__,
                      "python": sys.version.split()[0]},

@@ -2,7 +2,7 @@
 
 For each collective and rank count found in the results, the fastest of mpicoll's algorithms
 (median time, out-of-place rows unless only in-place ones exist) at each measured size; runs of
-sizes with the same winner become one range. To keep noise from splitting ranges, the winner of
+sizes with the same winner become one range. Several sweeps of one N are pooled (median). To keep noise from splitting ranges, the winner of
 the range so far keeps a size while it is within ``--margin`` (default 10 %) of the fastest. A size between two measured ones goes to the range
 of the next larger measured size; the last range has no upper end. ``algorithm="auto"`` reads the
 table from ``MPICOLL_TUNING`` (else the shipped ``profiles/tuning.json``):
@@ -16,31 +16,39 @@ from __future__ import annotations
 import argparse
 import json
 
-from .plot import best_by_size
+import numpy as np
 
 __all__ = ["main", "decision_table"]
 
 
 def decision_table(results: list[dict], margin: float = 0.1) -> dict:
-    table: dict = {}
+    """Sweeps of the same collective and N are pooled: each (size, algorithm) takes the median
+    of its medians over the runs, so one noisy run cannot decide alone."""
+    pooled: dict = {}
     for res in results:
         records = res["records"]
         inplace = all(r["inplace"] for r in records)
-        times = {(r["size"], r["algorithm"]): r["time_us"] for r in records
-                 if r["inplace"] == inplace}
+        key = (res.get("collective", "allreduce"), res["nranks"])
+        for r in records:
+            if r["inplace"] == inplace and r["algorithm"] not in ("mpi", "auto"):
+                pooled.setdefault(key, {}).setdefault((r["size"], r["algorithm"]), []).append(
+                    r["time_us"])
+    table: dict = {}
+    for (collective, nranks), runs in sorted(pooled.items()):
+        times = {k: float(np.median(v)) for k, v in runs.items()}
         ranges = []
-        for size, algorithm in best_by_size(records, inplace):
-            if ranges and times.get((size, ranges[-1]["algorithm"]), float("inf")) \
-                    <= (1 + margin) * times[(size, algorithm)]:
+        for size in sorted({s for s, _ in times}):
+            own = {a: t for (s, a), t in times.items() if s == size}
+            algorithm = min(own, key=own.get)
+            if ranges and own.get(ranges[-1]["algorithm"], float("inf")) \
+                    <= (1 + margin) * own[algorithm]:
                 algorithm = ranges[-1]["algorithm"]        # still within the margin: keep it
             if ranges and ranges[-1]["algorithm"] == algorithm:
                 ranges[-1]["max_bytes"] = size
             else:
                 ranges.append({"max_bytes": size, "algorithm": algorithm})
-        if ranges:
-            ranges[-1]["max_bytes"] = None
-        collective = res.get("collective", "allreduce")
-        table.setdefault(collective, {})[str(res["nranks"])] = ranges
+        ranges[-1]["max_bytes"] = None
+        table.setdefault(collective, {})[str(nranks)] = ranges
     return table
 
 
