@@ -8,7 +8,7 @@
 # 3. mpicoll tune on the N = 2 and 4 sweeps (pooled: median over the three runs)
 #    -> mpicoll/profiles/tuning.json (what auto uses)
 # 4. the issue's acceptance run with that table: mpiexec -n 4 mpicoll bench -b 8 -e 4M -f 4
-# 5. markdown tables -> docs/results/tables.md
+# 5. markdown tables -> docs/results/tables.md, and pasted into docs/results.md
 # Takes about 10 minutes on 2 cores. Run it on a quiet machine: timings are medians, but a busy
 # machine still moves them.
 set -euo pipefail
@@ -56,4 +56,19 @@ for size in sorted({r["size"] for r in rows}):
     print(f"{size:>9} B: auto ran {next(r['auto_choice'] for r in rows if r['size'] == size and r['algorithm'] == 'auto'):>18}, "
           f"{ratio:.2f}x the best")
 print(f"worst auto/best = {worst:.2f}; wrong elements: {sum(r['wrong'] for r in res['records'])}")
+PY
+# paste each table into docs/results.md, between <!-- table: NAME --> and <!-- end table -->
+python - docs/results.md "$OUT" <<'PY'
+import re, subprocess, sys
+from pathlib import Path
+doc, out = Path(sys.argv[1]), sys.argv[2]
+def table(m):
+    md = subprocess.run([sys.executable, "-m", "mpicoll", "report", f"{out}/{m[2]}.json"],
+                        capture_output=True, text=True, check=True).stdout
+    return m[1] + md + m[3]
+def text(m):
+    return m[1] + "```\n" + Path(m[2]).read_text() + "```\n" + m[3]
+md = re.sub(r"(<!-- table: (\S+) -->\n).*?(<!-- end table -->)", table, doc.read_text(),
+            flags=re.S)
+doc.write_text(re.sub(r"(<!-- file: (\S+) -->\n).*?(<!-- end file -->)", text, md, flags=re.S))
 PY

@@ -29,8 +29,10 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
         records = res["records"]
         inplace = all(r["inplace"] for r in records)
         key = (res.get("collective", "allreduce"), res["nranks"])
+        # on one node hierarchical is its node phase alone (the ring): not a choice to record
+        skip = {"mpi", "auto"} | ({"hierarchical"} if res.get("nodes") == 1 else set())
         for r in records:
-            if r["inplace"] == inplace and r["algorithm"] not in ("mpi", "auto"):
+            if r["inplace"] == inplace and r["algorithm"] not in skip:
                 pooled.setdefault(key, {}).setdefault((r["size"], r["algorithm"]), []).append(
                     r["time_us"])
     table: dict = {}
