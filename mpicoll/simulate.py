@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import kernels
-from .registry import ALLGATHER, ALLREDUCE, BCAST, REDUCE_SCATTER_BLOCK
+from .registry import COLLECTIVES
 from .schedule import Recv, Schedule, Send, check_step
 
 __all__ = ["Deadlock", "ScheduleMismatch", "Result", "run", "schedules", "allreduce",
@@ -151,8 +151,7 @@ def virtual_nodes(size: int, ranks_per_node: int) -> tuple:
 
 def schedules(collective: str, algorithm: str, size: int, count: int, **options) -> list[Schedule]:
     """Every rank's schedule for one collective call."""
-    table = {"allreduce": ALLREDUCE, "reduce_scatter_block": REDUCE_SCATTER_BLOCK,
-             "allgather": ALLGATHER, "bcast": BCAST}[collective]
+    table = COLLECTIVES[collective]
     if collective == "allreduce" and algorithm == "hierarchical" and "nodes" not in options:
         options["nodes"] = virtual_nodes(size, options.pop("ranks_per_node", 1))
     return [table[algorithm].schedule(rank, size, count, **options) for rank in range(size)]
