@@ -15,7 +15,6 @@ call through mpicoll's Python layer with no messages. Other ranks wait.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import time
 

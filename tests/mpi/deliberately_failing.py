@@ -5,8 +5,6 @@
 
 import os
 
-from mpi4py import MPI
-
 
 def test_bare_assert_on_one_rank(comm):
     """Rank 1 fails a plain assert while the others wait for it in a barrier."""
