@@ -38,8 +38,10 @@ case "${1:-}" in
         setup
         shift
         mkdir -p results
+        progress=()
+        [ -t 1 ] && progress=(--progress)     # ranks' stdout is a pipe: tell rank 0 ours isn't
         mpiexec -n "${MPICOLL_NP:-4}" python -m mpicoll bench -b 8 -e 4M -f 4 \
-            --json results/bench-np${MPICOLL_NP:-4}.json "$@"
+            --json "results/bench-np${MPICOLL_NP:-4}.json" "${progress[@]}" "$@"
         ;;
     test)
         setup

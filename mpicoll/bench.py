@@ -72,6 +72,9 @@ def parse_args(argv):
                     help="time out-of-place calls (default; give both flags for both)")
     ap.add_argument("--collective", default="allreduce", choices=COLLECTIVE_NAMES)
     ap.add_argument("--full", action="store_true", help="also min, max, p90, p99")
+    ap.add_argument("--progress", action="store_true",
+                    help="show progress on stderr (on by itself when stdout is a terminal; "
+                         "under mpiexec a rank's stdout is a pipe, so pass this)")
     ap.add_argument("--no-check", action="store_true", help="skip validation")
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--csv", metavar="PATH")
@@ -249,7 +252,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     factor = BUS_FACTOR(args.collective, size)
     pre = preamble(comm, args, nodes)
     records, total_wrong = [], 0
-    progress = rank == 0 and sys.stderr.isatty()
+    progress = rank == 0 and (args.progress or sys.stdout.isatty())
 
     if rank == 0:
         print(f"# mpicoll bench: {args.collective}, {size} ranks on {len(nodes)} node(s) "
