@@ -19,6 +19,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
+from .algorithms.allreduce_hierarchical import virtual_nodes
 from .errors import CommunicatorBroken
 
 __all__ = ["state", "attach", "CommState", "node_layout"]
@@ -91,8 +92,7 @@ def node_layout(comm: MPI.Intracomm, ranks_per_node: int | None = None) -> tuple
     if ranks_per_node:
         if ranks_per_node < 1:
             raise ValueError(f"MPICOLL_RANKS_PER_NODE must be >= 1, got {ranks_per_node}")
-        return tuple(tuple(range(lo, min(lo + ranks_per_node, size)))
-                     for lo in range(0, size, ranks_per_node))
+        return virtual_nodes(size, ranks_per_node)
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         members = tuple(local.allgather(comm.Get_rank()))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import kernels
+from .algorithms.allreduce_hierarchical import virtual_nodes
 from .registry import COLLECTIVES
 from .schedule import Recv, Schedule, Send, check_step
 
@@ -141,12 +142,6 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str = "sum",
     log.sort(key=lambda e: (e[0], e[1]))
     return Result([s.elements_sent() for s in scheds], [s.elements_received() for s in scheds],
                   [s.messages_sent() for s in scheds], max(start, default=0), log)
-
-
-def virtual_nodes(size: int, ranks_per_node: int) -> tuple:
-    """Nodes of ``ranks_per_node`` consecutive ranks (the last may be smaller)."""
-    return tuple(tuple(range(lo, min(lo + ranks_per_node, size)))
-                 for lo in range(0, size, ranks_per_node))
 
 
 def schedules(collective: str, algorithm: str, size: int, count: int, **options) -> list[Schedule]:

@@ -69,9 +69,10 @@ def exact_input(rank: int, count: int, dtype, op: str):
     """
     import numpy as np
     i = np.arange(count, dtype=np.int64)
-    if op == "prod":
-        v = np.array([1, -1, 2, 1], np.int64)[(i + rank) % 4]
-        v[(i + rank) % 4 == 2] = np.where((i[(i + rank) % 4 == 2] // 4 + rank) % 8 == 0, 2, 1)
+    if op == "prod":        # -1 at every 4th element; a 2 at one in 32, so products stay small
+        k = (i + rank) % 4
+        v = np.where(k == 1, -1, 1)
+        v[(k == 2) & ((i // 4 + rank) % 8 == 0)] = 2
     elif op == "sum":
         v = (i * 7 + rank * 3) % 16 - 8
     else:

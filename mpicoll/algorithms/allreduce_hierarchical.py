@@ -36,6 +36,12 @@ INNER = {
 OUTER = ("ring", "recursive_halving", "recursive_doubling", "binomial")
 
 
+def virtual_nodes(size: int, ranks_per_node: int) -> tuple:
+    """Nodes of ``ranks_per_node`` consecutive ranks (the last may be smaller)."""
+    return tuple(tuple(range(lo, min(lo + ranks_per_node, size)))
+                 for lo in range(0, size, ranks_per_node))
+
+
 def default_inner(nodes) -> str:
     """``ring`` (shard) when every node has the same number of ranks, else ``binomial`` (leader)."""
     return "ring" if len({len(n) for n in nodes}) == 1 else "binomial"
