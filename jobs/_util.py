@@ -61,7 +61,7 @@ def save_figure(draw, path: Path) -> None:
 def bench_plot(json_path: Path, png_path: Path, title: str | None = None) -> None:
     """``mpicoll plot`` of a bench JSON (rank 0 only)."""
     try:
-        from mpicoll.plot import plot
+        from mpicoll.tools.plot import plot
         for size, old, new in plot(json.loads(json_path.read_text()), str(png_path), title):
             print(f"# crossover: {new} overtakes {old} at {size} B")
         print(f"# wrote {png_path}", flush=True)

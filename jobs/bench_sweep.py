@@ -17,7 +17,7 @@ import sys
 
 from _util import RANK, bench_plot, outdir, parser, say
 
-from mpicoll import bench
+from mpicoll.tools import bench
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,7 @@ import sys
 from _util import RANK, outdir, parser, save_figure, say, write_json
 from mpi4py import MPI
 
-from mpicoll import bench, calibrate
+from mpicoll.tools import bench, calibrate
 from mpicoll.model import Profile, predict
 
 TREES = ("recursive_doubling", "binomial")

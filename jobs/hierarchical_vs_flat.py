@@ -22,7 +22,7 @@ import sys
 
 from _util import RANK, bench_plot, outdir, parser, save_figure, write_json
 
-from mpicoll import bench
+from mpicoll.tools import bench
 
 FLAT = ("ring", "recursive_halving", "recursive_doubling", "binomial")
 

@@ -20,9 +20,10 @@ import sys
 from _util import RANK, outdir, parser, save_figure, say, write_json
 from mpi4py import MPI
 
-from mpicoll import bench, kernels
-from mpicoll.context import state
-from mpicoll.model import parse_size
+from mpicoll import kernels
+from mpicoll.tools import bench
+from mpicoll._runtime.context import state
+from mpicoll.tools.sizes import parse_size
 from mpicoll.registry import ALLREDUCE
 
 

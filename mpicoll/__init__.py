@@ -10,8 +10,8 @@
 """
 
 from .api import ALGORITHMS, allgather, allreduce, bcast, reduce_scatter_block
-from .errors import ArgumentMismatch, CollectiveTimeout
+from .errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 
 __version__ = "0.1.0"
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
-           "CollectiveTimeout", "ArgumentMismatch", "__version__"]
+           "CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "__version__"]

@@ -13,15 +13,8 @@ from __future__ import annotations
 
 import sys
 
-COMMANDS = {
-    "bench": "mpicoll.bench",
-    "calibrate": "mpicoll.calibrate",
-    "model": "mpicoll.model",
-    "tune": "mpicoll.tune",
-    "plot": "mpicoll.plot",
-    "report": "mpicoll.report",
-    "trace": "mpicoll.trace",
-}
+COMMANDS = {name: f"mpicoll.tools.{name}"
+            for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ Semantics follow MPI's: ``comm`` defaults to ``MPI.COMM_WORLD``; ``sendbuf=MPI.I
 out-of-place calls never modify ``sendbuf``; any C-contiguous numpy array is reduced element-wise
 over its flat view. Bad input raises on the calling rank before any communication.
 
-Every collective also takes three keyword-only reliability options (``mpicoll.call``;
+Every collective also takes three keyword-only reliability options (``mpicoll._runtime.call``;
 docs/reliability.md): ``timeout`` (seconds; default ``MPICOLL_TIMEOUT``, else none) bounds every
 wait and raises ``CollectiveTimeout`` naming the missing ranks; ``on_timeout="abort"`` (default
 ``MPICOLL_ON_TIMEOUT``) calls ``MPI_Abort`` instead; ``validate=True`` (default
@@ -16,15 +16,14 @@ and root, raising ``ArgumentMismatch`` on every rank if not.
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 from mpi4py import MPI
 
 from . import kernels, select
-from .call import Call
-from .executor import execute
-from .registry import ALLREDUCE, COLLECTIVES
+from ._runtime.call import Call
+from .executors.mpi import execute
+from .registry import ALLREDUCE, Algorithm, lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS"]
 
@@ -59,12 +58,9 @@ def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
     return x
 
 
-def _algorithm(collective: str, algorithm) -> str:
-    table = COLLECTIVES[collective]
-    if algorithm == "auto" or algorithm in table:
-        return algorithm
-    raise ValueError(f"unknown {collective} algorithm {algorithm!r}; expected 'auto' or one of "
-                     f"{list(table)}")
+def _algorithm(collective: str, algorithm) -> Algorithm | None:
+    """The declared algorithm (an alias is resolved), or None for ``auto``."""
+    return None if algorithm == "auto" else lookup(collective, algorithm)
 
 
 def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
@@ -96,18 +92,28 @@ def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
 # ----------------------------------------------------------------------------- execution
 
 @functools.lru_cache(maxsize=256)
-def _schedule(collective: str, algorithm: str, rank: int, size: int, count: int, options: tuple):
-    return COLLECTIVES[collective][algorithm].schedule(rank, size, count, **dict(options))
+def _schedule(algo: Algorithm, rank: int, size: int, count: int, options: tuple):
+    return algo.schedule(rank, size, count, **dict(options))
 
 
-def _run(call: Call, collective: str, algorithm: str, flat: np.ndarray, op: str,
-         options=()) -> None:
-    st, comm = call.state, call.comm
-    sched = _schedule(collective, algorithm, comm.Get_rank(), comm.Get_size(), flat.size,
-                      tuple(options))
+def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) -> None:
+    st, comm = call.open(), call.comm
+    sched = _schedule(algo, comm.Get_rank(), comm.Get_size(), flat.size,
+                      tuple(options.items()))
     kernels.warmup()
     execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=call.tag,
-            scratch=st.scratch(flat.dtype, sched.scratch_elements), watch=call.watch)
+            scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,
+            watch=call.watch)
+
+
+def _options(call: Call, algo: Algorithm, given: dict) -> dict:
+    """The algorithm's declared options, resolved and checked on this rank (before any
+    agreement or message), plus the node layout for node-aware algorithms."""
+    nodes = call.open().nodes() if algo.has("node-layout") else None
+    options = algo.resolve(given, nodes)
+    if nodes is not None:
+        options["nodes"] = nodes
+    return options
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -118,39 +124,34 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
     """All-reduce: every rank gets ``op`` over all ranks' ``sendbuf``, element-wise.
 
     ``algorithm`` is one of ``ALGORITHMS`` or ``"auto"``. ``inner``/``outer`` choose the
-    node-local and inter-node algorithms of ``"hierarchical"`` (also ``MPICOLL_HIER_INNER`` /
+    node-local and inter-node algorithms of ``hierarchical`` (also ``MPICOLL_HIER_INNER`` /
     ``MPICOLL_HIER_OUTER``). ``timeout``, ``on_timeout``, ``validate``: see the module's doc.
     Returns ``recvbuf``.
     """
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         opname = _op_name(op)
-        algorithm = _algorithm("allreduce", algorithm)
+        algo = _algorithm("allreduce", algorithm)
         comm = call.comm
         send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
-        if (inner or outer) and algorithm != "hierarchical":
-            raise ValueError(f"inner/outer apply to algorithm='hierarchical', not {algorithm!r}")
+        given = {"inner": inner, "outer": outer}
+        if algo is None and any(v is not None for v in given.values()):
+            raise ValueError("inner/outer apply only to an algorithm that declares them, "
+                             "not to 'auto'")
         size, count = comm.Get_size(), recv.size
-        if algorithm == "auto":
-            algorithm = select.allreduce(recv.nbytes, size, count,
-                                         call.state.ranks_per_node if size > 1 else None)
-        options = ()
-        if algorithm == "hierarchical":
-            from .algorithms.allreduce_hierarchical import check_options, default_inner
-            nodes = call.state.nodes()
-            inner = inner or os.environ.get("MPICOLL_HIER_INNER") or default_inner(nodes)
-            outer = outer or os.environ.get("MPICOLL_HIER_OUTER") or "recursive_doubling"
-            check_options(nodes, inner, outer)
-            options = (("nodes", nodes), ("inner", inner), ("outer", outer))
-        call.agree(algorithm, op=opname, dtype=recv.dtype, count=count, inner=inner,
-                   outer=outer)
-        if algorithm == "mpi":
+        if algo is None:
+            algo = lookup("allreduce", select.allreduce(
+                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
+        options = _options(call, algo, given)
+        call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
+                   inner=options.get("inner"), outer=options.get("outer"))
+        if algo.library:
             call.mpi(MPI.Comm.Allreduce, MPI.Comm.Iallreduce,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
-        if send is not None:
-            np.copyto(recv, send)
+        if send is not None:        # same element count, any shape: copy over the flat views
+            np.copyto(recv.reshape(-1), send.reshape(-1))
         if size > 1 and count > 0:
-            _run(call, "allreduce", algorithm, recv.reshape(-1), opname, options)
+            _run(call, algo, recv.reshape(-1), opname, options)
         return recv
 
 
@@ -164,7 +165,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
     """
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         opname = _op_name(op)
-        algorithm = _algorithm("reduce_scatter_block", algorithm)
+        algo = _algorithm("reduce_scatter_block", algorithm)
         comm = call.comm
         size = comm.Get_size()
 
@@ -177,16 +178,18 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
             raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
                              f"not a multiple of the communicator size {size}")
         n = total // size
-        if algorithm == "auto":
-            algorithm = select.reduce_scatter_block(total * recv.itemsize, size)
-        call.agree(algorithm, op=opname, dtype=recv.dtype, count=n)
-        if algorithm == "mpi":
+        if algo is None:
+            algo = lookup("reduce_scatter_block",
+                          select.reduce_scatter_block(total * recv.itemsize, size))
+        options = _options(call, algo, {})
+        call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
+        if algo.library:
             call.mpi(MPI.Comm.Reduce_scatter_block, MPI.Comm.Ireduce_scatter_block,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
         work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
         if size > 1 and n > 0:
-            _run(call, "reduce_scatter_block", algorithm, work, opname)
+            _run(call, algo, work, opname, options)
         rank = comm.Get_rank()
         np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
         return recv
@@ -200,7 +203,7 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
     ``(comm.size,) + sendbuf.shape``.
     """
     with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
-        algorithm = _algorithm("allgather", algorithm)
+        algo = _algorithm("allgather", algorithm)
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
         send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size,
@@ -209,10 +212,11 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
             raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
                              f"communicator size {size}")
         n = recv.size // size
-        if algorithm == "auto":
-            algorithm = select.allgather(recv.nbytes, size)
-        call.agree(algorithm, dtype=recv.dtype, count=n)
-        if algorithm == "mpi":
+        if algo is None:
+            algo = lookup("allgather", select.allgather(recv.nbytes, size))
+        options = _options(call, algo, {})
+        call.agree(algo.name, dtype=recv.dtype, count=n)
+        if algo.library:
             call.mpi(MPI.Comm.Allgather, MPI.Comm.Iallgather,
                      MPI.IN_PLACE if send is None else send, recv)
             return recv
@@ -220,7 +224,7 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
         if send is not None:
             np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
         if size > 1 and n > 0:
-            _run(call, "allgather", algorithm, flat, "sum")
+            _run(call, algo, flat, "sum", options)
         return recv
 
 
@@ -228,19 +232,21 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
           validate=None):
     """Broadcast ``buf`` from ``root`` to every rank, in place. Returns ``buf``."""
     with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
-        algorithm = _algorithm("bcast", algorithm)
+        algo = _algorithm("bcast", algorithm)
         comm = call.comm
         buf = _array(buf, "buf", writable=True)
         size = comm.Get_size()
-        if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)) \
+                or not 0 <= root < size:
             raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
         root = int(root)
-        if algorithm == "auto":
-            algorithm = select.bcast(buf.nbytes, size)
-        call.agree(algorithm, dtype=buf.dtype, count=buf.size, root=root)
-        if algorithm == "mpi":
+        if algo is None:
+            algo = lookup("bcast", select.bcast(buf.nbytes, size))
+        options = {**_options(call, algo, {}), "root": root}
+        call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
+        if algo.library:
             call.mpi(MPI.Comm.Bcast, MPI.Comm.Ibcast, buf, root=root)
             return buf
         if size > 1 and buf.size > 0:
-            _run(call, "bcast", algorithm, buf.reshape(-1), "sum", (("root", root),))
+            _run(call, algo, buf.reshape(-1), "sum", options)
         return buf

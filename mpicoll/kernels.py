@@ -23,6 +23,8 @@ import tempfile
 import numpy as np
 from numba import njit
 
+from . import settings
+
 __all__ = ["sum_into", "prod_into", "max_into", "min_into", "KERNELS", "NUMPY_KERNELS",
            "DTYPES", "OPS", "kernel", "warmup"]
 
@@ -69,12 +71,9 @@ NUMPY_KERNELS = {
 _compiled = False
 
 
-_BACKEND = NUMPY_KERNELS if os.environ.get("MPICOLL_KERNELS") == "numpy" else KERNELS
-
-
 def kernel(op: str):
-    """The in-place kernel for ``op`` (``MPICOLL_KERNELS=numpy``, read at import, picks numpy's)."""
-    return _BACKEND[op]
+    """The in-place kernel for ``op`` (``MPICOLL_KERNELS=numpy`` picks numpy's)."""
+    return (NUMPY_KERNELS if settings.get("MPICOLL_KERNELS") == "numpy" else KERNELS)[op]
 
 
 def warmup() -> None:

@@ -1,28 +1,83 @@
-"""Every algorithm of every collective, with its restrictions: the one list the API, the tests,
-the benchmark and the cost model iterate over. Adding an algorithm is one module plus one line.
+"""Every algorithm of every collective, declared once: the one list the API, the executors, the
+tests, the benchmark and the cost model iterate over (as MPICH's ``coll_algorithms.txt``).
 
-``mpi`` stands for the MPI library's own collective (the reference); it has no schedule.
+An ``Algorithm`` declares:
+
+* ``restrictions``: tokens saying what the algorithm needs or does (``TOKENS`` explains each);
+  code asks ``algo.has("node-layout")``, never the algorithm's name;
+* ``options``: its extra parameters, each with the environment variable that sets its default,
+  the default itself, the allowed values and one line of doc;
+* ``aliases``: other names it answers to (MPICH's, e.g. ``reduce_scatter_allgather``);
+* ``library``: it is the MPI library's own collective (``mpi``, the reference), with no schedule.
+
+Adding an algorithm is one module in ``algorithms/`` plus one entry here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any, Callable
 
+from . import settings
 from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce_binomial,
                          allreduce_hierarchical, allreduce_recursive_doubling,
                          allreduce_recursive_halving, allreduce_ring, bcast_binomial,
                          bcast_scatter_ring_allgather, reduce_scatter_recursive_halving,
                          reduce_scatter_ring)
 
-__all__ = ["Algorithm", "ALLREDUCE", "REDUCE_SCATTER_BLOCK", "ALLGATHER", "BCAST", "COLLECTIVES"]
+__all__ = ["Option", "Algorithm", "TOKENS", "ALLREDUCE", "REDUCE_SCATTER_BLOCK", "ALLGATHER",
+           "BCAST", "COLLECTIVES", "lookup"]
+
+TOKENS = {
+    "any-size": "any number of ranks, any count",
+    "commutative": "reduces in an order other than rank order: needs a commutative op",
+    "pof2-fold": "a non-power-of-two size folds 2*rem ranks onto their neighbours (whole vector)",
+    "node-layout": "runs on the node layout (which ranks share a node); schedule(..., nodes=)",
+    "equal-nodes": "some of its options need the same number of ranks on every node",
+    "root": "one rank is the root; schedule(..., root=)",
+    "library": "the MPI library's own collective: no schedule, no cost formula",
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    """An extra parameter of an algorithm: ``schedule(..., name=value)``."""
+
+    name: str
+    env: str | None                 # the setting that gives its default (mpicoll.settings)
+    default: Any                    # a value, or a function of the node layout
+    choices: tuple
+    doc: str
+
+    def value(self, given, nodes=None):
+        """``given``, else the environment's value, else the default; checked."""
+        if given is None and self.env:
+            given = settings.get(self.env)
+        if given is None:
+            given = self.default(nodes) if callable(self.default) else self.default
+        if given not in self.choices:
+            source = f"{self.name}" + (f" (or {self.env})" if self.env else "")
+            raise ValueError(f"unknown {source} {given!r}; expected one of {list(self.choices)}")
+        return given
 
 
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    module: ModuleType | None     # None: the MPI library's own collective
-    restrictions: str = "any size, any count"
+    module: ModuleType | None       # None: the MPI library's own collective
+    restrictions: tuple = ("any-size",)
+    options: tuple = ()
+    aliases: tuple = ()
+    check: Callable | None = None   # check(nodes, **options): raises ValueError
+
+    @property
+    def library(self) -> bool:
+        """The MPI library's own collective (``mpi``): no schedule."""
+        return self.module is None
+
+    def has(self, token: str) -> bool:
+        return token in self.restrictions
 
     @property
     def schedule(self):
@@ -32,38 +87,73 @@ class Algorithm:
     def cost(self):
         return self.module.cost
 
+    def resolve(self, given: dict | None = None, nodes=None) -> dict:
+        """Every declared option's value (given, else from the environment, else the default),
+        checked, in declaration order; raises ``ValueError`` naming a bad or unknown option."""
+        given = dict(given or {})
+        unknown = [k for k, v in given.items()
+                   if v is not None and k not in {o.name for o in self.options}]
+        if unknown:
+            table = next(t for t in COLLECTIVES.values() if self in t.values())
+            owners = [a.name for a in table.values()
+                      if set(unknown) <= {o.name for o in a.options}]
+            raise ValueError(f"{'/'.join(given)} apply to "
+                             + " or ".join(f"algorithm={name!r}" for name in owners)
+                             + f", not {self.name!r}")
+        values = {o.name: o.value(given.get(o.name), nodes) for o in self.options}
+        if self.check is not None:
+            self.check(nodes, **values)
+        return values
+
+    def describe(self) -> str:
+        return ", ".join(self.restrictions) + "".join(
+            f"; {o.name}: {'/'.join(o.choices)}" for o in self.options)
+
 
 def _table(*algorithms: Algorithm) -> dict[str, Algorithm]:
     return {a.name: a for a in algorithms}
 
 
+_HIERARCHICAL_OPTIONS = (
+    Option("inner", "MPICOLL_HIER_INNER", allreduce_hierarchical.default_inner,
+           tuple(allreduce_hierarchical.INNER),
+           "node-local algorithm: ring/recursive_halving (shard, equal nodes) or binomial "
+           "(leader)"),
+    Option("outer", "MPICOLL_HIER_OUTER", "recursive_doubling",
+           tuple(allreduce_hierarchical.OUTER), "the inter-node all-reduce"),
+)
+
 ALLREDUCE = _table(
-    Algorithm("ring", allreduce_ring),
+    Algorithm("ring", allreduce_ring, ("any-size", "commutative")),
     Algorithm("recursive_halving", allreduce_recursive_halving,
-              "non-power-of-two sizes fold 2*rem ranks (whole vector)"),
+              ("any-size", "commutative", "pof2-fold"), aliases=("reduce_scatter_allgather",
+                                                                 "rabenseifner")),
     Algorithm("recursive_doubling", allreduce_recursive_doubling,
-              "non-power-of-two sizes fold 2*rem ranks (whole vector)"),
-    Algorithm("binomial", allreduce_binomial),
+              ("any-size", "commutative", "pof2-fold")),
+    Algorithm("binomial", allreduce_binomial, ("any-size", "commutative"),
+              aliases=("reduce_bcast",)),
     Algorithm("hierarchical", allreduce_hierarchical,
-              "needs node layout; inner ring/recursive_halving need equal ranks per node"),
-    Algorithm("mpi", None, "the MPI library's MPI_Allreduce"),
+              ("any-size", "commutative", "node-layout", "equal-nodes"),
+              options=_HIERARCHICAL_OPTIONS, aliases=("smp",),
+              check=allreduce_hierarchical.check_options),
+    Algorithm("mpi", None, ("library",)),
 )
 REDUCE_SCATTER_BLOCK = _table(
-    Algorithm("ring", reduce_scatter_ring),
+    Algorithm("ring", reduce_scatter_ring, ("any-size", "commutative")),
     Algorithm("recursive_halving", reduce_scatter_recursive_halving,
-              "non-power-of-two sizes fold 2*rem ranks (whole vector)"),
-    Algorithm("mpi", None, "the MPI library's MPI_Reduce_scatter_block"),
+              ("any-size", "commutative", "pof2-fold")),
+    Algorithm("mpi", None, ("library",)),
 )
 ALLGATHER = _table(
     Algorithm("ring", allgather_ring),
-    Algorithm("recursive_doubling", allgather_recursive_doubling,
-              "non-power-of-two sizes fold 2*rem ranks"),
-    Algorithm("mpi", None, "the MPI library's MPI_Allgather"),
+    Algorithm("recursive_doubling", allgather_recursive_doubling, ("any-size", "pof2-fold")),
+    Algorithm("mpi", None, ("library",)),
 )
 BCAST = _table(
-    Algorithm("binomial", bcast_binomial),
-    Algorithm("ring", bcast_scatter_ring_allgather, "binomial scatter + ring all-gather"),
-    Algorithm("mpi", None, "the MPI library's MPI_Bcast"),
+    Algorithm("binomial", bcast_binomial, ("any-size", "root")),
+    Algorithm("ring", bcast_scatter_ring_allgather, ("any-size", "root"),
+              aliases=("scatter_ring_allgather",)),
+    Algorithm("mpi", None, ("library", "root")),
 )
 COLLECTIVES = {
     "allreduce": ALLREDUCE,
@@ -71,3 +161,16 @@ COLLECTIVES = {
     "allgather": ALLGATHER,
     "bcast": BCAST,
 }
+_ALIASES = {(c, alias): a.name for c, table in COLLECTIVES.items() for a in table.values()
+            for alias in a.aliases}
+
+
+def lookup(collective: str, name: str) -> Algorithm:
+    """The algorithm ``name`` (or an alias of it) of ``collective``; ``ValueError`` naming the
+    choices if there is none."""
+    table = COLLECTIVES[collective]
+    name = _ALIASES.get((collective, name), name)
+    if isinstance(name, str) and name in table:
+        return table[name]
+    raise ValueError(f"unknown {collective} algorithm {name!r}; expected 'auto' or one of "
+                     f"{list(table)}")

@@ -19,32 +19,36 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-from pathlib import Path
 
-from . import model
+from . import model, settings
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "reload",
            "SHORT_MSG", "DEFAULT_TUNING"]
 
 SHORT_MSG = 8192
-DEFAULT_TUNING = Path(__file__).with_name("profiles") / "tuning.json"
+DEFAULT_TUNING = settings.PROFILES / "tuning.json"
 
 
-@functools.lru_cache(maxsize=8)
-def _table(path: str):
-    p = Path(path)
-    return json.loads(p.read_text()) if p.exists() else None
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    path = settings.get("MPICOLL_TUNING")
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"MPICOLL_TUNING={path}: not a decision table: {e}") from None
+    if not isinstance(table, dict):
+        raise ValueError(f"MPICOLL_TUNING={path}: not a decision table (expected a JSON object "
+                         "written by `mpicoll tune`)")
+    return table
 
 
-@functools.lru_cache(maxsize=8)
-def _profile(path: str | None):
-    return model.load_profile(path)
+@functools.lru_cache(maxsize=1)
+def _profile():
+    return model.load_profile()
 
 
 def _from_table(collective: str, nbytes: int, size: int) -> str | None:
-    table = _table(os.environ.get("MPICOLL_TUNING") or str(DEFAULT_TUNING))
-    ranges = (table or {}).get(collective, {}).get(str(size))
+    ranges = _table().get(collective, {}).get(str(size))
     if not ranges:
         return None
     for entry in ranges:                  # sorted by max_bytes; the last one has no upper end
@@ -54,16 +58,10 @@ def _from_table(collective: str, nbytes: int, size: int) -> str | None:
 
 
 def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str | None:
-    profile = _profile(os.environ.get("MPICOLL_PROFILE"))
-    if profile is None:
-        return None
+    profile = _profile()
     predicted = model.predict_all(size, nbytes, profile, collective=collective,
                                   ranks_per_node=ranks_per_node)
     return min(predicted, key=predicted.get)
-
-
-def _short() -> int:
-    return int(os.environ.get("MPICOLL_SHORT_MSG", SHORT_MSG))
 
 
 def _pof2(size: int) -> bool:
@@ -71,7 +69,7 @@ def _pof2(size: int) -> bool:
 
 
 def _classic(collective: str, nbytes: int, size: int, count: int) -> str:
-    short = nbytes <= _short()
+    short = nbytes <= settings.get("MPICOLL_SHORT_MSG")
     if collective == "allreduce":
         if short or count < size:
             return "recursive_doubling"
@@ -89,13 +87,15 @@ def choose(collective: str, nbytes: int, size: int, count: int,
     """The algorithm ``auto`` runs for ``nbytes`` (the whole vector) on ``size`` ranks.
 
     Decisions are cached, and the environment is read when first needed: after changing
-    ``MPICOLL_TUNING``, ``MPICOLL_PROFILE`` or ``MPICOLL_SHORT_MSG`` call ``reload()``.
+    ``MPICOLL_TUNING``, ``MPICOLL_PROFILE`` or ``MPICOLL_SHORT_MSG`` call ``reload()`` (or
+    ``mpicoll.settings.reload()``, which calls it).
     """
     return (_from_table(collective, nbytes, size)
             or _from_model(collective, nbytes, size, ranks_per_node)
             or _classic(collective, nbytes, size, count))
 
 
+@settings.on_reload
 def reload() -> None:
     """Forget cached decisions, tables and profiles (after changing the environment)."""
     for cached in (choose, _table, _profile):

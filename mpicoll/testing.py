@@ -42,8 +42,8 @@ def raises_everywhere(comm, exception, fn, /, *args, match: str | None = None, *
 @contextlib.contextmanager
 def environment(**variables):
     """Set ``MPICOLL_*`` variables (None: unset) for the calls inside, which read them once
-    (``mpicoll.call.read_environment``); restored, and read again, on the way out."""
-    from .call import read_environment
+    (``mpicoll.settings``); restored, and read again, on the way out."""
+    from .settings import reload as read_environment
     def put(values):
         for name, value in values.items():
             if value is None:

@@ -24,8 +24,10 @@ Cost, n bytes, L ranks per node, M nodes, intra-node alpha_l/beta_l, inter-node 
 """
 
 from ..schedule import Schedule, block_displs
-from . import (allgather_recursive_doubling, allgather_ring, bcast_binomial, reduce_binomial,
-               reduce_scatter_recursive_halving, reduce_scatter_ring)
+from . import (allgather_recursive_doubling, allgather_ring, allreduce_binomial,
+               allreduce_recursive_doubling, allreduce_recursive_halving, allreduce_ring,
+               bcast_binomial, reduce_binomial, reduce_scatter_recursive_halving,
+               reduce_scatter_ring)
 
 # inner name -> (node phase 1, node phase 3)
 INNER = {
@@ -33,13 +35,13 @@ INNER = {
     "recursive_halving": (reduce_scatter_recursive_halving, allgather_recursive_doubling),
     "binomial": (reduce_binomial, bcast_binomial),
 }
-OUTER = ("ring", "recursive_halving", "recursive_doubling", "binomial")
-
-
-def virtual_nodes(size: int, ranks_per_node: int) -> tuple:
-    """Nodes of ``ranks_per_node`` consecutive ranks (the last may be smaller)."""
-    return tuple(tuple(range(lo, min(lo + ranks_per_node, size)))
-                 for lo in range(0, size, ranks_per_node))
+# outer name -> the all-reduce the nodes (or their shards) run between them
+OUTER = {
+    "ring": allreduce_ring,
+    "recursive_halving": allreduce_recursive_halving,
+    "recursive_doubling": allreduce_recursive_doubling,
+    "binomial": allreduce_binomial,
+}
 
 
 def default_inner(nodes) -> str:
@@ -48,12 +50,15 @@ def default_inner(nodes) -> str:
 
 
 def check_options(nodes, inner: str, outer: str) -> None:
+    """Raise ``ValueError`` unless ``inner`` and ``outer`` can run on ``nodes``."""
     if inner not in INNER:
         raise ValueError(f"unknown hierarchical inner algorithm {inner!r}; "
                          f"expected one of {sorted(INNER)}")
     if outer not in OUTER:
         raise ValueError(f"unknown hierarchical outer algorithm {outer!r}; "
                          f"expected one of {list(OUTER)}")
+    if nodes is None:
+        return
     sizes = sorted({len(n) for n in nodes})
     if inner != "binomial" and len(sizes) > 1:
         raise ValueError(f"hierarchical inner={inner!r} needs the same number of ranks on every "
@@ -62,14 +67,13 @@ def check_options(nodes, inner: str, outer: str) -> None:
 
 def schedule(rank: int, size: int, count: int, *, nodes, inner: str | None = None,
              outer: str = "recursive_doubling") -> Schedule:
-    from ..registry import ALLREDUCE
     inner = inner or default_inner(nodes)
     check_options(nodes, inner, outer)
     node = next(j for j, members in enumerate(nodes) if rank in members)
     members = list(nodes[node])
     local, L = members.index(rank), len(members)
     first, last = INNER[inner]
-    outer_schedule = ALLREDUCE[outer].schedule
+    outer_schedule = OUTER[outer].schedule
     if inner == "binomial":                                  # leader composition
         phase1 = first.schedule(local, L, count).remap(members)
         leaders = [n[0] for n in nodes]
@@ -89,13 +93,12 @@ def schedule(rank: int, size: int, count: int, *, nodes, inner: str | None = Non
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float, *, ranks_per_node: int = 1,
          alpha_intra: float | None = None, beta_intra: float | None = None,
          inner: str = "ring", outer: str = "recursive_doubling") -> float:
-    from ..registry import ALLREDUCE
     L = max(1, min(ranks_per_node, p))
     M = -(-p // L)
     al = alpha if alpha_intra is None else alpha_intra
     bl = beta if beta_intra is None else beta_intra
     first, last = INNER[inner]
-    outer_cost = ALLREDUCE[outer].cost
+    outer_cost = OUTER[outer].cost
     node = first.cost(L, n, al, bl, gamma) + last.cost(L, n, al, bl, gamma)
     if inner == "binomial":
         return node + outer_cost(M, n, alpha, beta, gamma)

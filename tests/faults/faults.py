@@ -33,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import watch
+from mpicoll._runtime import watch
 from mpicoll.registry import COLLECTIVES
 
 FAULTY = 2

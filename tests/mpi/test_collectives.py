@@ -6,10 +6,10 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import simulate
-from mpicoll.context import state
+from mpicoll._runtime.context import state
 from mpicoll.kernels import DTYPES, OPS
 from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK
-from mpicoll.testing import agree, exact_input, exact_result, raises_everywhere
+from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
 
 pytestmark = pytest.mark.mpi
 MPI_OP = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
@@ -78,10 +78,13 @@ def test_allreduce_random_floats_match_simulator(comm, algorithm):
 
 @pytest.mark.parametrize("ranks_per_node", [None, "1", "2", "3"])
 @pytest.mark.parametrize("inner", [None, "ring", "recursive_halving", "binomial"])
-def test_hierarchical_nodes(comm, monkeypatch, ranks_per_node, inner):
+def test_hierarchical_nodes(comm, ranks_per_node, inner):
     """hierarchical with the MPI library's nodes and with virtual nodes of k ranks."""
-    if ranks_per_node:
-        monkeypatch.setenv("MPICOLL_RANKS_PER_NODE", ranks_per_node)
+    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
+        hierarchical_nodes(comm, ranks_per_node, inner)
+
+
+def hierarchical_nodes(comm, ranks_per_node, inner):
     nodes = state(comm).nodes()
     k = int(ranks_per_node) if ranks_per_node else None
     if k:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mpicoll import trace
+from mpicoll.tools import trace
 from mpicoll.registry import COLLECTIVES
 
 ROOT = Path(__file__).resolve().parents[2]

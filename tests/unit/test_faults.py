@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mpicoll.call import ABORT_CODE
-from mpicoll.watch import ROLL_CALL_SECONDS
+from mpicoll._runtime.call import ABORT_CODE
+from mpicoll._runtime.watch import ROLL_CALL_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "tests" / "faults"

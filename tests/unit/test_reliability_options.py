@@ -8,8 +8,8 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import validate
-from mpicoll.call import Call
+from mpicoll._runtime import validate
+from mpicoll._runtime.call import Call
 from mpicoll.errors import CollectiveTimeout
 from mpicoll.testing import environment
 

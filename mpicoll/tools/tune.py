@@ -18,6 +18,8 @@ import json
 
 import numpy as np
 
+from ..registry import COLLECTIVES
+
 __all__ = ["main", "decision_table"]
 
 
@@ -29,8 +31,10 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
         records = res["records"]
         inplace = all(r["inplace"] for r in records)
         key = (res.get("collective", "allreduce"), res["nranks"])
-        # on one node hierarchical is its node phase alone (the ring): not a choice to record
-        skip = {"mpi", "auto"} | ({"hierarchical"} if res.get("nodes") == 1 else set())
+        # on one node a node-aware algorithm is its node phase alone: not a choice to record
+        table = COLLECTIVES[key[0]]
+        skip = {"mpi", "auto"} | ({a for a, algo in table.items() if algo.has("node-layout")}
+                                  if res.get("nodes") == 1 else set())
         for r in records:
             if r["inplace"] == inplace and r["algorithm"] not in skip:
                 pooled.setdefault(key, {}).setdefault((r["size"], r["algorithm"]), []).append(

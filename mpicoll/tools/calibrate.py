@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from .model import Profile, parse_size
+from ..model import Profile
+from .sizes import parse_size
 
 __all__ = ["main", "pingpong", "kernel_gamma"]
 
@@ -45,7 +46,7 @@ def pingpong(comm, a: int, b: int, nbytes: int, iters: int) -> float | None:
 
 def kernel_gamma() -> float:
     """Seconds per byte of the float32 SUM kernel (best of several runs at 1..16 MiB)."""
-    from .kernels import sum_into, warmup
+    from ..kernels import sum_into, warmup
     warmup()
     rates = []
     for mib in (1, 4, 16):

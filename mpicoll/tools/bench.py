@@ -38,7 +38,8 @@ import time
 
 import numpy as np
 
-from .model import load_profile, parse_size, predict, sizes_from
+from ..model import load_profile, predict
+from .sizes import parse_size, sizes_from
 
 __all__ = ["main", "run", "parse_args", "Case", "BUS_FACTOR"]
 
@@ -94,7 +95,7 @@ def preamble(comm, args, nodes) -> dict:
     from mpi4py import MPI
     import mpi4py
     import numba
-    from . import __version__
+    from .. import __version__
     hosts = comm.allgather(socket.gethostname())
     sizes = [len(n) for n in nodes]
     return {
@@ -119,7 +120,7 @@ class Case:
     """Buffers, call and answer of one collective at one size: built once, run many times."""
 
     def __init__(self, collective, comm, nbytes, dtype, op, inplace):
-        from .testing import exact_input, exact_result
+        from ..testing import exact_input, exact_result
         self.collective, self.comm, self.op, self.inplace = collective, comm, op, inplace
         size, rank = comm.Get_size(), comm.Get_rank()
         itemsize = np.dtype(dtype).itemsize
@@ -203,8 +204,8 @@ class Case:
 
 def auto_choice(collective, comm, nbytes, count) -> str:
     """What ``algorithm="auto"`` runs here, asked the way the API asks."""
-    from . import select
-    from .context import state
+    from .. import select
+    from .._runtime.context import state
     size = comm.Get_size()
     if collective == "allreduce":
         return select.allreduce(nbytes, size, count, state(comm).ranks_per_node)
@@ -225,10 +226,9 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     """
     from mpi4py import MPI
 
-    from . import kernels
-    from .context import state
-    from .executor import traffic
-    from .registry import COLLECTIVES
+    from .. import kernels
+    from .._runtime.context import state
+    from ..registry import COLLECTIVES
 
     rank, size = comm.Get_rank(), comm.Get_size()
     kernels.warmup()
@@ -271,6 +271,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             iters = args.iters or int(min(200, max(5, VOLUME // max(case.nbytes, 1))))
             chosen = auto_choice(args.collective, comm, case.nbytes, case.count)
             wrong, sent = {}, {}
+            traffic = state(comm).traffic     # the executor's counters on this communicator
             for a in algorithms:            # validation, byte counts and warm-up, untimed
                 case.reset()
                 before = traffic["bytes_sent"]

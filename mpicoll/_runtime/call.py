@@ -2,12 +2,12 @@
 
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         ...                          # this rank's own argument checks
-        call.agree(...)              # validate=True: the agreement step (mpicoll.validate)
-        call.state ... call.mpi(...) # communicate: mpicoll's duplicate, the deadline, the tag
+        call.agree(...)              # validate=True: the agreement step (_runtime.validate)
+        call.open() ... call.mpi(...)  # communicate: mpicoll's duplicate, the deadline, the tag
 
 Unset options come from the environment: ``MPICOLL_TIMEOUT`` (seconds; unset: none),
 ``MPICOLL_ON_TIMEOUT`` (``exception`` or ``abort``), ``MPICOLL_VALIDATE`` (``0`` or ``1``), read
-once, at the first call (``read_environment()`` reads them again).
+once, at the first call (``mpicoll.settings``; ``settings.reload()`` reads them again).
 
 With a timeout, the numba kernels are loaded first (once per process: local work under a file
 lock, no other rank involved) and then the clock starts: the deadline covers everything after,
@@ -25,17 +25,17 @@ handles failures:
 from __future__ import annotations
 
 import math
-import os
 import sys
 
 from mpi4py import MPI
 
-from . import kernels, validate
+from .. import kernels, settings
+from ..errors import ArgumentMismatch, CollectiveTimeout
+from . import validate
 from .context import CommState, attach
-from .errors import ArgumentMismatch, CollectiveTimeout
 from .watch import Watch
 
-__all__ = ["Call", "ABORT_CODE", "read_environment"]
+__all__ = ["Call", "ABORT_CODE"]
 
 ABORT_CODE = 124        # the job's MPI_Abort error code after a timeout (as timeout(1) exits)
 
@@ -47,21 +47,22 @@ class Call:
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
         self.collective, self.comm = collective, comm
-        defaults = _defaults or read_environment()
-        self.timeout = defaults[0] if timeout is None else _timeout(timeout, "timeout")
-        self.on_timeout = defaults[1] if on_timeout is None else _on_timeout(on_timeout,
-                                                                             "on_timeout")
-        self.validate = (defaults[2] if validate is None else _validate(validate)) \
-            and comm.Get_size() > 1
+        self.timeout = (settings.get("MPICOLL_TIMEOUT") if timeout is None
+                        else _timeout(timeout, "timeout"))
+        self.on_timeout = (settings.get("MPICOLL_ON_TIMEOUT") if on_timeout is None
+                           else _on_timeout(on_timeout, "on_timeout"))
+        self.validate = (settings.get("MPICOLL_VALIDATE") if validate is None
+                         else _validate(validate)) and comm.Get_size() > 1
         self.agreed, self.tag, self._state = False, 0, None
         self.watch = None
         if self.timeout is not None:
             kernels.warmup()
             self.watch = Watch(self.timeout, f"{collective} {algorithm}", comm)
 
-    @property
-    def state(self) -> CommState:
-        """mpicoll's state of the communicator, ready for this call (first use takes the tag)."""
+    def open(self) -> CommState:
+        """mpicoll's state of the communicator, ready for this call; the first use takes the
+        call's tag. Communicates: on a communicator's first use it completes mpicoll's
+        duplicate and finds the node layout (collective), under the deadline if any."""
         if self._state is None:
             st = attach(self.comm)
             st.check(self.collective)
@@ -82,7 +83,7 @@ class Call:
             self.watch.what = f"{self.collective} {algorithm}"
         if self.validate and not self.agreed:
             self.agreed = True
-            validate.check(self.state.comm, validate.fingerprint(
+            validate.check(self.open().comm, validate.fingerprint(
                 self.collective, algorithm, timeout=self.timeout is not None, **fields),
                 self.watch)
 
@@ -90,7 +91,7 @@ class Call:
         """The MPI library's own collective on mpicoll's duplicate: ``blocking`` (e.g.
         ``MPI.Comm.Allreduce``) without a timeout, else ``nonblocking`` (``MPI.Comm.Iallreduce``)
         polled under the deadline."""
-        comm = self.state.comm
+        comm = self.open().comm
         if self.watch is None:
             blocking(comm, *args, **kwargs)
         else:
@@ -103,7 +104,7 @@ class Call:
         if isinstance(exc, (TypeError, ValueError)) and self.validate and not self.agreed:
             self.agreed = True          # this rank's own arguments were rejected: say so
             try:
-                validate.check(self.state.comm, validate.rejected(self.collective, exc),
+                validate.check(self.open().comm, validate.rejected(self.collective, exc),
                                self.watch)
             except ArgumentMismatch:
                 pass                    # the others now raise naming this rank; it raises exc
@@ -128,28 +129,6 @@ class Call:
 
 
 # ----------------------------------------------------------------------------- the options
-
-_defaults = None        # (timeout, on_timeout, validate) from the environment
-
-
-def read_environment() -> tuple:
-    """Read ``MPICOLL_TIMEOUT``, ``MPICOLL_ON_TIMEOUT``, ``MPICOLL_VALIDATE``: the defaults of
-    every later call. (Read once, not per call: a lookup of an unset variable costs ~1 us.)"""
-    global _defaults
-    env = os.environ
-    text = env.get("MPICOLL_TIMEOUT", "")
-    try:
-        timeout = float(text)
-    except ValueError:
-        timeout = text
-    validate = env.get("MPICOLL_VALIDATE", "")
-    if validate not in ("", "0", "1"):
-        raise ValueError(f"MPICOLL_VALIDATE must be 0 or 1, got {validate!r}")
-    _defaults = (_timeout(timeout, "MPICOLL_TIMEOUT") if text else None,
-                 _on_timeout(env.get("MPICOLL_ON_TIMEOUT") or "exception", "MPICOLL_ON_TIMEOUT"),
-                 validate == "1")
-    return _defaults
-
 
 def _timeout(timeout, name: str) -> float | None:
     """Seconds, or None for no timeout (``math.inf``)."""

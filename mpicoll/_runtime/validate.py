@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .errors import ArgumentMismatch
-from .kernels import DTYPES, OPS
-from .registry import COLLECTIVES
+from ..errors import ArgumentMismatch
+from ..kernels import DTYPES, OPS
+from ..registry import COLLECTIVES
 
 __all__ = ["FIELDS", "fingerprint", "rejected", "check"]
 

@@ -30,7 +30,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .errors import CollectiveTimeout
+from ..errors import CollectiveTimeout
 
 __all__ = ["Watch", "ROLL_CALL_SECONDS"]
 

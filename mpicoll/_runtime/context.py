@@ -14,13 +14,13 @@ communicator, MPI calls ``_delete`` and the duplicate is freed with it.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from mpi4py import MPI
 
-from .algorithms.allreduce_hierarchical import virtual_nodes
-from .errors import CommunicatorBroken
+from .. import settings
+from ..errors import CommunicatorBroken
+from ..executors.mpi import new_traffic
+from ..topology import virtual_nodes
 
 __all__ = ["state", "attach", "CommState", "node_layout"]
 
@@ -36,6 +36,7 @@ class CommState:
         self._scratch: dict = {}
         self._nodes: dict = {}
         self.ranks_per_node: int | None = None   # for auto: the largest node, None on one node
+        self.traffic = new_traffic()             # what the MPI executor sent on this communicator
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
@@ -55,7 +56,7 @@ class CommState:
         else:
             watch.wait([self._dup], "MPI_Comm_idup (mpicoll's duplicate of the communicator)")
         self._dup = None
-        self._nodes[""] = node_layout(self.comm)
+        self._nodes[None] = node_layout(self.comm)
         nodes = self.nodes()
         self.ranks_per_node = max(map(len, nodes)) if len(nodes) > 1 else None
 
@@ -76,9 +77,9 @@ class CommState:
         ``MPICOLL_RANKS_PER_NODE=k`` makes virtual nodes of k consecutive ranks; otherwise the
         MPI library's ``COMM_TYPE_SHARED`` split decides (collective on first use).
         """
-        k = os.environ.get("MPICOLL_RANKS_PER_NODE", "")
+        k = settings.get("MPICOLL_RANKS_PER_NODE")
         if k not in self._nodes:
-            self._nodes[k] = node_layout(self.comm, int(k) if k else None)
+            self._nodes[k] = node_layout(self.comm, k)
         return self._nodes[k]
 
     def free(self) -> None:
@@ -90,8 +91,6 @@ def node_layout(comm: MPI.Intracomm, ranks_per_node: int | None = None) -> tuple
     """Ranks of ``comm`` grouped by node, nodes ordered by their first rank."""
     size = comm.Get_size()
     if ranks_per_node:
-        if ranks_per_node < 1:
-            raise ValueError(f"MPICOLL_RANKS_PER_NODE must be >= 1, got {ranks_per_node}")
         return virtual_nodes(size, ranks_per_node)
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import simulate
-from .registry import COLLECTIVES
+from ..executors import inprocess
+from ..registry import COLLECTIVES, lookup
 
 __all__ = ["main", "render", "update"]
 
@@ -46,18 +46,19 @@ def parser() -> argparse.ArgumentParser:
 
 def render(args) -> str:
     """The trace text for parsed arguments."""
+    algo = lookup(args.collective, args.algorithm)
     options = {}
-    if args.collective == "bcast":
+    if algo.has("root"):
         options["root"] = args.root
-    if args.algorithm == "hierarchical":
+    if algo.has("node-layout"):
         options["ranks_per_node"] = args.ranks_per_node
-        for key in ("inner", "outer"):
-            if getattr(args, key):
-                options[key] = getattr(args, key)
-    scheds = simulate.schedules(args.collective, args.algorithm, args.nranks, args.count,
-                                **options)
+    for option in algo.options:
+        if getattr(args, option.name, None):
+            options[option.name] = getattr(args, option.name)
+    scheds = inprocess.schedules(args.collective, args.algorithm, args.nranks, args.count,
+                                 **options)
     bufs = [np.zeros(args.count) for _ in scheds]
-    result = simulate.run(scheds, bufs, "sum", trace=True)
+    result = inprocess.run(scheds, bufs, "sum", trace=True)
     lines = [f"# {args.collective} {args.algorithm}, N={args.nranks}, count={args.count}"
              + "".join(f", {k}={v}" for k, v in options.items())]
     for rank, sched in enumerate(scheds):
@@ -88,9 +89,9 @@ def main(argv=None) -> int:
     if args.update:
         print(f"{update(args.update)} trace block(s) updated in {args.update}")
         return 0
-    if not args.algorithm or args.algorithm not in COLLECTIVES[args.collective] \
-            or args.algorithm == "mpi":
-        names = [a for a in COLLECTIVES[args.collective] if a != "mpi"]
+    table = COLLECTIVES[args.collective]
+    if not args.algorithm or args.algorithm not in table or table[args.algorithm].library:
+        names = [a for a, algo in table.items() if not algo.library]
         raise SystemExit(f"mpicoll trace: name a {args.collective} algorithm: {names}")
     print(render(args), end="")
     return 0

@@ -1,0 +1,6 @@
+"""Executors: they run schedules (``mpicoll.schedule``), the algorithms stay the same.
+
+* ``mpi``       -- over mpi4py's buffer point-to-point calls: the real thing;
+* ``inprocess`` -- P virtual ranks in one process: matching, deadlock and overlap checks, an
+  alpha-beta-gamma clock, traces and byte counts (also importable as ``mpicoll.simulate``).
+"""

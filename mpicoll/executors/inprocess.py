@@ -1,0 +1,225 @@
+"""The in-process executor: P virtual ranks run their schedules in one process, no MPI.
+
+It follows MPI's semantics for a step (all transfers posted together, the step done when every
+one of them is matched, reductions applied after) and checks what MPI would leave to chance:
+every Send must meet a Recv of the same length at the other end, no copied receive may overlap a
+send of its step, and if no rank can make progress while some still have steps left, it raises
+``Deadlock`` naming each stuck rank and the peers it waits for -- where the real thing would
+hang.
+
+It also keeps two clocks. The logical one: a step finishes one round after the later of its own
+start and the start of the matching steps of its peers, so ``Result.rounds`` is the critical
+path in message rounds, and ``Result.trace`` lists every step with its round, for traces and
+teaching. The alpha-beta-gamma one (``clock=(alpha, beta, gamma)``, seconds per message, per byte
+sent, per byte reduced): a step starts at the same point and lasts
+
+    alpha + beta.max(bytes it sends, bytes it receives) + gamma.(bytes it reduces)
+
+-- the model of every ``cost()`` formula: one port each way per rank, the messages of a step
+posted together so their latencies overlap, reductions after the transfers. ``Result.time`` is
+the last rank's finish; tests check it against ``cost()`` for every algorithm.
+
+    >>> from mpicoll import simulate
+    >>> out = simulate.allreduce([np.arange(4.0) * r for r in range(3)], algorithm="ring")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import kernels
+from ..registry import lookup
+from ..schedule import Recv, Schedule, Send, check_step
+from ..topology import virtual_nodes
+
+__all__ = ["Deadlock", "ScheduleMismatch", "Result", "run", "schedules", "allreduce",
+           "reduce_scatter_block", "allgather", "bcast", "virtual_nodes", "step_seconds"]
+
+
+class Deadlock(RuntimeError):
+    """No virtual rank can make progress, but some have steps left."""
+
+
+class ScheduleMismatch(RuntimeError):
+    """A Send has no matching Recv (or the lengths differ)."""
+
+
+@dataclass
+class Result:
+    elements_sent: list[int]
+    elements_received: list[int]
+    messages_sent: list[int]
+    rounds: int
+    trace: list = field(default_factory=list)   # (round, rank, step index, ops)
+    time: float | None = None                   # seconds on the alpha-beta-gamma clock
+    finish: list = field(default_factory=list)  # each rank's finish on that clock
+
+    def bytes_sent(self, itemsize: int) -> list[int]:
+        return [n * itemsize for n in self.elements_sent]
+
+
+def _link(scheds: list[Schedule]) -> dict:
+    """Pair the k-th Send a->b with the k-th Recv on b from a.
+
+    Returns, for every op as (rank, step, index in step), its message key (a, b, k) and where
+    the other end is: (peer, peer's step).
+    """
+    ends, counter = {}, {}
+    for rank, sched in enumerate(scheds):
+        for s, step in enumerate(sched.steps):
+            check_step(step)
+            for i, op in enumerate(step):
+                send = isinstance(op, Send)
+                pair = (rank, op.peer) if send else (op.peer, rank)
+                k = counter.get((send,) + pair, 0)
+                counter[(send,) + pair] = k + 1
+                ends.setdefault(pair + (k,), {})[send] = (rank, s, i, op)
+    links = {}
+    for key, sides in ends.items():
+        a, b, k = key
+        if len(sides) < 2:
+            missing = "Recv on rank %d" % b if True in sides else "Send on rank %d" % a
+            raise ScheduleMismatch(f"message {k} from rank {a} to rank {b} has no matching {missing}")
+        (sr, ss, si, sop), (rr, rs, ri, rop) = sides[True], sides[False]
+        if sop.hi - sop.lo != rop.hi - rop.lo:
+            raise ScheduleMismatch(f"message {k} from rank {a} to rank {b}: sends "
+                                   f"{sop.hi - sop.lo} elements, receives {rop.hi - rop.lo}")
+        links[(sr, ss, si)] = (key, rr, rs)
+        links[(rr, rs, ri)] = (key, sr, ss)
+    return links
+
+
+def step_seconds(step, itemsize: int, alpha: float, beta: float, gamma: float) -> float:
+    """A step's duration on the alpha-beta-gamma clock (see the module's doc)."""
+    sent = sum(o.hi - o.lo for o in step if isinstance(o, Send))
+    received = sum(o.hi - o.lo for o in step if isinstance(o, Recv))
+    reduced = sum(o.hi - o.lo for o in step if isinstance(o, Recv) and o.reduce)
+    return alpha + itemsize * (beta * max(sent, received) + gamma * reduced)
+
+
+def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str = "sum",
+        *, trace: bool = False, clock: tuple[float, float, float] | None = None) -> Result:
+    """Run one schedule per virtual rank on its buffer (modified in place).
+
+    ``clock=(alpha, beta, gamma)`` also times the run on the alpha-beta-gamma clock.
+    """
+    size = len(scheds)
+    links = _link(scheds)
+    reduce_into = kernels.kernel(op)
+    pc = [0] * size                 # the step each rank has entered (posted)
+    start = [0] * size              # logical round at which that step was entered
+    entered_at: dict = {}           # (rank, step) -> round
+    now = [0.0] * size              # the same on the alpha-beta-gamma clock
+    entered_time: dict = {}
+    in_flight: dict = {}            # message key -> data snapshot taken when posted
+    log = []
+
+    def enter(rank: int) -> None:
+        s = pc[rank]
+        if s < len(scheds[rank].steps):
+            entered_at[(rank, s)] = start[rank]
+            entered_time[(rank, s)] = now[rank]
+            for i, o in enumerate(scheds[rank].steps[s]):
+                if isinstance(o, Send):
+                    in_flight[links[(rank, s, i)][0]] = buffers[rank][o.lo:o.hi].copy()
+
+    def waiting_for(rank: int) -> list[int]:
+        s = pc[rank]
+        return sorted({links[(rank, s, i)][1] for i in range(len(scheds[rank].steps[s]))
+                       if pc[links[(rank, s, i)][1]] < links[(rank, s, i)][2]})
+
+    for rank in range(size):
+        enter(rank)
+    progress = True
+    while progress:
+        progress = False
+        for rank in range(size):
+            s = pc[rank]
+            if s == len(scheds[rank].steps) or waiting_for(rank):
+                continue
+            # Every transfer of the step is matched: land copies, then reductions, in order.
+            step = scheds[rank].steps[s]
+            recvs = [(i, o) for i, o in enumerate(step) if isinstance(o, Recv)]
+            for i, o in sorted(recvs, key=lambda io: io[1].reduce):
+                data = in_flight.pop(links[(rank, s, i)][0])
+                if o.reduce and o.left:
+                    reduce_into(data, buffers[rank][o.lo:o.hi])
+                    buffers[rank][o.lo:o.hi] = data
+                elif o.reduce:
+                    reduce_into(buffers[rank][o.lo:o.hi], data)
+                else:
+                    buffers[rank][o.lo:o.hi] = data
+            peers = [links[(rank, s, i)][1:] for i in range(len(step))]
+            done = 1 + max([start[rank]] + [entered_at[p] for p in peers])
+            if clock is not None:
+                now[rank] = (max([now[rank]] + [entered_time[p] for p in peers])
+                             + step_seconds(step, buffers[rank].itemsize, *clock))
+            if trace:
+                log.append((done, rank, s, step))
+            pc[rank] += 1
+            start[rank] = done
+            enter(rank)
+            progress = True
+    stuck = [r for r in range(size) if pc[r] < len(scheds[r].steps)]
+    if stuck:
+        raise Deadlock("no rank can progress: " + "; ".join(
+            f"rank {r} in step {pc[r]} waits for rank(s) {waiting_for(r)}" for r in stuck))
+    log.sort(key=lambda e: (e[0], e[1]))
+    return Result([s.elements_sent() for s in scheds], [s.elements_received() for s in scheds],
+                  [s.messages_sent() for s in scheds], max(start, default=0), log,
+                  max(now, default=0.0) if clock is not None else None,
+                  now if clock is not None else [])
+
+
+def schedules(collective: str, algorithm: str, size: int, count: int, *, root: int | None = None,
+              nodes=None, ranks_per_node: int = 1, **options) -> list[Schedule]:
+    """Every rank's schedule for one collective call.
+
+    ``options`` are the algorithm's declared ones (``mpicoll.registry``), defaults filled in; a
+    node-aware algorithm runs on ``nodes``, else on virtual nodes of ``ranks_per_node`` ranks.
+    """
+    algo = lookup(collective, algorithm)
+    if algo.library:
+        raise ValueError(f"{algo.name!r} is the MPI library's own {collective}: it has no schedule")
+    kwargs = {}
+    if algo.has("node-layout"):
+        kwargs["nodes"] = nodes if nodes is not None else virtual_nodes(size, ranks_per_node)
+    if algo.has("root"):
+        kwargs["root"] = 0 if root is None else root
+    kwargs.update(algo.resolve(options, kwargs.get("nodes")))
+    return [algo.schedule(rank, size, count, **kwargs) for rank in range(size)]
+
+
+def allreduce(inputs, op="sum", algorithm="ring", **options) -> list[np.ndarray]:
+    """All-reduce of one flat array per virtual rank; returns each rank's result."""
+    bufs = [np.array(x).reshape(-1).copy() for x in inputs]
+    run(schedules("allreduce", algorithm, len(bufs), bufs[0].size, **options), bufs, op)
+    return bufs
+
+
+def reduce_scatter_block(inputs, op="sum", algorithm="ring") -> list[np.ndarray]:
+    """Rank r gets block r (of count/size elements) of the reduction."""
+    bufs = [np.array(x).reshape(-1).copy() for x in inputs]
+    size, count = len(bufs), bufs[0].size
+    run(schedules("reduce_scatter_block", algorithm, size, count), bufs, op)
+    n = count // size
+    return [bufs[r][r * n:(r + 1) * n].copy() for r in range(size)]
+
+
+def allgather(inputs, algorithm="ring") -> list[np.ndarray]:
+    """Every rank gets the concatenation of all ranks' arrays."""
+    size, n = len(inputs), np.asarray(inputs[0]).size
+    bufs = [np.zeros(size * n, np.asarray(inputs[0]).dtype) for _ in range(size)]
+    for r, x in enumerate(inputs):
+        bufs[r][r * n:(r + 1) * n] = np.asarray(x).reshape(-1)
+    run(schedules("allgather", algorithm, size, size * n), bufs, "sum")
+    return bufs
+
+
+def bcast(inputs, root=0, algorithm="binomial") -> list[np.ndarray]:
+    """Every rank gets the root's array."""
+    bufs = [np.array(x).reshape(-1).copy() for x in inputs]
+    run(schedules("bcast", algorithm, len(bufs), bufs[0].size, root=root), bufs, "sum")
+    return bufs

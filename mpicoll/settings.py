@@ -1,0 +1,245 @@
+"""Every ``MPICOLL_*`` environment variable, declared once (as MPICH's ``cvars.txt`` declares its
+control variables): its type, default, one line of doc, and when it is read.
+
+The library's variables (``LIBRARY``) have one caching policy: a variable is read, parsed and
+checked the first time the library needs it, and the value is kept until ``reload()``. (A lookup
+of an unset variable in ``os.environ`` costs about a microsecond; a collective must not pay
+that on every call.) A bad value raises ``ValueError`` naming the variable, on first use::
+
+    from mpicoll import settings
+    settings.get("MPICOLL_TIMEOUT")      # None, or seconds
+    settings.reload()                    # after changing os.environ
+
+The variables read by the scripts (``run.sh``, ``tests/``, ``slurm/``) are declared here too
+(``SCRIPTS``), so that one table documents them all; README's tables are checked against both.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["Setting", "LIBRARY", "SCRIPTS", "get", "reload", "on_reload", "markdown_table"]
+
+PROFILES = Path(__file__).with_name("profiles")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: str                        # what the value must be, as the docs say it
+    default: Any
+    doc: str
+    read: str                        # when (library) or by what (scripts) it is read
+    parse: Callable[[str, str], Any] | None = None   # (name, text) -> value; raises ValueError
+
+
+# ----------------------------------------------------------------------------- parsers
+
+def _positive_int(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {text!r}")
+    return value
+
+
+def _nonnegative_int(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name} must be a number of bytes (an integer >= 0), got {text!r}")
+    return value
+
+
+def _seconds(name: str, text: str) -> float | None:
+    try:
+        value = shown = float(text)
+    except ValueError:
+        value, shown = math.nan, text
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds (inf: no timeout), "
+                         f"got {shown!r}")
+    return None if value == math.inf else value
+
+
+def _choice(*choices: str) -> Callable[[str, str], str]:
+    def parse(name: str, text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"{name} must be " + " or ".join(repr(c) for c in choices)
+                             + f", got {text!r}")
+        return text
+    return parse
+
+
+def _flag(name: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {text!r}")
+    return text == "1"
+
+
+def _existing_file(name: str, text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise ValueError(f"{name}={text}: no such file")
+    return path
+
+
+def _algorithm_name(name: str, text: str) -> str:
+    if not text.replace("_", "").isalnum():
+        raise ValueError(f"{name} must name an algorithm, got {text!r}")
+    return text
+
+
+# ----------------------------------------------------------------------------- the table
+
+LIBRARY = (
+    Setting("MPICOLL_TIMEOUT", "seconds > 0, or inf", None,
+            "every collective raises `CollectiveTimeout` naming the missing ranks after s seconds "
+            "(docs/reliability.md)", "first collective call", _seconds),
+    Setting("MPICOLL_ON_TIMEOUT", "exception | abort", "exception",
+            "what a timeout does: raise, or print the error and call `MPI_Abort` so the job ends",
+            "first collective call", _choice("exception", "abort")),
+    Setting("MPICOLL_VALIDATE", "0 | 1", False,
+            "one agreement step first: mismatched count/dtype/op/algorithm/root raise "
+            "`ArgumentMismatch` on every rank", "first collective call", _flag),
+    Setting("MPICOLL_RANKS_PER_NODE", "integer >= 1", None,
+            "node-aware algorithms (`hierarchical`) see virtual nodes of k consecutive ranks "
+            "instead of the `COMM_TYPE_SHARED` split", "first node-aware call on a communicator",
+            _positive_int),
+    Setting("MPICOLL_HIER_INNER", "ring | recursive_halving | binomial", None,
+            "`hierarchical`'s node-local algorithm (default: ring on equal nodes, else binomial)",
+            "first `hierarchical` call", _algorithm_name),
+    Setting("MPICOLL_HIER_OUTER", "an all-reduce algorithm", "recursive_doubling",
+            "`hierarchical`'s inter-node all-reduce", "first `hierarchical` call",
+            _algorithm_name),
+    Setting("MPICOLL_TUNING", "path of a JSON file", PROFILES / "tuning.json",
+            "the decision table `auto` consults first (`mpicoll tune` writes one)",
+            "first `auto` decision", _existing_file),
+    Setting("MPICOLL_PROFILE", "path of a JSON file", PROFILES / "default.json",
+            "the cost-model profile `auto` and `model` use (`mpicoll calibrate` writes one)",
+            "first `auto` decision or prediction", _existing_file),
+    Setting("MPICOLL_SHORT_MSG", "bytes", 8192,
+            "`auto`'s last resort, MPICH's rule: recursive doubling up to this size",
+            "first `auto` decision", _nonnegative_int),
+    Setting("MPICOLL_KERNELS", "numba | numpy", "numba",
+            "the reduction kernels: numba's (default) or numpy's ufuncs (same bits)",
+            "first reduction", _choice("numba", "numpy")),
+)
+
+SCRIPTS = (
+    Setting("MPICOLL_VENV", "path", ".venv", "the virtual environment run.sh creates and uses",
+            "run.sh"),
+    Setting("MPICOLL_PIP_EXTRAS", "comma list", "mpich,test",
+            "the extras run.sh installs (leave out `mpich` to use a site MPI's mpi4py)", "run.sh"),
+    Setting("MPICOLL_NP", "integer", 4, "ranks of `bash run.sh bench`", "run.sh"),
+    Setting("MPICOLL_TEST_RANKS", "space list", "1 2 3 4 5",
+            "the `mpiexec -n` runs of the MPI suite (CI=true adds 8)", "tests/run.sh"),
+    Setting("MPICOLL_TEST_VERBOSE", "0 | 1", 0, "full pytest output from every rank, not rank 0 "
+            "only", "tests/mpi/conftest.py"),
+    Setting("MPICOLL_SKIP_SLURM", "0 | 1", 0, "skip the Slurm integration tests",
+            "tests/run-slurm.sh"),
+    Setting("MPICOLL_REQUIRE_SLURM", "0 | 1", 0,
+            "fail, not skip, when the local Slurm cluster cannot run (.ci/run sets it)",
+            "tests/run-slurm.sh"),
+    Setting("MPICOLL_SLURM_CLUSTER", "local | reachable", "local",
+            "`reachable`: run the Slurm tests on the cluster `sinfo` already reaches, not on the "
+            "local one the tests start", "tests/run-slurm.sh"),
+    Setting("MPICOLL_SLURM_DIR", "path", "/tmp/mpicoll-slurm",
+            "state, logs and configuration of the local Slurm cluster",
+            "slurm/local-cluster.sh, tests/run-slurm.sh"),
+    Setting("MPICOLL_SLURM_PORT", "integer", 16817, "first of the 3 ports of the local cluster's daemons",
+            "slurm/local-cluster.sh"),
+    Setting("MPICOLL_SLURM_CPUS", "integer", 2, "CPUs each emulated node declares",
+            "slurm/local-cluster.sh"),
+    Setting("MPICOLL_SLURM_SBATCH_ARGS", "words", "", "extra sbatch options of the Slurm tests "
+            "(e.g. `-p debug -A project`)", "tests/slurm"),
+    Setting("MPICOLL_SLURM_TIMEOUT", "seconds", 60, "how long the local cluster waits for its nodes",
+            "slurm/local-cluster.sh"),
+    Setting("MPICOLL_SLURM_JOB_TIMEOUT", "seconds", 600, "how long a Slurm test waits for its job",
+            "tests/slurm"),
+    Setting("MPICOLL_SLURM_MIN_JOB_AGE", "seconds", 300, "how long slurmctld keeps finished jobs",
+            "slurm/local-cluster.sh"),
+    Setting("MPICOLL_LAUNCHER", "srun | mpiexec", "srun", "how the sbatch scripts start ranks",
+            "slurm/common.sh"),
+    Setting("MPICOLL_LAUNCHER_ARGS", "words", "", "extra srun / mpiexec arguments",
+            "slurm/common.sh"),
+    Setting("MPICOLL_PMI", "pmi2 | pmix | ...", None, "the `srun --mpi=` plugin (default: "
+            "from the MPI library)", "slurm/common.sh"),
+    Setting("MPICOLL_PYTHON", "path", None, "the interpreter of the sbatch scripts",
+            "slurm/common.sh"),
+    Setting("MPICOLL_ROOT", "path", None, "the checkout the sbatch scripts run from",
+            "slurm/common.sh"),
+    Setting("MPICOLL_RESULTS", "path", "results", "where the sbatch scripts' results go",
+            "slurm/common.sh"),
+    Setting("MPICOLL_BENCH_ARGS", "words", None, "bench arguments of the sbatch scripts",
+            "slurm/*.sbatch"),
+    Setting("MPICOLL_COLLECTIVES", "comma list | all", "allreduce",
+            "what slurm/bench.sbatch measures", "slurm/bench.sbatch"),
+    Setting("MPICOLL_SWEEP", "';' list", "-m 8:4K;-m 16K:1M;-m 4M:64M", "the sizes of slurm/sweep.sbatch",
+            "slurm/sweep.sbatch"),
+    Setting("MPICOLL_SCALING_ARGS", "words", None, "arguments of jobs/scaling.py in "
+            "slurm/scaling.sbatch", "slurm/scaling.sbatch"),
+    Setting("MPICOLL_HARNESS_CASE", "name", None, "which deliberate failure the harness tests "
+            "run", "tests/mpi/deliberately_failing.py"),
+)
+
+_BY_NAME = {s.name: s for s in LIBRARY}
+_values: dict[str, Any] = {}
+_listeners: list[Callable[[], None]] = []
+
+
+def get(name: str) -> Any:
+    """The value of a library setting: parsed and checked on first use, then cached."""
+    try:
+        return _values[name]
+    except KeyError:
+        pass
+    setting = _BY_NAME[name]
+    text = os.environ.get(name, "")
+    value = setting.parse(name, text) if text else setting.default
+    _values[name] = value
+    return value
+
+
+def is_set(name: str) -> bool:
+    """Whether the user set ``name`` (to a non-empty value); cached like ``get``."""
+    key = name + "?"
+    if key not in _values:
+        _values[key] = bool(os.environ.get(name))
+    return _values[key]
+
+
+def reload() -> None:
+    """Forget every cached value (and what was derived from them); read again on next use."""
+    _values.clear()
+    for listener in _listeners:
+        listener()
+
+
+def on_reload(fn: Callable[[], None]) -> Callable[[], None]:
+    """Register ``fn`` to run at ``reload()`` (caches derived from settings clear themselves)."""
+    _listeners.append(fn)
+    return fn
+
+
+def markdown_table(settings=LIBRARY) -> str:
+    """The README's table of ``settings``."""
+    def default(s):
+        if s.default is None or s.default == "":
+            return "unset"
+        if isinstance(s.default, Path):
+            return f"shipped `{s.default.parent.name}/{s.default.name}`"
+        if isinstance(s.default, bool):
+            return str(int(s.default))
+        return f"`{s.default}`"
+    rows = ["| variable | value | default | effect | read |", "|---|---|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.type} | {default(s)} | {s.doc} | {s.read} |" for s in settings]
+    return "\n".join(rows) + "\n"
