@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import settings
 from .registry import COLLECTIVES, lookup
+from .topology import virtual_nodes
 
 __all__ = ["Profile", "ProfileError", "load_profile", "predict", "predict_all", "crossovers"]
 
@@ -97,6 +98,7 @@ def predict(algorithm: str, p: int, nbytes: float, profile: Profile, *,
     if algo.has("node-layout"):
         a_in, b_in = profile.link(False)
         a_out, b_out = profile.link(multi_node)
+        options = algo.resolve(options, virtual_nodes(p, L))   # defaults for these nodes
         return profile.overhead + algo.cost(p, nbytes, a_out, b_out, profile.gamma,
                                             ranks_per_node=L, alpha_intra=a_in,
                                             beta_intra=b_in, **options)

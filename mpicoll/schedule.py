@@ -28,7 +28,7 @@ from typing import Iterable, Sequence, Union
 
 __all__ = [
     "Send", "Recv", "Schedule", "block_displs", "make_schedule", "check_step",
-    "pof2_fold", "fold_real_rank",
+    "pof2_fold", "fold_real_rank", "virtual_blocks",
 ]
 
 
@@ -160,6 +160,12 @@ def pof2_fold(rank: int, size: int) -> tuple[int, int, int]:
     else:
         newrank = rank - rem
     return pof2, rem, newrank
+
+
+def virtual_blocks(lo: int, width: int, rem: int) -> int:
+    """Blocks owned by virtual ranks ``lo .. lo+width-1`` of ``pof2_fold``: one each, two for
+    those below ``rem`` (they stand for an even and an odd real rank)."""
+    return width + max(0, min(rem - lo, width))
 
 
 def fold_real_rank(newrank: int, rem: int) -> int:

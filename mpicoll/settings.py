@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Setting", "LIBRARY", "SCRIPTS", "get", "reload", "on_reload", "markdown_table"]
+__all__ = ["Setting", "LIBRARY", "SCRIPTS", "get", "reload", "on_reload", "markdown_table",
+           "update_markdown"]
 
 PROFILES = Path(__file__).with_name("profiles")
 
@@ -209,14 +210,6 @@ def get(name: str) -> Any:
     return value
 
 
-def is_set(name: str) -> bool:
-    """Whether the user set ``name`` (to a non-empty value); cached like ``get``."""
-    key = name + "?"
-    if key not in _values:
-        _values[key] = bool(os.environ.get(name))
-    return _values[key]
-
-
 def reload() -> None:
     """Forget every cached value (and what was derived from them); read again on next use."""
     _values.clear()
@@ -241,5 +234,17 @@ def markdown_table(settings=LIBRARY) -> str:
             return str(int(s.default))
         return f"`{s.default}`"
     rows = ["| variable | value | default | effect | read |", "|---|---|---|---|---|"]
-    rows += [f"| `{s.name}` | {s.type} | {default(s)} | {s.doc} | {s.read} |" for s in settings]
+    rows += [f"| `{s.name}` | {s.type.replace('|', '&#124;')} | {default(s)} | {s.doc} | {s.read} |"
+             for s in settings]
     return "\n".join(rows) + "\n"
+
+
+
+def update_markdown(path) -> None:
+    """Rewrite the ``<!-- settings: library|scripts -->`` blocks of a markdown file (README.md)."""
+    import re
+    text = Path(path).read_text()
+    for which, table in (("library", LIBRARY), ("scripts", SCRIPTS)):
+        text = re.sub(rf"(<!-- settings: {which} -->\n).*?(<!-- end settings -->)",
+                      lambda m, t=table: m[1] + markdown_table(t) + m[2], text, flags=re.S)
+    Path(path).write_text(text)

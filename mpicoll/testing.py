@@ -43,7 +43,7 @@ def raises_everywhere(comm, exception, fn, /, *args, match: str | None = None, *
 def environment(**variables):
     """Set ``MPICOLL_*`` variables (None: unset) for the calls inside, which read them once
     (``mpicoll.settings``); restored, and read again, on the way out."""
-    from .settings import reload as read_environment
+    from .settings import reload
     def put(values):
         for name, value in values.items():
             if value is None:
@@ -54,11 +54,11 @@ def environment(**variables):
     saved = {name: os.environ.get(name) for name in variables}
     try:
         put(variables)
-        read_environment()
+        reload()
         yield
     finally:
         put(saved)
-        read_environment()
+        reload()
 
 
 def exact_input(rank: int, count: int, dtype, op: str):

@@ -12,14 +12,18 @@ each odd rank below 2rem sends its even partner everything but the partner's own
 Source: Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005, sec. 4.1 (recursive doubling);
 MPICH's ``allgather_intra_recursive_doubling.c`` (whose non-power-of-two handling differs).
 
-Cost, n bytes gathered in all:
+Cost, n bytes gathered in all (blocks of n/p; p' = 2^floor(lg p), rem = p - p'):
     p = p':  T = lg p.alpha + n.((p-1)/p).beta
-    else:    T = (lg p' + 2).alpha + n.((p'-1)/p' + (p-1)/p + 1/p).beta  (at most)
-Bytes each rank sends: n.(p-1)/p when p is a power of two.
+    else:    T = (lg p' + 2).alpha + (1 + p' - 1 + sum_m min(rem, m) + p - 1).(n/p).beta
+    (fold: one block; doubling: the distances m = 1, 2, ..., p'/2, where virtual rank 0's group
+    of m virtual ranks holds min(rem, m) blocks more than m; unfold: all blocks but one).
+Bytes each rank sends: virtual rank v sends the blocks of its aligned group of 2^k virtual
+ranks at each step k (n.(p-1)/p when p is a power of two); the odd ranks below 2.rem add
+n.(p-1)/p (the unfold), the even ones send their block n/p (the fold) and nothing else.
 """
 
 from ..schedule import (Recv, Schedule, Send, block_displs, fold_real_rank, make_schedule,
-                        pof2_fold)
+                        pof2_fold, virtual_blocks)
 
 
 def doubling_steps(newrank: int, pof2: int, seg: list[int], real) -> list:
@@ -66,8 +70,18 @@ def schedule(rank: int, size: int, count: int) -> Schedule:
 
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
-    pof2 = 1 << (p.bit_length() - 1)
+    pof2, rem, _ = pof2_fold(0, p)
     lgp = pof2.bit_length() - 1
     if p == pof2:
         return lgp * alpha + n * (p - 1) / p * beta
-    return (lgp + 2) * alpha + n * ((pof2 - 1) / pof2 + (p - 1) / p + 1 / p) * beta
+    doubling = sum(virtual_blocks(0, 1 << k, rem) for k in range(lgp))
+    return (lgp + 2) * alpha + (1 + doubling + p - 1) * n / p * beta
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    pof2, rem, newrank = pof2_fold(rank, p)
+    if newrank < 0:
+        return n / p                                       # the fold only
+    lgp = pof2.bit_length() - 1
+    groups = sum(virtual_blocks(newrank & -(1 << k), 1 << k, rem) for k in range(lgp))
+    return groups * n / p + (n * (p - 1) / p if rank < 2 * rem else 0)

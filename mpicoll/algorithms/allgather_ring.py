@@ -10,7 +10,7 @@ Source: the second half of MPICH's ``allreduce_intra_ring.c``; Thakur, Rabenseif
 
 Cost, n bytes gathered in all:
     T = (p-1).alpha + n.((p-1)/p).beta
-Bytes each rank sends: n.(p-1)/p.
+Bytes each rank sends: n.(p-1)/p (exactly, when p divides the count).
 """
 
 from ..schedule import Recv, Schedule, Send, block_displs, make_schedule
@@ -30,3 +30,7 @@ def schedule(rank: int, size: int, count: int) -> Schedule:
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     return (p - 1) * alpha + n * (p - 1) / p * beta
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    return n * (p - 1) / p

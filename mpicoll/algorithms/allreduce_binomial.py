@@ -11,7 +11,8 @@ Rabenseifner for large messages. It is here as the textbook baseline (MPICH's
 
 Cost, n bytes:
     T = 2.ceil(lg p).(alpha + n.beta) + ceil(lg p).n.gamma
-Bytes each rank sends: n per child in the broadcast, plus n to the parent in the reduce.
+Bytes each rank sends: n to its parent in the reduce (rank 0 has none), plus n per child in
+the broadcast.
 """
 
 from ..schedule import Schedule
@@ -26,3 +27,7 @@ def schedule(rank: int, size: int, count: int) -> Schedule:
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     lg = (p - 1).bit_length()
     return 2 * lg * (alpha + n * beta) + lg * n * gamma
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    return reduce_binomial.bytes_sent(rank, p, n) + bcast_binomial.bytes_sent(rank, p, n)

@@ -21,6 +21,9 @@ Cost, n bytes, L ranks per node, M nodes, intra-node alpha_l/beta_l, inter-node 
     shard:  T = 2(L-1).alpha_l + 2.n.((L-1)/L).beta_l + n.((L-1)/L).gamma   (ring inner)
                 + T_outer(M, n/L; alpha, beta, gamma)
     leader: T = 2.ceil(lg L).(alpha_l + n.beta_l) + ceil(lg L).n.gamma + T_outer(M, n)
+Bytes each rank sends: what it sends in the three phases -- its inner phases' bytes on its node,
+plus the outer all-reduce's bytes for its shard (n/L; shard) or, on the leaders, for the whole
+vector (leader).
 """
 
 from ..schedule import Schedule, block_displs
@@ -103,3 +106,16 @@ def cost(p: int, n: float, alpha: float, beta: float, gamma: float, *, ranks_per
     if inner == "binomial":
         return node + outer_cost(M, n, alpha, beta, gamma)
     return node + outer_cost(M, n / L, alpha, beta, gamma)
+
+
+def bytes_sent(rank: int, p: int, n: float, *, nodes, inner: str | None = None,
+               outer: str = "recursive_doubling") -> float:
+    inner = inner or default_inner(nodes)
+    node = next(j for j, members in enumerate(nodes) if rank in members)
+    local, L = nodes[node].index(rank), len(nodes[node])
+    first, last = INNER[inner]
+    if inner == "binomial":
+        middle = OUTER[outer].bytes_sent(node, len(nodes), n) if local == 0 else 0
+    else:
+        middle = OUTER[outer].bytes_sent(node, len(nodes), n / L)
+    return first.bytes_sent(local, L, n) + middle + last.bytes_sent(local, L, n)

@@ -19,7 +19,8 @@ Source: Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005; MPICH's
 Cost, n bytes, p' = 2^floor(lg p):
     p = p':  T = lg p.(alpha + n.beta + n.gamma)
     else:    T = (lg p' + 2).alpha + (lg p' + 2).n.beta + (lg p' + 1).n.gamma
-Bytes each rank sends: n.lg p' (+ n on the folded ranks).
+Bytes each rank sends: n.lg p', plus n on the odd ranks below 2.rem (the unfold); the even
+ranks below 2.rem send n (the fold) and nothing else.
 """
 
 from ..schedule import Recv, Schedule, Send, fold_real_rank, make_schedule, pof2_fold
@@ -54,3 +55,11 @@ def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     if p == pof2:
         return lgp * (alpha + n * beta + n * gamma)
     return (lgp + 2) * (alpha + n * beta) + (lgp + 1) * n * gamma
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    pof2, rem, newrank = pof2_fold(rank, p)
+    if newrank < 0:
+        return n                                    # the fold only
+    lgp = pof2.bit_length() - 1
+    return n * lgp + (n if rank < 2 * rem else 0)   # + the unfold

@@ -19,7 +19,8 @@ Rabenseifner & Gropp, IJHPCA 19(1), 2005; MPICH's ``allreduce_intra_reduce_scatt
 Cost, n bytes, p' = 2^floor(lg p):
     p = p':  T = 2.lg p.alpha + 2.n.((p-1)/p).beta + n.((p-1)/p).gamma
     else:    T = (2.lg p' + 2).alpha + (2.(p'-1)/p' + 2).n.beta + (1 + (p'-1)/p').n.gamma
-Bytes each rank sends: 2.n.(p-1)/p when p is a power of two (and p divides the count).
+Bytes each rank sends: 2.n.(p'-1)/p' (exactly, when p' divides the count), plus n on the odd
+ranks below 2.rem (the unfold); the even ranks below 2.rem send n (the fold) and nothing else.
 """
 
 from ..schedule import Recv, Schedule, Send, block_displs, fold_real_rank, make_schedule, pof2_fold
@@ -53,3 +54,10 @@ def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
         return 2 * lgp * alpha + 2 * n * (p - 1) / p * beta + n * (p - 1) / p * gamma
     f = (pof2 - 1) / pof2
     return (2 * lgp + 2) * alpha + (2 * f + 2) * n * beta + (1 + f) * n * gamma
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    pof2, rem, newrank = pof2_fold(rank, p)
+    if newrank < 0:
+        return n                                                # the fold only
+    return 2 * n * (pof2 - 1) / pof2 + (n if rank < 2 * rem else 0)   # + the unfold

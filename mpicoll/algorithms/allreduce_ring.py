@@ -27,3 +27,7 @@ def schedule(rank: int, size: int, count: int) -> Schedule:
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     return 2 * (p - 1) * alpha + 2 * n * (p - 1) / p * beta + n * (p - 1) / p * gamma
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    return 2 * n * (p - 1) / p

@@ -34,3 +34,14 @@ def schedule(rank: int, size: int, count: int, *, root: int = 0) -> Schedule:
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     return (p - 1).bit_length() * (alpha + n * beta)
+
+
+def children(rel: int, p: int) -> int:
+    """How many ranks relative rank ``rel`` sends to: ``rel + mask`` for each mask below its
+    lowest set bit (below the top of the tree for the root), where that rank exists."""
+    low = rel & -rel if rel else 1 << (p - 1).bit_length()
+    return sum(1 for k in range(low.bit_length() - 1) if rel + (1 << k) < p)
+
+
+def bytes_sent(rank: int, p: int, n: float, root: int = 0) -> float:
+    return n * children((rank - root) % p, p)

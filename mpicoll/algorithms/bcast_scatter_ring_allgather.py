@@ -13,6 +13,9 @@ communication library (InterCom)", SHPCC 1994; Thakur, Rabenseifner & Gropp, IJH
 
 Cost, n bytes:
     T = (ceil(lg p) + p - 1).alpha + 2.n.((p-1)/p).beta
+Bytes each rank sends: in the scatter, the blocks of its subtree but its own (relative rank rel
+with lowest set bit b holds blocks rel .. min(rel + b, p) - 1; the root all p); in the ring
+all-gather n.(p-1)/p (exactly, when p divides the count).
 """
 
 from ..schedule import Recv, Schedule, Send, block_displs, make_schedule
@@ -43,3 +46,9 @@ def schedule(rank: int, size: int, count: int, *, root: int = 0) -> Schedule:
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     return ((p - 1).bit_length() + p - 1) * alpha + 2 * n * (p - 1) / p * beta
+
+
+def bytes_sent(rank: int, p: int, n: float, root: int = 0) -> float:
+    rel = (rank - root) % p
+    subtree = min(rel + (rel & -rel), p) - rel if rel else p
+    return (subtree - 1) * n / p + n * (p - 1) / p

@@ -8,7 +8,7 @@ ceil(lg p) rounds the root holds the reduction of all p vectors.
 Source: MPICH's ``reduce_intra_binomial.c``; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005.
 
 Cost, n bytes: T = ceil(lg p).(alpha + n.beta + n.gamma)  (along the root's critical path)
-Bytes each non-root rank sends: n.
+Bytes each rank sends: n, the root none.
 """
 
 from ..schedule import Recv, Schedule, Send, make_schedule
@@ -31,3 +31,7 @@ def schedule(rank: int, size: int, count: int, *, root: int = 0) -> Schedule:
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     return (p - 1).bit_length() * (alpha + n * beta + n * gamma)
+
+
+def bytes_sent(rank: int, p: int, n: float, root: int = 0) -> float:
+    return 0 if rank == root else n

@@ -15,15 +15,21 @@ even rank its block.
 Source: Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005, sec. 4.4; MPICH's
 ``reduce_scatter_intra_recursive_halving.c``.
 
-Cost, n bytes in all (p' = 2^floor(lg p)):
+Cost, n bytes in all (blocks of n/p; p' = 2^floor(lg p), rem = p - p'):
     p = p':  T = lg p.alpha + n.((p-1)/p).(beta + gamma)
-    else:    T = (lg p' + 2).alpha + n.(1 + (p'-1)/p').(beta + gamma) + (n/p).beta
-             (fold: alpha + n.beta + n.gamma; unfold: alpha + (n/p).beta)
-Bytes each rank sends: n.(p-1)/p when p is a power of two.
+    else:    T = (lg p' + 2).alpha + n.(beta + gamma)                      (fold)
+                 + (p' - 1 + sum_m min(rem, m)).(n/p).(beta + gamma)      (halving)
+                 + (n/p).beta                                             (unfold)
+    where m runs over the distances 1, 2, 4, ..., p'/2: the virtual ranks below rem own two
+    blocks, so the busiest pair of each halving step (virtual rank 0's) carries min(rem, m)
+    blocks more than m.
+Bytes each rank sends: n.(p-1)/p (exactly, when p divides the count); the even ranks below
+2.rem send n (the fold) and nothing else. (Each participant gives away, over the halving
+steps, every block but the ones it keeps -- and the odd ranks below 2.rem then hand one on.)
 """
 
 from ..schedule import (Recv, Schedule, Send, block_displs, fold_real_rank, make_schedule,
-                        pof2_fold)
+                        pof2_fold, virtual_blocks)
 
 
 def halving_steps(newrank: int, pof2: int, seg: list[int], real) -> list:
@@ -68,8 +74,13 @@ def schedule(rank: int, size: int, count: int) -> Schedule:
 
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
-    pof2 = 1 << (p.bit_length() - 1)
+    pof2, rem, _ = pof2_fold(0, p)
     lgp = pof2.bit_length() - 1
     if p == pof2:
         return lgp * alpha + n * (p - 1) / p * (beta + gamma)
-    return ((lgp + 2) * alpha + n * (1 + (pof2 - 1) / pof2) * (beta + gamma) + n / p * beta)
+    halving = sum(virtual_blocks(0, 1 << k, rem) for k in range(lgp))
+    return (lgp + 2) * alpha + (n + halving * n / p) * (beta + gamma) + n / p * beta
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    return n if pof2_fold(rank, p)[2] < 0 else n * (p - 1) / p

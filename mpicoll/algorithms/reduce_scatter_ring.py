@@ -12,7 +12,7 @@ workstations", JPDC 69(2), 2009; the first half of MPICH's ``allreduce_intra_rin
 
 Cost, n bytes in all (each block n/p):
     T = (p-1).alpha + n.((p-1)/p).beta + n.((p-1)/p).gamma
-Bytes each rank sends: n.(p-1)/p (exactly, when p divides the count).
+Bytes each rank sends: n.(p-1)/p (exactly, when p divides the count) -- ``bytes_sent``.
 """
 
 from ..schedule import Recv, Schedule, Send, block_displs, make_schedule
@@ -33,3 +33,7 @@ def schedule(rank: int, size: int, count: int) -> Schedule:
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
     """Predicted seconds for n bytes on p ranks."""
     return (p - 1) * alpha + n * (p - 1) / p * (beta + gamma)
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    return n * (p - 1) / p

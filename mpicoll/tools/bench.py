@@ -38,6 +38,7 @@ import time
 
 import numpy as np
 
+from .. import settings
 from ..model import load_profile, predict
 from .sizes import parse_size, sizes_from
 
@@ -112,7 +113,7 @@ def preamble(comm, args, nodes) -> dict:
         "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "collective": args.collective, "dtype": args.dtype, "op": args.op,
-        "virtual_nodes": os.environ.get("MPICOLL_RANKS_PER_NODE"),
+        "virtual_nodes": settings.get("MPICOLL_RANKS_PER_NODE"),
     }
 
 

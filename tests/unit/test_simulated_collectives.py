@@ -14,7 +14,9 @@ from mpicoll.kernels import DTYPES, OPS
 from mpicoll.registry import ALLGATHER, ALLREDUCE, BCAST, REDUCE_SCATTER_BLOCK
 
 SIZES = range(1, 18)
-FLAT = [a for a in ALLREDUCE if a not in ("mpi", "hierarchical")]
+FLAT = [a for a, algo in ALLREDUCE.items() if not algo.library and not algo.has("node-layout")]
+NODE_AWARE = [a for a, algo in ALLREDUCE.items() if algo.has("node-layout")]
+DTYPE_IDS = [str(d) for d in DTYPES]
 LARGE = 100_003
 
 
@@ -78,26 +80,26 @@ def check(out, xs, op, label):
         assert got.tobytes() == out[0].tobytes(), f"{label}: rank {rank} differs from rank 0"
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("algorithm", FLAT)
 @pytest.mark.parametrize("p", SIZES)
-def test_allreduce(algorithm, p):
+def test_allreduce(algorithm, p, dtype, op):
     for n in counts(p):
-        for dtype in DTYPES:
-            for op in OPS:
-                xs = inputs(p, n, dtype, op)
-                keep = [x.copy() for x in xs]
-                out = simulate.allreduce(xs, op, algorithm)
-                check(out, xs, op, f"{algorithm} P={p} n={n} {dtype} {op}")
-                assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, keep)), "inputs modified"
+        xs = inputs(p, n, dtype, op)
+        keep = [x.copy() for x in xs]
+        out = simulate.allreduce(xs, op, algorithm)
+        check(out, xs, op, f"{algorithm} P={p} n={n} {dtype} {op}")
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, keep)), "inputs modified"
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("algorithm", FLAT)
 @pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13, 16, 17])
-def test_allreduce_large(algorithm, p):
-    for dtype in DTYPES:
-        for op in OPS:
-            xs = inputs(p, LARGE, dtype, op)
-            check(simulate.allreduce(xs, op, algorithm), xs, op, f"{algorithm} P={p} {dtype} {op}")
+def test_allreduce_large(algorithm, p, dtype, op):
+    xs = inputs(p, LARGE, dtype, op)
+    check(simulate.allreduce(xs, op, algorithm), xs, op, f"{algorithm} P={p} {dtype} {op}")
 
 
 def hierarchical_variants(p):
@@ -111,29 +113,30 @@ def hierarchical_variants(p):
                     yield k, inner, outer
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("algorithm", NODE_AWARE)
 @pytest.mark.parametrize("p", SIZES)
-def test_allreduce_hierarchical(p):
+def test_allreduce_hierarchical(p, algorithm, op):
     for k, inner, outer in hierarchical_variants(p):
         for n in counts(p):
             for dtype in (np.float64, np.int32):
-                for op in OPS:
-                    xs = inputs(p, n, dtype, op)
-                    out = simulate.allreduce(xs, op, "hierarchical", ranks_per_node=k,
-                                             inner=inner, outer=outer)
-                    check(out, xs, op, f"hierarchical k={k} {inner}/{outer} P={p} n={n}")
+                xs = inputs(p, n, dtype, op)
+                out = simulate.allreduce(xs, op, algorithm, ranks_per_node=k, inner=inner,
+                                         outer=outer)
+                check(out, xs, op, f"{algorithm} k={k} {inner}/{outer} P={p} n={n} {dtype}")
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("algorithm", [a for a in REDUCE_SCATTER_BLOCK if a != "mpi"])
 @pytest.mark.parametrize("p", SIZES)
-def test_reduce_scatter_block(algorithm, p):
+def test_reduce_scatter_block(algorithm, p, dtype, op):
     for n in (0, 1, 2, 5, 64):
-        for dtype in DTYPES:
-            for op in OPS:
-                xs = inputs(p, p * n, dtype, op)
-                out = simulate.reduce_scatter_block(xs, op, algorithm)
-                for r, got in enumerate(out):
-                    block = [x[r * n:(r + 1) * n] for x in xs]
-                    check([got], block, op, f"{algorithm} P={p} n={n} {dtype} {op} rank {r}")
+        xs = inputs(p, p * n, dtype, op)
+        out = simulate.reduce_scatter_block(xs, op, algorithm)
+        for r, got in enumerate(out):
+            block = [x[r * n:(r + 1) * n] for x in xs]
+            check([got], block, op, f"{algorithm} P={p} n={n} {dtype} {op} rank {r}")
 
 
 @pytest.mark.parametrize("algorithm", [a for a in ALLGATHER if a != "mpi"])

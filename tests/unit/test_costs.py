@@ -1,0 +1,79 @@
+"""Every algorithm's docstring formulas, checked against what its schedule does.
+
+For every algorithm at p = 2..17 (and counts that divide evenly, where the formulas are exact):
+* ``cost(p, n, alpha=1, beta=0, gamma=0)`` is the critical path in message rounds that the
+  in-process executor measures;
+* ``cost(p, n, alpha, beta, gamma)`` is the time on the executor's alpha-beta-gamma clock;
+* ``bytes_sent(rank, p, n)`` -- the docstring's "Bytes each rank sends" -- is what each rank's
+  schedule sends.
+"""
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from mpicoll.executors import inprocess
+from mpicoll.registry import COLLECTIVES
+from mpicoll.topology import virtual_nodes
+
+CLOCK = (2e-6, 1e-9, 3e-10)          # alpha, beta, gamma
+ITEMSIZE = 8
+SCHEDULED = [(c, name) for c, table in COLLECTIVES.items() for name, a in table.items()
+             if not a.library]
+
+
+def cases(collective, name):
+    """(p, count, schedule options, cost keywords, bytes_sent keywords) to check."""
+    algo = COLLECTIVES[collective][name]
+    for p in range(2, 18):
+        pof2 = 1 << (p.bit_length() - 1)
+        if algo.has("node-layout"):
+            for L in (1, 2, 3, p):
+                nodes = virtual_nodes(p, L)
+                M = len(nodes)
+                for inner in algo.options[0].choices:
+                    if inner != "binomial" and len({len(n) for n in nodes}) > 1:
+                        continue
+                    for outer in algo.options[1].choices:
+                        unit = math.lcm(p, L * M * (1 << (M.bit_length() - 1)))
+                        options = dict(nodes=nodes, inner=inner, outer=outer)
+                        yield p, unit, options, dict(ranks_per_node=L, inner=inner,
+                                                     outer=outer), options
+        elif algo.has("root"):
+            for root in sorted({0, p - 1, p // 2}):
+                yield p, p * pof2, dict(root=root), {}, dict(root=root)
+        else:
+            for k in (1, 3):
+                yield p, k * p * pof2, {}, {}, {}
+
+
+@pytest.mark.parametrize("collective, name", SCHEDULED)
+def test_cost_is_the_schedule(collective, name):
+    algo = COLLECTIVES[collective][name]
+    problems = []
+    for p, count, options, cost_kw, bytes_kw in cases(collective, name):
+        scheds = [algo.schedule(r, p, count, **options) for r in range(p)]
+        result = inprocess.run(scheds, [np.zeros(count) for _ in range(p)], clock=CLOCK)
+        n = count * ITEMSIZE
+        label = f"p={p} count={count} {cost_kw or options}"
+        rounds = algo.cost(p, n, 1.0, 0.0, 0.0, **cost_kw)
+        if not math.isclose(rounds, result.rounds):
+            problems.append(f"{label}: cost(alpha=1) = {rounds}, rounds = {result.rounds}")
+        predicted = algo.cost(p, n, *CLOCK, **cost_kw)
+        if not math.isclose(predicted, result.time, rel_tol=1e-9):
+            problems.append(f"{label}: cost = {predicted:.6e} s, clock = {result.time:.6e} s")
+        for rank, sched in enumerate(scheds):
+            claimed = algo.module.bytes_sent(rank, p, n, **bytes_kw)
+            if not math.isclose(claimed, sched.elements_sent() * ITEMSIZE, abs_tol=1e-9):
+                problems.append(f"{label} rank {rank}: bytes_sent = {claimed}, schedule sends "
+                                f"{sched.elements_sent() * ITEMSIZE}")
+    assert not problems, f"{len(problems)} mismatches: " + "; ".join(problems[:6])
+
+
+@pytest.mark.parametrize("collective, name", SCHEDULED)
+def test_docstring_states_cost_and_bytes(collective, name):
+    doc = COLLECTIVES[collective][name].module.__doc__
+    assert re.search(r"^Cost", doc, re.M), "no cost formula in the docstring"
+    assert re.search(r"^Bytes each rank sends:", doc, re.M), "no bytes formula in the docstring"
