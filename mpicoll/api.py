@@ -109,6 +109,8 @@ def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) 
 def _options(call: Call, algo: Algorithm, given: dict) -> dict:
     """The algorithm's declared options, resolved and checked on this rank (before any
     agreement or message), plus the node layout for node-aware algorithms."""
+    if not given and not algo.options and not algo.has("node-layout"):
+        return {}                           # the common case, kept cheap
     nodes = call.open().nodes() if algo.has("node-layout") else None
     options = algo.resolve(given, nodes)
     if nodes is not None:
@@ -133,8 +135,8 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         algo = _algorithm("allreduce", algorithm)
         comm = call.comm
         send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
-        given = {"inner": inner, "outer": outer}
-        if algo is None and any(v is not None for v in given.values()):
+        given = {} if inner is None and outer is None else {"inner": inner, "outer": outer}
+        if algo is None and given:
             raise ValueError("inner/outer apply only to an algorithm that declares them, "
                              "not to 'auto'")
         size, count = comm.Get_size(), recv.size
@@ -148,8 +150,8 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
             call.mpi(MPI.Comm.Allreduce, MPI.Comm.Iallreduce,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
-        if send is not None:        # same element count, any shape: copy over the flat views
-            np.copyto(recv.reshape(-1), send.reshape(-1))
+        if send is not None:        # same element count, any shape
+            np.copyto(recv, send.reshape(recv.shape))
         if size > 1 and count > 0:
             _run(call, algo, recv.reshape(-1), opname, options)
         return recv

@@ -62,7 +62,7 @@ class Option:
         return given
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)     # each is declared once: compared and hashed by identity
 class Algorithm:
     name: str
     module: ModuleType | None       # None: the MPI library's own collective
@@ -90,7 +90,7 @@ class Algorithm:
     def resolve(self, given: dict | None = None, nodes=None) -> dict:
         """Every declared option's value (given, else from the environment, else the default),
         checked, in declaration order; raises ``ValueError`` naming a bad or unknown option."""
-        given = dict(given or {})
+        given = given or {}
         unknown = [k for k, v in given.items()
                    if v is not None and k not in {o.name for o in self.options}]
         if unknown:
@@ -169,8 +169,8 @@ def lookup(collective: str, name: str) -> Algorithm:
     """The algorithm ``name`` (or an alias of it) of ``collective``; ``ValueError`` naming the
     choices if there is none."""
     table = COLLECTIVES[collective]
-    name = _ALIASES.get((collective, name), name)
-    if isinstance(name, str) and name in table:
-        return table[name]
-    raise ValueError(f"unknown {collective} algorithm {name!r}; expected 'auto' or one of "
-                     f"{list(table)}")
+    try:
+        return table[_ALIASES.get((collective, name), name)]
+    except (KeyError, TypeError):       # TypeError: not hashable, so not a name
+        raise ValueError(f"unknown {collective} algorithm {name!r}; expected 'auto' or one of "
+                         f"{list(table)}") from None

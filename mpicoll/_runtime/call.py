@@ -47,12 +47,12 @@ class Call:
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
         self.collective, self.comm = collective, comm
-        self.timeout = (settings.get("MPICOLL_TIMEOUT") if timeout is None
-                        else _timeout(timeout, "timeout"))
-        self.on_timeout = (settings.get("MPICOLL_ON_TIMEOUT") if on_timeout is None
-                           else _on_timeout(on_timeout, "on_timeout"))
-        self.validate = (settings.get("MPICOLL_VALIDATE") if validate is None
-                         else _validate(validate)) and comm.Get_size() > 1
+        defaults = _defaults or _read_defaults()
+        self.timeout = defaults[0] if timeout is None else _timeout(timeout, "timeout")
+        self.on_timeout = defaults[1] if on_timeout is None else _on_timeout(on_timeout,
+                                                                             "on_timeout")
+        self.validate = (defaults[2] if validate is None else _validate(validate)) \
+            and comm.Get_size() > 1
         self.agreed, self.tag, self._state = False, 0, None
         self.watch = None
         if self.timeout is not None:
@@ -129,6 +129,22 @@ class Call:
 
 
 # ----------------------------------------------------------------------------- the options
+
+_defaults = None        # (timeout, on_timeout, validate) from the settings, read once
+
+
+def _read_defaults() -> tuple:
+    global _defaults
+    _defaults = tuple(settings.get(name) for name in
+                      ("MPICOLL_TIMEOUT", "MPICOLL_ON_TIMEOUT", "MPICOLL_VALIDATE"))
+    return _defaults
+
+
+@settings.on_reload
+def _forget_defaults() -> None:
+    global _defaults
+    _defaults = None
+
 
 def _timeout(timeout, name: str) -> float | None:
     """Seconds, or None for no timeout (``math.inf``)."""
