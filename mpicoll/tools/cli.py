@@ -48,13 +48,21 @@ class Parser(argparse.ArgumentParser):
             print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
+    def print_help(self, file=None):
+        if _rank() == 0:
+            super().print_help(file)
+
 
 def _rank() -> int:
-    """This process's rank in COMM_WORLD if MPI is running, else 0; never initialises MPI."""
+    """This process's rank in COMM_WORLD if MPI is running, else the rank its launcher gave it
+    (mpiexec, srun), else 0; never initialises MPI."""
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
-        return 0
-    return mpi.COMM_WORLD.Get_rank()
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank()
+    for name in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
 
 
 def _number(kind, test, what):

@@ -104,7 +104,10 @@ def main(argv=None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     if args.update:
-        print(f"{update(args.update)} trace block(s) updated in {args.update}")
+        try:
+            print(f"{update(args.update)} trace block(s) updated in {args.update}")
+        except OSError as e:
+            ap.error(f"--update {args.update}: {e.strerror or e}")
         return 0
     table = COLLECTIVES[args.collective]
     if not args.algorithm or args.algorithm not in table or table[args.algorithm].library:

@@ -157,11 +157,13 @@ def test_bench_refuses_an_output_path_it_cannot_write_before_measuring(capsys, t
     assert "is a folder, not a file" in line
 
 
-def test_bench_misuse_under_mpiexec_prints_one_line():
+def test_misuse_and_help_under_mpiexec_print_once():
     proc = mpicoll("bench", "-e", "1X", ranks=2)
     assert proc.returncode == 2
     assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "not a size: '1X'" in proc.stderr
+    proc = mpicoll("trace", "--help", ranks=2)      # MPI not started: the launcher's rank
+    assert proc.returncode == 0 and proc.stdout.count("usage: mpicoll trace") == 1, proc.stdout
 
 
 def test_bench_no_check_claims_nothing_and_json_lands_in_a_new_folder(tmp_path):
@@ -194,6 +196,7 @@ def test_bench_no_check_claims_nothing_and_json_lands_in_a_new_folder(tmp_path):
     (["ring", "--inner", "ring"], "--inner applies to node-aware algorithms, not 'ring'"),
     (["butterfly"], "name an algorithm of allreduce: ring,"),
     (["mpi"], "(not 'mpi')"),
+    (["--update", "/nonexistent.md"], "--update /nonexistent.md: No such file or directory"),
 ])
 def test_trace_misuse(capsys, argv, says):
     line = usage_error(capsys, "trace", *argv)
