@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     table = [predict_all(args.nranks, s, profile, collective=args.collective,
                          ranks_per_node=args.ranks_per_node) for s in sizes]
     names = list(table[0])
+    for reason in profile.meta.get("unreliable", []):
+        print(f"# warning: the profile's beta is unreliable (mpicoll calibrate said: {reason})")
     print(f"# predicted {args.collective} time (us), N={args.nranks}, "
           f"alpha={profile.alpha * 1e6:.2f}us beta={profile.beta * 1e9:.4f}ns/B "
           f"gamma={profile.gamma * 1e9:.4f}ns/B overhead={profile.overhead * 1e6:.2f}us"

@@ -225,6 +225,15 @@ def test_model_misuse(capsys, tmp_path):
         capsys, "model", "--profile", str(tmp_path / "p.json"))
 
 
+def test_model_repeats_why_a_profile_is_unreliable(tmp_path, capsys):
+    profile = model.load_profile()
+    profile.meta = {"unreliable": ["intra link: the time does not grow with the size"]}
+    profile.to_json(tmp_path / "p.json")
+    assert status_of("model", "--profile", str(tmp_path / "p.json"), "-e", "64") == 0
+    assert "# warning: the profile's beta is unreliable (mpicoll calibrate said: intra link: " \
+        "the time does not grow" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------- plot, report, tune
 
 @pytest.mark.parametrize("command", ["plot", "report", "tune"])
