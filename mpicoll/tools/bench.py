@@ -32,7 +32,6 @@ With ``--no-check`` nothing is compared: ``#wrong`` shows ``-`` and the JSON's `
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
