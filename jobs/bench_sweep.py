@@ -35,9 +35,10 @@ def main(argv=None) -> int:
         status |= bench.main(["--collective", name, *bench_args, "--json", str(path)])
         if RANK == 0:
             res = json.loads(path.read_text())
-            wrong = sum(r["wrong"] for r in res["records"])
+            checked = [r["wrong"] for r in res["records"] if r["wrong"] is not None]
+            wrong = f"{sum(checked)} wrong elements" if checked else "not checked (--no-check)"
             summary.append(f"#   {name}: {res['nranks']} ranks on {res['nodes']} node(s), "
-                           f"{len(res['records'])} measurements, {wrong} wrong elements")
+                           f"{len(res['records'])} measurements, {wrong}")
             bench_plot(path, path.with_suffix(".png"))
     say("\n# bench sweep summary\n" + "\n".join(summary))
     return status

@@ -9,9 +9,24 @@
     mpicoll.ALGORITHMS   # the all-reduce algorithms, "mpi" (the MPI library's own) included
 """
 
-from .api import ALGORITHMS, allgather, allreduce, bcast, reduce_scatter_block
 from .errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 
 __version__ = "0.1.0"
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
            "CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "__version__"]
+_API = ("allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS")
+
+
+def __getattr__(name: str):
+    """The collectives, loaded from ``mpicoll.api`` on first use: ``import mpicoll`` stays cheap
+    and leaves MPI alone (``mpi4py.MPI``, imported by the API, initialises MPI), so commands
+    that need no MPI (``mpicoll trace``, ``model`` ...) never start it."""
+    if name in _API:
+        from . import api
+        globals()[name] = value = getattr(api, name)
+        return value
+    raise AttributeError(f"module 'mpicoll' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

@@ -1,12 +1,15 @@
-"""Command line: ``mpicoll COMMAND`` or ``python -m mpicoll COMMAND``.
+"""Command line: mpicoll COMMAND [options], or python -m mpicoll COMMAND; mpicoll COMMAND -h
+for a command's options, mpicoll --version for the version.
 
     bench       all algorithms against the MPI library's, OSU / nccl-tests style (under mpiexec)
     calibrate   measure alpha, beta, gamma for the cost model (under mpiexec)
     model       predicted times and crossovers from a profile, for any N (no MPI needed)
-    tune        reduce a bench JSON to a decision table for algorithm="auto"
+    tune        reduce bench JSON files to a decision table for algorithm="auto"
     plot        time and bus bandwidth against size from a bench JSON
     report      a bench JSON as markdown tables
     trace       print the schedule of an algorithm for N ranks (no MPI needed)
+
+Only bench and calibrate initialise MPI; the other commands (and -h, --version) never do.
 """
 
 from __future__ import annotations
@@ -15,15 +18,42 @@ import sys
 
 COMMANDS = {name: f"mpicoll.tools.{name}"
             for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace")}
+NEEDS_MPI = ("bench", "calibrate")
+
+
+def _without_mpi() -> None:
+    """Let mpi4py.MPI be imported (the library does) without initialising or finalising MPI: on
+    a login node a site MPI can be slow to start or refuse to. No effect once it is loaded."""
+    import mpi4py
+    if "mpi4py.MPI" not in sys.modules:
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+    """``mpicoll ARGV``; without ``argv`` it is the program (``sys.argv``), and only then does
+    it keep MPI uninitialised for the commands that need none: a caller passing ``argv`` may
+    still want MPI in its process afterwards."""
+    if argv is None:
+        argv = sys.argv[1:]
+        command = argv[0] if argv else None
+        if command not in NEEDS_MPI or "-h" in argv or "--help" in argv:
+            _without_mpi()
+    command = argv[0] if argv else None
+    if command in ("-h", "--help"):
         print(__doc__.strip())
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 0
+    if command == "--version":
+        from . import __version__
+        print(f"mpicoll {__version__}")
+        return 0
+    if command not in COMMANDS:
+        problem = "no command given" if command is None else f"unknown command {command!r}"
+        print(f"mpicoll: {problem}; expected one of: {', '.join(COMMANDS)} "
+              "(mpicoll --help says what each does)", file=sys.stderr)
+        return 2
     import importlib
-    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:]) or 0
+    return importlib.import_module(COMMANDS[command]).main(argv[1:]) or 0
 
 
 if __name__ == "__main__":

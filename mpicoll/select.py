@@ -4,7 +4,8 @@ In order, the first that has an answer decides:
 
 1. a measured decision table (``MPICOLL_TUNING=path``, written by ``mpicoll tune`` from a bench
    sweep; the one measured on this project's machine ships as ``profiles/tuning.json``): the
-   winner of the measured size range for this N;
+   winner of the measured size range for this N (above the largest measured size the table
+   has no answer: nothing was measured there);
 2. the cost model (``MPICOLL_PROFILE=path``, else the shipped ``profiles/default.json``): the
    algorithm with the lowest predicted time;
 3. MPICH's classic rule (``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE``): recursive doubling up to
@@ -51,7 +52,7 @@ def _from_table(collective: str, nbytes: int, size: int) -> str | None:
     ranges = _table().get(collective, {}).get(str(size))
     if not ranges:
         return None
-    for entry in ranges:                  # sorted by max_bytes; the last one has no upper end
+    for entry in ranges:                  # sorted by max_bytes (null: no upper end)
         if entry["max_bytes"] is None or nbytes <= entry["max_bytes"]:
             return entry["algorithm"]
     return None

@@ -3,18 +3,21 @@
     mpiexec -n 4 mpicoll bench -b 8 -e 4M -f 4 --json r.json
 
 Conventions are nccl-tests' and OSU's: sizes by ``-b/-e/-f`` (or ``-m MIN:MAX``), K/M/G
-suffixes; columns ``size count type redop algorithm | time(us) algbw(GB/s) busbw(GB/s) #wrong |
-vs_mpi``, with GB = 1e9 B, algbw = size / time and busbw = algbw x 2(N-1)/N (all-reduce),
-(N-1)/N (reduce-scatter, all-gather) or 1 (broadcast). ``vs_mpi`` = MPI's time / this
-algorithm's time at the same size: above 1 is faster than the MPI library.
+suffixes; columns ``size count type redop algorithm place | time(us) algbw busbw #wrong |
+vs_mpi pred(us) sent/size``. Bandwidths are in GB/s with GB = 1e9 B: algbw = size / time and
+busbw = algbw x 2(N-1)/N (all-reduce), (N-1)/N (reduce-scatter, all-gather) or 1 (broadcast).
+``vs_mpi`` = MPI's time / this algorithm's time at the same size: above 1 is faster than the MPI
+library. ``pred(us)`` is the cost model's time for the algorithm (``mpicoll model``; the profile
+is ``--profile``, else ``$MPICOLL_PROFILE``, else the shipped one); ``sent/size`` the bytes rank 0
+sent over the size.
 
 Timing: each call sits between barriers; an iteration's time is the slowest rank's; the table
 gives the median (``--full`` adds min, max, p90, p99). At each size the algorithms take turns
 in a fresh random order every iteration (the same order on every rank), so drift of the machine
 hits them all alike. ``mpi`` is timed as ``comm.Allreduce`` (etc.) straight through mpi4py, the
 way an application calls it; mpicoll's algorithms include the cost of mpicoll's Python layer
-(argument checks, schedule lookup, a few microseconds). Iterations shrink with size on the IMB rule (a 64 MiB volume per
-measurement, between 5 and 200) unless ``-n`` is given.
+(argument checks, schedule lookup, a few microseconds). Iterations shrink with size on the
+IMB rule (a 64 MiB volume per measurement, between 5 and 200) unless ``-n`` is given.
 
 Hangs: the validation and warm-up calls run with ``timeout=--timeout`` (300 s) and
 ``on_timeout="abort"``, so a rank that is missing or stuck ends the job with the culprit named
@@ -23,12 +26,12 @@ instead of hanging it; the timed calls run without a timeout, as an application'
 Validation (on by default, outside the timed loop): inputs are small integers, whose sums and
 products are exact in any order, so ``#wrong`` counts exactly the elements that differ from the
 closed-form answer, summed over ranks. Any wrong element anywhere makes the exit status 1.
+With ``--no-check`` nothing is compared: ``#wrong`` shows ``-`` and the JSON's ``wrong`` is null.
 ``bytes_sent`` is what the executor counted on each rank during the validation call.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -40,7 +43,9 @@ import numpy as np
 
 from .. import settings
 from ..model import load_profile, predict
-from .sizes import parse_size, sizes_from
+from .cli import (Parser, nonnegative_float, nonnegative_int, positive_int,
+                  prepare_output, step_factor)
+from .sizes import parse_size, size_arg, sizes_from
 
 __all__ = ["main", "run", "parse_args", "Case", "BUS_FACTOR"]
 
@@ -59,36 +64,64 @@ def BUS_FACTOR(collective: str, n: int) -> float:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="mpicoll bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
-    ap.add_argument("-e", "--maxbytes", default="4M", help="largest size (default 4M)")
-    ap.add_argument("-f", "--stepfactor", type=float, default=4, help="size factor (default 4)")
-    ap.add_argument("-m", "--message-size", metavar="MIN:MAX", help="OSU-style size range")
-    ap.add_argument("-n", "--iters", type=int, help="timed iterations (default: IMB rule)")
-    ap.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls (default 5)")
+    """The options, checked: a bad one is a one-line usage error (exit 2) before any measuring."""
+    from ..model import ProfileError
+    from ..registry import COLLECTIVES
+    ap = Parser("mpicoll bench", __doc__)
+    ap.add_argument("-b", "--minbytes", type=size_arg, default="8", help="smallest size")
+    ap.add_argument("-e", "--maxbytes", type=size_arg, default="4M", help="largest size")
+    ap.add_argument("-f", "--stepfactor", type=step_factor, default=4,
+                    help="size factor between steps (1: every size)")
+    ap.add_argument("-m", "--message-size", metavar="MIN:MAX",
+                    help="OSU-style size range, instead of -b and -e")
+    ap.add_argument("-n", "--iters", type=positive_int,
+                    help="timed iterations (default: a 64 MiB volume per size, 5 to 200)")
+    ap.add_argument("-w", "--warmup", type=nonnegative_int, default=5, help="untimed calls")
     ap.add_argument("-a", "--algorithms", help="comma list (default: all, auto and mpi)")
-    ap.add_argument("-d", "--dtype", default="float32", choices=list(DTYPES))
-    ap.add_argument("-o", "--op", default="sum", choices=["sum", "prod", "max", "min"])
+    ap.add_argument("-d", "--dtype", default="float32", choices=list(DTYPES),
+                    help="element type")
+    ap.add_argument("--op", default="sum", choices=["sum", "prod", "max", "min"],
+                    help="reduction")
     ap.add_argument("--inplace", action="store_true", help="time in-place calls")
     ap.add_argument("--outofplace", action="store_true",
                     help="time out-of-place calls (default; give both flags for both)")
-    ap.add_argument("--collective", default="allreduce", choices=COLLECTIVE_NAMES)
+    ap.add_argument("--collective", default="allreduce", choices=COLLECTIVE_NAMES,
+                    help="which collective")
     ap.add_argument("--full", action="store_true", help="also min, max, p90, p99")
     ap.add_argument("--progress", action="store_true",
                     help="show progress on stderr (on by itself when stdout is a terminal; "
                          "under mpiexec a rank's stdout is a pipe, so pass this)")
-    ap.add_argument("--no-check", action="store_true", help="skip validation")
-    ap.add_argument("--json", metavar="PATH")
-    ap.add_argument("--csv", metavar="PATH")
-    ap.add_argument("--profile", help="cost-model profile for the predicted column")
+    ap.add_argument("--no-check", action="store_true",
+                    help="skip validation (the #wrong column then shows -)")
+    ap.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
+    ap.add_argument("--csv", metavar="PATH", help="write the results as CSV (rank 0)")
+    ap.add_argument("--profile", help="cost-model profile for the pred(us) column (default: "
+                                      "$MPICOLL_PROFILE, else the shipped one)")
     ap.add_argument("--seed", type=int, default=12345, help="seed of the interleaving order")
-    ap.add_argument("--timeout", type=float, default=300,
+    ap.add_argument("--timeout", type=nonnegative_float, default=300,
                     help="seconds before a hung validation or warm-up call aborts the job "
                          "(default 300; 0: never). Timed calls run without one, as users' do.")
     args = ap.parse_args(argv)
     if args.message_size:
         lo, _, hi = args.message_size.partition(":")
-        args.minbytes, args.maxbytes = lo or args.minbytes, hi or args.maxbytes
+        try:
+            args.minbytes = parse_size(lo) if lo else args.minbytes
+            args.maxbytes = parse_size(hi) if hi else args.maxbytes
+        except ValueError as e:
+            ap.error(f"argument -m/--message-size: {e}")
+    if not sizes_from(args.minbytes, args.maxbytes, args.stepfactor):
+        ap.error(f"empty size range: the smallest size ({args.minbytes} B) is above the largest "
+                 f"({args.maxbytes} B)")
+    table = COLLECTIVES[args.collective]
+    names = args.algorithms.split(",") if args.algorithms is not None else []
+    unknown = [a for a in names if a != "auto" and a not in table]
+    if unknown:
+        ap.error(f"unknown {args.collective} algorithm(s) {unknown}; expected a comma list of "
+                 f"{list(table) + ['auto']}")
+    try:
+        load_profile(args.profile)
+    except (ProfileError, ValueError) as e:
+        ap.error(f"argument --profile: {e}")
     return args
 
 
@@ -237,10 +270,6 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     table = COLLECTIVES[args.collective]
     algorithms = (args.algorithms.split(",") if args.algorithms
                   else [a for a in table if a != "mpi"] + ["auto", "mpi"])
-    for a in algorithms:
-        if a != "auto" and a not in table:
-            raise SystemExit(f"mpicoll bench: unknown {args.collective} algorithm {a!r}; "
-                             f"expected {list(table) + ['auto']}")
     if "mpi" not in algorithms:
         algorithms.append("mpi")            # vs_mpi needs the reference in the same run
     places = ([False] if args.outofplace or not args.inplace else []) + \
@@ -249,6 +278,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         places = [True]                     # a broadcast is always in place
     sizes = sizes_from(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
     profile = load_profile(args.profile)
+    profile_path = args.profile or settings.get("MPICOLL_PROFILE")
     rpn = state(comm).ranks_per_node
     factor = BUS_FACTOR(args.collective, size)
     pre = preamble(comm, args, nodes)
@@ -261,6 +291,10 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         print(f"# time = median over iterations of the slowest rank; busbw = algbw x "
               f"{factor:.3f}; vs_mpi > 1 means faster than MPI; sent/size = bytes rank 0 sent "
               f"/ size")
+        print(f"# algbw, busbw in GB/s (1 GB = 1e9 B); algbw = size / time; #wrong = elements "
+              f"that differ from the exact answer, over all ranks"
+              f"{' (-: not checked, --no-check)' if args.no_check else ''}; pred(us) = the "
+              f"cost model's time (mpicoll model) from {profile_path}")
         extra = f" {'min':>9} {'max':>9} {'p90':>9} {'p99':>9}" if args.full else ""
         print(f"{'size(B)':>10} {'count':>9} {'type':>7} {'redop':>5} {'algorithm':>18} "
               f"{'place':>5} | {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} | "
@@ -278,7 +312,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                 before = traffic["bytes_sent"]
                 case.call(a, args.timeout)
                 sent[a] = comm.gather(traffic["bytes_sent"] - before, root=0)
-                wrong[a] = 0 if args.no_check else comm.allreduce(case.wrong())
+                wrong[a] = None if args.no_check else comm.allreduce(case.wrong())
                 for _ in range(args.warmup):
                     case.reset()
                     case.call(a, args.timeout)
@@ -313,7 +347,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                        "bytes_sent": sent[a] if a != "mpi" else None,
                        "predicted_us": pred * 1e6 if pred is not None else None,
                        "auto_choice": chosen if a == "auto" else None}
-                total_wrong += wrong[a]
+                total_wrong += wrong[a] or 0
                 records.append(rec)
                 if rank == 0:
                     extra = (f" {st['time_us_min']:>9.1f} {st['time_us_max']:>9.1f} "
@@ -323,13 +357,15 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                     sent_ratio = (f"{sent[a][0] / case.nbytes:>9.3f}" if a != "mpi" and
                                   case.nbytes else f"{'-':>9}")
                     pred_s = f"{rec['predicted_us']:>9.1f}" if pred is not None else f"{'-':>9}"
+                    wrong_s = "-" if wrong[a] is None else wrong[a]
                     print(f"{case.nbytes:>10} {case.count:>9} {args.dtype:>7} {args.op:>5} "
                           f"{name:>18} {'in' if inplace else 'out':>5} | {st['time_us']:>10.1f} "
-                          f"{rec['algbw']:>7.3f} {rec['busbw']:>7.3f} {wrong[a]:>6} | "
+                          f"{rec['algbw']:>7.3f} {rec['busbw']:>7.3f} {wrong_s:>6} | "
                           f"{rec['vs_mpi']:>6.2f} {pred_s} {sent_ratio}{extra}", flush=True)
     if rank == 0:
-        print(f"# {'all results correct' if total_wrong == 0 else f'{total_wrong} WRONG elements'}"
-              f"; {len(records)} measurements")
+        verdict = ("results not checked (--no-check)" if args.no_check else
+                   "all results correct" if total_wrong == 0 else f"{total_wrong} WRONG elements")
+        print(f"# {verdict}; {len(records)} measurements")
     return pre, records, total_wrong
 
 
@@ -339,6 +375,16 @@ def main(argv=None, comm=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
     own = comm is None
     comm = MPI.COMM_WORLD.Dup() if own else comm
+    # rank 0 writes the files: check their paths before the sweep, not after it
+    problems = ([p for p in map(prepare_output, filter(None, (args.json, args.csv))) if p]
+                if comm.Get_rank() == 0 else None)
+    problems = comm.bcast(problems, root=0)
+    if problems:
+        if comm.Get_rank() == 0:
+            print(f"mpicoll bench: error: {problems[0]}", file=sys.stderr)
+        if own:
+            comm.Free()
+        return 2
     pre, records, total_wrong = run(comm, args)
     if comm.Get_rank() == 0:
         if args.json:

@@ -6,40 +6,31 @@ profile, for any N (no MPI needed).
 
 from __future__ import annotations
 
-import argparse
-
 from ..model import ProfileError, crossovers, load_profile, predict_all
 from ..registry import COLLECTIVES
+from .cli import Parser, positive_int, step_factor
 from .sizes import size_arg, sizes_from
 
 __all__ = ["main"]
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="mpicoll model", description=__doc__.split("\n\n")[0])
+    ap = Parser("mpicoll model", __doc__)
     ap.add_argument("--profile", help="profile JSON (default: $MPICOLL_PROFILE, else the one "
                                       "shipped in mpicoll/profiles/default.json)")
     ap.add_argument("-N", "--nranks", type=positive_int, default=4,
                     help="number of ranks (default 4)")
     ap.add_argument("--ranks-per-node", type=positive_int, default=None,
-                    help="ranks per node (default: all on one node)")
+                    help="ranks per node (default: all ranks on one node, as mpicoll trace "
+                         "assumes; node-aware algorithms are modelled only across nodes)")
     ap.add_argument("-b", "--minbytes", type=size_arg, default="8",
                     help="smallest size (default 8)")
     ap.add_argument("-e", "--maxbytes", type=size_arg, default="64M",
                     help="largest size (default 64M)")
-    ap.add_argument("-f", "--stepfactor", type=float, default=4, help="size factor (default 4)")
+    ap.add_argument("-f", "--stepfactor", type=step_factor, default=4,
+                    help="size factor between steps (default 4)")
     ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES),
-                    help="default allreduce")
+                    help="which collective (default allreduce)")
     args = ap.parse_args(argv)
     try:
         profile = load_profile(args.profile)
@@ -51,6 +42,8 @@ def main(argv=None) -> int:
     table = [predict_all(args.nranks, s, profile, collective=args.collective,
                          ranks_per_node=args.ranks_per_node) for s in sizes]
     names = list(table[0])
+    for reason in profile.meta.get("unreliable", []):
+        print(f"# warning: the profile's beta is unreliable (mpicoll calibrate said: {reason})")
     print(f"# predicted {args.collective} time (us), N={args.nranks}, "
           f"alpha={profile.alpha * 1e6:.2f}us beta={profile.beta * 1e9:.4f}ns/B "
           f"gamma={profile.gamma * 1e9:.4f}ns/B overhead={profile.overhead * 1e6:.2f}us"

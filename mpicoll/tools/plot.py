@@ -1,14 +1,16 @@
-"""``mpicoll plot RESULTS.json -o FIG.png``: time and bus bandwidth against size.
+"""``mpicoll plot RESULTS.json [-o FIG.png]``: time and bus bandwidth against size.
 
 One line per algorithm; ``mpi`` (the MPI library's own collective, the reference) in black;
 log axes; a dotted vertical line and a label where the fastest of mpicoll's algorithms changes
-(the measured crossovers). Needs matplotlib (``pip install .[plot]``).
+(the measured crossovers). The figure goes next to the JSON (``r.json`` -> ``r.png``) unless
+``-o`` names another file. Needs matplotlib (``pip install .[plot]``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+from pathlib import Path
+
+from .cli import Parser, prepare_output, read_bench_json
 
 __all__ = ["main", "plot", "best_by_size"]
 
@@ -66,13 +68,20 @@ def plot(results: dict, output: str, title: str | None = None) -> list[tuple[int
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="mpicoll plot", description=__doc__.split("\n\n")[0])
+    ap = Parser("mpicoll plot", __doc__)
     ap.add_argument("results", help="JSON written by mpicoll bench --json")
-    ap.add_argument("-o", "--output", default="bench.png")
-    ap.add_argument("--title")
+    ap.add_argument("-o", "--output",
+                    help="the figure (PNG, PDF, SVG ...; default: the JSON's path with .png)")
+    ap.add_argument("--title", help="the figure's title (default: what and where was measured)")
     args = ap.parse_args(argv)
-    with open(args.results) as f:
-        results = json.load(f)
+    args.output = args.output or str(Path(args.results).with_suffix(".png"))
+    try:
+        results = read_bench_json(args.results)
+    except ValueError as e:
+        ap.error(str(e))
+    problem = prepare_output(args.output)
+    if problem:
+        ap.error(problem)
     for size, old, new in plot(results, args.output, args.title):
         print(f"crossover: {new} overtakes {old} at {size} B")
     print(f"wrote {args.output}")

@@ -7,8 +7,7 @@ docs/results.md.
 
 from __future__ import annotations
 
-import argparse
-import json
+from .cli import Parser, read_bench_json
 
 __all__ = ["main", "markdown"]
 
@@ -37,16 +36,22 @@ def markdown(results: dict) -> str:
             cells.append(f"**{cell}**" if n == best else cell)
         auto = at.get((s, "auto"), {}).get("auto_choice") or "-"
         out.append(f"| {s} | " + " | ".join(cells) + f" | {auto} |")
-    wrong = sum(r["wrong"] for r in records)
-    out += ["", f"{len(records)} measurements, {wrong} wrong elements."]
+    checked = [r["wrong"] for r in records if r.get("wrong") is not None]
+    verdict = (f"{sum(checked)} wrong elements" if len(checked) == len(records) else
+               f"{sum(checked)} wrong elements in the {len(checked)} checked" if checked else
+               "results not checked (bench --no-check)")
+    out += ["", f"{len(records)} measurements, {verdict}."]
     return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="mpicoll report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", nargs="+")
+    ap = Parser("mpicoll report", __doc__)
+    ap.add_argument("results", nargs="+", help="JSON files written by mpicoll bench --json")
     args = ap.parse_args(argv)
-    for path in args.results:
-        with open(path) as f:
-            print(markdown(json.load(f)))
+    try:
+        results = [read_bench_json(path) for path in args.results]
+    except ValueError as e:
+        ap.error(str(e))
+    for res in results:
+        print(markdown(res))
     return 0

@@ -3,7 +3,7 @@ runs it (no MPI needed).
 
     mpicoll trace ring -N 4 --count 8                  # all-reduce, 4 ranks, 8 elements
     mpicoll trace binomial --collective bcast -N 5 --root 2
-    mpicoll trace hierarchical -N 4 --ranks-per-node 2
+    mpicoll trace hierarchical -N 4 --ranks-per-node 2   # two nodes (default: all on one)
     mpicoll trace --update docs/algorithms.md          # refresh the traces quoted in the docs
 
 Each line is one step of one rank: ``send [lo:hi) -> peer`` and ``recv [lo:hi) <- peer``
@@ -15,7 +15,6 @@ are this command's output for ARGS; a test checks that they are current.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 from pathlib import Path
@@ -24,22 +23,39 @@ import numpy as np
 
 from ..executors import inprocess
 from ..registry import COLLECTIVES, lookup
+from .cli import Parser, nonnegative_int, positive_int
 
 __all__ = ["main", "render", "update"]
 
 BLOCK = re.compile(r"(<!-- trace: (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- end trace -->)", re.S)
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mpicoll trace", description=__doc__.split("\n\n")[0])
-    ap.add_argument("algorithm", nargs="?")
-    ap.add_argument("-N", "--nranks", type=int, default=4)
-    ap.add_argument("--count", type=int, default=8, help="elements in all (default 8)")
-    ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES))
-    ap.add_argument("--root", type=int, default=0)
-    ap.add_argument("--ranks-per-node", type=int, default=2)
-    ap.add_argument("--inner")
-    ap.add_argument("--outer")
+def _algorithm_names() -> str:
+    return "; ".join(f"{c}: " + ", ".join(a for a, algo in table.items() if not algo.library)
+                     for c, table in COLLECTIVES.items())
+
+
+def _option_help(name: str) -> str:
+    option = next(o for table in COLLECTIVES.values() for algo in table.values()
+                  for o in algo.options if o.name == name)
+    default = "set by the node layout" if callable(option.default) else option.default
+    return (f"{option.doc}; one of {', '.join(option.choices)} (default: ${option.env} if set, "
+            f"else {default})")
+
+
+def parser() -> Parser:
+    ap = Parser("mpicoll trace", __doc__)
+    ap.add_argument("algorithm", nargs="?", help=f"the algorithm ({_algorithm_names()})")
+    ap.add_argument("-N", "--nranks", type=positive_int, default=4, help="number of ranks")
+    ap.add_argument("--count", type=nonnegative_int, default=8, help="elements in all")
+    ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES),
+                    help="which collective")
+    ap.add_argument("--root", type=int, default=0, help="the root rank (bcast)")
+    ap.add_argument("--ranks-per-node", type=positive_int,
+                    help="nodes of this many consecutive ranks, for node-aware algorithms "
+                         "(default: all ranks on one node, as mpicoll model assumes)")
+    ap.add_argument("--inner", help=_option_help("inner"))
+    ap.add_argument("--outer", help=_option_help("outer"))
     ap.add_argument("--update", metavar="MARKDOWN", help="rewrite the trace blocks of a file")
     return ap
 
@@ -51,7 +67,7 @@ def render(args) -> str:
     if algo.has("root"):
         options["root"] = args.root
     if algo.has("node-layout"):
-        options["ranks_per_node"] = args.ranks_per_node
+        options["ranks_per_node"] = args.ranks_per_node or args.nranks
     for option in algo.options:
         if getattr(args, option.name, None):
             options[option.name] = getattr(args, option.name)
@@ -85,13 +101,29 @@ def update(path: str) -> int:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
     if args.update:
-        print(f"{update(args.update)} trace block(s) updated in {args.update}")
+        try:
+            print(f"{update(args.update)} trace block(s) updated in {args.update}")
+        except OSError as e:
+            ap.error(f"--update {args.update}: {e.strerror or e}")
         return 0
     table = COLLECTIVES[args.collective]
     if not args.algorithm or args.algorithm not in table or table[args.algorithm].library:
         names = [a for a, algo in table.items() if not algo.library]
-        raise SystemExit(f"mpicoll trace: name a {args.collective} algorithm: {names}")
-    print(render(args), end="")
+        ap.error(f"name an algorithm of {args.collective}: {', '.join(names)}"
+                 + (f" (not {args.algorithm!r})" if args.algorithm else ""))
+    algo = table[args.algorithm]
+    for name in ("inner", "outer"):
+        if getattr(args, name) and name not in {o.name for o in algo.options}:
+            ap.error(f"--{name} applies to node-aware algorithms, not {args.algorithm!r}")
+    if algo.has("root") and not 0 <= args.root < args.nranks:
+        ap.error(f"--root {args.root} is out of range for N={args.nranks} "
+                 f"(expected 0..{args.nranks - 1})")
+    try:
+        text = render(args)
+    except ValueError as e:             # an option the algorithm rejects (--inner foo ...)
+        ap.error(str(e))
+    print(text, end="")
     return 0

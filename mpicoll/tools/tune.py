@@ -4,21 +4,25 @@ For each collective and rank count found in the results, the fastest of mpicoll'
 (median time, out-of-place rows unless only in-place ones exist) at each measured size; runs of
 sizes with the same winner become one range. Several sweeps of one N are pooled (median). To keep noise from splitting ranges, the winner of
 the range so far keeps a size while it is within ``--margin`` (default 10 %) of the fastest. A size between two measured ones goes to the range
-of the next larger measured size; the last range has no upper end. ``algorithm="auto"`` reads the
-table from ``MPICOLL_TUNING`` (else the shipped ``profiles/tuning.json``):
+of the next larger measured size; the last range ends at the largest measured size: nothing was
+measured beyond it, so there ``algorithm="auto"`` falls through to the cost model
+(``mpicoll.select``). ``auto`` reads the table from ``MPICOLL_TUNING`` (else the shipped
+``profiles/tuning.json``):
 
     {"allreduce": {"4": [{"max_bytes": 32768, "algorithm": "recursive_doubling"},
-                         {"max_bytes": null, "algorithm": "ring"}]}}
+                         {"max_bytes": 16777216, "algorithm": "ring"}]}}
+
+(A range written by hand with ``"max_bytes": null`` has no upper end.)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 
 from ..registry import COLLECTIVES
+from .cli import Parser, nonnegative_float, prepare_output, read_bench_json
 
 __all__ = ["main", "decision_table"]
 
@@ -53,30 +57,35 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
                 ranges[-1]["max_bytes"] = size
             else:
                 ranges.append({"max_bytes": size, "algorithm": algorithm})
-        ranges[-1]["max_bytes"] = None
         table.setdefault(collective, {})[str(nranks)] = ranges
     return table
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="mpicoll tune", description=__doc__.split("\n\n")[0])
+    ap = Parser("mpicoll tune", __doc__)
     ap.add_argument("results", nargs="+", help="JSON files written by mpicoll bench --json")
-    ap.add_argument("-o", "--output", default="tuning.json")
-    ap.add_argument("--margin", type=float, default=0.1,
+    ap.add_argument("-o", "--output", default="tuning.json", help="the decision table")
+    ap.add_argument("--margin", type=nonnegative_float, default=0.1,
                     help="keep the current winner while within this fraction of the fastest")
     args = ap.parse_args(argv)
-    results = []
-    for path in args.results:
-        with open(path) as f:
-            results.append(json.load(f))
+    try:
+        results = [read_bench_json(path) for path in args.results]
+    except ValueError as e:
+        ap.error(str(e))
     table = decision_table(results, args.margin)
+    if not table:
+        ap.error("no algorithm of mpicoll's to choose from in these results (only mpi, auto, "
+                 "or node-aware algorithms measured on one node)")
+    problem = prepare_output(args.output)
+    if problem:
+        ap.error(problem)
     with open(args.output, "w") as f:
         json.dump(table, f, indent=1)
         f.write("\n")
     for collective, per_n in table.items():
         for n, ranges in per_n.items():
             print(f"{collective} N={n}: " + ", ".join(
-                f"{r['algorithm']} up to {r['max_bytes'] if r['max_bytes'] else 'any size'}"
-                for r in ranges))
+                f"{r['algorithm']} up to {r['max_bytes']} B" for r in ranges)
+                + f"; above {ranges[-1]['max_bytes']} B (not measured) auto asks the cost model")
     print(f"wrote {args.output}")
     return 0

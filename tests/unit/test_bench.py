@@ -60,7 +60,8 @@ def test_tools_read_the_json(results, tmp_path):
     assert (tmp_path / "r.png").stat().st_size > 10_000
     run("tune", str(path), str(path), "-o", str(tmp_path / "t.json"))
     table = json.loads((tmp_path / "t.json").read_text())["allreduce"]["4"]
-    assert table[-1]["max_bytes"] is None and all(t["algorithm"] != "mpi" for t in table)
+    assert table[-1]["max_bytes"] == max(r["size"] for r in res["records"])   # then: the model
+    assert all(t["algorithm"] != "mpi" for t in table)
     assert "| size (B) |" in run("report", str(path))
     out = run("model", "-N", "16", "-e", "1M")
     assert "crossover" in out or "best" in out

@@ -1,0 +1,316 @@
+"""The command line: every misuse is a one-line error with exit status 2, output says no more
+than was checked, results are never lost at the end, and only bench and calibrate start MPI."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpicoll import model, select, settings
+from mpicoll.__main__ import COMMANDS, main
+from mpicoll.tools import calibrate, trace
+from mpicoll.tools.cli import Parser
+
+from test_harness import MPIEXEC, ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def status_of(*argv) -> int:
+    try:
+        return main(list(argv))
+    except SystemExit as e:
+        return e.code
+
+
+def usage_error(capsys, *argv) -> str:
+    """Runs ``mpicoll ARGV``; checks it printed one line on stderr, nothing on stdout, and
+    exited with status 2; returns the line."""
+    status = status_of(*argv)
+    out, err = capsys.readouterr()
+    assert status == 2, (status, out, err)
+    assert out == "" and len(err.splitlines()) == 1, err
+    return err
+
+
+def mpicoll(*argv, ranks=None, timeout=120, cwd=ROOT):
+    """``mpicoll ARGV`` in a subprocess (under ``mpiexec -n RANKS`` if given)."""
+    cmd = [sys.executable, "-m", "mpicoll", *argv]
+    if ranks:
+        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def bench_results(path, rows) -> str:
+    """A small bench JSON: rows of (size, algorithm, time_us)."""
+    records = [{"algorithm": a, "size": s, "count": s // 4, "inplace": False, "time_us": t,
+                "busbw": s / t * 1e-3, "algbw": s / t * 1e-3, "vs_mpi": 1.0, "wrong": None}
+               for s, a, t in rows]
+    path.write_text(json.dumps({"nranks": 4, "nodes": 1, "collective": "allreduce",
+                                "records": records}))
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- mpicoll itself
+
+def test_unknown_command_names_it_and_lists_the_commands(capsys):
+    line = usage_error(capsys, "bogus")
+    assert line.startswith("mpicoll: unknown command 'bogus'")
+    assert all(name in line for name in COMMANDS)
+    assert "no command" in usage_error(capsys)
+
+
+def test_version_and_help(capsys):
+    from mpicoll import __version__
+    assert status_of("--version") == 0
+    assert capsys.readouterr().out == f"mpicoll {__version__}\n"
+    assert status_of("--help") == 0
+    out = capsys.readouterr().out
+    assert all(f"\n    {name} " in out for name in COMMANDS)
+
+
+def parser_of(monkeypatch, command) -> Parser:
+    """The parser ``mpicoll COMMAND`` builds, caught before it parses anything."""
+    seen = []
+
+    def catch(self, *args, **kwargs):
+        seen.append(self)
+        raise SystemExit(0)
+    monkeypatch.setattr(Parser, "parse_args", catch)
+    assert status_of(command) == 0
+    return seen[0]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_has_no_markup_and_every_option_its_help_and_default(monkeypatch, command):
+    ap = parser_of(monkeypatch, command)
+    text = ap.format_help()
+    assert "``" not in text
+    for action in ap._actions:
+        assert action.help, f"{command} {action.dest} has no help"
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            assert "default" in ap._get_formatter()._expand_help(action), \
+                f"{command} {action.option_strings[0]} does not show its default"
+
+
+def test_o_means_output_in_every_command(monkeypatch):
+    for command in COMMANDS:
+        ap = parser_of(monkeypatch, command)
+        o = [a for a in ap._actions if "-o" in a.option_strings]
+        assert not o or o[0].dest == "output", f"{command}: -o is --{o[0].dest}"
+
+
+NO_MPI_PROGRAM = """
+import contextlib, io, sys
+from mpicoll.__main__ import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        main()                      # as the program: reads sys.argv
+    except SystemExit:
+        pass
+from mpi4py import MPI
+print("MPI initialised:", MPI.Is_initialized())
+"""
+
+
+def test_commands_without_communication_do_not_initialise_mpi(tmp_path):
+    results = bench_results(tmp_path / "r.json", [(8, "ring", 9.0), (8, "binomial", 5.0)])
+    for argv in (["trace", "ring"], ["model", "-N", "8"], ["report", results],
+                 ["plot", results], ["tune", results, "-o", str(tmp_path / "t.json")],
+                 ["--help"], ["--version"], ["bogus"], ["bench", "--help"], ["calibrate", "-h"],
+                 ["bench", "-e", "1X"]):
+        proc = subprocess.run([sys.executable, "-c", NO_MPI_PROGRAM, *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        want = "True" if argv == ["bench", "-e", "1X"] else "False"   # the control: it can fail
+        assert proc.stdout.strip() == f"MPI initialised: {want}", (argv, proc.stdout + proc.stderr)
+
+
+# ----------------------------------------------------------------------------- bench
+
+@pytest.mark.parametrize("argv, says", [
+    (["-e", "1X"], "not a size: '1X'"),
+    (["-b", "1K", "-m", "8:2Q"], "not a size: '2Q'"),
+    (["-n", "-3"], "-n/--iters: must be a positive integer, got '-3'"),
+    (["-w", "-1"], "-w/--warmup: must be an integer >= 0"),
+    (["-f", "0"], "-f/--stepfactor: must be a number >= 1"),
+    (["-b", "1M", "-e", "8"], "empty size range"),
+    (["-a", "ring,butterfly"], "unknown allreduce algorithm(s) ['butterfly']"),
+    (["-o", "sum"], "unrecognized arguments: -o sum"),
+    (["--profile", "/nonexistent.json"], "/nonexistent.json: no such profile file"),
+    (["--timeout", "-1"], "--timeout: must be a number >= 0"),
+])
+def test_bench_misuse(capsys, argv, says):
+    line = usage_error(capsys, "bench", *argv)
+    assert line.startswith("mpicoll bench: error: ") and says in line, line
+
+
+def test_bench_refuses_an_output_path_it_cannot_write_before_measuring(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    line = usage_error(capsys, "bench", "--json", str(tmp_path / "file/r.json"))
+    assert "is a file, not a folder" in line
+    line = usage_error(capsys, "bench", "--csv", str(tmp_path))
+    assert "is a folder, not a file" in line
+
+
+def test_misuse_and_help_under_mpiexec_print_once():
+    proc = mpicoll("bench", "-e", "1X", ranks=2)
+    assert proc.returncode == 2
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "not a size: '1X'" in proc.stderr
+    proc = mpicoll("trace", "--help", ranks=2)      # MPI not started: the launcher's rank
+    assert proc.returncode == 0 and proc.stdout.count("usage: mpicoll trace") == 1, proc.stdout
+
+
+def test_bench_no_check_claims_nothing_and_json_lands_in_a_new_folder(tmp_path):
+    path = tmp_path / "new/folder/r.json"
+    proc = mpicoll("bench", "-b", "64", "-e", "1K", "-f", "16", "-n", "2", "-w", "0", "-a",
+                   "ring", "--no-check", "--json", str(path), "--csv",
+                   str(tmp_path / "csv/r.csv"), ranks=2)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    table = proc.stdout
+    assert "all results correct" not in table and "results not checked (--no-check)" in table
+    rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["64"], ["1024"])]
+    assert len(rows) == 4 and all(row[row.index("|") + 4] == "-" for row in rows), table
+    assert "pred(us) = the cost model's time" in table and "1 GB = 1e9 B" in table
+    res = json.loads(path.read_text())
+    assert [r["wrong"] for r in res["records"]] == [None] * 4
+    assert (tmp_path / "csv/r.csv").read_text().count("\n") == 5
+    assert "results not checked" in mpicoll("report", str(path)).stdout
+
+
+# ----------------------------------------------------------------------------- trace
+
+@pytest.mark.parametrize("argv, says", [
+    (["binomial", "--collective", "bcast", "-N", "4", "--root", "7"],
+     "--root 7 is out of range for N=4 (expected 0..3)"),
+    (["ring", "--collective", "bcast", "-N", "4", "--root", "-1"], "--root -1 is out of range"),
+    (["ring", "--count", "-5"], "--count: must be an integer >= 0, got '-5'"),
+    (["ring", "-N", "0"], "-N/--nranks: must be a positive integer"),
+    (["hierarchical", "--inner", "foo"], "unknown inner (or MPICOLL_HIER_INNER) 'foo'"),
+    (["hierarchical", "--ranks-per-node", "0"], "--ranks-per-node: must be a positive integer"),
+    (["ring", "--inner", "ring"], "--inner applies to node-aware algorithms, not 'ring'"),
+    (["butterfly"], "name an algorithm of allreduce: ring,"),
+    (["mpi"], "(not 'mpi')"),
+    (["--update", "/nonexistent.md"], "--update /nonexistent.md: No such file or directory"),
+])
+def test_trace_misuse(capsys, argv, says):
+    line = usage_error(capsys, "trace", *argv)
+    assert line.startswith("mpicoll trace: error: ") and says in line, line
+
+
+def test_trace_and_model_put_all_ranks_on_one_node_by_default():
+    one_node = trace.render(trace.parser().parse_args(["hierarchical", "-N", "4"]))
+    assert one_node == trace.render(trace.parser().parse_args(
+        ["hierarchical", "-N", "4", "--ranks-per-node", "4"]))
+    assert "ranks_per_node=4" in one_node.splitlines()[0]
+    profile = model.load_profile()
+    assert model.predict("ring", 8, 1 << 20, profile) == model.predict(
+        "ring", 8, 1 << 20, profile, ranks_per_node=8)
+
+
+# ----------------------------------------------------------------------------- model
+
+def test_model_misuse(capsys, tmp_path):
+    assert "-N/--nranks: must be a positive integer, got '0'" in usage_error(
+        capsys, "model", "-N", "0")
+    line = usage_error(capsys, "model", "--profile", "/nonexistent.json")
+    assert "/nonexistent.json: no such profile file" in line and "pass --profile" not in line
+    (tmp_path / "p.json").write_text("{}")
+    assert "not a profile: alpha, beta, gamma missing" in usage_error(
+        capsys, "model", "--profile", str(tmp_path / "p.json"))
+
+
+def test_model_repeats_why_a_profile_is_unreliable(tmp_path, capsys):
+    profile = model.load_profile()
+    profile.meta = {"unreliable": ["intra link: the time does not grow with the size"]}
+    profile.to_json(tmp_path / "p.json")
+    assert status_of("model", "--profile", str(tmp_path / "p.json"), "-e", "64") == 0
+    assert "# warning: the profile's beta is unreliable (mpicoll calibrate said: intra link: " \
+        "the time does not grow" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- plot, report, tune
+
+@pytest.mark.parametrize("command", ["plot", "report", "tune"])
+@pytest.mark.parametrize("content, says", [
+    ("{}", "not bench results"),
+    ('{"nranks": 4, "nodes": 1, "records": [{"size": 8}]}', "record 0 is not a bench record: "
+                                                             "no algorithm, inplace, time_us"),
+    ("[1, 2", "cannot read bench results"),
+])
+def test_tools_refuse_what_is_not_bench_json(capsys, tmp_path, command, content, says):
+    path = tmp_path / "x.json"
+    path.write_text(content)
+    line = usage_error(capsys, command, str(path))
+    assert f"mpicoll {command}: error: {path}: {says}" in line, line
+
+
+def test_plot_writes_next_to_the_json(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    path = bench_results(tmp_path / "run/r.json", [(s, a, t) for s in (8, 1024)
+                                                    for a, t in (("ring", 9.0), ("mpi", 4.0))])
+    assert status_of("plot", path) == 0
+    assert (tmp_path / "run/r.png").stat().st_size > 10_000
+    assert not (tmp_path / "bench.png").exists()
+
+
+def test_tune_stops_at_the_largest_measured_size(tmp_path, capsys):
+    path = bench_results(tmp_path / "r.json", [
+        (8, "binomial", 5.0), (8, "ring", 9.0),
+        (65536, "binomial", 50.0), (65536, "ring", 90.0)])
+    assert status_of("tune", path, "-o", str(tmp_path / "t.json")) == 0
+    ranges = json.loads((tmp_path / "t.json").read_text())["allreduce"]["4"]
+    assert ranges == [{"max_bytes": 65536, "algorithm": "binomial"}]
+    out = capsys.readouterr().out
+    assert "binomial up to 65536 B; above 65536 B (not measured) auto asks the cost model" in out
+
+
+def test_select_asks_the_model_beyond_the_table(tmp_path, monkeypatch):
+    table = {"allreduce": {"4": [{"max_bytes": 65536, "algorithm": "binomial"}]}}
+    (tmp_path / "t.json").write_text(json.dumps(table))
+    monkeypatch.setenv("MPICOLL_TUNING", str(tmp_path / "t.json"))
+    settings.reload()
+    try:
+        assert select.allreduce(65536, 4, 16384) == "binomial"
+        beyond = 1 << 24
+        predicted = model.predict_all(4, beyond, model.load_profile())
+        assert select.allreduce(beyond, 4, beyond // 4) == min(predicted, key=predicted.get)
+        assert min(predicted, key=predicted.get) != "binomial"   # so the test can fail
+    finally:
+        monkeypatch.undo()
+        settings.reload()
+
+
+def test_shipped_table_ends_at_measured_sizes():
+    table = json.loads((settings.PROFILES / "tuning.json").read_text())
+    for per_n in table.values():
+        for ranges in per_n.values():
+            assert all(isinstance(r["max_bytes"], int) for r in ranges), ranges
+
+
+# ----------------------------------------------------------------------------- calibrate
+
+def test_calibrate_refuses_too_few_sizes_for_beta(capsys):
+    line = usage_error(capsys, "calibrate", "-e", "256K")
+    assert "too few sizes to fit beta" in line and "-e 2M or more" in line
+    assert "-n/--iters: must be a positive integer" in usage_error(capsys, "calibrate", "-n", "0")
+
+
+def test_calibrate_fit():
+    sizes = calibrate.message_sizes(4 << 20)
+    line = [2e-6 + 1e-10 * s for s in sizes]
+    alpha, beta, problems = calibrate.fit(sizes, line)
+    assert alpha == line[0] and beta == pytest.approx(1e-10) and problems == []
+    with pytest.raises(ValueError, match="at least 3 sizes >= 65536 B, got 1"):
+        calibrate.fit(calibrate.message_sizes(256 << 10), line)
+    falling = [1e-3 - 1e-10 * s for s in sizes]
+    assert "does not grow" in calibrate.fit(sizes, falling)[2][0]
+    noisy = line[:-3] + [2e-4, 1e-5, 2.5e-4]             # 128K slower than 512K
+    assert "far from a line (R^2 = 0.26 < 0.9)" in calibrate.fit(sizes, noisy)[2][0]
