@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from . import settings, topology
 from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce_binomial,
-                         allreduce_hierarchical, allreduce_recursive_doubling,
+                         allreduce_double_binary_tree, allreduce_hierarchical, allreduce_recursive_doubling,
                          allreduce_recursive_halving, allreduce_ring, bcast_binomial,
                          bcast_scatter_ring_allgather, reduce_scatter_recursive_halving,
                          reduce_scatter_ring)
@@ -147,6 +147,8 @@ ALLREDUCE = _table(
               ("any-size", "commutative", "node-layout", "node-phases", "equal-nodes"),
               options=_HIERARCHICAL_OPTIONS, aliases=("smp",),
               check=allreduce_hierarchical.check_options),
+    Algorithm("double_binary_tree", allreduce_double_binary_tree,
+              ("any-size", "commutative", "node-layout", "node-phases"), aliases=("dtree",)),
     Algorithm("mpi", None, ("library",)),
 )
 REDUCE_SCATTER_BLOCK = _table(

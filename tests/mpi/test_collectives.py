@@ -147,6 +147,29 @@ def test_ring_order(comm, ranks_per_node, order):
         agree(comm, not problems, f"nodes={nodes}: {problems[:5]}")
 
 
+@pytest.mark.parametrize("ranks_per_node", [None, "1", "2", "3"])
+def test_double_binary_tree_nodes(comm, ranks_per_node):
+    """double_binary_tree on virtual nodes of k ranks (trees across them, chains inside):
+    exact results for every op and dtype, and the in-process executor's bits."""
+    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
+        nodes = state(comm).nodes()
+        problems = []
+        for n in (1, comm.size + 1, 1001, 65537):
+            for dtype in DTYPES:
+                for op in OPS:
+                    x = exact_input(comm.rank, n, dtype, op)
+                    out = mpicoll.allreduce(x, op=op, algorithm="double_binary_tree", comm=comm)
+                    if out.tobytes() != exact_result(comm.size, n, dtype, op).tobytes():
+                        problems.append(f"n={n} {dtype} {op}: wrong result")
+            floats = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
+            out = mpicoll.allreduce(floats[comm.rank], algorithm="double_binary_tree", comm=comm)
+            sim = simulate.allreduce(floats, "sum", "double_binary_tree", nodes=nodes)
+            if out.tobytes() != sim[comm.rank].tobytes():
+                problems.append(f"n={n}: differs from the in-process executor")
+            agree(comm, same_bits_everywhere(comm, out), f"n={n}: ranks differ")
+        agree(comm, not problems, f"nodes={nodes}: {problems[:5]}")
+
+
 @pytest.mark.parametrize("algorithm", list(REDUCE_SCATTER_BLOCK))
 def test_reduce_scatter_block_matches_mpi(comm, algorithm):
     problems = []
