@@ -122,6 +122,8 @@ def _heights(tree: dict) -> tuple[dict, dict]:
 
 
 def schedule(rank: int, size: int, count: int, *, nodes, chunks: int | None = None) -> Schedule:
+    """Both trees' transfers of this rank, by global round; in a round tree 0's ops come before
+    tree 1's on every rank, so two messages between one pair in one round match in order."""
     if chunks is None:
         chunks = best_chunks(size, count, nodes)
     halves = block_displs(count, 2)
