@@ -12,6 +12,10 @@ In order, the first that has an answer decides:
    ``MPICOLL_SHORT_MSG`` bytes (default 8192) or when count < N, then Rabenseifner on powers of
    two and the ring otherwise.
 
+When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
+order (``ring_order``: one hop per node boundary leaves a node, whatever the placement), unless
+``MPICOLL_RING_ORDER`` says otherwise.
+
 Every choice is valid for any N and count (each algorithm here is), and all ranks pass the same
 arguments, so all ranks choose the same algorithm.
 """
@@ -23,8 +27,8 @@ import json
 
 from . import model, settings
 
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "reload",
-           "SHORT_MSG", "DEFAULT_TUNING"]
+__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
+           "reload", "SHORT_MSG", "DEFAULT_TUNING"]
 
 SHORT_MSG = 8192
 DEFAULT_TUNING = settings.PROFILES / "tuning.json"
@@ -43,11 +47,6 @@ def _table() -> dict:
     return table
 
 
-@functools.lru_cache(maxsize=1)
-def _profile():
-    return model.load_profile()
-
-
 def _from_table(collective: str, nbytes: int, size: int) -> str | None:
     ranges = _table().get(collective, {}).get(str(size))
     if not ranges:
@@ -59,7 +58,7 @@ def _from_table(collective: str, nbytes: int, size: int) -> str | None:
 
 
 def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str | None:
-    profile = _profile()
+    profile = model.default_profile()
     predicted = model.predict_all(size, nbytes, profile, collective=collective,
                                   ranks_per_node=ranks_per_node)
     return min(predicted, key=predicted.get)
@@ -99,7 +98,7 @@ def choose(collective: str, nbytes: int, size: int, count: int,
 @settings.on_reload
 def reload() -> None:
     """Forget cached decisions, tables and profiles (after changing the environment)."""
-    for cached in (choose, _table, _profile):
+    for cached in (choose, _table, model.default_profile):
         cached.cache_clear()
 
 
@@ -117,3 +116,11 @@ def allgather(nbytes: int, size: int) -> str:
 
 def bcast(nbytes: int, size: int) -> str:
     return choose("bcast", nbytes, size, nbytes)
+
+
+def ring_order(nodes) -> str | None:
+    """The ring order ``auto`` runs on ``nodes``: ``"node"`` when they are several, unless
+    ``MPICOLL_RING_ORDER`` is set (None: the declared default, or the variable, decides)."""
+    if settings.get("MPICOLL_RING_ORDER") is None and len(nodes) > 1:
+        return "node"
+    return None

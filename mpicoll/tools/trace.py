@@ -4,6 +4,7 @@ runs it (no MPI needed).
     mpicoll trace ring -N 4 --count 8                  # all-reduce, 4 ranks, 8 elements
     mpicoll trace binomial --collective bcast -N 5 --root 2
     mpicoll trace hierarchical -N 4 --ranks-per-node 2   # two nodes (default: all on one)
+    mpicoll trace ring -N 6 --ranks-per-node 3 --order rail
     mpicoll trace --update docs/algorithms.md          # refresh the traces quoted in the docs
 
 Each line is one step of one rank: ``send [lo:hi) -> peer`` and ``recv [lo:hi) <- peer``
@@ -56,6 +57,7 @@ def parser() -> Parser:
                          "(default: all ranks on one node, as mpicoll model assumes)")
     ap.add_argument("--inner", help=_option_help("inner"))
     ap.add_argument("--outer", help=_option_help("outer"))
+    ap.add_argument("--order", help=_option_help("order"))
     ap.add_argument("--update", metavar="MARKDOWN", help="rewrite the trace blocks of a file")
     return ap
 
@@ -66,13 +68,15 @@ def render(args) -> str:
     options = {}
     if algo.has("root"):
         options["root"] = args.root
-    if algo.has("node-layout"):
+    if algo.has("node-layout"):              # the default: all ranks on one node
         options["ranks_per_node"] = args.ranks_per_node or args.nranks
     for option in algo.options:
         if getattr(args, option.name, None):
             options[option.name] = getattr(args, option.name)
     scheds = inprocess.schedules(args.collective, args.algorithm, args.nranks, args.count,
                                  **options)
+    if not (args.ranks_per_node or algo.has("node-phases")):
+        options.pop("ranks_per_node", None)   # a ring on one node: nothing to say
     bufs = [np.zeros(args.count) for _ in scheds]
     result = inprocess.run(scheds, bufs, "sum", trace=True)
     lines = [f"# {args.collective} {args.algorithm}, N={args.nranks}, count={args.count}"
