@@ -271,8 +271,23 @@ def _start(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict
     if codec is not None:
         compression.warmup()
     req = Request(f"{call.collective} {algo.name}", sched, flat, reduce_into=kernels.kernel(op),
-                  codec=codec, on_done=on_done, result=result)
+                  codec=codec, cuts=_cuts(algo, comm.Get_size(), flat.size, options, codec),
+                  on_done=on_done, result=result)
     return req.start(call, st.traffic)
+
+
+def _cuts(algo: Algorithm, size: int, count: int, options: dict, codec):
+    """int8's pieces for ``algo`` on this communicator (``compression.schedule_cuts``): cut at
+    every slice edge of every rank's schedule."""
+    if codec is None or codec.name != "int8":
+        return None
+    return _cached_cuts(algo, size, count, tuple(options.items()))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple):
+    return compression.schedule_cuts(
+        count, [algo.schedule(r, size, count, **dict(options)) for r in range(size)])
 
 
 def _start_library(call: Call, algo: Algorithm, nonblocking, *args, result, **kwargs) -> Request:
@@ -339,7 +354,7 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
         if size == 1 or count == 0:
             return Request("allreduce", result=recv)
         if error_feedback is not None:
-            error_feedback.apply(codec, recv.reshape(-1))
+            error_feedback.apply(codec, recv.reshape(-1), _cuts(algo, size, count, options, codec))
         return _start(call, algo, recv.reshape(-1), opname, options, codec=codec, result=recv)
 
 

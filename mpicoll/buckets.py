@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from . import compression, kernels, select
 from ._runtime.call import Call
-from .api import _op_name, _options, _schedule
+from .api import _cuts, _op_name, _options, _schedule
 from .executors.progress import Request
 from .registry import lookup
 
@@ -137,7 +137,7 @@ class Buckets:
             if size == 1 or flat.size == 0:
                 return
             if self.feedback[k] is not None:
-                self.feedback[k].apply(codec, flat)
+                self.feedback[k].apply(codec, flat, req._cuts)
             req.start(call, call.open().traffic)
 
     def _request(self, call, k: int) -> Request:
@@ -167,6 +167,7 @@ class Buckets:
             if self.codec is not None:
                 compression.warmup()
             req = Request(f"allreduce {algo.name} (bucket {k})", sched, flat,
-                          reduce_into=kernels.kernel(self.op), codec=self.codec, on_done=on_done)
+                          reduce_into=kernels.kernel(self.op), codec=self.codec,
+                          cuts=_cuts(algo, size, flat.size, options, self.codec), on_done=on_done)
         req.algorithm = algo.name
         return req

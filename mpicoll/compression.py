@@ -5,24 +5,35 @@
     mpicoll.allreduce(grad, compress="int8", error_feedback=ef)       # a quarter, plus scales
 
 A codec is a *rounding* ``R`` of fp32 values plus its wire format. The progress executor
-(``mpicoll.executors.progress``) applies it on every send of a schedule: it encodes the slice
-into a wire buffer, **decodes that wire buffer back into the sender's own copy** (so the sender
-keeps exactly the value it sent), and sends the wire buffer; the receiver decodes into fp32 and
-then reduces in fp32 (or copies). Every codec's rounding is idempotent, ``R(R(x)) == R(x)``, so a
-value forwarded again (the all-gather half of ring or Rabenseifner) crosses the wire unchanged.
-Together with ``Recv.left`` this keeps the rule of the blocking executor: **every rank ends
-with the same bits** -- the bits of the rounded final value.
+(``mpicoll.executors.progress``) applies it in three places:
+
+1. on every send of a schedule it encodes the slice into a wire buffer, **decodes that wire
+   buffer back into the sender's own copy** (so the sender keeps exactly the value it sent),
+   and sends the wire buffer;
+2. the receiver decodes into fp32, then reduces in fp32 (or copies);
+3. when the collective ends, every rank rounds its whole buffer once: ``buf = R(buf)``.
+
+Why every rank then ends with the same bits: ``R`` acts piece by piece on fixed pieces of the
+flat buffer (bf16, fp16: each element; int8: the pieces below) and is idempotent,
+``R(R(x)) == R(x)``, also on any sub-slice. In the blocking executor two ranks end with the
+same bits because one copied the other's value, or both computed the same reduction in the same
+operand order (``Recv.left``). With (1) a copy is ``R(v)`` at both ends; twins that computed the
+same ``v`` may differ only in that one of them has since sent it (``R(v)``) and the other not
+(``v``) -- recursive doubling's fold of a non-power-of-two size does exactly that -- and (3)
+maps both to ``R(v)``. So the result is the rounded final sum, identical everywhere.
 
 * ``bf16``: the top 16 bits of the fp32, rounded to nearest, ties to even (NaN stays a quiet
   NaN); 2 bytes per element. Same exponent range as fp32: no overflow.
 * ``fp16``: IEEE half, round to nearest even, as ``numpy.float16`` (subnormals, overflow to
   infinity); 2 bytes per element. Gradients above 65504 become infinity: scale them first.
-* ``int8``: the flat buffer is cut into chunks of ``CHUNK`` elements at absolute offsets
-  (element ``i`` is in chunk ``i // CHUNK`` whatever slice is sent); each chunk sends one fp32
-  scale, a power of two ``s >= max|x| / 127``, and ``round(x / s)`` as int8 (ties to even).
-  A power-of-two scale makes ``x / s`` and ``q * s`` exact, so the rounding is idempotent even
-  on a sub-slice of a chunk. 1 byte per element plus 4 per chunk (<= 1/4 + 1/64 of fp32's).
-  Inputs must be finite: a chunk holding a NaN or infinity decodes as NaN.
+* ``int8``: each *piece* sends one fp32 scale, a power of two ``s >= max|x| / 127``, and
+  ``round(x / s)`` as int8 (ties to even). The pieces are fixed per collective: the flat buffer
+  cut at every multiple of ``CHUNK`` and at every slice edge of every rank's schedule
+  (``schedule_cuts``), so every slice a schedule sends is a union of whole pieces and a piece
+  always gets the same scale from the same values. A power-of-two scale makes ``x / s`` and
+  ``q * s`` exact, so re-rounding a rounded piece, or any part of it, changes nothing.
+  1 byte per element plus 4 per piece (about n/CHUNK + the schedule's slices: <= 1/4 + ~1/64
+  of fp32's bytes). Inputs must be finite: a piece holding a NaN or infinity decodes as NaN.
 
 ``ErrorFeedback`` (Seide et al. 2014 1-bit SGD; Stich et al. 2018): before a compressed call the
 rank's input becomes ``x = g + e`` (``e`` the residual kept from the previous call), is rounded
@@ -38,7 +49,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["CODECS", "CHUNK", "Codec", "codec", "ErrorFeedback",
+__all__ = ["CODECS", "CHUNK", "Codec", "codec", "cuts", "schedule_cuts", "ErrorFeedback",
            "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode",
            "int8_encode", "int8_decode", "int8_round"]
 
@@ -160,14 +171,7 @@ def _pow2_scale(amax):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _chunk_end(lo, i, n):
-    """End (relative to the slice) of the chunk holding slice element ``i``; slice starts at
-    absolute offset ``lo``."""
-    return min(n, i + CHUNK - (lo + i) % CHUNK)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _chunk_scale(x, i, end):
+def _piece_scale(x, i, end):
     amax = 0.0
     for j in range(i, end):
         a = abs(np.float64(x[j]))
@@ -177,45 +181,70 @@ def _chunk_scale(x, i, end):
 
 
 @njit(cache=True, nogil=True)
-def int8_encode(x, lo, scales, q):
-    """Slice ``x`` (fp32, starting at absolute offset ``lo``) -> one scale per chunk + int8."""
+def int8_encode(x, lo, cuts, scales, q):
+    """Slice ``x`` (fp32, at absolute offset ``lo``) -> one scale per piece + int8 values; the
+    pieces are the slice cut at the absolute offsets ``cuts`` (sorted, ending at the count)."""
     n, i, c = x.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
     while i < n:
-        end = _chunk_end(lo, i, n)
-        s = _chunk_scale(x, i, end)
+        end = min(n, cuts[k] - lo)
+        s = _piece_scale(x, i, end)
         scales[c] = s
         for j in range(i, end):
             q[j] = np.int8(np.rint(x[j] / s)) if s == s else np.int8(0)
         c += 1
+        k += 1
         i = end
 
 
 @njit(cache=True, nogil=True)
-def int8_decode(scales, q, lo, out):
+def int8_decode(scales, q, lo, cuts, out):
     n, i, c = q.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
     while i < n:
-        end = _chunk_end(lo, i, n)
+        end = min(n, cuts[k] - lo)
         s = scales[c]
         for j in range(i, end):
             out[j] = np.float32(q[j] * s)
         c += 1
+        k += 1
         i = end
 
 
 @njit(cache=True, nogil=True)
-def int8_round(x, lo):
+def int8_round(x, lo, cuts):
     """``x = R(x)`` in place: what ``int8_encode`` then ``int8_decode`` give."""
     n, i = x.shape[0], 0
+    k = np.searchsorted(cuts, lo, side="right")
     while i < n:
-        end = _chunk_end(lo, i, n)
-        s = np.float32(_chunk_scale(x, i, end))
+        end = min(n, cuts[k] - lo)
+        s = np.float32(_piece_scale(x, i, end))
         for j in range(i, end):
             x[j] = np.float32(np.int8(np.rint(x[j] / s)) * s) if s == s else np.float32(np.nan)
+        k += 1
         i = end
 
 
-def _chunks(lo: int, n: int) -> int:
-    return 0 if n == 0 else (lo + n - 1) // CHUNK - lo // CHUNK + 1
+def cuts(count: int, boundaries=()) -> np.ndarray:
+    """int8's pieces of a buffer of ``count`` elements: cut at every multiple of ``CHUNK`` and
+    at ``boundaries`` (every slice edge of every rank's schedule), as sorted absolute offsets
+    ending at ``count``."""
+    edges = set(range(CHUNK, count, CHUNK))
+    edges.update(b for b in boundaries if 0 < b < count)
+    edges.add(max(count, 1))
+    return np.array(sorted(edges), np.int64)
+
+
+def schedule_cuts(count: int, schedules) -> np.ndarray:
+    """``cuts`` for the slice edges of ``schedules`` (those of every rank of one collective)."""
+    return cuts(count, {e for sched in schedules for step in sched.steps
+                        for op in step for e in (op.lo, op.hi)})
+
+
+def _pieces(lo: int, n: int, cuts: np.ndarray) -> int:
+    if n == 0:
+        return 0
+    return int(np.searchsorted(cuts, lo + n, "left") - np.searchsorted(cuts, lo, "right")) + 1
 
 
 # ----------------------------------------------------------------------------- codecs
@@ -223,9 +252,11 @@ def _chunks(lo: int, n: int) -> int:
 class Codec:
     """One compression mode: wire size, encode, decode, round -- over fp32 slices.
 
-    ``encode(x, lo, wire)`` writes the slice ``x`` (absolute offset ``lo`` in the flat buffer)
-    into the uint8 array ``wire`` of ``wire_bytes(lo, x.size)`` bytes; ``decode(wire, lo, out)``
-    is its inverse; ``round(x, lo)`` is ``decode(encode(x))`` in place.
+    ``encode(x, lo, wire, cuts)`` writes the slice ``x`` (absolute offset ``lo`` in the flat
+    buffer) into the uint8 array ``wire`` of ``wire_bytes(lo, x.size, cuts)`` bytes;
+    ``decode(wire, lo, out, cuts)`` is its inverse; ``round(x, lo, cuts)`` is
+    ``decode(encode(x))`` in place. ``cuts`` (int8 only; see ``cuts``) fixes the pieces that
+    share a scale; None cuts at the multiples of ``CHUNK`` only.
     """
 
     def __init__(self, name: str):
@@ -234,36 +265,42 @@ class Codec:
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"
 
-    def wire_bytes(self, lo: int, n: int) -> int:
+    def wire_bytes(self, lo: int, n: int, cuts=None) -> int:
         if self.name == "int8":
-            return 4 * _chunks(lo, n) + n
+            return 4 * _pieces(lo, n, _default(cuts, lo + n)) + n
         return 2 * n
 
-    def encode(self, x: np.ndarray, lo: int, wire: np.ndarray) -> None:
+    def encode(self, x: np.ndarray, lo: int, wire: np.ndarray, cuts=None) -> None:
         if self.name == "int8":
-            c = 4 * _chunks(lo, x.size)
-            int8_encode(x, lo, wire[:c].view(np.float32), wire[c:].view(np.int8))
+            cuts = _default(cuts, lo + x.size)
+            c = 4 * _pieces(lo, x.size, cuts)
+            int8_encode(x, lo, cuts, wire[:c].view(np.float32), wire[c:].view(np.int8))
         elif self.name == "bf16":
             bf16_encode(x.view(np.uint32), wire.view(np.uint16))
         else:
             fp16_encode(x.view(np.uint32), wire.view(np.uint16))
 
-    def decode(self, wire: np.ndarray, lo: int, out: np.ndarray) -> None:
+    def decode(self, wire: np.ndarray, lo: int, out: np.ndarray, cuts=None) -> None:
         if self.name == "int8":
-            c = 4 * _chunks(lo, out.size)
-            int8_decode(wire[:c].view(np.float32), wire[c:].view(np.int8), lo, out)
+            cuts = _default(cuts, lo + out.size)
+            c = 4 * _pieces(lo, out.size, cuts)
+            int8_decode(wire[:c].view(np.float32), wire[c:].view(np.int8), lo, cuts, out)
         elif self.name == "bf16":
             bf16_decode(wire.view(np.uint16), out.view(np.uint32))
         else:
             fp16_decode(wire.view(np.uint16), out.view(np.uint32))
 
-    def round(self, x: np.ndarray, lo: int = 0) -> None:
+    def round(self, x: np.ndarray, lo: int = 0, cuts=None) -> None:
         if self.name == "int8":
-            int8_round(x, lo)
+            int8_round(x, lo, _default(cuts, lo + x.size))
         elif self.name == "bf16":
             bf16_round(x.view(np.uint32))
         else:
             fp16_round(x.view(np.uint32))
+
+
+def _default(given, count: int) -> np.ndarray:
+    return cuts(count) if given is None else given
 
 
 CODECS = {name: Codec(name) for name in ("bf16", "fp16", "int8")}
@@ -284,7 +321,7 @@ def warmup() -> None:
     for c in CODECS.values():
         c.encode(x, 0, wire[:c.wire_bytes(0, 4)])
         c.decode(wire[:c.wire_bytes(0, 4)], 0, x)
-        c.round(x)
+        c.round(x, 0)
 
 
 # ----------------------------------------------------------------------------- error feedback
@@ -304,15 +341,16 @@ class ErrorFeedback:
     def __repr__(self) -> str:
         return f"ErrorFeedback({self.residual.size}, |residual|={np.linalg.norm(self.residual):.3g})"
 
-    def apply(self, codec: Codec, x: np.ndarray) -> None:
-        """In place: ``x = R(x + e)`` and ``e = (x + e) - R(x + e)``."""
+    def apply(self, codec: Codec, x: np.ndarray, cuts=None) -> None:
+        """In place: ``x = R(x + e)`` and ``e = (x + e) - R(x + e)`` (``cuts``: the
+        collective's int8 pieces, so that its first sends carry ``R(x + e)`` unchanged)."""
         if x.size != self.residual.size or x.dtype != np.float32:
             raise ValueError(f"ErrorFeedback holds {self.residual.size} fp32 elements, the "
                              f"buffer has {x.size} {x.dtype}")
         e = self.residual
         np.add(x, e, out=x)
         e[...] = x
-        codec.round(x, 0)
+        codec.round(x, 0, cuts)
         np.subtract(e, x, out=e)
 
     def reset(self) -> None:

@@ -6,7 +6,8 @@ each later look *test* them; once all are complete, *reduce* (the numba kernel, 
 order, as the blocking executor) and post the next step. With a codec
 (``mpicoll.compression``) a send first encodes its slice into a wire buffer and decodes it
 back into the sender's own copy; a receive lands in a wire buffer and is decoded into fp32
-before it is reduced or copied. A request owns its scratch and wire buffers (allocated once,
+before it is reduced or copied; at the end every rank rounds its whole buffer once more (why:
+``mpicoll.compression``). A request owns its scratch and wire buffers (allocated once,
 when it is made), so requests in flight never share memory, and one request can be started
 again and again (``Buckets`` do: MPI's persistent collectives).
 
@@ -85,8 +86,9 @@ class Request:
     """
 
     def __init__(self, what: str, schedule=None, buf: np.ndarray | None = None, *,
-                 reduce_into=None, codec=None, library=None, on_done=None, result=None):
-        self.what, self.result = what, result
+                 reduce_into=None, codec=None, cuts=None, library=None, on_done=None,
+                 result=None):
+        self.what, self.result, self._buf, self._cuts = what, result, buf, cuts
         self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
         self._steps = () if schedule is None else self._prepare(schedule, buf)
         self._nsteps = 1 if library is not None else len(self._steps)
@@ -114,7 +116,7 @@ class Request:
         scratch = np.empty(schedule.scratch_elements, buf.dtype)
 
         def size(lo, n):
-            return codec.wire_bytes(lo, n) if codec else n * itemsize
+            return codec.wire_bytes(lo, n, self._cuts) if codec else n * itemsize
 
         def slots(extents):             # byte offsets of aligned slots, and their total
             offsets, total = [], 0
@@ -240,7 +242,7 @@ class Request:
                 self._watch.timeout = seconds
 
     def _post(self) -> None:
-        comm, tag, codec = self._state.comm, self._tag, self._codec
+        comm, tag, codec, cuts = self._state.comm, self._tag, self._codec, self._cuts
         if self._library is not None:
             self._pending, self._peers = [self._library(comm)], []
             return
@@ -249,8 +251,8 @@ class Request:
         for dst, out, enc in sends:
             if enc is not None:
                 x, lo, wire = enc
-                codec.encode(x, lo, wire)
-                codec.decode(wire, lo, x)       # the sender keeps what it sends
+                codec.encode(x, lo, wire, cuts)
+                codec.decode(wire, lo, x, cuts)     # the sender keeps what it sends
             pending.append(comm.Isend(out, dst, tag))
         self._pending = pending
         self._peers = [r[0] for r in recvs] + [s[0] for s in sends]
@@ -262,11 +264,11 @@ class Request:
     def _finish_step(self) -> None:
         if self._library is not None:
             return
-        codec, reduce_into = self._codec, self._reduce
+        codec, reduce_into, cuts = self._codec, self._reduce, self._cuts
         for _, _, dec, red in self._steps[self._index][0]:
             if dec is not None:
                 wire, lo, target = dec
-                codec.decode(wire, lo, target)
+                codec.decode(wire, lo, target, cuts)
             if red is not None:
                 acc, incoming, left = red
                 if left:                        # acc = op(incoming, acc)
@@ -296,6 +298,8 @@ class Request:
     def _complete(self) -> None:
         self._pending = []
         try:
+            if self._codec is not None and self._buf is not None:
+                self._codec.round(self._buf, 0, self._cuts)     # see mpicoll.compression
             if self._on_done is not None:
                 self._on_done()
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
