@@ -59,9 +59,22 @@ class Watch:
 
         ``step`` is the step index (of ``nsteps``) or a phrase; ``peers`` the rank of each request.
         """
+        tag = roll_call_tag()
         start, pause = time.monotonic(), 1e-5
-        while not self.poll(requests, step, nsteps, peers):
+        while not MPI.Request.Testall(requests):
             now = time.monotonic()
+            expired = now > self.deadline
+            if expired or self.comm.Iprobe(MPI.ANY_SOURCE, tag):
+                done = [r.Test() for r in requests]
+                self.abandoned += requests
+                waiting_on = {p for p, ok in zip(peers, done) if not ok}
+                heard = self.roll_call(step if isinstance(step, int) else -1, expired)
+                others = set(range(self.comm.Get_size())) - {self.comm.Get_rank()}
+                raise CollectiveTimeout(
+                    self.what, step, nsteps, waiting_on=waiting_on, missing=others - set(heard),
+                    elsewhere={r for r, (t, _, _) in heard.items() if t != self.tag},
+                    gave_up={r for r, (_, _, e) in heard.items() if e},
+                    timeout=self.timeout if expired else None)
             if now - start < _SPIN_SECONDS:
                 os.sched_yield()        # let the rank we wait for run, if it shares our core
             else:
@@ -69,8 +82,8 @@ class Watch:
                 pause = min(2 * pause, 1e-3)
 
     def poll(self, requests, step, nsteps: int = 0, peers=()) -> bool:
-        """One look: True when ``requests`` are complete; raise CollectiveTimeout as ``wait``
-        does when the deadline has passed or a roll call came (for the progress executor)."""
+        """One look, for the progress executor: True when ``requests`` are complete; raise
+        CollectiveTimeout as ``wait`` does when the deadline has passed or a roll call came."""
         if MPI.Request.Testall(requests):
             return True
         expired = time.monotonic() > self.deadline
