@@ -6,7 +6,6 @@ the same bits."""
 import importlib.util
 from pathlib import Path
 
-import numpy as np
 import pytest
 from mpi4py import MPI
 

@@ -183,3 +183,4 @@ def test_single_rank_calls_complete_at_once():
     b.wait()
     assert (b.grads[0] == 2.0).all()
     assert np.shares_memory(b.grads[0], b.flat[1])
+
