@@ -7,26 +7,36 @@
     mpicoll.allgather(sendbuf, recvbuf=None, algorithm="auto", comm=None)
     mpicoll.bcast(buf, root=0, algorithm="auto", comm=None)
     mpicoll.ALGORITHMS   # the all-reduce algorithms, "mpi" (the MPI library's own) included
+
+For training loops (docs/training.md): ``iallreduce``, ``ireduce_scatter_block``,
+``iallgather``, ``ibcast`` return a ``Request`` (``test()``, ``wait(timeout=None)``, ``done``;
+``waitall(requests)``), run by a progress thread while the caller computes; ``Buckets`` reduce
+gradients in DDP-style buckets; ``compress="bf16" | "fp16" | "int8"`` and ``ErrorFeedback``
+narrow what crosses the wire.
 """
 
 from .errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 
 __version__ = "0.1.0"
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
-           "CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "__version__"]
-_API = ("allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS")
+# name -> the module that defines it, loaded on first use: ``import mpicoll`` stays cheap and
+# leaves MPI alone (``mpi4py.MPI``, imported by the API, initialises MPI), so commands that need
+# no MPI (``mpicoll trace``, ``model`` ...) never start it.
+_LAZY = {**dict.fromkeys(("allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
+                          "iallreduce", "ireduce_scatter_block", "iallgather", "ibcast",
+                          "waitall", "Request"), "api"),
+         "Buckets": "buckets", "ErrorFeedback": "compression"}
+__all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken",
+                         "__version__"]
 
 
 def __getattr__(name: str):
-    """The collectives, loaded from ``mpicoll.api`` on first use: ``import mpicoll`` stays cheap
-    and leaves MPI alone (``mpi4py.MPI``, imported by the API, initialises MPI), so commands
-    that need no MPI (``mpicoll trace``, ``model`` ...) never start it."""
-    if name in _API:
-        from . import api
-        globals()[name] = value = getattr(api, name)
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
         return value
     raise AttributeError(f"module 'mpicoll' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_LAZY))

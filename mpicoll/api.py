@@ -20,12 +20,14 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels, model, select, settings
+from . import compression, kernels, model, select, settings
 from ._runtime.call import Call
 from .executors.mpi import execute
+from .executors.progress import Request, waitall
 from .registry import ALLREDUCE, Algorithm, lookup
 
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS"]
+__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
+           "iallreduce", "ireduce_scatter_block", "iallgather", "ibcast", "waitall", "Request"]
 
 ALGORITHMS = tuple(ALLREDUCE)
 _OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
@@ -103,13 +105,20 @@ def _plan(algo: Algorithm, rank: int, size: int, count: int, options: tuple, nod
     return sched, internode
 
 
-def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) -> None:
+def _prepare(call: Call, algo: Algorithm, count: int, options: dict) -> tuple:
+    """``(schedule, inter-node elements, options, nodes)`` for this rank: the options completed
+    with what the cost model picks (``Algorithm.pick``), the schedule cached."""
     st, comm = call.open(), call.comm
     size, nodes = comm.Get_size(), st.nodes()
     if algo.pick is not None:
-        options = {**options, **_picked(algo, size, flat.size, nodes)}
-    sched, internode = _plan(algo, comm.Get_rank(), size, flat.size, tuple(options.items()),
-                             nodes)
+        options = {**options, **_picked(algo, size, count, nodes)}
+    sched, internode = _plan(algo, comm.Get_rank(), size, count, tuple(options.items()), nodes)
+    return sched, internode, options, nodes
+
+
+def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) -> None:
+    st = call.open()
+    sched, internode, _, _ = _prepare(call, algo, flat.size, options)
     kernels.warmup()
     execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=call.tag,
             scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,
@@ -151,7 +160,7 @@ settings.on_reload(_picked.cache_clear)
 
 def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
               inner: str | None = None, outer: str | None = None, order: str | None = None,
-              timeout=None, on_timeout=None, validate=None):
+              timeout=None, on_timeout=None, validate=None, compress=None, error_feedback=None):
     """All-reduce: every rank gets ``op`` over all ranks' ``sendbuf``, element-wise.
 
     ``algorithm`` is one of ``ALGORITHMS`` or ``"auto"``. ``inner``/``outer`` choose the
@@ -159,8 +168,14 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
     ``MPICOLL_HIER_OUTER``); ``order`` the order ``ring`` visits the ranks, ``"rank"``,
     ``"node"`` or ``"rail"`` (also ``MPICOLL_RING_ORDER``; ``mpicoll.topology.ring_order``).
     ``timeout``, ``on_timeout``, ``validate``: see the module's doc.
+    ``compress`` / ``error_feedback``: see ``iallreduce`` (the call is ``iallreduce(...).wait()``).
     Returns ``recvbuf``.
     """
+    if compress is not None or error_feedback is not None:
+        return iallreduce(sendbuf, recvbuf, op=op, algorithm=algorithm, comm=comm, inner=inner,
+                          outer=outer, order=order, timeout=timeout, on_timeout=on_timeout,
+                          validate=validate, compress=compress,
+                          error_feedback=error_feedback).wait()
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         opname = _op_name(op)
         algo = _algorithm("allreduce", algorithm)
@@ -286,3 +301,199 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
         if size > 1 and buf.size > 0:
             _run(call, algo, buf.reshape(-1), "sum", options)
         return buf
+
+
+# ----------------------------------------------------------------------------- nonblocking
+
+def _request(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict, *,
+             codec=None, on_done=None, result=None, what: str | None = None) -> Request:
+    """A request that runs ``algo`` on ``flat`` in the progress executor
+    (``executors/progress.py``), not started yet."""
+    sched, _, options, nodes = _prepare(call, algo, flat.size, options)
+    kernels.warmup()
+    if codec is not None:
+        compression.warmup()
+    return Request(what or f"{call.collective} {algo.name}", sched, flat,
+                   reduce_into=kernels.kernel(op), codec=codec,
+                   cuts=_cuts(algo, call.comm.Get_size(), flat.size, options, codec, nodes),
+                   on_done=on_done, result=result)
+
+
+def _start(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict,
+           **kwargs) -> Request:
+    """Start ``algo`` on ``flat`` in the progress executor."""
+    return _request(call, algo, flat, op, options, **kwargs).start(call, call.open().traffic)
+
+
+def _cuts(algo: Algorithm, size: int, count: int, options: dict, codec, nodes=None):
+    """int8's pieces for ``algo`` on this communicator (``compression.schedule_cuts``): cut at
+    every slice edge of every rank's schedule."""
+    if codec is None or codec.name != "int8":
+        return None
+    return _cached_cuts(algo, size, count, tuple(options.items()), nodes)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple, nodes):
+    return compression.schedule_cuts(
+        count, [_plan(algo, r, size, count, options, nodes)[0] for r in range(size)])
+
+
+def _start_library(call: Call, algo: Algorithm, nonblocking, *args, result, **kwargs) -> Request:
+    """The MPI library's own nonblocking collective (``MPI.Comm.Iallreduce``...) as a Request."""
+    call.open()
+    req = Request(f"{call.collective} {algo.name}", result=result,
+                  library=lambda comm: nonblocking(comm, *args, **kwargs))
+    return req.start(call, call.open().traffic)
+
+
+def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
+               inner: str | None = None, outer: str | None = None, order: str | None = None,
+               compress=None,
+               error_feedback=None, timeout=None, on_timeout=None, validate=None) -> Request:
+    """Start an all-reduce; returns a ``Request`` (``wait()`` returns ``recvbuf``).
+
+    Arguments as ``allreduce``. Do not touch ``sendbuf`` or ``recvbuf`` until the request is
+    done. ``compress="bf16" | "fp16" | "int8"`` sends fp32 data narrowed and reduces in fp32 at
+    each hop (``mpicoll.compression``: where it rounds, and why every rank still ends with the
+    same bits); ``error_feedback=ErrorFeedback(n)`` adds the residual of the previous call
+    into this one's input first. Compression needs float32 and ``op="sum"``.
+    ``timeout`` runs from this call; ``validate=True`` agrees here, before the request starts.
+    """
+    with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
+        opname = _op_name(op)
+        algo = _algorithm("allreduce", algorithm)
+        comm = call.comm
+        send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
+        codec = compression.codec(compress)
+        if error_feedback is not None and not isinstance(error_feedback,
+                                                         compression.ErrorFeedback):
+            raise TypeError(f"error_feedback must be an mpicoll.ErrorFeedback, got "
+                            f"{type(error_feedback).__name__}")
+        if error_feedback is not None and codec is None:
+            raise ValueError("error_feedback needs a compress= mode (it keeps the rounding error)")
+        if codec is not None:
+            if recv.dtype != np.float32 or opname != "sum":
+                raise ValueError(f"compress={compress!r} needs float32 data and op='sum', got "
+                                 f"{recv.dtype} and op={opname!r}")
+            if algo is not None and algo.library:
+                raise ValueError(f"compress={compress!r} needs one of mpicoll's algorithms, "
+                                 f"not the MPI library's own {algo.name!r}")
+        if error_feedback is not None and error_feedback.residual.size != recv.size:
+            raise ValueError(f"error_feedback holds {error_feedback.residual.size} elements, "
+                             f"the buffer has {recv.size}")
+        given = {"inner": inner, "outer": outer, "order": order}
+        auto = algo is None
+        if auto and (inner or outer or order):
+            raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
+                             "not to 'auto'")
+        size, count = comm.Get_size(), recv.size
+        if auto:
+            algo = lookup("allreduce", select.allreduce(
+                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
+            if algo.library and codec is not None:      # compression needs a schedule
+                algo = lookup("allreduce", "ring")
+        options = _options(call, algo, given, auto)
+        call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
+                   inner=options.get("inner"), outer=options.get("outer"), compress=compress)
+        if algo.library:
+            return _start_library(call, algo, MPI.Comm.Iallreduce,
+                                  MPI.IN_PLACE if send is None else send, recv,
+                                  op=_OPS[opname], result=recv)
+        if send is not None:
+            np.copyto(recv.reshape(-1), send.reshape(-1))
+        if size == 1 or count == 0:
+            return Request("allreduce", result=recv)
+        req = _request(call, algo, recv.reshape(-1), opname, options, codec=codec, result=recv)
+        if error_feedback is not None:
+            error_feedback.apply(codec, recv.reshape(-1), req._cuts)
+        return req.start(call, call.open().traffic)
+
+
+def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
+                          timeout=None, on_timeout=None, validate=None) -> Request:
+    """Start a reduce-scatter (arguments as ``reduce_scatter_block``); returns a ``Request``."""
+    with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
+        opname = _op_name(op)
+        algo = _algorithm("reduce_scatter_block", algorithm)
+        comm = call.comm
+        size, rank = comm.Get_size(), comm.Get_rank()
+
+        def block_shape(s):
+            return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
+
+        send, recv = _buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
+        total = recv.size if send is None else send.size
+        if total % size:
+            raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
+                             f"not a multiple of the communicator size {size}")
+        n = total // size
+        if algo is None:
+            algo = lookup("reduce_scatter_block",
+                          select.reduce_scatter_block(total * recv.itemsize, size))
+        options = _options(call, algo, {})
+        call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
+        if algo.library:
+            return _start_library(call, algo, MPI.Comm.Ireduce_scatter_block,
+                                  MPI.IN_PLACE if send is None else send, recv,
+                                  op=_OPS[opname], result=recv)
+        work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
+
+        def own_block():
+            np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
+
+        if size == 1 or n == 0:
+            own_block()
+            return Request("reduce_scatter_block", result=recv)
+        return _start(call, algo, work, opname, options, on_done=own_block, result=recv)
+
+
+def iallgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=None,
+               on_timeout=None, validate=None) -> Request:
+    """Start an all-gather (arguments as ``allgather``); returns a ``Request``."""
+    with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
+        algo = _algorithm("allgather", algorithm)
+        comm = call.comm
+        size, rank = comm.Get_size(), comm.Get_rank()
+        send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size,
+                              lambda s: (size,) + s.shape)
+        if recv.size % size:
+            raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
+                             f"communicator size {size}")
+        n = recv.size // size
+        if algo is None:
+            algo = lookup("allgather", select.allgather(recv.nbytes, size))
+        options = _options(call, algo, {})
+        call.agree(algo.name, dtype=recv.dtype, count=n)
+        if algo.library:
+            return _start_library(call, algo, MPI.Comm.Iallgather,
+                                  MPI.IN_PLACE if send is None else send, recv, result=recv)
+        flat = recv.reshape(-1)
+        if send is not None:
+            np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
+        if size == 1 or n == 0:
+            return Request("allgather", result=recv)
+        return _start(call, algo, flat, "sum", options, result=recv)
+
+
+def ibcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
+           validate=None) -> Request:
+    """Start a broadcast of ``buf`` from ``root``, in place; returns a ``Request``."""
+    with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
+        algo = _algorithm("bcast", algorithm)
+        comm = call.comm
+        buf = _array(buf, "buf", writable=True)
+        size = comm.Get_size()
+        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)) \
+                or not 0 <= root < size:
+            raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
+        root = int(root)
+        if algo is None:
+            algo = lookup("bcast", select.bcast(buf.nbytes, size))
+        options = {**_options(call, algo, {}), "root": root}
+        call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
+        if algo.library:
+            return _start_library(call, algo, MPI.Comm.Ibcast, buf, root=root, result=buf)
+        if size == 1 or buf.size == 0:
+            return Request("bcast", result=buf)
+        return _start(call, algo, buf.reshape(-1), "sum", options, result=buf)

@@ -136,6 +136,10 @@ LIBRARY = (
     Setting("MPICOLL_KERNELS", "numba | numpy", "numba",
             "the reduction kernels: numba's (default) or numpy's ufuncs (same bits)",
             "first reduction", _choice("numba", "numpy")),
+    Setting("MPICOLL_PROGRESS", "auto | thread | caller", "auto",
+            "who moves nonblocking collectives: a progress thread (needs `MPI_THREAD_MULTIPLE`; "
+            "`auto` picks it when the MPI library gives that level) or the caller, in `test`/`wait`",
+            "first nonblocking call", _choice("auto", "thread", "caller")),
 )
 
 SCRIPTS = (

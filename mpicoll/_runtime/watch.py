@@ -81,6 +81,25 @@ class Watch:
                 time.sleep(pause)
                 pause = min(2 * pause, 1e-3)
 
+    def poll(self, requests, step, nsteps: int = 0, peers=()) -> bool:
+        """One look, for the progress executor: True when ``requests`` are complete; raise
+        CollectiveTimeout as ``wait`` does when the deadline has passed or a roll call came."""
+        if MPI.Request.Testall(requests):
+            return True
+        expired = time.monotonic() > self.deadline
+        if expired or self.comm.Iprobe(MPI.ANY_SOURCE, roll_call_tag()):
+            done = [r.Test() for r in requests]
+            self.abandoned += requests
+            waiting_on = {p for p, ok in zip(peers, done) if not ok}
+            heard = self.roll_call(step if isinstance(step, int) else -1, expired)
+            others = set(range(self.comm.Get_size())) - {self.comm.Get_rank()}
+            raise CollectiveTimeout(
+                self.what, step, nsteps, waiting_on=waiting_on, missing=others - set(heard),
+                elsewhere={r for r, (t, _, _) in heard.items() if t != self.tag},
+                gave_up={r for r, (_, _, e) in heard.items() if e},
+                timeout=self.timeout if expired else None)
+        return False
+
     def roll_call(self, step: int, expired: bool) -> dict:
         """Tell every other rank where this one is; return what was heard, ``{rank: (tag, step,
         expired)}``."""

@@ -1,0 +1,357 @@
+"""Compression on the wire: fp32 values sent as bf16, fp16 or int8, reduced in fp32 at each hop.
+
+    mpicoll.allreduce(grad, compress="bf16")                          # half the bytes
+    ef = mpicoll.ErrorFeedback(grad.size)
+    mpicoll.allreduce(grad, compress="int8", error_feedback=ef)       # a quarter, plus scales
+
+A codec is a *rounding* ``R`` of fp32 values plus its wire format. The progress executor
+(``mpicoll.executors.progress``) applies it in three places:
+
+1. on every send of a schedule it encodes the slice into a wire buffer, **decodes that wire
+   buffer back into the sender's own copy** (so the sender keeps exactly the value it sent),
+   and sends the wire buffer;
+2. the receiver decodes into fp32, then reduces in fp32 (or copies);
+3. when the collective ends, every rank rounds its whole buffer once: ``buf = R(buf)``.
+
+Why every rank then ends with the same bits: ``R`` acts piece by piece on fixed pieces of the
+flat buffer (bf16, fp16: each element; int8: the pieces below) and is idempotent,
+``R(R(x)) == R(x)``, also on any sub-slice. In the blocking executor two ranks end with the
+same bits because one copied the other's value, or both computed the same reduction in the same
+operand order (``Recv.left``). With (1) a copy is ``R(v)`` at both ends; twins that computed the
+same ``v`` may differ only in that one of them has since sent it (``R(v)``) and the other not
+(``v``) -- recursive doubling's fold of a non-power-of-two size does exactly that -- and (3)
+maps both to ``R(v)``. So the result is the rounded final sum, identical everywhere.
+
+* ``bf16``: the top 16 bits of the fp32, rounded to nearest, ties to even (NaN stays a quiet
+  NaN); 2 bytes per element. Same exponent range as fp32: no overflow.
+* ``fp16``: IEEE half, round to nearest even, as ``numpy.float16`` (subnormals, overflow to
+  infinity); 2 bytes per element. Gradients above 65504 become infinity: scale them first.
+* ``int8``: each *piece* sends one fp32 scale, a power of two ``s >= max|x| / 127``, and
+  ``round(x / s)`` as int8 (ties to even). The pieces are fixed per collective: the flat buffer
+  cut at every multiple of ``CHUNK`` and at every slice edge of every rank's schedule
+  (``schedule_cuts``), so every slice a schedule sends is a union of whole pieces and a piece
+  always gets the same scale from the same values. A power-of-two scale makes ``x / s`` and
+  ``q * s`` exact, so re-rounding a rounded piece, or any part of it, changes nothing.
+  1 byte per element plus 4 per piece (about n/CHUNK + the schedule's slices: <= 1/4 + ~1/64
+  of fp32's bytes). Inputs must be finite: a piece holding a NaN or infinity decodes as NaN.
+
+``ErrorFeedback`` (Seide et al. 2014 1-bit SGD; Stich et al. 2018): before a compressed call the
+rank's input becomes ``x = g + e`` (``e`` the residual kept from the previous call), is rounded
+to ``R(x)`` -- which is then exactly what its first send carries -- and ``e = x - R(x)`` is kept.
+So the rank's own rounding error is not lost, only delayed. Rounding of partial sums at later
+hops is not fed back (no rank owns it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = ["CODECS", "CHUNK", "Codec", "codec", "cuts", "schedule_cuts", "ErrorFeedback",
+           "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode",
+           "int8_encode", "int8_decode", "int8_round"]
+
+CHUNK = 256             # int8: elements per scale
+
+
+# ----------------------------------------------------------------------------- bf16
+
+@njit(cache=True, nogil=True, inline="always")
+def _bf16_bits(u):
+    """fp32 bits -> bf16 bits, round to nearest even; a NaN stays a (quiet) NaN."""
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((u >> np.uint32(16)) | np.uint32(0x0040))
+    bias = np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    return np.uint16((u + bias) >> np.uint32(16))
+
+
+@njit(cache=True, nogil=True)
+def bf16_encode(x, wire):
+    """``wire[i] = bf16(x[i])``; ``x`` is the fp32 input viewed as uint32."""
+    for i in range(x.shape[0]):
+        wire[i] = _bf16_bits(x[i])
+
+
+@njit(cache=True, nogil=True)
+def bf16_decode(wire, out):
+    """``out[i] = fp32(wire[i])``; ``out`` is the fp32 output viewed as uint32."""
+    for i in range(wire.shape[0]):
+        out[i] = np.uint32(wire[i]) << np.uint32(16)
+
+
+@njit(cache=True, nogil=True)
+def bf16_round(x):
+    """``x = R(x)`` in place (``x`` viewed as uint32)."""
+    for i in range(x.shape[0]):
+        x[i] = np.uint32(_bf16_bits(x[i])) << np.uint32(16)
+
+
+# ----------------------------------------------------------------------------- fp16
+
+@njit(cache=True, nogil=True, inline="always")
+def _fp16_bits(u):
+    """fp32 bits -> IEEE half bits, round to nearest even (numpy's float16 conversion)."""
+    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
+    f = u & np.uint32(0x7FFFFFFF)
+    if f > np.uint32(0x7F800000):                       # NaN: keep the top payload bits
+        m = (f >> np.uint32(13)) & np.uint32(0x3FF)
+        return np.uint16(sign | np.uint32(0x7C00) | (m if m else np.uint32(1)))
+    if f >= np.uint32(0x47800000):                      # >= 65536 (or inf): infinity
+        return np.uint16(sign | np.uint32(0x7C00))
+    e = f >> np.uint32(23)
+    if e < np.uint32(113):                              # below 2^-14: a half subnormal (or 0)
+        if e < np.uint32(102):
+            return np.uint16(sign)
+        mant = (f & np.uint32(0x7FFFFF)) | np.uint32(0x800000)
+        shift = np.uint32(126) - e                      # value / 2^-24 = mant >> shift
+        q = mant >> shift
+        rest = mant & ((np.uint32(1) << shift) - np.uint32(1))
+        half = np.uint32(1) << (shift - np.uint32(1))
+        if rest > half or (rest == half and (q & np.uint32(1))):
+            q += np.uint32(1)
+        return np.uint16(sign | q)
+    odd = (f >> np.uint32(13)) & np.uint32(1)           # normal: rebias, round, carry
+    f = f + np.uint32(0xC8000FFF) + odd                 # (15 - 127) << 23, plus 0xFFF
+    return np.uint16(sign | (f >> np.uint32(13)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fp16_value(h):
+    """IEEE half bits -> fp32 bits (exact)."""
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    e = (h >> np.uint32(10)) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    if e == np.uint32(0x1F):
+        return sign | np.uint32(0x7F800000) | (m << np.uint32(13))
+    if e == np.uint32(0):
+        if m == np.uint32(0):
+            return sign
+        e2 = np.uint32(113)
+        while (m & np.uint32(0x400)) == np.uint32(0):
+            m <<= np.uint32(1)
+            e2 -= np.uint32(1)
+        return sign | (e2 << np.uint32(23)) | ((m & np.uint32(0x3FF)) << np.uint32(13))
+    return sign | ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))
+
+
+@njit(cache=True, nogil=True)
+def fp16_encode(x, wire):
+    for i in range(x.shape[0]):
+        wire[i] = _fp16_bits(x[i])
+
+
+@njit(cache=True, nogil=True)
+def fp16_decode(wire, out):
+    for i in range(wire.shape[0]):
+        out[i] = _fp16_value(wire[i])
+
+
+@njit(cache=True, nogil=True)
+def fp16_round(x):
+    for i in range(x.shape[0]):
+        x[i] = _fp16_value(_fp16_bits(x[i]))
+
+
+# ----------------------------------------------------------------------------- int8
+
+@njit(cache=True, nogil=True, inline="always")
+def _pow2_scale(amax):
+    """The smallest power of two s with s >= amax / 127 (at least 2^-126; NaN if not finite)."""
+    if not amax < np.inf:
+        return np.nan
+    v = amax / 127.0
+    if v == 0.0:
+        return 1.0
+    m, e = math.frexp(v)                                # v = m * 2^e, 0.5 <= m < 1
+    s = math.ldexp(1.0, e - 1) if m == 0.5 else math.ldexp(1.0, e)
+    return max(s, 2.0 ** -126)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _piece_scale(x, i, end):
+    amax = 0.0
+    for j in range(i, end):
+        a = abs(np.float64(x[j]))
+        if not a <= amax:                               # a NaN wins (and poisons the scale)
+            amax = a if a == a else np.inf
+    return _pow2_scale(amax)
+
+
+@njit(cache=True, nogil=True)
+def int8_encode(x, lo, cuts, scales, q):
+    """Slice ``x`` (fp32, at absolute offset ``lo``) -> one scale per piece + int8 values; the
+    pieces are the slice cut at the absolute offsets ``cuts`` (sorted, ending at the count)."""
+    n, i, c = x.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        s = _piece_scale(x, i, end)
+        scales[c] = s
+        for j in range(i, end):
+            q[j] = np.int8(np.rint(x[j] / s)) if s == s else np.int8(0)
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_decode(scales, q, lo, cuts, out):
+    n, i, c = q.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        s = scales[c]
+        for j in range(i, end):
+            out[j] = np.float32(q[j] * s)
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_round(x, lo, cuts):
+    """``x = R(x)`` in place: what ``int8_encode`` then ``int8_decode`` give."""
+    n, i = x.shape[0], 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        s = np.float32(_piece_scale(x, i, end))
+        for j in range(i, end):
+            x[j] = np.float32(np.int8(np.rint(x[j] / s)) * s) if s == s else np.float32(np.nan)
+        k += 1
+        i = end
+
+
+def cuts(count: int, boundaries=()) -> np.ndarray:
+    """int8's pieces of a buffer of ``count`` elements: cut at every multiple of ``CHUNK`` and
+    at ``boundaries`` (every slice edge of every rank's schedule), as sorted absolute offsets
+    ending at ``count``."""
+    edges = set(range(CHUNK, count, CHUNK))
+    edges.update(b for b in boundaries if 0 < b < count)
+    edges.add(max(count, 1))
+    return np.array(sorted(edges), np.int64)
+
+
+def schedule_cuts(count: int, schedules) -> np.ndarray:
+    """``cuts`` for the slice edges of ``schedules`` (those of every rank of one collective)."""
+    return cuts(count, {e for sched in schedules for step in sched.steps
+                        for op in step for e in (op.lo, op.hi)})
+
+
+def _pieces(lo: int, n: int, cuts: np.ndarray) -> int:
+    if n == 0:
+        return 0
+    return int(np.searchsorted(cuts, lo + n, "left") - np.searchsorted(cuts, lo, "right")) + 1
+
+
+# ----------------------------------------------------------------------------- codecs
+
+class Codec:
+    """One compression mode: wire size, encode, decode, round -- over fp32 slices.
+
+    ``encode(x, lo, wire, cuts)`` writes the slice ``x`` (absolute offset ``lo`` in the flat
+    buffer) into the uint8 array ``wire`` of ``wire_bytes(lo, x.size, cuts)`` bytes;
+    ``decode(wire, lo, out, cuts)`` is its inverse; ``round(x, lo, cuts)`` is
+    ``decode(encode(x))`` in place. ``cuts`` (int8 only; see ``cuts``) fixes the pieces that
+    share a scale; None cuts at the multiples of ``CHUNK`` only.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Codec({self.name!r})"
+
+    def wire_bytes(self, lo: int, n: int, cuts=None) -> int:
+        if self.name == "int8":
+            return 4 * _pieces(lo, n, _default(cuts, lo + n)) + n
+        return 2 * n
+
+    def encode(self, x: np.ndarray, lo: int, wire: np.ndarray, cuts=None) -> None:
+        if self.name == "int8":
+            cuts = _default(cuts, lo + x.size)
+            c = 4 * _pieces(lo, x.size, cuts)
+            int8_encode(x, lo, cuts, wire[:c].view(np.float32), wire[c:].view(np.int8))
+        elif self.name == "bf16":
+            bf16_encode(x.view(np.uint32), wire.view(np.uint16))
+        else:
+            fp16_encode(x.view(np.uint32), wire.view(np.uint16))
+
+    def decode(self, wire: np.ndarray, lo: int, out: np.ndarray, cuts=None) -> None:
+        if self.name == "int8":
+            cuts = _default(cuts, lo + out.size)
+            c = 4 * _pieces(lo, out.size, cuts)
+            int8_decode(wire[:c].view(np.float32), wire[c:].view(np.int8), lo, cuts, out)
+        elif self.name == "bf16":
+            bf16_decode(wire.view(np.uint16), out.view(np.uint32))
+        else:
+            fp16_decode(wire.view(np.uint16), out.view(np.uint32))
+
+    def round(self, x: np.ndarray, lo: int = 0, cuts=None) -> None:
+        if self.name == "int8":
+            int8_round(x, lo, _default(cuts, lo + x.size))
+        elif self.name == "bf16":
+            bf16_round(x.view(np.uint32))
+        else:
+            fp16_round(x.view(np.uint32))
+
+
+def _default(given, count: int) -> np.ndarray:
+    return cuts(count) if given is None else given
+
+
+CODECS = {name: Codec(name) for name in ("bf16", "fp16", "int8")}
+
+
+def codec(compress) -> Codec | None:
+    """The codec named ``compress`` (None: no compression); ValueError for another name."""
+    if compress is None:
+        return None
+    if compress not in CODECS:
+        raise ValueError(f"compress must be None or one of {sorted(CODECS)}, got {compress!r}")
+    return CODECS[compress]
+
+
+def warmup() -> None:
+    """Compile (or load from numba's disk cache) the codec kernels."""
+    x, wire = np.ones(4, np.float32), np.zeros(32, np.uint8)
+    for c in CODECS.values():
+        c.encode(x, 0, wire[:c.wire_bytes(0, 4)])
+        c.decode(wire[:c.wire_bytes(0, 4)], 0, x)
+        c.round(x, 0)
+
+
+# ----------------------------------------------------------------------------- error feedback
+
+class ErrorFeedback:
+    """The residual ``g - R(g)`` of a rank's last compressed call, added into its next one.
+
+    ``ErrorFeedback(n)`` keeps ``n`` fp32 zeros; pass it as ``error_feedback=`` to a compressed
+    all-reduce of ``n`` elements (one object per buffer: the residual belongs to that buffer).
+    """
+
+    def __init__(self, size: int):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise ValueError(f"ErrorFeedback needs an element count >= 0, got {size!r}")
+        self.residual = np.zeros(int(size), np.float32)
+
+    def __repr__(self) -> str:
+        return f"ErrorFeedback({self.residual.size}, |residual|={np.linalg.norm(self.residual):.3g})"
+
+    def apply(self, codec: Codec, x: np.ndarray, cuts=None) -> None:
+        """In place: ``x = R(x + e)`` and ``e = (x + e) - R(x + e)`` (``cuts``: the
+        collective's int8 pieces, so that its first sends carry ``R(x + e)`` unchanged)."""
+        if x.size != self.residual.size or x.dtype != np.float32:
+            raise ValueError(f"ErrorFeedback holds {self.residual.size} fp32 elements, the "
+                             f"buffer has {x.size} {x.dtype}")
+        e = self.residual
+        np.add(x, e, out=x)
+        e[...] = x
+        codec.round(x, 0, cuts)
+        np.subtract(e, x, out=e)
+
+    def reset(self) -> None:
+        self.residual[...] = 0

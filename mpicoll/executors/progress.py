@@ -1,0 +1,386 @@
+"""The progress executor: collectives that run while the caller computes.
+
+A ``Request`` runs the same ``Schedule.plan`` as the blocking executor (``executors/mpi.py``),
+one step at a time, without ever blocking: *post* a step (its receives, then its sends), and on
+each later look *test* them; once all are complete, *reduce* (the numba kernel, ``Recv.left``
+order, as the blocking executor) and post the next step. With a codec
+(``mpicoll.compression``) a send first encodes its slice into a wire buffer and decodes it
+back into the sender's own copy; a receive lands in a wire buffer and is decoded into fp32
+before it is reduced or copied; at the end every rank rounds its whole buffer once more (why:
+``mpicoll.compression``). A request owns its scratch and wire buffers (allocated once,
+when it is made), so requests in flight never share memory, and one request can be started
+again and again (``Buckets`` do: MPI's persistent collectives).
+
+Who looks (``MPICOLL_PROGRESS``):
+
+* ``thread`` -- one daemon *progress thread* per process advances every active request. It
+  holds the GIL only between MPI calls (mpi4py releases it inside them) and the numba kernels
+  are ``nogil``, so numpy or numba compute in the caller's thread overlaps it. When nothing
+  moved it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 200 us.
+  That bounds its CPU use on a busy machine but adds up to ~0.2 ms of latency per step; a
+  compiled executor (no GIL, no sleeps) would do better. Needs ``MPI_THREAD_MULTIPLE``: the
+  caller may use MPI (mpicoll's blocking calls, its own) while the thread does.
+* ``caller`` -- no thread: a request's first step is posted when it starts and later steps
+  move only inside ``test()``, ``wait()`` and ``waitall()`` (each advances every active
+  request, so waiting in any order cannot deadlock). Overlap then depends on how often the
+  caller looks. This is what ``auto`` (the default) picks when ``MPI.Query_thread()`` is below
+  ``MPI_THREAD_MULTIPLE``; asking for ``thread`` there raises ``RuntimeError``.
+
+Every request in flight has its own tag (``CommState.next_tag``), so several on one
+communicator never take each other's messages and complete in any wait order. A request with a
+deadline (``timeout=`` at the call, or ``wait(timeout=...)``) is polled under it by the
+``Watch`` of a blocking call: past it, the request fails with ``CollectiveTimeout`` naming the
+missing ranks, its communicator is marked broken, and the other requests in flight on it fail
+with ``CommunicatorBroken``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import settings
+from ..errors import CommunicatorBroken
+
+__all__ = ["Request", "waitall", "mode"]
+
+_ALIGN = 8                      # wire slots start at multiples of 8 bytes
+_YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
+_SLEEP_MIN, _SLEEP_MAX = 1e-5, 2e-4
+
+_lock = threading.Lock()        # held while any request is advanced or started
+_wake = threading.Condition(_lock)
+_active: list = []
+_thread: threading.Thread | None = None
+_stopping = False
+
+
+def mode() -> str:
+    """``"thread"`` or ``"caller"``: who advances requests (see the module's doc)."""
+    wanted = settings.get("MPICOLL_PROGRESS")
+    if wanted == "caller":
+        return "caller"
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_MULTIPLE:
+        if wanted == "thread":
+            names = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
+                     MPI.THREAD_SERIALIZED: "SERIALIZED"}
+            raise RuntimeError(
+                f"MPICOLL_PROGRESS=thread needs MPI_THREAD_MULTIPLE, but MPI was initialised "
+                f"with MPI_THREAD_{names.get(level, level)}; set mpi4py.rc.thread_level = "
+                "'multiple' before importing mpi4py.MPI, or use MPICOLL_PROGRESS=caller")
+        return "caller"
+    return "thread"
+
+
+class Request:
+    """A collective in flight: ``test()``, ``wait(timeout=None)``, ``done``.
+
+    Made by ``mpicoll.iallreduce`` and friends (and by ``Buckets``, which start theirs again
+    every step); ``wait`` returns the call's result (its ``recvbuf``).
+    """
+
+    def __init__(self, what: str, schedule=None, buf: np.ndarray | None = None, *,
+                 reduce_into=None, codec=None, cuts=None, library=None, on_done=None,
+                 result=None):
+        self.what, self.result, self._buf, self._cuts = what, result, buf, cuts
+        self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
+        self._steps = () if schedule is None else self._prepare(schedule, buf)
+        self._nsteps = 1 if library is not None else len(self._steps)
+        self._finished = threading.Event()
+        self._finished.set()
+        self._error: BaseException | None = None
+        self._call = self._state = self._watch = self._traffic = None
+        self._tag, self._index, self._pending, self._peers = 0, 0, [], []
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error else "done" if self.done else \
+            f"step {self._index} of {self._nsteps}"
+        return f"<mpicoll Request {self.what}: {state}>"
+
+    # ------------------------------------------------------------------------- set-up (once)
+
+    def _prepare(self, schedule, buf: np.ndarray) -> tuple:
+        """Per step: (recvs, sends, bytes_sent, bytes_received), with every view made here.
+
+        recv: (peer, array received into, decode (wire, lo, target) or None,
+               reduce (acc, incoming, left) or None); send: (peer, array sent,
+               encode (source slice, lo, wire) or None).
+        """
+        codec, itemsize = self._codec, buf.itemsize
+        scratch = np.empty(schedule.scratch_elements, buf.dtype)
+
+        def size(lo, n):
+            return codec.wire_bytes(lo, n, self._cuts) if codec else n * itemsize
+
+        def slots(extents):             # byte offsets of aligned slots, and their total
+            offsets, total = [], 0
+            for lo, n in extents:
+                offsets.append(total)
+                total += -(-size(lo, n) // _ALIGN) * _ALIGN
+            return offsets, total
+
+        wire_in = wire_out = None
+        if codec:
+            need_in = max((slots([(lo, hi - lo) for _, lo, hi, *_ in recvs])[1]
+                           for recvs, _ in schedule.plan), default=0)
+            need_out = max((slots([(lo, hi - lo) for _, lo, hi in sends])[1]
+                            for _, sends in schedule.plan), default=0)
+            wire_in, wire_out = np.empty(need_in, np.uint8), np.empty(need_out, np.uint8)
+        steps = []
+        for recvs, sends in schedule.plan:
+            r_off, _ = slots([(lo, hi - lo) for _, lo, hi, *_ in recvs])
+            s_off, _ = slots([(lo, hi - lo) for _, lo, hi in sends])
+            step_recvs, step_sends = [], []
+            for (src, lo, hi, reduce, left, at), off in zip(recvs, r_off):
+                target = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
+                red = (buf[lo:hi], target, left) if reduce else None
+                if codec:
+                    wire = wire_in[off:off + size(lo, hi - lo)]
+                    step_recvs.append((src, wire, (wire, lo, target), red))
+                else:
+                    step_recvs.append((src, target, None, red))
+            for (dst, lo, hi), off in zip(sends, s_off):
+                if codec:
+                    wire = wire_out[off:off + size(lo, hi - lo)]
+                    step_sends.append((dst, wire, (buf[lo:hi], lo, wire)))
+                else:
+                    step_sends.append((dst, buf[lo:hi], None))
+            steps.append((tuple(step_recvs), tuple(step_sends),
+                          sum(size(lo, hi - lo) for _, lo, hi in sends),
+                          sum(size(lo, hi - lo) for _, lo, hi, *_ in recvs)))
+        return tuple(steps)
+
+    # ------------------------------------------------------------------------- running
+
+    def start(self, call, traffic: dict) -> "Request":
+        """Start (again) on ``call``'s communicator and tag, under its deadline; returns self."""
+        progress = mode()
+        st = call.open()
+        with _lock:
+            if not self._finished.is_set():
+                raise RuntimeError(f"{self.what}: start() while the request is still in flight")
+            self._call, self._state, self._traffic = call, st, traffic
+            self._tag, self._watch = call.tag, call.watch
+            self._error, self._index, self._pending, self._peers = None, 0, [], []
+            self._finished.clear()
+            if self._nsteps == 0:
+                self._complete()
+                return self
+            try:
+                self._post()
+            except BaseException as exc:
+                self._fail(exc)
+                raise
+            _active.append(self)
+            _wake.notify()
+        if progress == "thread":
+            _ensure_thread()
+        return self
+
+    @property
+    def done(self) -> bool:
+        """True once the request has completed (or failed: ``wait`` raises its error)."""
+        return self._finished.is_set()
+
+    def test(self) -> bool:
+        """Advance (in ``caller`` mode) and say whether the request is done; raises its error."""
+        if not self._finished.is_set() and mode() == "caller":
+            with _lock:
+                _progress()
+        if self._error is not None:
+            raise self._error
+        return self._finished.is_set()
+
+    def wait(self, timeout=None):
+        """Block until done and return the result (``recvbuf``); raise the request's error.
+
+        ``timeout`` (seconds) tightens the request's deadline to now + timeout: past it the
+        collective fails as a blocking call's would (``CollectiveTimeout`` naming the missing
+        ranks; the communicator is broken).
+        """
+        if timeout is not None and not self._finished.is_set():
+            self._tighten(timeout)
+        pause, looks = _SLEEP_MIN, 0
+        while not self._finished.is_set():
+            with _lock:                 # the caller helps: it would only sleep otherwise
+                moved = _progress()
+            if self._finished.is_set():
+                break
+            if moved:
+                pause, looks = _SLEEP_MIN, 0
+            elif looks < _YIELDS:
+                looks += 1
+                os.sched_yield()
+            else:
+                self._finished.wait(pause)
+                pause = min(2 * pause, 1e-3)
+        if self._error is not None:
+            raise self._error
+        return self.result
+
+    def _tighten(self, timeout) -> None:
+        from .._runtime.call import _timeout
+        from .._runtime.watch import Watch
+        seconds = _timeout(timeout, "timeout")
+        if seconds is None:
+            return
+        with _lock:
+            if self._finished.is_set():
+                return
+            if self._watch is None:
+                self._watch = Watch(seconds, self.what, self._state.comm)
+                self._watch.tag = self._tag
+                self._call.watch = self._watch
+            elif time.monotonic() + seconds < self._watch.deadline:
+                self._watch.deadline = time.monotonic() + seconds
+                self._watch.timeout = seconds
+
+    def _post(self) -> None:
+        comm, tag, codec, cuts = self._state.comm, self._tag, self._codec, self._cuts
+        if self._library is not None:
+            self._pending, self._peers = [self._library(comm)], []
+            return
+        recvs, sends, sent, received = self._steps[self._index]
+        pending = [comm.Irecv(into, src, tag) for src, into, _, _ in recvs]
+        for dst, out, enc in sends:
+            if enc is not None:
+                x, lo, wire = enc
+                codec.encode(x, lo, wire, cuts)
+                codec.decode(wire, lo, x, cuts)     # the sender keeps what it sends
+            pending.append(comm.Isend(out, dst, tag))
+        self._pending = pending
+        self._peers = [r[0] for r in recvs] + [s[0] for s in sends]
+        traffic = self._traffic
+        traffic["bytes_sent"] += sent
+        traffic["bytes_received"] += received
+        traffic["messages_sent"] += len(sends)
+
+    def _finish_step(self) -> None:
+        if self._library is not None:
+            return
+        codec, reduce_into, cuts = self._codec, self._reduce, self._cuts
+        for _, _, dec, red in self._steps[self._index][0]:
+            if dec is not None:
+                wire, lo, target = dec
+                codec.decode(wire, lo, target, cuts)
+            if red is not None:
+                acc, incoming, left = red
+                if left:                        # acc = op(incoming, acc)
+                    reduce_into(incoming, acc)
+                    acc[...] = incoming
+                else:                           # acc = op(acc, incoming)
+                    reduce_into(acc, incoming)
+
+    def _advance(self) -> bool:
+        """Look once (lock held): finish every step that completed and post the next. Returns
+        whether anything moved."""
+        moved = False
+        while True:
+            if self._watch is None:
+                if not MPI.Request.Testall(self._pending):
+                    return moved
+            elif not self._watch.poll(self._pending, self._index, self._nsteps, self._peers):
+                return moved
+            self._finish_step()
+            moved = True
+            self._index += 1
+            if self._index == self._nsteps:
+                self._complete()
+                return True
+            self._post()
+
+    def _complete(self) -> None:
+        self._pending = []
+        try:
+            if self._codec is not None and self._buf is not None:
+                self._codec.round(self._buf, 0, self._cuts)     # see mpicoll.compression
+            if self._on_done is not None:
+                self._on_done()
+        except BaseException as exc:    # noqa: BLE001 - raised by wait()
+            self._error = exc
+        self._finished.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        """Fail this request (lock held); after a timeout, fail the others on its
+        communicator too (their messages may never come)."""
+        if self._finished.is_set():
+            return
+        self._error = exc
+        self._finished.set()
+        state = self._state
+        if self._pending:
+            state.abandoned += self._pending    # keep their buffers alive
+        self._pending = []
+        if isinstance(exc, CommunicatorBroken):
+            return
+        if self._call is not None:
+            self._call._failed(exc)             # broken; abort if on_timeout="abort"
+        for other in list(_active):
+            if other is not self and other._state is state and not other.done:
+                other._fail(CommunicatorBroken(
+                    f"{other.what}: failed because {self.what} on the same communicator "
+                    f"failed ({type(exc).__name__}: {exc})"))
+
+
+def waitall(requests) -> list:
+    """Wait for every request (in the order given: any order is safe); return their results."""
+    return [r.wait() for r in requests]
+
+
+# ----------------------------------------------------------------------------- the engine
+
+def _progress() -> bool:
+    """Advance every active request once (lock held); drop the finished ones."""
+    moved = False
+    for req in list(_active):
+        if not req.done:
+            try:
+                moved |= req._advance()
+            except BaseException as exc:    # noqa: BLE001 - kept for wait() to raise
+                req._fail(exc)
+                moved = True
+    _active[:] = [r for r in _active if not r.done]
+    return moved
+
+
+def _loop() -> None:
+    pause, looks = _SLEEP_MIN, 0
+    while True:
+        with _lock:
+            while not _active and not _stopping:
+                _wake.wait()
+            if _stopping:
+                return
+            moved = _progress()
+        if moved:
+            pause, looks = _SLEEP_MIN, 0
+        elif looks < _YIELDS:
+            looks += 1
+            os.sched_yield()
+        else:
+            time.sleep(pause)
+            pause = min(2 * pause, _SLEEP_MAX)
+
+
+def _ensure_thread() -> None:
+    global _thread
+    if _thread is None or not _thread.is_alive():
+        _thread = threading.Thread(target=_loop, name="mpicoll-progress", daemon=True)
+        _thread.start()
+
+
+@atexit.register
+def _stop() -> None:
+    """Stop the thread before mpi4py's own atexit hook finalizes MPI (hooks run last-first)."""
+    global _stopping
+    with _lock:
+        _stopping = True
+        _wake.notify()
+    if _thread is not None:
+        _thread.join(timeout=5)

@@ -1,0 +1,196 @@
+"""Nonblocking collectives under MPI: several requests in flight while the main thread runs a
+numba loop give exact results and complete in any wait order; the progress thread moves them
+without the caller looking; caller-driven progress works too; compressed all-reduce ends with
+the same bits on every rank and its byte counters show the narrower wire; Buckets reduce in
+bucket order; validate and timeouts behave as for blocking calls."""
+
+import time
+
+import numpy as np
+import pytest
+from numba import njit
+
+import mpicoll
+from mpicoll._runtime.context import state
+from mpicoll.executors import progress
+from mpicoll.registry import COLLECTIVES, lookup
+from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
+
+
+@njit(nogil=True, cache=True)
+def busy(x, rounds):
+    """Compute that holds no GIL: ``rounds`` passes of a recurrence over ``x``."""
+    for _ in range(rounds):
+        for i in range(x.shape[0]):
+            x[i] = 0.5 * x[i] + 1.0
+    return x[0]
+
+
+def start_all(comm, n, algorithms):
+    """One request per (collective, algorithm) plus extra all-reduces, with what each must give."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    started = []
+    for algo in algorithms["allreduce"]:
+        started.append((mpicoll.iallreduce(exact_input(rank, n, np.float64, "sum"),
+                                           algorithm=algo, comm=comm),
+                        exact_result(size, n, np.float64, "sum")))
+    for algo in algorithms["reduce_scatter_block"]:
+        started.append((mpicoll.ireduce_scatter_block(
+            exact_input(rank, n * size, np.int64, "max"), op="max", algorithm=algo, comm=comm),
+            exact_result(size, n * size, np.int64, "max")[rank * n:(rank + 1) * n]))
+    for algo in algorithms["allgather"]:
+        started.append((mpicoll.iallgather(exact_input(rank, n, np.int32, "sum"), algorithm=algo,
+                                           comm=comm),
+                        np.stack([exact_input(r, n, np.int32, "sum") for r in range(size)])))
+    for algo in algorithms["bcast"]:
+        root = size - 1
+        buf = exact_input(root, n, np.float32, "sum") if rank == root else np.zeros(n, np.float32)
+        started.append((mpicoll.ibcast(buf, root, algorithm=algo, comm=comm),
+                        exact_input(root, n, np.float32, "sum")))
+    return started
+
+
+ALL = {c: list(COLLECTIVES[c]) for c in COLLECTIVES}
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffled"])
+def test_requests_in_flight_during_numba_compute_are_exact(comm, order):
+    """Every algorithm of every collective in flight at once (plus large all-reduces) while a
+    nogil numba loop runs: exact answers whatever the wait order; with the progress thread they
+    finish before the caller ever looks."""
+    n = 50_003
+    started = start_all(comm, n, ALL)
+    x = np.zeros(1 << 16)
+    deadline = time.monotonic() + 60
+    caller = progress.mode() == "caller"       # MPICOLL_PROGRESS=caller: look between loops
+    while not all(r.test() if caller else r.done for r, _ in started) \
+            and time.monotonic() < deadline:
+        busy(x, 20)
+    moved_alone = all(r.done for r, _ in started)
+    idx = list(range(len(started)))
+    if order == "reverse":
+        idx.reverse()
+    elif order == "shuffled":
+        np.random.default_rng(comm.Get_rank()).shuffle(idx)       # each rank its own order
+    results = {i: started[i][0].wait() for i in idx}
+    bad = [f"{started[i][0].what}" for i in idx if not np.array_equal(results[i], started[i][1])]
+    agree(comm, not bad, f"wrong answers: {bad}")
+    if progress.mode() == "thread":
+        agree(comm, moved_alone, "the progress thread did not finish the requests while the "
+                                 "caller computed")
+
+
+def test_caller_progress_in_any_order(comm):
+    """MPICOLL_PROGRESS=caller (what runs below MPI_THREAD_MULTIPLE): no thread, requests move
+    in test()/wait(), and waiting in different orders on different ranks cannot deadlock."""
+    with environment(MPICOLL_PROGRESS="caller"):
+        assert progress.mode() == "caller"
+        started = start_all(comm, 4099, {"allreduce": ["ring", "recursive_doubling"],
+                                         "reduce_scatter_block": [], "allgather": ["ring"],
+                                         "bcast": ["binomial"]})
+        busy(np.zeros(1000), 10)
+        idx = list(range(len(started)))
+        if comm.Get_rank() % 2:
+            idx.reverse()
+        results = {i: started[i][0].wait() for i in idx}
+        bad = [started[i][0].what for i in idx if not np.array_equal(results[i], started[i][1])]
+        agree(comm, not bad, f"wrong answers: {bad}")
+
+
+def test_blocking_call_while_requests_are_in_flight(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    reqs = [mpicoll.iallreduce(exact_input(rank, 30_000 + k, np.int64, "sum"), comm=comm)
+            for k in range(4)]
+    mid = mpicoll.allreduce(exact_input(rank, 777, np.int64, "min"), op="min", comm=comm)
+    outs = mpicoll.waitall(reqs)
+    ok = np.array_equal(mid, exact_result(size, 777, np.int64, "min")) and all(
+        np.array_equal(o, exact_result(size, 30_000 + k, np.int64, "sum"))
+        for k, o in enumerate(outs))
+    agree(comm, ok, "a blocking call among requests in flight gave a wrong answer")
+
+
+@pytest.mark.parametrize("compress", ["bf16", "fp16", "int8"])
+@pytest.mark.parametrize("algorithm", [a for a in COLLECTIVES["allreduce"]
+                                       if not lookup("allreduce", a).library])
+def test_compressed_allreduce_same_bits_everywhere_and_fewer_bytes(comm, compress, algorithm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    n = 100_003
+    x = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
+    exact = sum(np.random.default_rng(r).standard_normal(n).astype(np.float32)
+                .astype(np.float64) for r in range(size))
+    traffic = state(comm).traffic
+    before = traffic["bytes_sent"]
+    with environment(MPICOLL_RANKS_PER_NODE="2"):
+        plain = mpicoll.allreduce(x, algorithm=algorithm, comm=comm)
+        middle = traffic["bytes_sent"]
+        messages_before = traffic["messages_sent"]
+        out = mpicoll.allreduce(x, algorithm=algorithm, comm=comm, compress=compress)
+    raw, wire = middle - before, traffic["bytes_sent"] - middle
+    messages = traffic["messages_sent"] - messages_before
+    everyone = comm.allgather(out.tobytes())
+    agree(comm, all(b == everyone[0] for b in everyone), "ranks ended with different bits")
+    if compress == "int8":
+        limit = raw / 4 + 4 * (raw / 4 / 256 + 2 * messages)    # values + <= chunks + 2 scales
+        agree(comm, wire <= limit, f"int8 sent {wire} B, raw {raw} B, limit {limit:.0f}")
+    else:
+        agree(comm, wire * 2 == raw, f"{compress} sent {wire} B, raw {raw} B: not half")
+    err = float(np.abs(out - exact).max() / np.abs(exact).max())
+    bound = {"bf16": 2 ** -8, "fp16": 2 ** -11, "int8": 2 ** -7}[compress] * 2 * size
+    agree(comm, err < bound, f"relative error {err:.2e} above {bound:.2e}")
+    agree(comm, np.abs(plain - exact).max() < 1e-4 * np.abs(exact).max(), "plain result wrong")
+
+
+def test_buckets_average_in_bucket_order(comm):
+    """Gradients ready in a different order on each rank: buckets still start in bucket order
+    (no mismatched tags) and hold the exact average."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    shapes = [(64, 33), (33,), (33, 100), (100,), (100, 10), (10,)]
+    params = [np.zeros(s, np.float64) for s in shapes]
+    b = mpicoll.Buckets(params, bucket_bytes=30_000, comm=comm)
+    assert len(b.buckets) > 2
+    for step in range(3):
+        order = np.random.default_rng(rank + 10 * step).permutation(len(shapes))
+        for i in order:
+            b.grads[i][...] = np.arange(b.grads[i].size).reshape(shapes[i]) * (rank + 1) + step
+            b.ready(int(i))
+        b.wait()
+        want = [np.arange(np.prod(s)).reshape(s) * (size + 1) / 2 + step for s in shapes]
+        agree(comm, all(np.array_equal(g, w) for g, w in zip(b.grads, want)),
+              f"step {step}: wrong averages")
+
+
+def test_validate_catches_mismatched_nonblocking_calls(comm):
+    if comm.Get_size() == 1:
+        pytest.skip("needs two ranks to disagree")
+    rank = comm.Get_rank()
+    n = 10 if rank else 11
+    raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.iallreduce, np.ones(n), comm=comm,
+                      validate=True, match="count")
+    raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.iallreduce,
+                      np.ones(8, np.float32), comm=comm, validate=True,
+                      compress="bf16" if rank else "int8", match="compress")
+
+
+def test_request_timeout_names_the_missing_rank(comm):
+    """Rank 0 never starts the call: the others' requests fail with CollectiveTimeout naming
+    it, within the deadline, and their communicator is broken afterwards."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mpicoll.allreduce(np.ones(4), comm=comm)                   # mpicoll's duplicate exists
+    if rank == 0:
+        ok, msg = True, ""
+    else:
+        req = mpicoll.iallreduce(np.ones(1000), comm=comm, algorithm="ring")
+        t0 = time.monotonic()
+        try:
+            req.wait(timeout=1.0)
+            ok, msg = False, "no timeout"
+        except mpicoll.CollectiveTimeout as exc:
+            ok, msg = 0 in exc.missing and time.monotonic() - t0 < 10, str(exc)
+        try:
+            mpicoll.iallreduce(np.ones(4), comm=comm)
+            ok, msg = False, "a broken communicator was used again"
+        except mpicoll.CommunicatorBroken:
+            pass
+    agree(comm, ok, msg)
