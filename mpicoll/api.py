@@ -15,12 +15,13 @@ and root, raising ``ArgumentMismatch`` on every rank if not.
 
 from __future__ import annotations
 
+import array
 import functools
 
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels, select
+from . import kernels, select, settings
 from ._runtime.call import Call
 from .executors.mpi import execute
 from .registry import ALLREDUCE, Algorithm, lookup
@@ -34,6 +35,15 @@ _DTYPE_NAMES = ", ".join(str(d) for d in kernels.DTYPES)
 
 # ----------------------------------------------------------------------------- argument checks
 
+def _mpi_name(op) -> str:
+    """``MPI.BAND`` for mpi4py's predefined op object, else its repr."""
+    for name in dir(MPI):
+        value = getattr(MPI, name)
+        if isinstance(value, MPI.Op) and value == op and value != MPI.OP_NULL:
+            return f"MPI.{name}"
+    return repr(op)
+
+
 def _op_name(op) -> str:
     if isinstance(op, str) and op.lower() in _OPS:
         return op.lower()
@@ -41,13 +51,26 @@ def _op_name(op) -> str:
         for name, mpi_op in _OPS.items():
             if op == mpi_op:
                 return name
-    raise TypeError(f"unsupported op {op!r}; expected MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN "
+    shown = _mpi_name(op) if isinstance(op, MPI.Op) else repr(op)
+    raise TypeError(f"unsupported op {shown}; expected MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN "
                     f"or one of {sorted(_OPS)}")
+
+
+_BUFFERS = (memoryview, bytearray, bytes, array.array)
 
 
 def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+        how = (f"; wrap it without a copy: np.frombuffer({name}, dtype=...)"
+               if isinstance(x, _BUFFERS) else
+               f"; pass np.asarray({name})" if isinstance(x, (list, tuple)) else "")
+        kind = type(x).__name__ if type(x).__module__ == "builtins" else \
+            f"{type(x).__module__}.{type(x).__qualname__}"
+        raise TypeError(f"{name} must be a numpy array, got {kind}{how}")
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array: mpicoll would reduce its masked values too; "
+                        f"pass {name}.filled(value) (masked elements replaced) or "
+                        f"np.asarray({name}) (all of them)")
     if x.dtype not in kernels.DTYPES:
         raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {_DTYPE_NAMES}")
     if not x.flags.c_contiguous:
@@ -90,25 +113,56 @@ def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
 
 
 # ----------------------------------------------------------------------------- execution
+#
+# The order of every collective: this rank's own checks and the settings it needs (no
+# communication); ``call.open()`` (collective on a communicator's first use); what needs the
+# node layout (``auto``'s choice, the options of node-aware algorithms) and everything else that
+# can still fail on this rank -- the schedule, the kernel, the scratch, copies; then the agreement
+# step (``call.agree``); then only communication and copies that cannot fail. So a rank never
+# raises after the others have passed the agreement step and wait for its messages.
+
+_AUTO_SETTINGS = ("MPICOLL_TUNING", "MPICOLL_PROFILE", "MPICOLL_SHORT_MSG")
+
+
+def _read_settings(algo: Algorithm | None, op: str | None) -> None:
+    """Read (parse and check) the settings this call will need, before any communication: a bad
+    value raises here, naming its variable, on every rank that has it."""
+    if algo is None or algo.has("node-layout"):
+        settings.get("MPICOLL_RANKS_PER_NODE")  # the node layout
+    if algo is None:
+        for name in _AUTO_SETTINGS:
+            settings.get(name)
+    if op is not None and (algo is None or not algo.library):
+        kernels.kernel(op)                      # MPICOLL_KERNELS
+
 
 @functools.lru_cache(maxsize=256)
 def _schedule(algo: Algorithm, rank: int, size: int, count: int, options: tuple):
     return algo.schedule(rank, size, count, **dict(options))
 
 
-def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) -> None:
-    st, comm = call.open(), call.comm
-    sched = _schedule(algo, comm.Get_rank(), comm.Get_size(), flat.size,
-                      tuple(options.items()))
+def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, options: dict):
+    """What running ``algo``'s schedule needs -- the schedule, the kernel, the scratch -- made
+    before the agreement step (None: nothing to run)."""
+    comm = call.comm
+    if algo.library or comm.Get_size() == 1 or count == 0:
+        return None
+    sched = _schedule(algo, comm.Get_rank(), comm.Get_size(), count, tuple(options.items()))
+    reduce_into = kernels.kernel(op) if op is not None else None
     kernels.warmup()
-    execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=call.tag,
-            scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,
-            watch=call.watch)
+    return sched, reduce_into, call.open().scratch(dtype, sched.scratch_elements)
+
+
+def _run(call: Call, prepared, flat: np.ndarray) -> None:
+    sched, reduce_into, scratch = prepared
+    st = call.open()
+    execute(sched, flat, st.comm, reduce_into=reduce_into, tag=call.tag, scratch=scratch,
+            traffic=st.traffic, watch=call.watch)
 
 
 def _options(call: Call, algo: Algorithm, given: dict) -> dict:
-    """The algorithm's declared options, resolved and checked on this rank (before any
-    agreement or message), plus the node layout for node-aware algorithms."""
+    """The algorithm's declared options, resolved and checked on this rank (before the
+    agreement step), plus the node layout for node-aware algorithms."""
     nodes = call.open().nodes() if algo.has("node-layout") else None
     options = algo.resolve(given, nodes)
     if nodes is not None:
@@ -137,21 +191,24 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         if algo is None and any(v is not None for v in given.values()):
             raise ValueError("inner/outer apply only to an algorithm that declares them, "
                              "not to 'auto'")
+        _read_settings(algo, opname)
         size, count = comm.Get_size(), recv.size
         if algo is None:
             algo = lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
         options = _options(call, algo, given)
+        prepared = _prepare(call, algo, count, recv.dtype, opname, options)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
-                   inner=options.get("inner"), outer=options.get("outer"))
+                   inner=options.get("inner"), outer=options.get("outer"),
+                   nodes=options.get("nodes"))
         if algo.library:
             call.mpi(MPI.Comm.Allreduce, MPI.Comm.Iallreduce,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
         if send is not None:        # same element count, any shape: copy over the flat views
             np.copyto(recv.reshape(-1), send.reshape(-1))
-        if size > 1 and count > 0:
-            _run(call, algo, recv.reshape(-1), opname, options)
+        if prepared is not None:
+            _run(call, prepared, recv.reshape(-1))
         return recv
 
 
@@ -178,18 +235,22 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
             raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
                              f"not a multiple of the communicator size {size}")
         n = total // size
+        _read_settings(algo, opname)
         if algo is None:
             algo = lookup("reduce_scatter_block",
                           select.reduce_scatter_block(total * recv.itemsize, size))
         options = _options(call, algo, {})
+        prepared = _prepare(call, algo, total if n else 0, recv.dtype, opname, options)
+        work = None
+        if not algo.library:        # the whole input, reduced in place (sendbuf is not modified)
+            work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
         if algo.library:
             call.mpi(MPI.Comm.Reduce_scatter_block, MPI.Comm.Ireduce_scatter_block,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
-        work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
-        if size > 1 and n > 0:
-            _run(call, algo, work, opname, options)
+        if prepared is not None:
+            _run(call, prepared, work)
         rank = comm.Get_rank()
         np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
         return recv
@@ -212,9 +273,11 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
             raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
                              f"communicator size {size}")
         n = recv.size // size
+        _read_settings(algo, None)
         if algo is None:
             algo = lookup("allgather", select.allgather(recv.nbytes, size))
         options = _options(call, algo, {})
+        prepared = _prepare(call, algo, recv.size if n else 0, recv.dtype, None, options)
         call.agree(algo.name, dtype=recv.dtype, count=n)
         if algo.library:
             call.mpi(MPI.Comm.Allgather, MPI.Comm.Iallgather,
@@ -223,8 +286,8 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
         flat = recv.reshape(-1)
         if send is not None:
             np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
-        if size > 1 and n > 0:
-            _run(call, algo, flat, "sum", options)
+        if prepared is not None:
+            _run(call, prepared, flat)
         return recv
 
 
@@ -236,17 +299,20 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
         comm = call.comm
         buf = _array(buf, "buf", writable=True)
         size = comm.Get_size()
-        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)) \
-                or not 0 <= root < size:
+        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)):
+            raise TypeError(f"root must be an integer rank, got {type(root).__name__} {root!r}")
+        if not 0 <= root < size:
             raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
         root = int(root)
+        _read_settings(algo, None)
         if algo is None:
             algo = lookup("bcast", select.bcast(buf.nbytes, size))
         options = {**_options(call, algo, {}), "root": root}
+        prepared = _prepare(call, algo, buf.size, buf.dtype, None, options)
         call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
         if algo.library:
             call.mpi(MPI.Comm.Bcast, MPI.Comm.Ibcast, buf, root=root)
             return buf
-        if size > 1 and buf.size > 0:
-            _run(call, algo, buf.reshape(-1), "sum", options)
+        if prepared is not None:
+            _run(call, prepared, buf.reshape(-1))
         return buf
