@@ -124,9 +124,11 @@ def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
 _AUTO_SETTINGS = ("MPICOLL_TUNING", "MPICOLL_PROFILE", "MPICOLL_SHORT_MSG")
 
 
-def _read_settings(algo: Algorithm | None, op: str | None) -> None:
-    """Read (parse and check) the settings this call will need, before any communication: a bad
-    value raises here, naming its variable, on every rank that has it."""
+def _local_checks(algo: Algorithm | None, op: str | None, given: dict) -> None:
+    """Read (parse and check) the settings this call will need, and check the algorithm's
+    options given or set in the environment, all before any communication: a bad value raises
+    here, naming it, on every rank that has it. (A default that depends on the node layout, and
+    whether the options fit that layout, are checked once it is known.)"""
     if algo is None or algo.has("node-layout"):
         settings.get("MPICOLL_RANKS_PER_NODE")  # the node layout
     if algo is None:
@@ -134,6 +136,12 @@ def _read_settings(algo: Algorithm | None, op: str | None) -> None:
             settings.get(name)
     if op is not None and (algo is None or not algo.library):
         kernels.kernel(op)                      # MPICOLL_KERNELS
+    for option in algo.options if algo is not None else ():
+        value = given.get(option.name)
+        if value is None and option.env:
+            value = settings.get(option.env)
+        if value is not None:
+            option.value(value)
 
 
 @functools.lru_cache(maxsize=256)
@@ -191,7 +199,7 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         if algo is None and any(v is not None for v in given.values()):
             raise ValueError("inner/outer apply only to an algorithm that declares them, "
                              "not to 'auto'")
-        _read_settings(algo, opname)
+        _local_checks(algo, opname, given)
         size, count = comm.Get_size(), recv.size
         if algo is None:
             algo = lookup("allreduce", select.allreduce(
@@ -235,7 +243,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
             raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
                              f"not a multiple of the communicator size {size}")
         n = total // size
-        _read_settings(algo, opname)
+        _local_checks(algo, opname, {})
         if algo is None:
             algo = lookup("reduce_scatter_block",
                           select.reduce_scatter_block(total * recv.itemsize, size))
@@ -273,7 +281,7 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
             raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
                              f"communicator size {size}")
         n = recv.size // size
-        _read_settings(algo, None)
+        _local_checks(algo, None, {})
         if algo is None:
             algo = lookup("allgather", select.allgather(recv.nbytes, size))
         options = _options(call, algo, {})
@@ -304,7 +312,7 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
         if not 0 <= root < size:
             raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
         root = int(root)
-        _read_settings(algo, None)
+        _local_checks(algo, None, {})
         if algo is None:
             algo = lookup("bcast", select.bcast(buf.nbytes, size))
         options = {**_options(call, algo, {}), "root": root}

@@ -51,6 +51,7 @@ class Call:
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
         self.collective, self.comm = collective, comm
+        attach(comm)        # local: from now on freeing comm drops mpicoll's stray messages
         self.agreed, self.tag, self._state = False, 0, None
         self.watch, self.timeout, self.on_timeout = None, None, "exception"
         self.error: Exception | None = None     # a bad option: raised by __enter__

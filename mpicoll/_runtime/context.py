@@ -98,8 +98,27 @@ class CommState:
         return self._nodes[k]
 
     def free(self) -> None:
-        if self.made and self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
+        """The user freed the communicator: drop mpicoll's stray messages, free the duplicate.
+
+        A failed call can leave roll-call and presence messages that no one will receive (sent
+        to a rank that was not in the call). Once every rank has freed a communicator MPI may
+        give its context to a new one, where they would be received, so they are received and
+        dropped here (those still in flight cannot be)."""
+        if MPI.Is_finalized():
+            return
+        tag = roll_call_tag()
+        drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
+        if self.made and self.comm != MPI.COMM_NULL:
+            drain(self.comm, (tag,))
             self.comm.Free()
+
+
+def drain(comm: MPI.Intracomm, tags) -> None:
+    """Receive and drop the messages with these tags that have arrived on ``comm``."""
+    status = MPI.Status()
+    for tag in tags:
+        while comm.Iprobe(MPI.ANY_SOURCE, tag, status):
+            comm.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8), status.Get_source(), tag)
 
 
 PRESENCE_TAG_OFFSET = 1     # the presence check's tag: MPI.TAG_UB - 1 (the roll call's: TAG_UB)
