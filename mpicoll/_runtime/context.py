@@ -5,16 +5,16 @@ messages live in their own context and can never match the user's. It first runs
 check* on the caller's communicator: each rank sends an empty message with tag
 ``MPI.TAG_UB - 1`` to every other rank and waits (with a timeout: polled under the deadline) for
 theirs. Only when every rank is known to be there does it create the duplicate
-(``MPI_Comm_idup``, also polled);
-a missing rank is found with cancellable receives, so no collective request is left pending on
-the caller's communicator (MPI cannot cancel or free one, and MPICH's ``MPI_Finalize`` then
-reports "Builtin communicator ... has pending 1 references" for ``COMM_WORLD``). The node layout
-is discovered right after (one ``MPI_Comm_split_type``, while every rank is known to be there),
-so later calls never block in it. The state also numbers the calls (each call uses its own tag, so a message left over from a
-call that failed cannot be taken by the next), keeps grow-only scratch buffers per dtype, and
-caches the node layout for ``hierarchical``. After a call fails mid-way (a timeout), ``broken``
-says why and mpicoll refuses further calls on the communicator. When the user frees the
-communicator, MPI calls ``_delete`` and the duplicate is freed with it.
+(``MPI_Comm_idup``, also polled). A missing rank is found with cancellable receives, so no
+collective request is left pending on the caller's communicator (MPI cannot cancel or free one,
+and MPICH's ``MPI_Finalize`` then reports "Builtin communicator ... has pending 1 references"
+for ``COMM_WORLD``). The node layout is discovered right after (one ``MPI_Comm_split_type``,
+while every rank is known to be there), so later calls never block in it. The state also
+numbers the calls (each call uses its own tag, so a message left over from a call that failed
+cannot be taken by the next), keeps grow-only scratch buffers per dtype, and caches the node
+layout for ``hierarchical``. After a call fails mid-way (a timeout), ``broken`` says why and
+mpicoll refuses further calls on the communicator. When the user frees the communicator, MPI
+calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is freed with it.
 """
 
 from __future__ import annotations

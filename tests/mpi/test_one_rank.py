@@ -177,4 +177,4 @@ def test_bad_setting_raises_everywhere_before_communicating(comm, variable, valu
     untouched = not st.made and st._dup is None
     agree(comm, untouched, "mpicoll communicated first")
     out = mpicoll.allreduce(np.ones(3), algorithm=algorithm, comm=comm)
-    agree(comm, np.array_equal(out, np.full(3, comm.size)), "fine again once the variable is unset")
+    agree(comm, np.array_equal(out, np.full(3, comm.size)), "fine once the variable is unset")
