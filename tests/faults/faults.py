@@ -1,4 +1,4 @@
-"""Fault injection for the timeout tests: run under ``mpiexec -n 3`` by tests/unit/test_faults.py.
+"""Fault injection for the timeout tests: run under ``mpiexec -n 3`` by tests/jobs/test_faults.py.
 
     mpiexec -n 3 python tests/faults/faults.py CASE --out DIR [--timeout T] [--algorithms a,b]
 
