@@ -64,3 +64,26 @@ def test_an_answering_cluster_is_not_used_by_default(tmp_path):
     assert "SKIPPED slurm tests: the local Slurm cluster is not up" in proc.stdout
     assert "MPICOLL_SLURM_CLUSTER=reachable" in proc.stdout
     assert not called
+
+
+def _recipe(path: Path) -> str:
+    text = path.read_text()
+    start = text.index("<!-- site-mpi recipe")
+    return text[start:text.index("<!-- /site-mpi recipe -->", start)]
+
+
+def test_readme_and_slurm_docs_give_the_same_site_mpi_recipe():
+    """One recipe for the site's MPI (issue 9, defect 14): docs/slurm.md holds it, the README
+    repeats it verbatim; and it has the steps that make it right."""
+    readme, slurm = _recipe(ROOT / "README.md"), _recipe(ROOT / "docs" / "slurm.md")
+    assert readme == slurm
+    for step in ("pip uninstall -y mpich",
+                 "MPICC=$(which mpicc) .venv/bin/pip install --no-binary=mpi4py",
+                 "--force-reinstall mpi4py",          # replaces a wheel run.sh installed
+                 "python -m mpi4py --mpi-library",
+                 "MPICOLL_PIP_EXTRAS=test,plot bash run.sh"):
+        assert step in slurm, step
+    assert "mpich" not in slurm.split("MPICOLL_PIP_EXTRAS=")[1].split()[0]
+    # no second, different recipe elsewhere in either file
+    for path in (ROOT / "README.md", ROOT / "docs" / "slurm.md"):
+        assert path.read_text().count("--no-binary=mpi4py") == 1 + (path.name == "slurm.md")
