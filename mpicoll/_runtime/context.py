@@ -103,13 +103,18 @@ class CommState:
         A failed call can leave roll-call and presence messages that no one will receive (sent
         to a rank that was not in the call). Once every rank has freed a communicator MPI may
         give its context to a new one, where they would be received, so they are received and
-        dropped here (those still in flight cannot be)."""
+        dropped here (those still in flight cannot be). Not for ``COMM_WORLD``/``COMM_SELF``,
+        whose attributes MPI deletes inside ``MPI_Finalize``, and whose context is never
+        reused."""
         if MPI.Is_finalized():
             return
         tag = roll_call_tag()
-        drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
+        builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
+        if not builtin:
+            drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
         if self.made and self.comm != MPI.COMM_NULL:
-            drain(self.comm, (tag,))
+            if not builtin:
+                drain(self.comm, (tag,))
             self.comm.Free()
 
 
