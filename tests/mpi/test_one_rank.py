@@ -178,3 +178,23 @@ def test_bad_setting_raises_everywhere_before_communicating(comm, variable, valu
     agree(comm, untouched, "mpicoll communicated first")
     out = mpicoll.allreduce(np.ones(3), algorithm=algorithm, comm=comm)
     agree(comm, np.array_equal(out, np.full(3, comm.size)), "fine once the variable is unset")
+
+
+@pytest.mark.parametrize("bad", [{"timeout": -1.0}, {"on_timeout": "retry"}],
+                         ids=["timeout=-1", "on_timeout='retry'"])
+def test_bad_option_on_one_rank_with_validate(comm, bad):
+    """A bad reliability option is checked when the call starts (``Call``); with validate the
+    rank still takes part in the agreement step, flagged, so the others name it (before, it
+    raised without taking part and the others waited for it)."""
+    needs_three(comm)
+    options = dict({"timeout": 60.0}, **(bad if comm.rank == ODD else {}))
+    try:
+        mpicoll.allreduce(np.ones(4), comm=comm, validate=True, **options)
+        got = None
+    except Exception as error:      # noqa: BLE001 - checked below, on every rank
+        got = error
+    if comm.rank == ODD:
+        ok = isinstance(got, ValueError) and not isinstance(got, mpicoll.ArgumentMismatch)
+    else:
+        ok = isinstance(got, mpicoll.ArgumentMismatch) and got.ranks == [ODD]
+    agree(comm, ok, f"{type(got).__name__}: {got}")
