@@ -15,6 +15,7 @@ and root, raising ``ArgumentMismatch`` on every rank if not.
 
 from __future__ import annotations
 
+import array
 import functools
 
 import numpy as np
@@ -36,6 +37,15 @@ _DTYPE_NAMES = ", ".join(str(d) for d in kernels.DTYPES)
 
 # ----------------------------------------------------------------------------- argument checks
 
+def _mpi_name(op) -> str:
+    """``MPI.BAND`` for mpi4py's predefined op object, else its repr."""
+    for name in dir(MPI):
+        value = getattr(MPI, name)
+        if isinstance(value, MPI.Op) and value == op and value != MPI.OP_NULL:
+            return f"MPI.{name}"
+    return repr(op)
+
+
 def _op_name(op) -> str:
     if isinstance(op, str) and op.lower() in _OPS:
         return op.lower()
@@ -43,13 +53,26 @@ def _op_name(op) -> str:
         for name, mpi_op in _OPS.items():
             if op == mpi_op:
                 return name
-    raise TypeError(f"unsupported op {op!r}; expected MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN "
+    shown = _mpi_name(op) if isinstance(op, MPI.Op) else repr(op)
+    raise TypeError(f"unsupported op {shown}; expected MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN "
                     f"or one of {sorted(_OPS)}")
+
+
+_BUFFERS = (memoryview, bytearray, bytes, array.array)
 
 
 def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+        how = (f"; wrap it without a copy: np.frombuffer({name}, dtype=...)"
+               if isinstance(x, _BUFFERS) else
+               f"; pass np.asarray({name})" if isinstance(x, (list, tuple)) else "")
+        kind = type(x).__name__ if type(x).__module__ == "builtins" else \
+            f"{type(x).__module__}.{type(x).__qualname__}"
+        raise TypeError(f"{name} must be a numpy array, got {kind}{how}")
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array: mpicoll would reduce its masked values too; "
+                        f"pass {name}.filled(value) (masked elements replaced) or "
+                        f"np.asarray({name}) (all of them)")
     if x.dtype not in kernels.DTYPES:
         raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {_DTYPE_NAMES}")
     if not x.flags.c_contiguous:
@@ -92,6 +115,36 @@ def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
 
 
 # ----------------------------------------------------------------------------- execution
+#
+# The order of every collective: this rank's own checks and the settings it needs (no
+# communication); ``call.open()`` (collective on a communicator's first use); what needs the
+# node layout (``auto``'s choice, the options of node-aware algorithms) and everything else that
+# can still fail on this rank -- the schedule, the kernel, the scratch, copies; then the agreement
+# step (``call.agree``); then only communication and copies that cannot fail. So a rank never
+# raises after the others have passed the agreement step and wait for its messages.
+
+_AUTO_SETTINGS = ("MPICOLL_TUNING", "MPICOLL_PROFILE", "MPICOLL_SHORT_MSG")
+
+
+def _local_checks(algo: Algorithm | None, op: str | None, given: dict) -> None:
+    """Read (parse and check) the settings this call will need, and check the algorithm's
+    options given or set in the environment, all before any communication: a bad value raises
+    here, naming it, on every rank that has it. (A default that depends on the node layout, and
+    whether the options fit that layout, are checked once it is known.)"""
+    if algo is None or algo.has("node-layout"):
+        settings.get("MPICOLL_RANKS_PER_NODE")  # the node layout
+    if algo is None:
+        for name in _AUTO_SETTINGS:
+            settings.get(name)
+    if op is not None and (algo is None or not algo.library):
+        kernels.kernel(op)                      # MPICOLL_KERNELS
+    for option in algo.options if algo is not None else ():
+        value = given.get(option.name)
+        if value is None and option.env:
+            value = settings.get(option.env)
+        if value is not None:
+            option.value(value)
+
 
 @functools.lru_cache(maxsize=256)
 def _plan(algo: Algorithm, rank: int, size: int, count: int, options: tuple, nodes: tuple):
@@ -105,7 +158,7 @@ def _plan(algo: Algorithm, rank: int, size: int, count: int, options: tuple, nod
     return sched, internode
 
 
-def _prepare(call: Call, algo: Algorithm, count: int, options: dict) -> tuple:
+def _scheduled(call: Call, algo: Algorithm, count: int, options: dict) -> tuple:
     """``(schedule, inter-node elements, options, nodes)`` for this rank: the options completed
     with what the cost model picks (``Algorithm.pick``), the schedule cached."""
     st, comm = call.open(), call.comm
@@ -116,19 +169,29 @@ def _prepare(call: Call, algo: Algorithm, count: int, options: dict) -> tuple:
     return sched, internode, options, nodes
 
 
-def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) -> None:
-    st = call.open()
-    sched, internode, _, _ = _prepare(call, algo, flat.size, options)
+def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, options: dict):
+    """What running ``algo``'s schedule needs -- the schedule, its inter-node elements, the
+    kernel, the scratch -- made before the agreement step (None: nothing to run)."""
+    comm = call.comm
+    if algo.library or comm.Get_size() == 1 or count == 0:
+        return None
+    sched, internode, _, _ = _scheduled(call, algo, count, options)
+    reduce_into = kernels.kernel(op) if op is not None else None
     kernels.warmup()
-    execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=call.tag,
-            scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,
-            watch=call.watch, internode_elements=internode)
+    return sched, internode, reduce_into, call.open().scratch(dtype, sched.scratch_elements)
+
+
+def _run(call: Call, prepared, flat: np.ndarray) -> None:
+    sched, internode, reduce_into, scratch = prepared
+    st = call.open()
+    execute(sched, flat, st.comm, reduce_into=reduce_into, tag=call.tag, scratch=scratch,
+            traffic=st.traffic, watch=call.watch, internode_elements=internode)
 
 
 def _options(call: Call, algo: Algorithm, given: dict, auto: bool = False) -> dict:
-    """The algorithm's declared options, resolved and checked on this rank (before any
-    agreement or message); ``auto``: in the order ``select`` gives rings across nodes. The node
-    layout itself is added by ``_run``."""
+    """The algorithm's declared options, resolved and checked on this rank (before the
+    agreement step); ``auto``: in the order ``select`` gives rings across nodes. The node
+    layout itself is added by ``_scheduled``."""
     if not algo.options and not algo.has("node-layout") and not any(given.values()):
         return {}                           # the common case, kept cheap
     nodes = call.open().nodes() if algo.has("node-layout") else None
@@ -154,6 +217,11 @@ def _resolved(algo: Algorithm, given: tuple, nodes) -> tuple:
 
 settings.on_reload(_resolved.cache_clear)
 settings.on_reload(_picked.cache_clear)
+
+
+def _nodes(call: Call, algo: Algorithm):
+    """The node layout a node-aware algorithm runs on (for the agreement step), else None."""
+    return call.open().nodes() if algo.has("node-layout") else None
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -186,21 +254,24 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         if auto and (inner or outer or order):
             raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
                              "not to 'auto'")
+        _local_checks(algo, opname, given)
         size, count = comm.Get_size(), recv.size
         if auto:
             algo = lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
         options = _options(call, algo, given, auto)
+        prepared = _prepare(call, algo, count, recv.dtype, opname, options)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
-                   inner=options.get("inner"), outer=options.get("outer"))
+                   inner=options.get("inner"), outer=options.get("outer"),
+                   order=options.get("order"), nodes=_nodes(call, algo))
         if algo.library:
             call.mpi(MPI.Comm.Allreduce, MPI.Comm.Iallreduce,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
-        if send is not None:        # same element count, any shape
-            np.copyto(recv, send.reshape(recv.shape))
-        if size > 1 and count > 0:
-            _run(call, algo, recv.reshape(-1), opname, options)
+        if send is not None:        # same element count, any shape: copy over the flat views
+            np.copyto(recv.reshape(-1), send.reshape(-1))
+        if prepared is not None:
+            _run(call, prepared, recv.reshape(-1))
         return recv
 
 
@@ -228,18 +299,22 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
                              f"not a multiple of the communicator size {size}")
         n = total // size
         auto = algo is None
+        _local_checks(algo, opname, {})
         if auto:
             algo = lookup("reduce_scatter_block",
                           select.reduce_scatter_block(total * recv.itemsize, size))
         options = _options(call, algo, {}, auto)
+        prepared = _prepare(call, algo, total if n else 0, recv.dtype, opname, options)
+        work = None
+        if not algo.library:        # the whole input, reduced in place (sendbuf is not modified)
+            work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
         if algo.library:
             call.mpi(MPI.Comm.Reduce_scatter_block, MPI.Comm.Ireduce_scatter_block,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
-        work = recv.reshape(-1) if send is None else send.reshape(-1).copy()
-        if size > 1 and n > 0:
-            _run(call, algo, work, opname, options)
+        if prepared is not None:
+            _run(call, prepared, work)
         rank = comm.Get_rank()
         np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
         return recv
@@ -263,9 +338,11 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
                              f"communicator size {size}")
         n = recv.size // size
         auto = algo is None
+        _local_checks(algo, None, {})
         if auto:
             algo = lookup("allgather", select.allgather(recv.nbytes, size))
         options = _options(call, algo, {}, auto)
+        prepared = _prepare(call, algo, recv.size if n else 0, recv.dtype, None, options)
         call.agree(algo.name, dtype=recv.dtype, count=n)
         if algo.library:
             call.mpi(MPI.Comm.Allgather, MPI.Comm.Iallgather,
@@ -274,8 +351,8 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
         flat = recv.reshape(-1)
         if send is not None:
             np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
-        if size > 1 and n > 0:
-            _run(call, algo, flat, "sum", options)
+        if prepared is not None:
+            _run(call, prepared, flat)
         return recv
 
 
@@ -287,19 +364,22 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
         comm = call.comm
         buf = _array(buf, "buf", writable=True)
         size = comm.Get_size()
-        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)) \
-                or not 0 <= root < size:
+        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)):
+            raise TypeError(f"root must be an integer rank, got {type(root).__name__} {root!r}")
+        if not 0 <= root < size:
             raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
         root = int(root)
+        _local_checks(algo, None, {})
         if algo is None:
             algo = lookup("bcast", select.bcast(buf.nbytes, size))
         options = {**_options(call, algo, {}), "root": root}
+        prepared = _prepare(call, algo, buf.size, buf.dtype, None, options)
         call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
         if algo.library:
             call.mpi(MPI.Comm.Bcast, MPI.Comm.Ibcast, buf, root=root)
             return buf
-        if size > 1 and buf.size > 0:
-            _run(call, algo, buf.reshape(-1), "sum", options)
+        if prepared is not None:
+            _run(call, prepared, buf.reshape(-1))
         return buf
 
 
@@ -309,7 +389,7 @@ def _request(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: di
              codec=None, on_done=None, result=None, what: str | None = None) -> Request:
     """A request that runs ``algo`` on ``flat`` in the progress executor
     (``executors/progress.py``), not started yet."""
-    sched, _, options, nodes = _prepare(call, algo, flat.size, options)
+    sched, _, options, nodes = _scheduled(call, algo, flat.size, options)
     kernels.warmup()
     if codec is not None:
         compression.warmup()

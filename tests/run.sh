@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite; run it through `bash run.sh test` (which sets up the environment).
-#   1. tests/unit, serial: the in-process executor over every algorithm, kernels, API errors,
-#      the MPI harness itself (which launches small mpiexec jobs of its own);
-#   2. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
-#      adds 8), each run bounded by a per-test timeout and an outer `timeout`.
+#   1. tests/unit, serial (one process, MPI of size 1): the in-process executor over every
+#      algorithm, kernels, API errors, settings, docs;
+#   2. tests/jobs, serial pytest that launches small mpiexec jobs of its own (3, 4 and 8 ranks):
+#      fault injection and timeouts, the MPI test harness, the benchmark end to end;
+#   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
+#      adds 8), each run bounded by a per-test timeout and an outer `timeout`;
+#   4. tests/slurm through tests/run-slurm.sh: the local Slurm cluster only (MPICOLL_SKIP_SLURM=1
+#      skips it; MPICOLL_SLURM_CLUSTER=reachable uses the cluster sinfo reaches instead).
 # Extra arguments go to every pytest run (e.g. -k ring). Exits non-zero if any run failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +31,13 @@ record() {   # record NAME LOG RC: add the pytest counts of one run to the total
     fi
 }
 
-echo "== unit tests (serial)"
+echo "== unit tests (serial, one process)"
 python -m pytest tests/unit -q "$@" 2>&1 | tee "$LOGDIR/unit.log"
 record unit "$LOGDIR/unit.log" "${PIPESTATUS[0]}"
+
+echo "== job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
+timeout -k 15 1800 python -m pytest tests/jobs -q "$@" 2>&1 | tee "$LOGDIR/jobs.log"
+record jobs "$LOGDIR/jobs.log" "${PIPESTATUS[0]}"
 
 for n in $RANKS; do
     echo "== MPI tests, mpiexec -n $n"
@@ -38,7 +46,7 @@ for n in $RANKS; do
     record "mpiexec -n $n" "$LOGDIR/mpi-$n.log" "${PIPESTATUS[0]}"
 done
 
-echo "== Slurm integration tests (tests/slurm: the slurm/ job scripts on a real cluster)"
+echo "== Slurm integration tests (tests/slurm: the slurm/ job scripts on the local cluster)"
 bash tests/run-slurm.sh "$@" 2>&1 | tee "$LOGDIR/slurm.log"
 record slurm "$LOGDIR/slurm.log" "${PIPESTATUS[0]}"
 

@@ -14,23 +14,27 @@ lock, no other rank involved) and then the clock starts: the deadline covers eve
 the creation of mpicoll's duplicate communicator (first call) included. On the way out the call
 handles failures:
 
-* with ``validate``, a rank whose own argument checks failed still takes part in the agreement
-  step, flagged, so that the other ranks raise ``ArgumentMismatch`` naming it instead of waiting
-  for it; it raises its own error;
+* with ``validate``, a rank whose own checks failed (a bad argument or option, a bad setting, any
+  error before the agreement step) still takes part in the agreement step, flagged, so that the
+  other ranks raise ``ArgumentMismatch`` naming it instead of waiting for it; it raises its own
+  error. Nothing that can fail on one rank only runs after the agreement step (``api``);
 * ``CollectiveTimeout`` (or an interrupt) marks the communicator broken -- messages of the
   failed call may still be in flight, so later calls raise ``CommunicatorBroken`` -- and with
-  ``on_timeout="abort"`` prints the error and calls ``comm.Abort``, so a batch job ends.
+  ``on_timeout="abort"`` prints the error and calls ``comm.Abort``, so a batch job ends (and
+  ``os._exit``, should ``MPI_Abort`` return: the error never reaches the caller).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
+from typing import NoReturn
 
 from mpi4py import MPI
 
 from .. import kernels, settings
-from ..errors import ArgumentMismatch, CollectiveTimeout
+from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 from . import validate
 from .context import CommState, attach
 from .watch import Watch
@@ -47,16 +51,28 @@ class Call:
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
         self.collective, self.comm = collective, comm
-        defaults = _defaults or _read_defaults()
-        self.timeout = defaults[0] if timeout is None else _timeout(timeout, "timeout")
-        self.on_timeout = defaults[1] if on_timeout is None else _on_timeout(on_timeout,
-                                                                             "on_timeout")
-        self.validate = (defaults[2] if validate is None else _validate(validate)) \
-            and comm.Get_size() > 1
+        attach(comm)        # local: from now on freeing comm drops mpicoll's stray messages
         self.agreed, self.tag, self._state = False, 0, None
-        self.watch = None
+        self.watch, self.timeout, self.on_timeout = None, None, "exception"
+        self.error: Exception | None = None     # a bad option: raised by __enter__
+        try:
+            self.validate = (settings.get("MPICOLL_VALIDATE") if validate is None
+                             else _validate(validate)) and comm.Get_size() > 1
+        except (TypeError, ValueError) as error:
+            # whether the others validate is unknown; a truthy value most likely means they do
+            self.validate, self.error = bool(validate) and comm.Get_size() > 1, error
+        try:
+            self.timeout = (settings.get("MPICOLL_TIMEOUT") if timeout is None
+                            else _timeout(timeout, "timeout"))
+            self.on_timeout = (settings.get("MPICOLL_ON_TIMEOUT") if on_timeout is None
+                               else _on_timeout(on_timeout, "on_timeout"))
+        except ValueError as error:
+            self.error = self.error or error
         if self.timeout is not None:
-            kernels.warmup()
+            try:
+                kernels.warmup()
+            except Exception as error:      # noqa: BLE001 - raised by __enter__, after agreeing
+                self.error = self.error or error
             self.watch = Watch(self.timeout, f"{collective} {algorithm}", comm)
 
     def open(self) -> CommState:
@@ -67,7 +83,7 @@ class Call:
             st = attach(self.comm)
             st.check(self.collective)
             self._state = st
-            if st._dup is not None:
+            if not st.made:
                 st.ready(self.watch)
             self.tag = st.next_tag()
             if self.watch is not None:
@@ -98,22 +114,33 @@ class Call:
             self.watch.wait([nonblocking(comm, *args, **kwargs)], "MPI_" + nonblocking.__name__)
 
     def __enter__(self) -> "Call":
+        if self.error is not None:          # a bad option of this call: as a bad argument
+            self._reject(self.error)
+            raise self.error
         return self
 
     def __exit__(self, kind, exc, tb) -> bool:
-        if isinstance(exc, (TypeError, ValueError)) and self.validate and not self.agreed:
-            self.agreed = True          # this rank's own arguments were rejected: say so
-            try:
-                validate.check(self.open().comm, validate.rejected(self.collective, exc),
-                               self.watch)
-            except ArgumentMismatch:
-                pass                    # the others now raise naming this rank; it raises exc
-            except CollectiveTimeout as timeout:
-                self._failed(timeout)
-                raise timeout from exc
-        elif isinstance(exc, (CollectiveTimeout, KeyboardInterrupt)):
+        if isinstance(exc, (CollectiveTimeout, KeyboardInterrupt)):
             self._failed(exc)
+        elif isinstance(exc, Exception) and not isinstance(exc, CommunicatorBroken):
+            self._reject(exc)
         return False
+
+    def _reject(self, exc: Exception) -> None:
+        """This rank's own checks raised ``exc`` before the agreement step: with ``validate``,
+        take part in it flagged, so that the others raise ``ArgumentMismatch`` naming this rank
+        instead of waiting for it (this rank then raises ``exc``)."""
+        if not self.validate or self.agreed:
+            return
+        self.agreed = True
+        try:
+            comm = self.open().comm
+            validate.check(comm, validate.rejected(self.collective, exc), self.watch)
+        except (ArgumentMismatch, CommunicatorBroken):
+            pass                    # the others now raise naming this rank; it raises exc
+        except CollectiveTimeout as timeout:
+            self._failed(timeout)
+            raise timeout from exc
 
     def _failed(self, exc: BaseException) -> None:
         """Mark the communicator broken after a call that failed mid-way; abort if asked to."""
@@ -122,29 +149,24 @@ class Call:
             if self.watch is not None:
                 self._state.abandoned += self.watch.abandoned
         if isinstance(exc, CollectiveTimeout) and self.on_timeout == "abort":
-            sys.stderr.write(f"mpicoll: rank {self.comm.Get_rank()}: {exc}\n"
-                             f"mpicoll: on_timeout='abort': calling MPI_Abort({ABORT_CODE})\n")
-            sys.stderr.flush()
-            self.comm.Abort(ABORT_CODE)
+            abort(self.comm, exc)
+
+
+def abort(comm: MPI.Comm, exc: BaseException) -> NoReturn:
+    """Print ``exc``, call ``MPI_Abort``; never return, so no ``except`` of the caller's sees
+    ``exc``: should ``MPI_Abort`` return or raise (MPI does not promise to end this process
+    before the others), the process ends with ``os._exit``."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(f"mpicoll: rank {comm.Get_rank()}: {exc}\n"
+                         f"mpicoll: on_timeout='abort': calling MPI_Abort({ABORT_CODE})\n")
+        sys.stderr.flush()
+        comm.Abort(ABORT_CODE)
+    finally:
+        os._exit(ABORT_CODE)
 
 
 # ----------------------------------------------------------------------------- the options
-
-_defaults = None        # (timeout, on_timeout, validate) from the settings, read once
-
-
-def _read_defaults() -> tuple:
-    global _defaults
-    _defaults = tuple(settings.get(name) for name in
-                      ("MPICOLL_TIMEOUT", "MPICOLL_ON_TIMEOUT", "MPICOLL_VALIDATE"))
-    return _defaults
-
-
-@settings.on_reload
-def _forget_defaults() -> None:
-    global _defaults
-    _defaults = None
-
 
 def _timeout(timeout, name: str) -> float | None:
     """Seconds, or None for no timeout (``math.inf``)."""

@@ -1,15 +1,20 @@
 """Per-communicator state, cached on the communicator as an MPI attribute.
 
-The first collective on a communicator duplicates it (one ``MPI_Comm_idup``, collective), so
-mpicoll's point-to-point messages live in their own context and can never match the user's.
-The duplicate is created with the nonblocking ``Idup`` so that a call with a timeout can wait
-for it under its deadline (``ready``); the node layout is discovered right after (one
-``MPI_Comm_split_type``, while every rank is known to be there), so later calls never block in
-it. The state also numbers the calls (each call uses its own tag, so a message left over from a
-call that failed cannot be taken by the next), keeps grow-only scratch buffers per dtype, and
-caches the node layout for ``hierarchical``. After a call fails mid-way (a timeout), ``broken``
-says why and mpicoll refuses further calls on the communicator. When the user frees the
-communicator, MPI calls ``_delete`` and the duplicate is freed with it.
+The first collective on a communicator duplicates it (collective), so mpicoll's point-to-point
+messages live in their own context and can never match the user's. It first runs a *presence
+check* on the caller's communicator: each rank sends an empty message with tag
+``MPI.TAG_UB - 1`` to every other rank and waits (with a timeout: polled under the deadline) for
+theirs. Only when every rank is known to be there does it create the duplicate
+(``MPI_Comm_idup``, also polled). A missing rank is found with cancellable receives, so no
+collective request is left pending on the caller's communicator (MPI cannot cancel or free one,
+and MPICH's ``MPI_Finalize`` then reports "Builtin communicator ... has pending 1 references"
+for ``COMM_WORLD``). The node layout is discovered right after (one ``MPI_Comm_split_type``,
+while every rank is known to be there), so later calls never block in it. The state also
+numbers the calls (each call uses its own tag, so a message left over from a call that failed
+cannot be taken by the next), keeps grow-only scratch buffers per dtype, and caches the node
+layout for ``hierarchical``. After a call fails mid-way (a timeout), ``broken`` says why and
+mpicoll refuses further calls on the communicator. When the user frees the communicator, MPI
+calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is freed with it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from .. import settings
 from ..errors import CommunicatorBroken
 from ..executors.mpi import new_traffic
 from ..topology import virtual_nodes
+from .watch import roll_call_tag
 
 __all__ = ["state", "attach", "CommState", "node_layout"]
 
@@ -29,13 +35,14 @@ _TAGS = 32000        # tags cycle through 1 .. _TAGS (MPI guarantees at least 32
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
-        self.comm, self._dup = comm.Idup()      # usable once ``ready`` has seen _dup complete
+        self.comm = self.parent = comm          # the duplicate once ``ready`` has made it
+        self._dup: MPI.Request | None = None    # its MPI_Comm_idup while unfinished
+        self.made = False
         self.calls = 0
         self.broken: str | None = None
         self.abandoned: list = []               # requests of failed calls, kept alive (watch.py)
         self._scratch: dict = {}
         self._nodes: dict = {}
-        self.ranks_per_node: int | None = None   # for auto: the largest node, None on one node
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
 
     def check(self, what: str = "mpicoll") -> None:
@@ -47,18 +54,26 @@ class CommState:
                 "communicator (comm.Dup() on every rank) to go on")
 
     def ready(self, watch=None) -> None:
-        """Wait for the duplicate (under ``watch``'s deadline, if any), then find the nodes."""
+        """Make the duplicate (under ``watch``'s deadline, if any), then find the nodes."""
         self.check()
-        if self._dup is None:
+        if self.made:
             return
+        if self._dup is None:
+            presence(self.parent, watch)
+            self.comm, self._dup = self.parent.Idup()
         if watch is None:
             self._dup.Wait()
         else:
             watch.wait([self._dup], "MPI_Comm_idup (mpicoll's duplicate of the communicator)")
         self._dup = None
+        self.made = True
         self._nodes[None] = node_layout(self.comm)
+
+    @property
+    def ranks_per_node(self) -> int | None:
+        """For ``auto``: the ranks of the largest node, None on one node."""
         nodes = self.nodes()
-        self.ranks_per_node = max(map(len, nodes)) if len(nodes) > 1 else None
+        return max(map(len, nodes)) if len(nodes) > 1 else None
 
     def next_tag(self) -> int:
         self.calls += 1
@@ -83,8 +98,64 @@ class CommState:
         return self._nodes[k]
 
     def free(self) -> None:
-        if self._dup is None and self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
+        """The user freed the communicator: drop mpicoll's stray messages, free the duplicate.
+
+        A failed call can leave roll-call and presence messages that no one will receive (sent
+        to a rank that was not in the call). Once every rank has freed a communicator MPI may
+        give its context to a new one, where they would be received, so they are received and
+        dropped here (those still in flight cannot be). Not for ``COMM_WORLD``/``COMM_SELF``,
+        whose attributes MPI deletes inside ``MPI_Finalize``, and whose context is never
+        reused."""
+        if MPI.Is_finalized():
+            return
+        tag = roll_call_tag()
+        builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
+        if not builtin:
+            drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
+        if self.made and self.comm != MPI.COMM_NULL:
+            if not builtin:
+                drain(self.comm, (tag,))
             self.comm.Free()
+
+
+def drain(comm: MPI.Intracomm, tags) -> None:
+    """Receive and drop the messages with these tags that have arrived on ``comm``."""
+    status = MPI.Status()
+    for tag in tags:
+        while comm.Iprobe(MPI.ANY_SOURCE, tag, status):
+            comm.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8), status.Get_source(), tag)
+
+
+PRESENCE_TAG_OFFSET = 1     # the presence check's tag: MPI.TAG_UB - 1 (the roll call's: TAG_UB)
+
+
+def presence(comm: MPI.Intracomm, watch=None) -> None:
+    """Return once every rank of ``comm`` has entered its first mpicoll call on it; past
+    ``watch``'s deadline (if any) raise ``CollectiveTimeout`` (a roll call names the missing
+    ranks).
+
+    Empty messages, so nothing is left to complete: on a timeout the unfinished receives are
+    cancelled and the sends (eager) are already complete. A rank that comes after the others
+    gave up finds their roll call here and raises before starting ``MPI_Comm_idup``."""
+    me, size = comm.Get_rank(), comm.Get_size()
+    tag = roll_call_tag() - PRESENCE_TAG_OFFSET
+    others = [r for r in range(size) if r != me]
+    requests = ([comm.Irecv(_EMPTY, r, tag) for r in others]
+                + [comm.Isend(_EMPTY, r, tag) for r in others])
+    if watch is None:
+        MPI.Request.Waitall(requests)
+        return
+    try:
+        watch.wait(requests, "the presence check before MPI_Comm_idup (first call on the "
+                   "communicator)", peers=others + others, heed_roll_call=True)
+    finally:
+        for request in requests[:len(others)]:
+            if request and not request.Test():
+                request.Cancel()
+                request.Wait()
+
+
+_EMPTY = np.empty(0, np.int8)
 
 
 def node_layout(comm: MPI.Intracomm, ranks_per_node: int | None = None) -> tuple:
@@ -108,7 +179,7 @@ _keyval = None
 
 
 def attach(comm: MPI.Intracomm) -> CommState:
-    """The mpicoll state of ``comm``; on first use, created and its ``Idup`` started."""
+    """The mpicoll state of ``comm`` (created on first use, without communicating)."""
     global _keyval
     if _keyval is None:
         _keyval = MPI.Comm.Create_keyval(delete_fn=_delete)

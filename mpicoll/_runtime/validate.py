@@ -1,8 +1,9 @@
 """``validate=True``: check that every rank called the collective with the same arguments.
 
 Each rank reduces its call to a *fingerprint* of a few integers (``FIELDS``): the collective,
-the algorithm it is about to run, op, dtype, count, root, the hierarchical options, the
-compression, whether it has a timeout, and whether its own argument checks failed. One nonblocking ``MPI_Iallreduce``
+the algorithm it is about to run, op, dtype, count, root, the algorithm's options (inner, outer,
+ring order) and node layout, the compression, whether it has a timeout, and whether its own
+argument checks failed. One nonblocking ``MPI_Iallreduce``
 (MAX over the fingerprint and its negation: each field's maximum and minus its minimum) on
 mpicoll's duplicate communicator, polled under the call's deadline, tells every rank whether all
 fingerprints are equal; that is the whole cost when they are. When they are not, an
@@ -12,16 +13,20 @@ naming the disagreeing ranks and their values.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 from mpi4py import MPI
 
 from ..errors import ArgumentMismatch
 from ..kernels import DTYPES, OPS
 from ..registry import COLLECTIVES
+from ..topology import ORDERS
 
 __all__ = ["FIELDS", "fingerprint", "rejected", "check"]
 
-FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "compress",
+FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "order",
+          "nodes", "compress",
           "timeout", "error")
 _COLLECTIVES = tuple(COLLECTIVES)
 _NAMES = tuple(sorted({name for table in COLLECTIVES.values() for name in table}))
@@ -35,12 +40,15 @@ def _index(table, value) -> int:
 
 def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=None,
                 count: int = 0, root: int = -1, inner: str | None = None,
-                outer: str | None = None, compress: str | None = None,
-                timeout: bool = False) -> list:
-    """The integers that must be equal on every rank (-1: not applicable)."""
+                outer: str | None = None, order: str | None = None, nodes: tuple | None = None,
+                compress: str | None = None, timeout: bool = False) -> list:
+    """The integers that must be equal on every rank (-1: not applicable). ``nodes``, the node
+    layout of a node-aware algorithm (``MPICOLL_RANKS_PER_NODE`` could differ between ranks),
+    enters as a checksum of its text."""
+    layout = -1 if nodes is None else zlib.crc32(repr(tuple(map(tuple, nodes))).encode())
     return [_COLLECTIVES.index(collective), _index(_NAMES, algorithm), _index(OPS, op),
             _index(DTYPES, dtype), count, root, _index(_NAMES, inner), _index(_NAMES, outer),
-            _index(_CODECS, compress), int(timeout), 0]
+            _index(ORDERS, order), layout, _index(_CODECS, compress), int(timeout), 0]
 
 
 def rejected(collective: str, error: BaseException) -> list:
@@ -75,6 +83,8 @@ def _show(field: str, row) -> str:
     v = int(row[FIELDS.index(field)])
     if field == "collective":
         return _COLLECTIVES[v]
+    if field == "order":
+        return ORDERS[v] if v >= 0 else "default"
     if field in ("algorithm", "inner", "outer"):
         return _NAMES[v] if v >= 0 else "default"
     if field == "op":
@@ -83,6 +93,8 @@ def _show(field: str, row) -> str:
         return str(DTYPES[v]) if v >= 0 else "?"
     if field == "compress":
         return _CODECS[v] if v >= 0 else "none"
+    if field == "nodes":
+        return f"layout #{v:08x}" if v >= 0 else "none"
     if field == "timeout":
         return "on" if v else "off"
     return str(v)

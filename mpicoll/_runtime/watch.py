@@ -54,14 +54,16 @@ class Watch:
         self.what, self.comm, self.tag = what, comm, 0
         self.abandoned: list = []
 
-    def wait(self, requests, step, nsteps: int = 0, peers=()) -> None:
+    def wait(self, requests, step, nsteps: int = 0, peers=(), heed_roll_call=False) -> None:
         """Complete ``requests``, or (deadline passed, or a roll call came) raise CollectiveTimeout.
 
         ``step`` is the step index (of ``nsteps``) or a phrase; ``peers`` the rank of each request.
+        ``heed_roll_call``: raise if a roll call came even when the requests are complete.
         """
         tag = roll_call_tag()
         start, pause = time.monotonic(), 1e-5
-        while not MPI.Request.Testall(requests):
+        while not MPI.Request.Testall(requests) or (
+                heed_roll_call and self.comm.Iprobe(MPI.ANY_SOURCE, tag)):
             now = time.monotonic()
             expired = now > self.deadline
             if expired or self.comm.Iprobe(MPI.ANY_SOURCE, tag):

@@ -1,4 +1,4 @@
-"""Every rank starts on an empty numba cache at once: run by tests/unit/test_faults.py.
+"""Every rank starts on an empty numba cache at once: run by tests/jobs/test_faults.py.
 
     NUMBA_CACHE_DIR=$(mktemp -d) mpiexec -n 8 python tests/faults/cold_cache.py --out DIR
 

@@ -1,4 +1,4 @@
-"""Fault injection for the timeout tests: run under ``mpiexec -n 3`` by tests/unit/test_faults.py.
+"""Fault injection for the timeout tests: run under ``mpiexec -n 3`` by tests/jobs/test_faults.py.
 
     mpiexec -n 3 python tests/faults/faults.py CASE --out DIR [--timeout T] [--algorithms a,b]
 
@@ -17,7 +17,11 @@ JSON line per call it made (``rank``, ``collective``, ``algorithm``, ``first``, 
   after starting it). If its data was already out, the others may still finish, correctly
   (``correct``); if not, they must raise naming it.
 * ``abort``: rank 2 never enters; the others run with ``MPICOLL_ON_TIMEOUT=abort`` (set by the
-  test) and must bring the job down.
+  test) and must bring the job down. Their ``except`` block prints ``REACHED USER CODE``, which
+  must never appear: the abort is final.
+* ``world``: rank 2 never enters the *first* call on ``MPI.COMM_WORLD`` itself (no ``Dup``); the
+  survivors get ``CollectiveTimeout``, then every rank ends normally, through ``MPI_Finalize``,
+  which must not report "Builtin communicator ... has pending references".
 """
 
 from __future__ import annotations
@@ -115,7 +119,7 @@ def dies(world, timeout, algorithm, how) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=["absent", "late", "exit", "kill", "abort"])
+    parser.add_argument("case", choices=["absent", "late", "exit", "kill", "abort", "world"])
     parser.add_argument("--out", required=True, help="directory for the rank<r>.jsonl files")
     parser.add_argument("--timeout", type=float, default=1.0)
     parser.add_argument("--algorithms", default="", help="all-reduce algorithms (default all)")
@@ -137,13 +141,30 @@ def main() -> None:
         late(world, args.timeout, algorithms[0])
     elif args.case in ("exit", "kill"):
         dies(world, args.timeout, algorithms[0], args.case)
+    elif args.case == "world":
+        if world.Get_rank() == FAULTY:
+            time.sleep(args.timeout + watch.ROLL_CALL_SECONDS + 1.0)
+        else:
+            report(world, "allreduce", algorithms[0], True,
+                   lambda: call("allreduce", algorithms[0], world, timeout=args.timeout))
+        write({"rank": world.Get_rank(), "done": True})
+        OUT.close()
+        world.Barrier()
+        return                          # MPI_Finalize at exit, as a normal program ends
     else:
         comm = world.Dup()
-        call("allreduce", algorithms[0], comm)
+        # every rank is here, but the first call waits for the slowest rank's numba warm-up:
+        # not the 1 s of the environment on a loaded machine
+        call("allreduce", algorithms[0], comm, timeout=60.0)
         if world.Get_rank() == FAULTY:
             time.sleep(60)
         else:
-            call("allreduce", algorithms[0], comm)        # timeout and abort from the env
+            try:
+                call("allreduce", algorithms[0], comm)    # timeout and abort from the env
+            except BaseException as exc:    # noqa: BLE001 - must not happen: abort is final
+                print(f"REACHED USER CODE on rank {world.Get_rank()}: {exc!r}", flush=True)
+                write({"rank": world.Get_rank(), "reached_user_code": repr(exc)})
+                raise
     write({"rank": world.Get_rank(), "done": True})
     if args.case in ("absent", "late"):
         world.Barrier()                 # every rank alive: leave together

@@ -1,4 +1,4 @@
-"""Cases that must END a run cleanly, not stall it: run only by tests/unit/test_harness.py.
+"""Cases that must END a run cleanly, not stall it: run only by tests/jobs/test_harness.py.
 
 (Not named test_*.py, so the normal MPI run never collects them.)
 """

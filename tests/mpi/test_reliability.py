@@ -1,7 +1,7 @@
 """Reliability under MPI: the options keep answers right, validate=True turns disagreeing
 arguments into ArgumentMismatch on every rank, bad input of every kind raises cleanly (on all
 ranks, or on one rank with validate=True), and a short soak of random mixed calls is right and
-bounded in memory. (Timeouts with a missing or dying rank: tests/unit/test_faults.py.)"""
+bounded in memory. (Timeouts with a missing or dying rank: tests/jobs/test_faults.py.)"""
 
 import importlib.util
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Bad input raises on the calling rank, before any communication, naming the problem."""
 
+import array
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -82,3 +84,56 @@ def test_other_collectives_bad_input():
 def test_algorithms_listed():
     assert mpicoll.ALGORITHMS == ("ring", "recursive_halving", "recursive_doubling", "binomial",
                                   "hierarchical", "double_binary_tree", "mpi")
+
+
+
+def test_unsupported_mpi_op_is_named():
+    for op, name in ((MPI.BAND, "MPI.BAND"), (MPI.LXOR, "MPI.LXOR"), (MPI.MAXLOC, "MPI.MAXLOC")):
+        with pytest.raises(TypeError, match=rf"unsupported op {name}; expected MPI.SUM"):
+            mpicoll.allreduce(np.arange(3.0), op=op, comm=COMM)
+    with pytest.raises(TypeError, match=r"unsupported op MPI.BOR") as info:
+        mpicoll.reduce_scatter_block(np.arange(3.0), op=MPI.BOR, comm=COMM)
+    assert "object at 0x" not in str(info.value)
+
+
+@pytest.mark.parametrize("make, kind, how", [
+    (lambda: memoryview(np.arange(3.0)), "memoryview", r"np.frombuffer\(sendbuf, dtype=...\)"),
+    (lambda: bytearray(24), "bytearray", r"np.frombuffer\(sendbuf, dtype=...\)"),
+    (lambda: array.array("d", [1.0, 2.0]), "array.array", r"np.frombuffer\(sendbuf, dtype"),
+    (lambda: [1.0, 2.0], "list", r"pass np.asarray\(sendbuf\)"),
+    (lambda: (1.0, 2.0), "tuple", r"pass np.asarray\(sendbuf\)"),
+])
+def test_buffer_like_input_says_how_to_pass_it(make, kind, how):
+    with pytest.raises(TypeError, match=rf"sendbuf must be a numpy array, got {kind}; .*{how}"):
+        mpicoll.allreduce(make(), comm=COMM)
+
+
+def test_buffer_like_recvbuf_and_bcast_buf_say_how_too():
+    with pytest.raises(TypeError, match=r"recvbuf must be a numpy array, got bytearray; "
+                                        r"wrap it without a copy: np.frombuffer\(recvbuf"):
+        mpicoll.allreduce(np.arange(3.0), bytearray(24), comm=COMM)
+    with pytest.raises(TypeError, match=r"buf must be a numpy array, got list; "
+                                        r"pass np.asarray\(buf\)"):
+        mpicoll.bcast([1.0], comm=COMM)
+
+
+def test_masked_arrays_are_refused():
+    x = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    for fn, args in ((mpicoll.allreduce, (x,)), (mpicoll.allgather, (x,)),
+                     (mpicoll.reduce_scatter_block, (x,)), (mpicoll.bcast, (x,)),
+                     (mpicoll.allreduce, (np.zeros(3), x))):
+        with pytest.raises(TypeError, match=r"is a masked array: mpicoll would reduce its masked "
+                                            r"values too; pass \w+\.filled\(value\)"):
+            fn(*args, comm=COMM)
+
+
+@pytest.mark.parametrize("root", [True, False, np.bool_(True), 0.0, "0", None])
+def test_bcast_root_must_be_an_integer_not_a_bool(root):
+    with pytest.raises(TypeError, match=r"root must be an integer rank, got"):
+        mpicoll.bcast(np.zeros(3), root, comm=MPI.COMM_WORLD)
+
+
+def test_bcast_numpy_integer_root_is_accepted():
+    buf = np.arange(3.0)
+    assert mpicoll.bcast(buf, np.int64(0), comm=COMM) is buf
+    assert buf.tolist() == [0.0, 1.0, 2.0]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from mpicoll.__main__ import COMMANDS, main
 from mpicoll.tools import calibrate, trace
 from mpicoll.tools.cli import Parser
 
-from test_harness import MPIEXEC, ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,11 +37,9 @@ def usage_error(capsys, *argv) -> str:
     return err
 
 
-def mpicoll(*argv, ranks=None, timeout=120, cwd=ROOT):
-    """``mpicoll ARGV`` in a subprocess (under ``mpiexec -n RANKS`` if given)."""
-    cmd = [sys.executable, "-m", "mpicoll", *argv]
-    if ranks:
-        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
+def mpicoll(*argv, timeout=120, cwd=ROOT, launcher=()):
+    """``mpicoll ARGV`` in a subprocess (``launcher``: e.g. ``(mpiexec, "-n", "2")``)."""
+    cmd = [*launcher, sys.executable, "-m", "mpicoll", *argv]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
@@ -155,32 +154,6 @@ def test_bench_refuses_an_output_path_it_cannot_write_before_measuring(capsys, t
     assert "is a file, not a folder" in line
     line = usage_error(capsys, "bench", "--csv", str(tmp_path))
     assert "is a folder, not a file" in line
-
-
-def test_misuse_and_help_under_mpiexec_print_once():
-    proc = mpicoll("bench", "-e", "1X", ranks=2)
-    assert proc.returncode == 2
-    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert "not a size: '1X'" in proc.stderr
-    proc = mpicoll("trace", "--help", ranks=2)      # MPI not started: the launcher's rank
-    assert proc.returncode == 0 and proc.stdout.count("usage: mpicoll trace") == 1, proc.stdout
-
-
-def test_bench_no_check_claims_nothing_and_json_lands_in_a_new_folder(tmp_path):
-    path = tmp_path / "new/folder/r.json"
-    proc = mpicoll("bench", "-b", "64", "-e", "1K", "-f", "16", "-n", "2", "-w", "0", "-a",
-                   "ring", "--no-check", "--json", str(path), "--csv",
-                   str(tmp_path / "csv/r.csv"), ranks=2)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    table = proc.stdout
-    assert "all results correct" not in table and "results not checked (--no-check)" in table
-    rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["64"], ["1024"])]
-    assert len(rows) == 4 and all(row[row.index("|") + 4] == "-" for row in rows), table
-    assert "pred(us) = the cost model's time" in table and "1 GB = 1e9 B" in table
-    res = json.loads(path.read_text())
-    assert [r["wrong"] for r in res["records"]] == [None] * 4
-    assert (tmp_path / "csv/r.csv").read_text().count("\n") == 5
-    assert "results not checked" in mpicoll("report", str(path)).stdout
 
 
 # ----------------------------------------------------------------------------- trace

@@ -18,6 +18,7 @@ import pytest
 from mpicoll._runtime.call import ABORT_CODE
 from mpicoll.registry import ALLREDUCE, COLLECTIVES
 from mpicoll._runtime.watch import ROLL_CALL_SECONDS
+from mpicoll.errors import CollectiveTimeout
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "tests" / "faults"
@@ -116,15 +117,68 @@ def test_rank_that_dies_mid_call(tmp_path, how, algorithm):
     assert elapsed < 60, f"took {elapsed:.1f} s"
 
 
-def test_on_timeout_abort_ends_the_job(tmp_path):
+@pytest.mark.parametrize("run", [1, 2, 3])
+def test_on_timeout_abort_ends_the_job(tmp_path, run):
     """MPICOLL_ON_TIMEOUT=abort: the survivors print the error and call MPI_Abort; the job ends
-    long before the absent rank's 60 s sleep."""
-    proc, elapsed, _ = launch(FAULTS / "faults.py", ["abort"], tmp_path,
-                              env={"MPICOLL_TIMEOUT": "1", "MPICOLL_ON_TIMEOUT": "abort"})
-    out = output(proc)
-    assert proc.returncode == ABORT_CODE, out
-    assert "on_timeout='abort'" in out and "rank(s) [2] did not answer" in out, out
+    long before the absent rank's 60 s sleep, and the CollectiveTimeout never reaches the
+    survivors' ``except`` blocks (it did in one run of two, issue 9): three runs."""
+    proc, elapsed, rows = launch(FAULTS / "faults.py", ["abort"], tmp_path,
+                                 env={"MPICOLL_TIMEOUT": "1", "MPICOLL_ON_TIMEOUT": "abort"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == ABORT_CODE, output(proc)
+    assert "on_timeout='abort'" in out and "rank(s) [2] did not answer" in out, output(proc)
+    assert "REACHED USER CODE" not in out, output(proc)
+    assert not any("reached_user_code" in row for r in (0, 1) for row in rows.get(r, [])), rows
     assert elapsed < 30, f"took {elapsed:.1f} s"
+
+
+def test_abort_never_returns(monkeypatch):
+    """Should MPI_Abort return (or raise), the process still ends: os._exit(124), and the
+    exception is not seen by the caller."""
+    from mpicoll._runtime import call as call_module
+    exits = []
+
+    class Returns:
+        def Get_rank(self):
+            return 0
+
+        def Abort(self, code):
+            return None
+
+    class Raises(Returns):
+        def Abort(self, code):
+            raise RuntimeError("MPI_Abort failed")
+
+    def fake_exit(code):
+        exits.append(code)
+        raise SystemExit(code)      # stands in for the end of the process
+
+    monkeypatch.setattr(call_module.os, "_exit", fake_exit)
+    for comm in (Returns(), Raises()):
+        with pytest.raises(SystemExit):
+            call_module.abort(comm, CollectiveTimeout("allreduce ring", 0, 1, missing={1},
+                                                      timeout=1.0))
+    assert exits == [ABORT_CODE, ABORT_CODE]
+
+
+def test_no_pending_references_after_a_first_call_timeout_on_comm_world(tmp_path):
+    """Rank 2 never enters the first call on COMM_WORLD itself: the survivors raise naming it,
+    then every rank ends through MPI_Finalize, cleanly -- no pending request keeps COMM_WORLD
+    (MPICH printed "Builtin communicator 44000000 has pending 1 references" when mpicoll left
+    its MPI_Comm_idup unfinished)."""
+    proc, elapsed, rows = launch(FAULTS / "faults.py", ["world", "--timeout", "3",
+                                                         "--algorithms", "ring"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "pending" not in out and "references" not in out, output(proc)
+    # Not mpicoll's (every request of its is complete by then, tests/faults/faults.py): in about
+    # one run in two a survivor is SIGKILLed inside MPI_Finalize here (MPICH 5.0.2, ch4), before
+    # and after this fix -- docs/reliability.md, "After a timeout"
+    assert proc.returncode in (0, 9), output(proc)
+    for rank in (0, 1):
+        row = rows[rank][0]
+        assert row["error"] == "CollectiveTimeout" and row["peers"] == [2], row
+        assert rows[rank][-1].get("done"), rows
+    assert rows[2][-1].get("done"), rows
 
 
 def test_eight_ranks_cold_numba_cache(tmp_path):
