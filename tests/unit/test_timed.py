@@ -38,16 +38,25 @@ def layouts(algo, n):
 
 # ----------------------------------------------------------------------------- 4a: flat == cost()
 
-@pytest.mark.parametrize("name", SCHEDULED)
+# double_binary_tree's cost() is, by its docstring, an upper bound of its pipelined schedule
+# (0.56-1.00 of the in-process clock), not its time: the simulated schedule agrees with the
+# in-process clock (below), the formula does not. Strict: a fixed formula makes this fail loudly.
+BOUND_ONLY = {"double_binary_tree"}
+COST_CASES = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="cost() is an upper "
+                                                      "bound, not the schedule's time"))
+              if n in BOUND_ONLY else n for n in SCHEDULED]
+
+
+@pytest.mark.parametrize("name", COST_CASES)
 @pytest.mark.parametrize("nbytes", [4096, 1 << 20])
 def test_flat_fabric_gives_cost_formula(name, nbytes):
     algo = ALLREDUCE[name]
     bad = []
-    for n in range(2, 65):
+    for n in range(2, 9 if name in BOUND_ONLY else 65):
         for L in layouts(algo, n):
             r = timed.simulate("allreduce", name, flat(n // L, L), nbytes)
             extra = (dict(ranks_per_node=L, alpha_intra=ALPHA, beta_intra=1 / BW)
-                     if algo.has("node-layout") else {})
+                     if algo.has("node-phases") else {})
             formula = algo.cost(n, r.nbytes, ALPHA, 1 / BW, GAMMA, **extra)
             if abs(r.time / formula - 1) > 0.01:
                 bad.append(f"N={n} L={L}: simulated {r.time * 1e6:.3f} us, cost() "
@@ -64,6 +73,14 @@ def test_flat_fabric_agrees_with_inprocess_clock_rank_by_rank(name):
             scheds = inprocess.schedules("allreduce", name, n, count, ranks_per_node=L)
             ip = inprocess.run(scheds, [np.zeros(count, np.float32) for _ in range(n)],
                                clock=(ALPHA, 1 / BW, GAMMA))
+            # The in-process clock starts all messages of a step at its latest peer and charges
+            # each rank its own max(sent, received); the timed one starts each message when its
+            # two ends are ready and makes the messages sharing a link finish together. They
+            # differ only in steps with several peers (the double binary tree's): there the
+            # timed call ends no later, and at most 5 % earlier (4.4 % at N = 12).
+            if name in BOUND_ONLY:
+                assert 0.95 * ip.time <= r.time <= ip.time * (1 + 1e-12), (n, count)
+                continue
             np.testing.assert_allclose(r.finish, ip.finish, rtol=1e-12,
                                        err_msg=f"{name} N={n} count={count}")
 
@@ -116,7 +133,7 @@ def test_ring_all_ranks_form_is_the_ring_schedule(n):
 @pytest.mark.parametrize("n,L", [(2, 2), (4, 2), (6, 3), (8, 4), (12, 4), (16, 8), (24, 8),
                                  (30, 5), (64, 8), (96, 8), (128, 8), (128, 2)])
 def test_node_layout_all_ranks_form_is_its_schedule(n, L):
-    algo = next(a for a in ALLREDUCE.values() if a.has("node-layout"))
+    algo = lookup("allreduce", "smp")                  # the node-layout all-reduce
     nodes = virtual_nodes(n, L)
     inner_opt, outer_opt = algo.options
     for inner in inner_opt.choices:
