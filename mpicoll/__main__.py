@@ -8,6 +8,7 @@ for a command's options, mpicoll --version for the version.
     plot        time and bus bandwidth against size from a bench JSON
     report      a bench JSON as markdown tables
     trace       print the schedule of an algorithm for N ranks (no MPI needed)
+    simulate    predicted times of the schedules on a modelled fabric, up to 25,000 ranks
 
 Only bench and calibrate initialise MPI; the other commands (and -h, --version) never do.
 """
@@ -17,7 +18,8 @@ from __future__ import annotations
 import sys
 
 COMMANDS = {name: f"mpicoll.tools.{name}"
-            for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace")}
+            for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace",
+                         "simulate")}
 NEEDS_MPI = ("bench", "calibrate")
 
 

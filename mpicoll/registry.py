@@ -27,7 +27,7 @@ from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce
                          reduce_scatter_ring)
 
 __all__ = ["Option", "Algorithm", "TOKENS", "ALLREDUCE", "REDUCE_SCATTER_BLOCK", "ALLGATHER",
-           "BCAST", "COLLECTIVES", "lookup"]
+           "BCAST", "COLLECTIVES", "lookup", "bus_factor"]
 
 TOKENS = {
     "any-size": "any number of ranks, any count",
@@ -183,6 +183,16 @@ COLLECTIVES = {
 }
 _ALIASES = {(c, alias): a.name for c, table in COLLECTIVES.items() for a in table.values()
             for alias in a.aliases}
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor (its doc/PERFORMANCE.md): busbw = algbw x this, the
+    fraction of the data each rank's link must carry whatever the algorithm."""
+    if collective == "allreduce":
+        return 2 * (n - 1) / n
+    if collective in ("reduce_scatter_block", "allgather"):
+        return (n - 1) / n
+    return 1.0
 
 
 def lookup(collective: str, name: str) -> Algorithm:

@@ -4,5 +4,8 @@
 * ``progress``  -- the same plan stepped without blocking, by a progress thread (nonblocking
   collectives, ``Buckets``, wire compression);
 * ``inprocess`` -- P virtual ranks in one process: matching, deadlock and overlap checks, an
-  alpha-beta-gamma clock, traces and byte counts (also importable as ``mpicoll.simulate``).
+  alpha-beta-gamma clock, traces and byte counts (also importable as ``mpicoll.simulate``);
+* ``timed``     -- the same schedules with no data, as all-ranks waves (``allranks``), over a
+  modelled GPU cluster (``fabric``): per-rank finish times up to ~25,000 ranks
+  (``mpicoll simulate``, docs/simulator.md).
 """

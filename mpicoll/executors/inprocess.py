@@ -174,11 +174,14 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str = "sum",
 
 
 def schedules(collective: str, algorithm: str, size: int, count: int, *, root: int | None = None,
-              nodes=None, ranks_per_node: int = 1, **options) -> list[Schedule]:
+              nodes=None, ranks_per_node: int = 1, picked: dict | None = None,
+              **options) -> list[Schedule]:
     """Every rank's schedule for one collective call.
 
     ``options`` are the algorithm's declared ones (``mpicoll.registry``), defaults filled in; a
     node-aware algorithm runs on ``nodes``, else on virtual nodes of ``ranks_per_node`` ranks.
+    ``picked``: what the cost model would choose (``Algorithm.pick``, e.g. a chunk count);
+    without it the schedule's own default.
     """
     algo = lookup(collective, algorithm)
     if algo.library:
@@ -188,7 +191,7 @@ def schedules(collective: str, algorithm: str, size: int, count: int, *, root: i
         kwargs["nodes"] = nodes if nodes is not None else virtual_nodes(size, ranks_per_node)
     if algo.has("root"):
         kwargs["root"] = 0 if root is None else root
-    kwargs.update(algo.resolve(options, kwargs.get("nodes")))
+    kwargs.update(algo.resolve(options, kwargs.get("nodes")), **(picked or {}))
     return [algo.schedule(rank, size, count, **kwargs) for rank in range(size)]
 
 

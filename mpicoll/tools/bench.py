@@ -43,6 +43,7 @@ import numpy as np
 
 from .. import settings
 from ..model import load_profile, predict
+from ..registry import bus_factor
 from .cli import (Parser, nonnegative_float, nonnegative_int, positive_int,
                   prepare_output, step_factor)
 from .sizes import parse_size, size_arg, sizes_from
@@ -54,13 +55,7 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int6
 VOLUME = 64 << 20
 
 
-def BUS_FACTOR(collective: str, n: int) -> float:
-    """nccl-tests' bus bandwidth factor (doc/PERFORMANCE.md)."""
-    if collective == "allreduce":
-        return 2 * (n - 1) / n
-    if collective in ("reduce_scatter_block", "allgather"):
-        return (n - 1) / n
-    return 1.0
+BUS_FACTOR = bus_factor          # nccl-tests' bus bandwidth factor (mpicoll.registry)
 
 
 def parse_args(argv):
