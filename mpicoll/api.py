@@ -20,9 +20,9 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels, select
+from . import kernels, select, settings
 from ._runtime.call import Call
-from .executors.mpi import execute
+from .executors import compiled
 from .registry import ALLREDUCE, Algorithm, lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS"]
@@ -101,9 +101,25 @@ def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) 
     sched = _schedule(algo, comm.Get_rank(), comm.Get_size(), flat.size,
                       tuple(options.items()))
     kernels.warmup()
-    execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=call.tag,
-            scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,
-            watch=call.watch)
+    (_execute or _choose_executor())(
+        sched, flat, st.comm, op=op, tag=call.tag,
+        scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,
+        watch=call.watch)
+
+
+_execute = None         # the executor (MPICOLL_EXECUTOR), chosen at the first call
+
+
+def _choose_executor():
+    global _execute
+    _execute = compiled.choose()
+    return _execute
+
+
+@settings.on_reload
+def _forget_executor() -> None:
+    global _execute
+    _execute = None
 
 
 def _options(call: Call, algo: Algorithm, given: dict) -> dict:
