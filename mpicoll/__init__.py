@@ -7,14 +7,19 @@
     mpicoll.allgather(sendbuf, recvbuf=None, algorithm="auto", comm=None)
     mpicoll.bcast(buf, root=0, algorithm="auto", comm=None)
     mpicoll.ALGORITHMS   # the all-reduce algorithms, "mpi" (the MPI library's own) included
+    h = mpicoll.allreduce_init(sendbuf, recvbuf, op=MPI.SUM, algorithm="auto", comm=None)
+    h()                  # persistent: decided and allocated once (also reduce_scatter_block_init,
+                         # allgather_init, bcast_init; mpicoll.persistent)
 """
 
 from .errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 
 __version__ = "0.1.0"
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
+           "allreduce_init", "reduce_scatter_block_init", "allgather_init", "bcast_init",
            "CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "__version__"]
-_API = ("allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS")
+_API = ("allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
+        "allreduce_init", "reduce_scatter_block_init", "allgather_init", "bcast_init")
 
 
 def __getattr__(name: str):
