@@ -101,7 +101,6 @@ def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) 
     st, comm = call.open(), call.comm
     sched = _schedule(algo, comm.Get_rank(), comm.Get_size(), flat.size,
                       tuple(options.items()))
-    kernels.warmup()
     (_execute or _choose_executor())(
         sched, flat, st.comm, op=op, tag=call.tag,
         scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,

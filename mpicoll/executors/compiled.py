@@ -180,10 +180,11 @@ _notice_given = False
 
 def warmup(dtype: np.dtype) -> None:
     """Compile (or load from numba's disk cache) ``_loop`` for ``dtype``, under the file lock
-    of ``kernels.warmup`` (one process per machine compiles, the others then load)."""
+    of ``kernels.warmup`` (one process per machine compiles, the others then load). The loop
+    compiles the kernels it calls for this dtype only; ``kernels.warmup`` (all 16) is the
+    Python executor's."""
     if dtype in _ready:
         return
-    kernels.warmup()
     lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
     with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -342,5 +343,6 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
 def execute_python(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
                    scratch: np.ndarray, traffic: dict, watch=None) -> None:
     """``executors.mpi.execute`` with the op by name (the signature of ``execute``)."""
+    kernels.warmup()
     python_executor.execute(schedule, buf, comm, reduce_into=kernels.kernel(op), tag=tag,
                             scratch=scratch, traffic=traffic, watch=watch)
