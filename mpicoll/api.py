@@ -25,8 +25,7 @@ from ._runtime.call import Call
 from .executors import compiled
 from .registry import ALLREDUCE, Algorithm, lookup
 
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
-           "allreduce_init", "reduce_scatter_block_init", "allgather_init", "bcast_init"]
+__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS"]
 
 ALGORITHMS = tuple(ALLREDUCE)
 _OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
@@ -268,8 +267,3 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
         if size > 1 and buf.size > 0:
             _run(call, algo, buf.reshape(-1), "sum", options)
         return buf
-
-
-# the persistent forms (MPI-4's MPI_Allreduce_init ...): mpicoll.persistent, built on the above
-from .persistent import (allgather_init, allreduce_init, bcast_init,  # noqa: E402
-                         reduce_scatter_block_init)
