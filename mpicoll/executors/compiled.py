@@ -180,11 +180,15 @@ _notice_given = False
 
 def warmup(dtype: np.dtype) -> None:
     """Compile (or load from numba's disk cache) ``_loop`` for ``dtype``, under the file lock
-    of ``kernels.warmup`` (one process per machine compiles, the others then load). The loop
-    compiles the kernels it calls for this dtype only; ``kernels.warmup`` (all 16) is the
-    Python executor's."""
+    of ``kernels.warmup`` (one process per machine compiles, the others then load).
+
+    ``kernels.warmup()`` runs first, as on the Python executor's path: a later call with a
+    timeout warms the kernels up before its clock starts (``_runtime.call``), and ranks that
+    did it at different moments -- one after the other, under the lock -- would start their
+    clocks staggered by it."""
     if dtype in _ready:
         return
+    kernels.warmup()        # as the Python executor does: a call with a timeout then finds them
     lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
     with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -285,9 +289,14 @@ def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, 
     nsteps, result = len(schedule.plan), -1
     offset = MPI.Wtime() - time.monotonic()        # the Watch's clock to MPI_Wtime's
     while True:
-        spin_until = min(MPI.Wtime() + SPIN_SECONDS, watch.deadline + offset)
+        deadline = watch.deadline + offset
+        spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
         result = _loop(buf, scratch, table, result, requests, work, comm, datatype, tag, op,
                        spin_until)
+        if result >= 0 and MPI.Wtime() >= deadline:
+            # past the deadline by MPI_Wtime: make sure the Watch's clock agrees (the two were
+            # matched to a microsecond or so), so it reports its own timeout, not another's
+            watch.deadline = min(watch.deadline, time.monotonic() - 1e-6)
         if result == DONE:
             _count(table, nsteps, buf.itemsize, traffic)
             return
