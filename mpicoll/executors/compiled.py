@@ -23,8 +23,10 @@ MPICH's communicator handles sign-extended to an unsigned 64-bit value (``0xffff
 they are passed as the signed 32-bit value they are: a Python int above 2**63 would be typed
 ``uint64`` by numba's dispatcher, which is far slower, and is not the C type anyway.
 
-Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` until ``MPI_Wtime`` passes the end
-of a short spin (at most the call's deadline), then returns the row of the step it is in;
+Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` (calling ``sched_yield`` between
+polls, as the Watch does, so that a rank sharing a core with the one it waits for does not hold
+the core for a whole time slice) until ``MPI_Wtime`` passes the end of a short spin (at most the
+call's deadline), then returns the row of the step it is in;
 Python hands that step's requests to the ``Watch``, which polls on (sleeping, and answering a
 roll call another rank starts) and raises ``CollectiveTimeout`` naming the step and the missing
 ranks; if the step completes, the loop is entered again to reduce it and go on.
@@ -74,6 +76,8 @@ def _setup() -> str | None:
         for name in _MPI_FUNCTIONS:
             llvm.add_symbol(_SYMBOL.format(name), ctypes.cast(getattr(lib, name),
                                                               ctypes.c_void_p).value)
+        llvm.add_symbol(_SYMBOL.format("sched_yield"),
+                        ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value)
     except (OSError, AttributeError, ImportError) as error:
         return f"libmpi's functions not found through mpi4py ({error})"
     return None
@@ -90,6 +94,7 @@ _isend = types.ExternalFunction(_SYMBOL.format("MPI_Isend"), _i(_p, _i, _h, _i, 
 _waitall = types.ExternalFunction(_SYMBOL.format("MPI_Waitall"), _i(_i, _p, _p))
 _testall = types.ExternalFunction(_SYMBOL.format("MPI_Testall"), _i(_i, _p, _p, _p))
 _wtime = types.ExternalFunction(_SYMBOL.format("MPI_Wtime"), types.float64())
+_sched_yield = types.ExternalFunction(_SYMBOL.format("sched_yield"), _i())    # libc's
 
 sum_into, prod_into = kernels.sum_into, kernels.prod_into
 max_into, min_into = kernels.max_into, kernels.min_into
@@ -143,6 +148,7 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                 while err == 0 and work[0] == 0:
                     if _wtime() > spin_until:
                         return i
+                    _sched_yield()          # let the rank we wait for run, if it shares our core
                     err = _testall(n, requests.ctypes.data, work.ctypes.data,
                                    work.ctypes.data + 8)
             if err != 0:
@@ -298,7 +304,10 @@ def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, 
             # matched to a microsecond or so), so it reports its own timeout, not another's
             watch.deadline = min(watch.deadline, time.monotonic() - 1e-6)
         if result == DONE:
-            _count(table, nsteps, buf.itemsize, traffic)
+            sent, received, messages = schedule.totals
+            traffic["bytes_sent"] += sent * buf.itemsize
+            traffic["bytes_received"] += received * buf.itemsize
+            traffic["messages_sent"] += messages
             return
         if result < DONE:
             raise MPI.Exception(-2 - result)
