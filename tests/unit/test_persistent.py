@@ -97,3 +97,18 @@ def test_schedule_table_lists_the_plan():
         expected += [(step, p, lo, hi, 0, 0) for p, lo, hi in sends]
     assert rows == expected and len(rows) == sum(len(s) for s in sched.steps)
     assert TABLE_KINDS[0] == "send" and len(TABLE_KINDS) == 4
+
+
+def test_fallback_notice_once(monkeypatch, capsys):
+    """Where the compiled executor can't run: the Python one, with a one-line notice, once;
+    MPICOLL_EXECUTOR=compiled then raises with the reason."""
+    monkeypatch.setattr(compiled, "_unavailable", "libmpi's functions not found (test)")
+    monkeypatch.setattr(compiled, "_notice_given", False)
+    with environment(MPICOLL_EXECUTOR=None):
+        assert compiled.choose() is compiled.execute_python
+        assert compiled.choose() is compiled.execute_python
+    err = capsys.readouterr().err
+    assert err == "mpicoll: using the Python executor: libmpi's functions not found (test)\n"
+    with environment(MPICOLL_EXECUTOR="compiled"):
+        with pytest.raises(RuntimeError, match=r"can't run here: libmpi's functions not found"):
+            compiled.choose()
