@@ -7,6 +7,9 @@
     mpicoll.allgather(sendbuf, recvbuf=None, algorithm="auto", comm=None)
     mpicoll.bcast(buf, root=0, algorithm="auto", comm=None)
     mpicoll.ALGORITHMS   # the all-reduce algorithms, "mpi" (the MPI library's own) included
+    h = mpicoll.allreduce_init(sendbuf, recvbuf, op=MPI.SUM, algorithm="auto", comm=None)
+    h()                  # persistent: decided and allocated once (also reduce_scatter_block_init,
+                         # allgather_init, bcast_init; mpicoll.persistent)
 
 For training loops (docs/training.md): ``iallreduce``, ``ireduce_scatter_block``,
 ``iallgather``, ``ibcast`` return a ``Request`` (``test()``, ``wait(timeout=None)``, ``done``;
@@ -24,6 +27,8 @@ __version__ = "0.1.0"
 _LAZY = {**dict.fromkeys(("allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
                           "iallreduce", "ireduce_scatter_block", "iallgather", "ibcast",
                           "waitall", "Request"), "api"),
+         **dict.fromkeys(("allreduce_init", "reduce_scatter_block_init", "allgather_init",
+                          "bcast_init"), "persistent"),
          "Buckets": "buckets", "ErrorFeedback": "compression"}
 __all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken",
                          "__version__"]

@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 from . import compression, kernels, model, select, settings
 from ._runtime.call import Call
-from .executors.mpi import execute
+from .executors import compiled
 from .executors.progress import Request, waitall
 from .registry import ALLREDUCE, Algorithm, lookup
 
@@ -170,22 +170,40 @@ def _scheduled(call: Call, algo: Algorithm, count: int, options: dict) -> tuple:
 
 
 def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, options: dict):
-    """What running ``algo``'s schedule needs -- the schedule, its inter-node elements, the
-    kernel, the scratch -- made before the agreement step (None: nothing to run)."""
+    """What running ``algo``'s schedule needs -- the executor, the schedule, its inter-node
+    elements, the op, the scratch -- made before the agreement step (None: nothing to run)."""
     comm = call.comm
     if algo.library or comm.Get_size() == 1 or count == 0:
         return None
+    execute = _execute or _choose_executor()        # MPICOLL_EXECUTOR
     sched, internode, _, _ = _scheduled(call, algo, count, options)
-    reduce_into = kernels.kernel(op) if op is not None else None
+    op = op or "sum"                                # nothing is reduced (allgather, bcast)
+    kernels.kernel(op)                              # MPICOLL_KERNELS
     kernels.warmup()
-    return sched, internode, reduce_into, call.open().scratch(dtype, sched.scratch_elements)
+    return execute, sched, internode, op, call.open().scratch(dtype, sched.scratch_elements)
+
+
+_execute = None         # the executor (MPICOLL_EXECUTOR), chosen at the first call
+
+
+def _choose_executor():
+    global _execute
+    _execute = compiled.choose()
+    return _execute
+
+
+@settings.on_reload
+def _forget_executor() -> None:
+    global _execute
+    _execute = None
 
 
 def _run(call: Call, prepared, flat: np.ndarray) -> None:
-    sched, internode, reduce_into, scratch = prepared
+    execute, sched, internode, op, scratch = prepared
     st = call.open()
-    execute(sched, flat, st.comm, reduce_into=reduce_into, tag=call.tag, scratch=scratch,
-            traffic=st.traffic, watch=call.watch, internode_elements=internode)
+    execute(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch, traffic=st.traffic,
+            watch=call.watch)
+    st.traffic["internode_bytes"] += internode * flat.itemsize     # counted once per schedule
 
 
 def _options(call: Call, algo: Algorithm, given: dict, auto: bool = False) -> dict:

@@ -65,6 +65,7 @@ class Recv:
 
 
 Op = Union[Send, Recv]
+TABLE_KINDS = ("send", "recv copy", "recv reduce", "recv reduce (as left operand)")
 Step = tuple  # tuple[Op, ...]
 
 
@@ -118,6 +119,24 @@ class Schedule:
             sends = tuple((op.peer, op.lo, op.hi) for op in step if isinstance(op, Send))
             plan.append((tuple(recvs), sends))
         return tuple(plan)
+
+    @cached_property
+    def totals(self) -> tuple:
+        """``(elements_sent, elements_received, messages_sent)`` of the whole schedule."""
+        return self.elements_sent(), self.elements_received(), self.messages_sent()
+
+    @cached_property
+    def table(self):
+        """The plan as one int64 array, for the compiled executor: a row per transfer,
+        ``(step, peer, lo, hi, kind, scratch_lo)`` with ``kind`` one of ``TABLE_KINDS``; rows in
+        step order, each step's receives before its sends (the order ``plan`` posts them)."""
+        import numpy as np
+        rows = []
+        for index, (recvs, sends) in enumerate(self.plan):
+            for peer, lo, hi, reduce, left, at in recvs:
+                rows.append((index, peer, lo, hi, 3 if left else 2 if reduce else 1, at))
+            rows += [(index, peer, lo, hi, 0, 0) for peer, lo, hi in sends]
+        return np.array(rows, np.int64).reshape(-1, 6)
 
     def __str__(self) -> str:
         return "\n".join(f"step {i}: " + "; ".join(map(repr, step))

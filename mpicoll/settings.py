@@ -133,6 +133,10 @@ LIBRARY = (
     Setting("MPICOLL_SHORT_MSG", "bytes", 8192,
             "`auto`'s last resort, MPICH's rule: recursive doubling up to this size",
             "first `auto` decision", _nonnegative_int),
+    Setting("MPICOLL_EXECUTOR", "python | compiled", None,
+            "force the executor: the Python step loop over mpi4py, or the numba-compiled loop "
+            "calling libmpi (unset: compiled where it can run, else Python with a notice; "
+            "docs/performance.md)", "first collective call", _choice("python", "compiled")),
     Setting("MPICOLL_KERNELS", "numba | numpy", "numba",
             "the reduction kernels: numba's (default) or numpy's ufuncs (same bits)",
             "first reduction", _choice("numba", "numpy")),

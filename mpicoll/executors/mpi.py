@@ -24,18 +24,15 @@ def new_traffic() -> dict:
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into, tag: int,
-            scratch: np.ndarray, traffic: dict, watch=None, internode_elements: int = 0) -> None:
-    """Run ``schedule`` on the flat array ``buf`` over ``comm``; add to the ``traffic`` counters.
-
-    ``internode_elements``: how many of the elements the schedule sends go to another node
-    (the caller counts them once per schedule); added to ``traffic["internode_bytes"]``.
+            scratch: np.ndarray, traffic: dict, watch=None) -> None:
+    """Run ``schedule`` on the flat array ``buf`` over ``comm``; add to the ``traffic`` counters
+    (``internode_bytes`` is the caller's: it counts them once per schedule).
 
     With a ``watch`` (``mpicoll._runtime.watch.Watch``) every wait is polled under its deadline;
     past it the call raises ``CollectiveTimeout`` naming the step and the missing ranks. A step of
     exactly one send and one receive, without a watch, is one ``Sendrecv`` call.
     """
     itemsize = buf.itemsize
-    traffic["internode_bytes"] += internode_elements * itemsize
     for index, (recvs, sends) in enumerate(schedule.plan):
         for _, lo, hi in sends:
             traffic["bytes_sent"] += (hi - lo) * itemsize

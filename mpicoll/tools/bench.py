@@ -19,6 +19,12 @@ way an application calls it; mpicoll's algorithms include the cost of mpicoll's 
 (argument checks, schedule lookup, a few microseconds). Iterations shrink with size on the
 IMB rule (a 64 MiB volume per measurement, between 5 and 200) unless ``-n`` is given.
 
+``--persistent`` times mpicoll's algorithms (``auto`` included) through the persistent form,
+a handle made once per size and algorithm by ``mpicoll.allreduce_init`` (etc.) and called as
+``h()``: what a training loop that reduces the same buffers every step pays. ``mpi`` stays the
+plain mpi4py call, so ``vs_mpi`` compares against the library as applications usually call it.
+Its results are checked too (one extra call before the warm-up).
+
 Hangs: the validation and warm-up calls run with ``timeout=--timeout`` (300 s) and
 ``on_timeout="abort"``, so a rank that is missing or stuck ends the job with the culprit named
 instead of hanging it; the timed calls run without a timeout, as an application's would.
@@ -83,6 +89,9 @@ def parse_args(argv):
     ap.add_argument("--collective", default="allreduce", choices=COLLECTIVE_NAMES,
                     help="which collective")
     ap.add_argument("--full", action="store_true", help="also min, max, p90, p99")
+    ap.add_argument("--persistent", action="store_true",
+                    help="time mpicoll's algorithms through persistent handles "
+                         "(mpicoll.allreduce_init ...), made once per size")
     ap.add_argument("--progress", action="store_true",
                     help="show progress on stderr (on by itself when stdout is a terminal; "
                          "under mpiexec a rank's stdout is a pipe, so pass this)")
@@ -141,6 +150,7 @@ def preamble(comm, args, nodes) -> dict:
         "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "collective": args.collective, "dtype": args.dtype, "op": args.op,
+        "persistent": args.persistent,
         "virtual_nodes": settings.get("MPICOLL_RANKS_PER_NODE"),
     }
 
@@ -151,6 +161,7 @@ class Case:
     def __init__(self, collective, comm, nbytes, dtype, op, inplace):
         from ..testing import exact_input, exact_result
         self.collective, self.comm, self.op, self.inplace = collective, comm, op, inplace
+        self.handles = {}
         size, rank = comm.Get_size(), comm.Get_rank()
         itemsize = np.dtype(dtype).itemsize
         count = max(1, nbytes // itemsize)
@@ -209,6 +220,27 @@ class Case:
             mpicoll.allgather(send, self.out, **kw)
         else:
             mpicoll.bcast(self.out, 0, **kw)
+
+    def persistent(self, algorithm):
+        """The persistent handle of ``algorithm`` on these buffers, made on first use
+        (collective: every rank asks in the same order)."""
+        h = self.handles.get(algorithm)
+        if h is None:
+            import mpicoll
+            from mpi4py import MPI
+            c = self.collective
+            send = MPI.IN_PLACE if self.inplace else self.input
+            kw = dict(algorithm=algorithm, comm=self.comm)
+            if c == "allreduce":
+                h = mpicoll.allreduce_init(send, self.out, op=self.op, **kw)
+            elif c == "reduce_scatter_block":
+                h = mpicoll.reduce_scatter_block_init(send, self.out, op=self.op, **kw)
+            elif c == "allgather":
+                h = mpicoll.allgather_init(send, self.out, **kw)
+            else:
+                h = mpicoll.bcast_init(self.out, 0, **kw)
+            self.handles[algorithm] = h
+        return h
 
     def mpi_call(self, send):
         """The MPI library's own collective, called straight through mpi4py."""
@@ -286,6 +318,9 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         print(f"# time = median over iterations of the slowest rank; busbw = algbw x "
               f"{factor:.3f}; vs_mpi > 1 means faster than MPI; sent/size = bytes rank 0 sent "
               f"/ size")
+        if args.persistent:
+            print("# --persistent: mpicoll's algorithms timed through handles made once per "
+                  "size (mpicoll.allreduce_init ...); mpi as a plain mpi4py call")
         print(f"# algbw, busbw in GB/s (1 GB = 1e9 B); algbw = size / time; #wrong = elements "
               f"that differ from the exact answer, over all ranks"
               f"{' (-: not checked, --no-check)' if args.no_check else ''}; pred(us) = the "
@@ -302,23 +337,37 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             chosen = auto_choice(args.collective, comm, case.nbytes, case.count)
             wrong, sent = {}, {}
             traffic = state(comm).traffic     # the executor's counters on this communicator
+            persistent = {a: args.persistent and a != "mpi" for a in algorithms}
             for a in algorithms:            # validation, byte counts and warm-up, untimed
                 case.reset()
                 before = traffic["bytes_sent"]
                 case.call(a, args.timeout)
                 sent[a] = comm.gather(traffic["bytes_sent"] - before, root=0)
                 wrong[a] = None if args.no_check else comm.allreduce(case.wrong())
+                if persistent[a]:           # the handle's own result is checked too
+                    case.reset()
+                    case.persistent(a)()
+                    if not args.no_check:
+                        wrong[a] += comm.allreduce(case.wrong())
                 for _ in range(args.warmup):
                     case.reset()
-                    case.call(a, args.timeout)
+                    if persistent[a]:
+                        case.persistent(a)()
+                    else:
+                        case.call(a, args.timeout)
             times = {a: np.zeros(iters) for a in algorithms}
             order = np.random.default_rng([args.seed, si, int(inplace)])
             for it in range(iters):
                 for a in order.permutation(algorithms):
                     case.reset()
                     comm.Barrier()
-                    t0 = MPI.Wtime()
-                    case.call(a)
+                    if persistent[a]:
+                        h = case.persistent(a)
+                        t0 = MPI.Wtime()
+                        h()
+                    else:
+                        t0 = MPI.Wtime()
+                        case.call(a)
                     times[a][it] = MPI.Wtime() - t0
                 if progress and it % 10 == 0:
                     print(f"\r[size {si + 1}/{len(sizes)}: {nbytes} B, iteration {it}/{iters}]",
@@ -335,6 +384,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                                 ranks_per_node=rpn) if profile and runs != "mpi" else None)
                 t = st["time_us"] * 1e-6
                 rec = {"collective": args.collective, "algorithm": a, "size": case.nbytes,
+                       "persistent": persistent[a],
                        "count": case.count, "dtype": args.dtype, "op": args.op,
                        "inplace": inplace, **st, "iters": iters,
                        "algbw": case.nbytes / t / 1e9, "busbw": case.nbytes / t / 1e9 * factor,

@@ -37,6 +37,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpicoll
+from mpicoll import settings
 from mpicoll._runtime import watch
 from mpicoll.registry import COLLECTIVES
 
@@ -86,6 +87,12 @@ def absent(world, timeout, cases) -> None:
 
 
 def late(world, timeout, algorithm) -> None:
+    # Ranks 0 and 1 must both time out by themselves (each before the other's roll call
+    # reaches it), so their clocks must start within a poll (~1 ms) of each other: the Python
+    # executor leaves a call in step that closely; the compiled one, on a loaded machine, not
+    # always. The roll call under test is the Watch's, the same for both executors.
+    os.environ["MPICOLL_EXECUTOR"] = "python"
+    settings.reload()
     comm = world.Dup()
     call("allreduce", algorithm, comm)
     if world.Get_rank() == FAULTY:
@@ -102,6 +109,10 @@ def dies(world, timeout, algorithm, how) -> None:
     comm = world.Dup()
     call("allreduce", algorithm, comm)
     if world.Get_rank() == FAULTY:
+        # dies in a Watch.wait: the Python executor waits there every step (the compiled one
+        # only in a step that outlasts its spin); the survivors keep the default executor
+        os.environ["MPICOLL_EXECUTOR"] = "python"
+        settings.reload()
         real_wait = watch.Watch.wait
 
         def dying_wait(self, requests, step, nsteps=0, *args):

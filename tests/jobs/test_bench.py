@@ -65,3 +65,22 @@ def test_tools_read_the_json(results, tmp_path):
     assert "| size (B) |" in run("report", str(path))
     out = run("model", "-N", "16", "-e", "1M")
     assert "crossover" in out or "best" in out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter_block", "allgather", "bcast"])
+def test_bench_persistent(tmp_path, collective):
+    """--persistent: mpicoll's algorithms through handles, checked; mpi stays the plain call."""
+    out = tmp_path / "p.json"
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpicoll", "bench",
+                           "--collective", collective, "--persistent", "--inplace",
+                           "--outofplace", "-b", "8", "-e", "4K", "-f", "512", "-n", "3", "-w",
+                           "1", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["persistent"] is True and "# --persistent" in proc.stdout
+    for r in res["records"]:
+        assert r["wrong"] == 0, r
+        assert r["persistent"] == (r["algorithm"] != "mpi"), r

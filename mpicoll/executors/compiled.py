@@ -1,0 +1,366 @@
+"""The compiled executor: the whole step loop of a schedule in one numba (nopython) function.
+
+It runs what ``executors.mpi`` runs -- per step: post the receives (reduced ones into scratch,
+copied ones straight into the buffer), then the sends, wait for all of them, then reduce the
+scratch into the buffer -- but without a Python round-trip per step or per transfer:
+
+* the schedule is one int64 array, ``Schedule.table`` (a row per transfer, computed once per
+  schedule and cached on it);
+* the transfers call libmpi's ``MPI_Irecv`` / ``MPI_Isend`` / ``MPI_Waitall`` directly, on
+  mpicoll's private duplicate of the communicator, through its C handle;
+* the reductions call the kernels of ``mpicoll.kernels`` (the same loops: the same bits).
+
+Calling libmpi from numba. The addresses of those functions come from the library mpi4py has
+loaded (``ctypes.CDLL(MPI.__file__)``: a symbol lookup through mpi4py's own extension module
+finds the libmpi it was linked with, whatever its file name); they are registered with LLVM
+(``llvmlite.binding.add_symbol``) under the names that ``types.ExternalFunction`` declares, so
+compiled code refers to them by name and numba's on-disk cache stays valid across processes
+(a ctypes function pointer would be frozen into the code as an address, which numba refuses to
+cache). Handle types come from mpi4py's sizes: MPICH's handles are C ``int``s, Open MPI's are
+pointers. The request array has the handle's width, so a cache compiled for one library is
+never loaded for the other (numba keys its cache on the argument types). mpi4py returns
+MPICH's communicator handles sign-extended to an unsigned 64-bit value (``0xffffffff84000000``);
+they are passed as the signed 32-bit value they are: a Python int above 2**63 would be typed
+``uint64`` by numba's dispatcher, which is far slower, and is not the C type anyway.
+
+Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` (calling ``sched_yield`` between
+polls, as the Watch does, so that a rank sharing a core with the one it waits for does not hold
+the core for a whole time slice) until ``MPI_Wtime`` passes the end of a short spin (at most the
+call's deadline), then returns the row of the step it is in;
+Python hands that step's requests to the ``Watch``, which polls on (sleeping, and answering a
+roll call another rank starts) and raises ``CollectiveTimeout`` naming the step and the missing
+ranks; if the step completes, the loop is entered again to reduce it and go on.
+
+``MPICOLL_EXECUTOR=python|compiled`` forces either executor; unset, the compiled one is used
+where it can be set up, else the Python one with a one-line notice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import kernels, settings
+from ..schedule import Schedule
+from . import mpi as python_executor
+
+__all__ = ["execute", "execute_python", "choose", "available", "Bound"]
+
+# ----------------------------------------------------------------------------- libmpi
+
+_MPI_FUNCTIONS = ("MPI_Irecv", "MPI_Isend", "MPI_Waitall", "MPI_Testall", "MPI_Wtime")
+_SYMBOL = "mpicoll_{}"          # the names the compiled code calls them by
+HANDLE = np.dtype(np.int32) if MPI._sizeof(MPI.Comm) == 4 else np.dtype(np.intp)
+
+
+def _handle(obj) -> int:
+    """An MPI handle as the C value it is (MPICH: a signed int)."""
+    h = MPI._handleof(obj)
+    return ctypes.c_int32(h).value if HANDLE.itemsize == 4 else ctypes.c_ssize_t(h).value
+
+
+def _setup() -> str | None:
+    """Register libmpi's functions with LLVM; the reason it can't be done, or None."""
+    if MPI._sizeof(MPI.Request) != HANDLE.itemsize or MPI._sizeof(MPI.Datatype) != HANDLE.itemsize:
+        return "communicator, datatype and request handles differ in size in this MPI library"
+    try:
+        import llvmlite.binding as llvm
+        lib = ctypes.CDLL(MPI.__file__)
+        for name in _MPI_FUNCTIONS:
+            llvm.add_symbol(_SYMBOL.format(name), ctypes.cast(getattr(lib, name),
+                                                              ctypes.c_void_p).value)
+        llvm.add_symbol(_SYMBOL.format("sched_yield"),
+                        ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value)
+    except (OSError, AttributeError, ImportError) as error:
+        return f"libmpi's functions not found through mpi4py ({error})"
+    return None
+
+
+_unavailable = _setup()
+
+from numba import from_dtype, njit, types  # noqa: E402  (after the symbols exist)
+
+_h = types.int32 if HANDLE.itemsize == 4 else types.intp   # MPI_Comm, MPI_Datatype
+_i, _p = types.int32, types.intp                           # int, any pointer
+_irecv = types.ExternalFunction(_SYMBOL.format("MPI_Irecv"), _i(_p, _i, _h, _i, _i, _h, _p))
+_isend = types.ExternalFunction(_SYMBOL.format("MPI_Isend"), _i(_p, _i, _h, _i, _i, _h, _p))
+_waitall = types.ExternalFunction(_SYMBOL.format("MPI_Waitall"), _i(_i, _p, _p))
+_testall = types.ExternalFunction(_SYMBOL.format("MPI_Testall"), _i(_i, _p, _p, _p))
+_wtime = types.ExternalFunction(_SYMBOL.format("MPI_Wtime"), types.float64())
+_sched_yield = types.ExternalFunction(_SYMBOL.format("sched_yield"), _i())    # libc's
+
+sum_into, prod_into = kernels.sum_into, kernels.prod_into
+max_into, min_into = kernels.max_into, kernels.min_into
+
+_SIZE_T = (1 << 64) - 1   # mpi4py takes handles as size_t (MPICH's sign-extended)
+DONE = -1               # _loop's result when every step is complete; >= 0: a pending step's row
+SPIN_SECONDS = 0.01     # with a deadline: poll this long in the loop, then let the Watch poll
+OPS = {name: i for i, name in enumerate(kernels.OPS)}     # the op codes of _loop
+
+# ----------------------------------------------------------------------------- the loop
+
+
+@njit(cache=True, nogil=True)
+def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, spin_until):
+    """Run the steps of ``table`` from row ``resume`` on; return DONE, the row of a step still
+    pending at ``spin_until`` (MPI_Wtime; <= 0: wait without a deadline), or -2 - an MPI error
+    code. With ``resume`` >= 0 the step at that row was posted and completed already (by the
+    Watch): it is only reduced. ``work`` (int64) holds the Testall flag, then the statuses."""
+    nrows = table.shape[0]
+    itemsize = buf.itemsize
+    i = max(resume, 0)
+    while i < nrows:
+        step = table[i, 0]
+        end = i
+        while end < nrows and table[end, 0] == step:
+            end += 1
+        n = end - i
+        if resume < 0 or i != resume:
+            # post: receives first (reduced into scratch), then sends, as the table lists them
+            for k in range(n):
+                peer, lo, hi, kind, at = table[i + k, 1], table[i + k, 2], table[i + k, 3], \
+                    table[i + k, 4], table[i + k, 5]
+                req = requests.ctypes.data + k * requests.itemsize
+                if kind == 0:
+                    err = _isend(buf.ctypes.data + lo * itemsize, hi - lo, datatype, peer, tag,
+                                 comm, req)
+                elif kind == 1:
+                    err = _irecv(buf.ctypes.data + lo * itemsize, hi - lo, datatype, peer, tag,
+                                 comm, req)
+                else:
+                    err = _irecv(scratch.ctypes.data + at * itemsize, hi - lo, datatype, peer,
+                                 tag, comm, req)
+                if err != 0:
+                    return -2 - err
+            # wait: blocking, or polled until the spin ends
+            if spin_until <= 0.0:
+                err = _waitall(n, requests.ctypes.data, work.ctypes.data + 8)
+            else:
+                work[0] = 0
+                err = _testall(n, requests.ctypes.data, work.ctypes.data, work.ctypes.data + 8)
+                while err == 0 and work[0] == 0:
+                    if _wtime() > spin_until:
+                        return i
+                    _sched_yield()          # let the rank we wait for run, if it shares our core
+                    err = _testall(n, requests.ctypes.data, work.ctypes.data,
+                                   work.ctypes.data + 8)
+            if err != 0:
+                return -2 - err
+        # reduce: acc = op(acc, incoming), or op(incoming, acc) for a left operand
+        for k in range(i, end):
+            kind = table[k, 4]
+            if kind < 2:
+                continue
+            lo, hi, at = table[k, 2], table[k, 3], table[k, 5]
+            acc, incoming = buf[lo:hi], scratch[at:at + hi - lo]
+            if kind == 3:
+                a, b = incoming, acc
+            else:
+                a, b = acc, incoming
+            if op == 0:
+                sum_into(a, b)
+            elif op == 1:
+                prod_into(a, b)
+            elif op == 2:
+                max_into(a, b)
+            else:
+                min_into(a, b)
+            if kind == 3:
+                acc[:] = incoming
+        i = end
+    return DONE
+
+
+# ----------------------------------------------------------------------------- Python side
+
+_ready: set = set()         # dtypes whose _loop is compiled (or loaded) in this process
+_notice_given = False
+
+
+def warmup(dtype: np.dtype) -> None:
+    """Compile (or load from numba's disk cache) ``_loop`` for ``dtype``, under the file lock
+    of ``kernels.warmup`` (one process per machine compiles, the others then load).
+
+    ``kernels.warmup()`` runs first, as on the Python executor's path: a later call with a
+    timeout warms the kernels up before its clock starts (``_runtime.call``), and ranks that
+    did it at different moments -- one after the other, under the lock -- would start their
+    clocks staggered by it."""
+    if dtype in _ready:
+        return
+    kernels.warmup()        # as the Python executor does: a call with a timeout then finds them
+    lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            _loop.compile((types.Array(from_dtype(dtype), 1, "C"),) * 2 + (
+                types.Array(types.int64, 2, "C"), types.int64,
+                types.Array(from_dtype(HANDLE), 1, "C"), types.Array(types.int64, 1, "C"),
+                types.int64, types.int64, types.int64, types.int64, types.float64))
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+    _ready.add(dtype)
+
+
+def available() -> str | None:
+    """None if the compiled executor can run here, else the reason it can't."""
+    return _unavailable
+
+
+def choose():
+    """The ``execute`` function to use: ``MPICOLL_EXECUTOR``'s, or the compiled one where it is
+    available (a one-line notice on stderr the first time it is not)."""
+    global _notice_given
+    forced = settings.get("MPICOLL_EXECUTOR")
+    if forced == "python":
+        return execute_python
+    if _unavailable is None:
+        return execute
+    if forced == "compiled":
+        raise RuntimeError(f"MPICOLL_EXECUTOR=compiled: the compiled executor can't run here: "
+                           f"{_unavailable}")
+    if not _notice_given:
+        _notice_given = True
+        sys.stderr.write(f"mpicoll: using the Python executor: {_unavailable}\n")
+    return execute_python
+
+
+_datatypes = {}
+
+
+def _datatype(dtype: np.dtype) -> int:
+    h = _datatypes.get(dtype)
+    if h is None:
+        h = _datatypes[dtype] = _handle(MPI._typedict[dtype.char])
+    return h
+
+
+_requests = np.empty(0, HANDLE)     # grown to the widest table seen (one call at a time)
+_work = np.empty(0, np.int64)
+
+
+def _buffers(nrows: int) -> tuple:
+    """The request handles and the Testall flag + statuses for steps of up to ``nrows``
+    transfers, reused across calls."""
+    global _requests, _work
+    if _requests.size < nrows:
+        _requests = np.empty(nrows, HANDLE)
+        _work = np.zeros(1 + nrows * -(-MPI._sizeof(MPI.Status) // 8), np.int64)
+    return _requests, _work
+
+
+class Bound:
+    """One schedule bound to its buffers, communicator, tag and op: everything ``_loop`` needs,
+    looked up and allocated once (a persistent collective keeps one), so that ``run`` is the
+    loop and the byte counters."""
+
+    __slots__ = ("schedule", "args", "traffic", "sent", "received", "messages")
+
+    def __init__(self, schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
+                 scratch: np.ndarray, traffic: dict):
+        warmup(buf.dtype)
+        table = schedule.table
+        requests = np.empty(max(table.shape[0], 1), HANDLE)
+        work = np.zeros(1 + requests.size * -(-MPI._sizeof(MPI.Status) // 8), np.int64)
+        self.schedule, self.traffic = schedule, traffic
+        self.args = (buf, scratch if scratch.size else np.empty(1, buf.dtype), table, requests,
+                     work, _handle(comm), _datatype(buf.dtype), tag, OPS[op])
+        sent, received, self.messages = schedule.totals
+        self.sent, self.received = sent * buf.itemsize, received * buf.itemsize
+
+    def run(self, watch=None) -> None:
+        """Run the schedule once (under ``watch``'s deadline, if any)."""
+        buf, scratch, table, requests, work, comm, datatype, tag, op = self.args
+        if watch is not None:
+            return _run_watched(self.schedule, watch, self.traffic, *self.args)
+        result = _loop(buf, scratch, table, -1, requests, work, comm, datatype, tag, op, 0.0)
+        if result != DONE:
+            raise MPI.Exception(-2 - result)
+        traffic = self.traffic
+        traffic["bytes_sent"] += self.sent
+        traffic["bytes_received"] += self.received
+        traffic["messages_sent"] += self.messages
+
+
+def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, comm, datatype,
+                 tag, op) -> None:
+    """``_loop`` under ``watch``'s deadline: a step still pending after the spin goes to the
+    Watch (which raises CollectiveTimeout past the deadline), then the loop goes on."""
+    nsteps, result = len(schedule.plan), -1
+    offset = MPI.Wtime() - time.monotonic()        # the Watch's clock to MPI_Wtime's
+    while True:
+        deadline = watch.deadline + offset
+        spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
+        result = _loop(buf, scratch, table, result, requests, work, comm, datatype, tag, op,
+                       spin_until)
+        if result >= 0 and MPI.Wtime() >= deadline:
+            # past the deadline by MPI_Wtime: make sure the Watch's clock agrees (the two were
+            # matched to a microsecond or so), so it reports its own timeout, not another's
+            watch.deadline = min(watch.deadline, time.monotonic() - 1e-6)
+        if result == DONE:
+            sent, received, messages = schedule.totals
+            traffic["bytes_sent"] += sent * buf.itemsize
+            traffic["bytes_received"] += received * buf.itemsize
+            traffic["messages_sent"] += messages
+            return
+        if result < DONE:
+            raise MPI.Exception(-2 - result)
+        step = int(table[result, 0])
+        rows = table[result:][table[result:, 0] == step]
+        pending = [MPI.Request.fromhandle(int(h) & _SIZE_T) for h in requests[:len(rows)]]
+        try:
+            watch.wait(pending, step, nsteps, [int(peer) for peer in rows[:, 1]])
+        except BaseException:
+            watch.abandoned += [buf, scratch, requests, work]   # MPI may still write into them
+            _count(table, step + 1, buf.itemsize, traffic)
+            raise
+
+
+def _count(table: np.ndarray, steps: int, itemsize: int, traffic: dict) -> None:
+    """Add the transfers of the first ``steps`` steps to the byte counters."""
+    rows = table[table[:, 0] < steps]
+    sizes = (rows[:, 3] - rows[:, 2]) * itemsize
+    sends = rows[:, 4] == 0
+    traffic["bytes_sent"] += int(sizes[sends].sum())
+    traffic["bytes_received"] += int(sizes[~sends].sum())
+    traffic["messages_sent"] += int(sends.sum())
+
+
+def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
+            scratch: np.ndarray, traffic: dict, watch=None) -> None:
+    """Run ``schedule`` on the flat array ``buf`` over ``comm`` (as ``executors.mpi.execute``,
+    the op by name); add to the ``traffic`` counters."""
+    if buf.dtype not in _ready:
+        started = time.monotonic()
+        warmup(buf.dtype)                   # local work: not charged to the call's deadline
+        if watch is not None:
+            watch.deadline += time.monotonic() - started
+    table = schedule.table
+    requests, work = _buffers(table.shape[0])
+    if scratch.size == 0:
+        scratch = buf[:0]
+    args = (buf, scratch, table, requests, work, _handle(comm), _datatype(buf.dtype), tag,
+            OPS[op])
+    if watch is not None:
+        return _run_watched(schedule, watch, traffic, *args)
+    result = _loop(*args[:3], -1, *args[3:], 0.0)
+    if result != DONE:
+        raise MPI.Exception(-2 - result)
+    sent, received, messages = schedule.totals
+    traffic["bytes_sent"] += sent * buf.itemsize
+    traffic["bytes_received"] += received * buf.itemsize
+    traffic["messages_sent"] += messages
+
+
+def execute_python(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
+                   scratch: np.ndarray, traffic: dict, watch=None) -> None:
+    """``executors.mpi.execute`` with the op by name (the signature of ``execute``)."""
+    kernels.warmup()
+    python_executor.execute(schedule, buf, comm, reduce_into=kernels.kernel(op), tag=tag,
+                            scratch=scratch, traffic=traffic, watch=watch)

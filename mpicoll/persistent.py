@@ -1,0 +1,237 @@
+"""Persistent collectives, as MPI-4's ``MPI_Allreduce_init``: decide once, then only communicate.
+
+    h = mpicoll.allreduce_init(sendbuf, recvbuf, op=MPI.SUM, algorithm="auto", comm=comm)
+    for step in range(steps):
+        ...                  # write sendbuf
+        h()                  # or h.start(); h.wait()  -- recvbuf holds the result
+
+The ``*_init`` call is collective and takes the arguments of the plain call. It does, once,
+everything the plain call does before communicating: the argument checks (and the
+``validate=True`` agreement), mpicoll's duplicate of the communicator and the call's tag, the
+algorithm choice (``auto``), the schedule, the scratch buffer, and the compiled executor's
+arguments (``executors.compiled.Bound``) -- or, for the MPI library's own algorithm (``mpi``),
+the library's persistent request (``MPI_Allreduce_init`` ...). A call then copies the input in
+(out of place), runs the transfers and reductions, copies the output out (reduce-scatter), and
+adds to the byte counters: no allocation, no lookup.
+
+As with MPI's persistent requests, every rank must start the same handles in the same order,
+and the buffers must stay the ones given (write into them, don't rebind them). ``start()`` runs
+the whole collective before it returns (there is no progress engine to run it in the
+background); ``wait()`` then returns the result at once. ``timeout``, ``on_timeout`` and
+``validate`` are fixed at init; a timeout covers each call separately.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from . import api, select
+from ._runtime.call import Call
+from ._runtime.watch import Watch
+from .errors import CollectiveTimeout
+from .executors import compiled
+from .registry import lookup
+
+__all__ = ["Persistent", "allreduce_init", "reduce_scatter_block_init", "allgather_init",
+           "bcast_init"]
+
+
+class Persistent:
+    """One collective bound to its buffers; call it (or ``start()`` then ``wait()``) to run it.
+
+    ``result`` is the output array (``recvbuf``, or ``buf`` for bcast)."""
+
+    __slots__ = ("result", "collective", "_call", "_state", "_before", "_run", "_after",
+                 "_request", "_active")
+
+    def __init__(self, call: Call, result: np.ndarray, *, before=(), run=None, after=(),
+                 request=None):
+        self.result, self.collective = result, call.collective
+        self._call, self._state = call, call.open()
+        self._before, self._run, self._after = tuple(before), run, tuple(after)
+        self._request, self._active = request, False
+
+    def __call__(self) -> np.ndarray:
+        """Run the collective once; returns ``result``."""
+        if self._state.broken:
+            self._state.check(self.collective)
+        for dst, src in self._before:
+            np.copyto(dst, src)
+        if self._call.timeout is not None:
+            self._watched()
+        elif self._request is not None:
+            self._request.Start()
+            self._request.Wait()
+        elif self._run is not None:
+            self._run(None)
+        for dst, src in self._after:
+            np.copyto(dst, src)
+        return self.result
+
+    def start(self) -> None:
+        """Start the collective (here: run it to completion; see the module's doc)."""
+        if self._active:
+            raise RuntimeError(f"persistent {self.collective}: start() called again before "
+                               "wait()")
+        self()
+        self._active = True
+
+    def wait(self) -> np.ndarray:
+        """Complete the collective started by ``start()``; returns ``result``."""
+        self._active = False
+        return self.result
+
+    def _watched(self) -> None:
+        """One call under a fresh deadline; a timeout marks the communicator broken (and aborts
+        with ``on_timeout="abort"``), as a plain call does."""
+        call, st = self._call, self._state
+        call.watch = watch = Watch(call.timeout, call.watch.what, st.comm)
+        watch.tag = call.tag
+        try:
+            if self._request is not None:
+                self._request.Start()
+                watch.wait([self._request], "MPI_" + self.collective.capitalize() + "_init")
+            elif self._run is not None:
+                self._run(watch)
+        except (CollectiveTimeout, KeyboardInterrupt) as exc:
+            call._failed(exc)
+            raise
+
+    def __repr__(self) -> str:
+        return f"<persistent {self.collective} on {self.result.size} elements>"
+
+
+def _runner(call: Call, algo, flat: np.ndarray, op: str, options: dict):
+    """``run(watch)``: the schedule of ``algo`` on ``flat``, bound once to everything it uses."""
+    st = call.open()
+    sched, internode, _, _ = api._scheduled(call, algo, flat.size, options)
+    scratch = np.empty(sched.scratch_elements, flat.dtype)
+    execute = api._execute or api._choose_executor()
+    if execute is compiled.execute:
+        return compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
+                              traffic=st.traffic).run
+
+    def run(watch):
+        execute(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch, traffic=st.traffic,
+                watch=watch)
+    return run
+
+
+def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
+                   inner: str | None = None, outer: str | None = None, timeout=None,
+                   on_timeout=None, validate=None) -> Persistent:
+    """A persistent ``allreduce`` (the arguments of ``mpicoll.allreduce``); collective."""
+    with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
+        opname = api._op_name(op)
+        algo = api._algorithm("allreduce", algorithm)
+        comm = call.comm
+        send, recv = api._buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
+        given = {} if inner is None and outer is None else {"inner": inner, "outer": outer}
+        if algo is None and given:
+            raise ValueError("inner/outer apply only to an algorithm that declares them, "
+                             "not to 'auto'")
+        size, count = comm.Get_size(), recv.size
+        if algo is None:
+            algo = lookup("allreduce", select.allreduce(
+                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
+        options = api._options(call, algo, given)
+        call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
+                   inner=options.get("inner"), outer=options.get("outer"))
+        st = call.open()
+        if algo.library:
+            request = st.comm.Allreduce_init(MPI.IN_PLACE if send is None else send, recv,
+                                             op=api._OPS[opname])
+            return Persistent(call, recv, request=request)
+        before = () if send is None else ((recv, send.reshape(recv.shape)),)
+        run = _runner(call, algo, recv.reshape(-1), opname, options) \
+            if size > 1 and count > 0 else None
+        return Persistent(call, recv, before=before, run=run)
+
+
+def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
+                              comm=None, timeout=None, on_timeout=None,
+                              validate=None) -> Persistent:
+    """A persistent ``reduce_scatter_block``; collective."""
+    with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
+        opname = api._op_name(op)
+        algo = api._algorithm("reduce_scatter_block", algorithm)
+        comm = call.comm
+        size, rank = comm.Get_size(), comm.Get_rank()
+
+        def block_shape(s):
+            return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
+
+        send, recv = api._buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
+        total = recv.size if send is None else send.size
+        if total % size:
+            raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
+                             f"not a multiple of the communicator size {size}")
+        n = total // size
+        if algo is None:
+            algo = lookup("reduce_scatter_block",
+                          select.reduce_scatter_block(total * recv.itemsize, size))
+        options = api._options(call, algo, {})
+        call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
+        st = call.open()
+        if algo.library:
+            request = st.comm.Reduce_scatter_block_init(
+                MPI.IN_PLACE if send is None else send, recv, op=api._OPS[opname])
+            return Persistent(call, recv, request=request)
+        out = recv.reshape(-1)
+        work = out if send is None else np.empty(total, recv.dtype)
+        before = () if send is None else ((work, send.reshape(-1)),)
+        after = ((out[:n], work[rank * n:(rank + 1) * n]),)
+        run = _runner(call, algo, work, opname, options) if size > 1 and n > 0 else None
+        return Persistent(call, recv, before=before, run=run, after=after)
+
+
+def allgather_init(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=None,
+                   on_timeout=None, validate=None) -> Persistent:
+    """A persistent ``allgather``; collective."""
+    with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
+        algo = api._algorithm("allgather", algorithm)
+        comm = call.comm
+        size, rank = comm.Get_size(), comm.Get_rank()
+        send, recv = api._buffers(sendbuf, recvbuf, lambda n: n * size,
+                                  lambda s: (size,) + s.shape)
+        if recv.size % size:
+            raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
+                             f"communicator size {size}")
+        n = recv.size // size
+        if algo is None:
+            algo = lookup("allgather", select.allgather(recv.nbytes, size))
+        options = api._options(call, algo, {})
+        call.agree(algo.name, dtype=recv.dtype, count=n)
+        st = call.open()
+        if algo.library:
+            request = st.comm.Allgather_init(MPI.IN_PLACE if send is None else send, recv)
+            return Persistent(call, recv, request=request)
+        flat = recv.reshape(-1)
+        before = () if send is None else ((flat[rank * n:(rank + 1) * n], send.reshape(-1)),)
+        run = _runner(call, algo, flat, "sum", options) if size > 1 and n > 0 else None
+        return Persistent(call, recv, before=before, run=run)
+
+
+def bcast_init(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
+               validate=None) -> Persistent:
+    """A persistent ``bcast`` of ``buf`` from ``root``; collective."""
+    with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
+        algo = api._algorithm("bcast", algorithm)
+        comm = call.comm
+        buf = api._array(buf, "buf", writable=True)
+        size = comm.Get_size()
+        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)) \
+                or not 0 <= root < size:
+            raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
+        root = int(root)
+        if algo is None:
+            algo = lookup("bcast", select.bcast(buf.nbytes, size))
+        options = {**api._options(call, algo, {}), "root": root}
+        call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
+        st = call.open()
+        if algo.library:
+            return Persistent(call, buf, request=st.comm.Bcast_init(buf, root=root))
+        run = _runner(call, algo, buf.reshape(-1), "sum", options) \
+            if size > 1 and buf.size > 0 else None
+        return Persistent(call, buf, run=run)

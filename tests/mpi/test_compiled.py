@@ -1,0 +1,109 @@
+"""The compiled executor under MPI: the Python executor's bits and byte counts, and timeouts."""
+
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll._runtime.context import state
+from mpicoll.executors import compiled
+from mpicoll.kernels import DTYPES, OPS
+from mpicoll.registry import COLLECTIVES
+from mpicoll.testing import agree, environment
+
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(compiled.available() is not None,
+                                 reason=f"compiled executor unavailable: {compiled.available()}")]
+
+ALGORITHMS = [(c, a) for c, table in COLLECTIVES.items() for a, algo in table.items()
+              if not algo.library]
+
+
+def awkward_input(rank: int, n: int, dtype, op: str) -> np.ndarray:
+    """Values whose reduction bits depend on the order: random floats, +-0.0, NaNs with
+    different payloads, infinities; random integers (overflowing, for sum and prod)."""
+    rng = np.random.default_rng([rank, n, DTYPES.index(np.dtype(dtype)), OPS.index(op)])
+    if np.dtype(dtype).kind == "f":
+        x = rng.standard_normal(n).astype(dtype)
+        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype)
+        pick = rng.integers(0, 10, n)
+        x[pick < len(special)] = special[pick[pick < len(special)]]
+        payload = x.view(np.uint32 if x.itemsize == 4 else np.uint64)
+        payload[np.isnan(x)] |= rank + 1            # each rank's NaNs carry its own payload
+        return x
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+
+def run(collective: str, algorithm: str, x: np.ndarray, op: str, comm) -> np.ndarray:
+    if collective == "allreduce":
+        return mpicoll.allreduce(x, op=op, algorithm=algorithm, comm=comm)
+    if collective == "reduce_scatter_block":
+        return mpicoll.reduce_scatter_block(x, op=op, algorithm=algorithm, comm=comm)
+    if collective == "allgather":
+        return mpicoll.allgather(x, algorithm=algorithm, comm=comm)
+    buf = x.copy()
+    return mpicoll.bcast(buf, root=comm.size - 1, algorithm=algorithm, comm=comm)
+
+
+@pytest.mark.parametrize("collective,algorithm", ALGORITHMS)
+def test_compiled_gives_the_python_executors_bits(comm, collective, algorithm):
+    """Same inputs, both executors: identical bits, identical byte counters."""
+    problems = []
+    traffic = state(comm).traffic
+    ops = OPS if collective in ("allreduce", "reduce_scatter_block") else ("sum",)
+    for n in (1, comm.size + 1, 1000):
+        count = n * comm.size if collective == "reduce_scatter_block" else n
+        for dtype in DTYPES:
+            for op in ops:
+                x = awkward_input(comm.rank, count, dtype, op)
+                results, counts = {}, {}
+                for executor in ("python", "compiled"):
+                    with environment(MPICOLL_EXECUTOR=executor):
+                        before = dict(traffic)
+                        with np.errstate(over="ignore"):
+                            results[executor] = run(collective, algorithm, x, op, comm)
+                        counts[executor] = {k: traffic[k] - before[k] for k in traffic}
+                if results["python"].tobytes() != results["compiled"].tobytes():
+                    problems.append(f"n={count} {dtype} {op}: different bits")
+                if counts["python"] != counts["compiled"]:
+                    problems.append(f"n={count} {dtype} {op}: byte counters {counts}")
+    agree(comm, not problems, problems[:5])
+
+
+def test_compiled_with_a_timeout_gives_the_same_bits(comm):
+    """The polled path (timeout=) gives the blocking path's bits."""
+    x = awkward_input(comm.rank, 4099, np.float64, "sum")
+    with environment(MPICOLL_EXECUTOR="compiled"):
+        plain = mpicoll.allreduce(x, algorithm="ring", comm=comm)
+        polled = mpicoll.allreduce(x, algorithm="ring", comm=comm, timeout=60.0)
+    agree(comm, plain.tobytes() == polled.tobytes(), "the polled call differs")
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.Get_size() not in (2, 3), reason="runs at N = 2 and 3")
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
+def test_compiled_timeout_names_the_missing_rank(comm, algorithm):
+    """Rank 0 stays away: every other rank raises CollectiveTimeout naming rank 0, after about
+    the timeout, and the communicator is then refused."""
+    x = np.ones(8)
+    with environment(MPICOLL_EXECUTOR="compiled"):
+        mpicoll.allreduce(x, algorithm=algorithm, comm=comm)      # creates mpicoll's state
+        outcome = "stayed away"
+        if comm.rank != 0:
+            start = time.monotonic()
+            try:
+                mpicoll.allreduce(x, algorithm=algorithm, comm=comm, timeout=1.0)
+                outcome = "returned"
+            except mpicoll.CollectiveTimeout as exc:
+                took = time.monotonic() - start
+                outcome = "ok" if exc.peers == [0] and 0.9 < took < 5 else \
+                    f"peers {exc.peers} after {took:.2f} s: {exc}"
+            try:
+                mpicoll.allreduce(x, algorithm=algorithm, comm=comm)
+                outcome += "; the next call ran"
+            except mpicoll.CommunicatorBroken:
+                pass
+        comm.Barrier()
+    agree(comm, outcome in ("ok", "stayed away"), outcome)
