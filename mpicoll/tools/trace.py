@@ -5,6 +5,7 @@ runs it (no MPI needed).
     mpicoll trace binomial --collective bcast -N 5 --root 2
     mpicoll trace hierarchical -N 4 --ranks-per-node 2
     mpicoll trace --update docs/algorithms.md          # refresh the traces quoted in the docs
+    mpicoll trace ring -N 4 --values                   # the ring chunk by chunk, with values
 
 Each line is one step of one rank: ``send [lo:hi) -> peer`` and ``recv [lo:hi) <- peer``
 (reduce or copy), in elements of the flat vector. The summary gives the rounds on the critical
@@ -24,8 +25,9 @@ import numpy as np
 
 from ..executors import inprocess
 from ..registry import COLLECTIVES, lookup
+from ..schedule import Schedule, Send
 
-__all__ = ["main", "render", "update"]
+__all__ = ["main", "render", "update", "render_values"]
 
 BLOCK = re.compile(r"(<!-- trace: (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- end trace -->)", re.S)
 
@@ -41,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--inner")
     ap.add_argument("--outer")
     ap.add_argument("--update", metavar="MARKDOWN", help="rewrite the trace blocks of a file")
+    ap.add_argument("--values", action="store_true",
+                    help="ring all-reduce chunk by chunk with the values sent, rank g "
+                         "contributing g+1, one 8-byte element per chunk (the seed's lab 1)")
     return ap
 
 
@@ -89,9 +94,55 @@ def main(argv=None) -> int:
     if args.update:
         print(f"{update(args.update)} trace block(s) updated in {args.update}")
         return 0
+    if args.values:
+        if args.collective != "allreduce" or args.algorithm != "ring":
+            raise SystemExit("mpicoll trace: --values traces the ring all-reduce only "
+                             "(mpicoll trace ring -N 4 --values)")
+        print(render_values(args.nranks), end="")
+        return 0
     table = COLLECTIVES[args.collective]
     if not args.algorithm or args.algorithm not in table or table[args.algorithm].library:
         names = [a for a, algo in table.items() if not algo.library]
         raise SystemExit(f"mpicoll trace: name a {args.collective} algorithm: {names}")
     print(render(args), end="")
     return 0
+
+
+def render_values(nranks: int) -> str:
+    """The ring all-reduce traced chunk by chunk, in the format of the seed's ``ring_ar.py demo``.
+
+    Rank g contributes g+1 to each of ``nranks`` chunks of one float64 (8 bytes). The in-process
+    executor runs the ring schedules one step at a time (every rank's step s meets its
+    neighbours' step s), so the value each message carries is read from the sender's buffer
+    before the step, and the bytes per link are counted from the executor's trace.
+    """
+    n, itemsize = nranks, 8
+    scheds = inprocess.schedules("allreduce", "ring", n, n)
+    rs_steps = len(COLLECTIVES["reduce_scatter_block"]["ring"].schedule(0, n, n))
+    bufs = [np.full(n, g + 1.0) for g in range(n)]
+    link = {}                                   # (src, dst) -> bytes
+    lines = [f"ring all-reduce, N={n}: data={n * itemsize}B = {n} chunks x {itemsize}B"]
+    owners = "  -> GPU i owns the FULL sum of chunk i: [{}]"
+    if rs_steps == 0:                           # N = 1: nothing to send, the sum is there
+        lines.append(owners.format(", ".join(f"{bufs[i][i]:g}" for i in range(n))))
+    for s in range(len(scheds[0])):
+        before = [b.copy() for b in bufs]
+        step = inprocess.run([Schedule((sched.steps[s],)) for sched in scheds], bufs,
+                             "sum", trace=True)
+        msgs = sorted((rank, op.peer, op.lo, op.hi) for _, rank, _, ops in step.trace
+                      for op in ops if isinstance(op, Send))
+        for src, dst, lo, hi in msgs:
+            link[(src, dst)] = link.get((src, dst), 0) + (hi - lo) * itemsize
+        # count = n: chunk c is the one element at offset c
+        phase, t = ("RS", s) if s < rs_steps else ("AG", s - rs_steps)
+        lines.append(f"  {phase}{t}: " + "  ".join(
+            f"G{src}->G{dst} c{lo}={before[src][lo]:g}" for src, dst, lo, hi in msgs))
+        if s == rs_steps - 1:
+            lines.append(owners.format(", ".join(f"{bufs[i][i]:g}" for i in range(n))))
+    total = n * (n + 1) // 2
+    everywhere = all((b == total).all() for b in bufs)
+    data = n * itemsize
+    lines.append(f"  -> the total everywhere: {everywhere}; steps = {len(scheds[0])}; "
+                 f"bytes/link = {link.get((0, 1 % n), 0)} "
+                 f"(theory 2(N-1)/N*D = {2 * (n - 1) * data // n})")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,58 @@
+"""What the labs (``jobs/lab_*.py``) share: options, JSON, the PNG, the closing claim line.
+
+Every lab prints the seed's figure beside ours and ends with one line
+``<lab>: seed <claim> | ours <value>``; ``--json FILE`` writes what it measured and ``--png FILE``
+its plot (where one fits). No MPI here: the labs that need it import mpi4py themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["parser", "write_json", "save_figure", "claim"]
+
+
+def parser(doc: str, png: str | None = None) -> argparse.ArgumentParser:
+    """An argument parser with ``--json FILE`` and, for a lab with a plot, ``--png FILE``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0], allow_abbrev=False)
+    ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    if png:
+        ap.add_argument("--png", type=Path, metavar="FILE", default=None,
+                        help=f"write the plot ({png})")
+    return ap
+
+
+def write_json(path: Path | None, data) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"# wrote {path}", flush=True)
+
+
+def save_figure(path: Path | None, draw) -> None:
+    """``draw(plt)`` returns a figure, saved to ``path``; no path or no matplotlib: skipped."""
+    if path is None:
+        return
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"# no matplotlib: skipped {path} (pip install matplotlib)", file=sys.stderr)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = draw(plt)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    print(f"# wrote {path}", flush=True)
+
+
+def claim(lab: str, seed: str, ours: str) -> str:
+    """The closing line of a lab."""
+    line = f"{lab}: seed {seed} | ours {ours}"
+    print(line, flush=True)
+    return line
