@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from . import settings
 from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce_binomial,
-                         allreduce_hierarchical, allreduce_recursive_doubling,
+                         allreduce_hierarchical, allreduce_naive, allreduce_recursive_doubling,
                          allreduce_recursive_halving, allreduce_ring, bcast_binomial,
                          bcast_scatter_ring_allgather, reduce_scatter_recursive_halving,
                          reduce_scatter_ring)
@@ -37,6 +37,8 @@ TOKENS = {
     "equal-nodes": "some of its options need the same number of ranks on every node",
     "root": "one rank is the root; schedule(..., root=)",
     "library": "the MPI library's own collective: no schedule, no cost formula",
+    "own-rounding": "each rank groups the reduction its own way: float results can differ "
+                    "between ranks in the last bits",
 }
 
 
@@ -136,6 +138,7 @@ ALLREDUCE = _table(
               ("any-size", "commutative", "node-layout", "equal-nodes"),
               options=_HIERARCHICAL_OPTIONS, aliases=("smp",),
               check=allreduce_hierarchical.check_options),
+    Algorithm("naive", allreduce_naive, ("any-size", "own-rounding")),
     Algorithm("mpi", None, ("library",)),
 )
 REDUCE_SCATTER_BLOCK = _table(

@@ -8,7 +8,7 @@ import mpicoll
 from mpicoll import simulate
 from mpicoll._runtime.context import state
 from mpicoll.kernels import DTYPES, OPS
-from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK
+from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK, lookup
 from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
 
 pytestmark = pytest.mark.mpi
@@ -72,7 +72,8 @@ def test_allreduce_random_floats_match_simulator(comm, algorithm):
             tol = comm.size * np.finfo(dtype).eps * np.abs(np.stack(inputs)).sum(axis=0)
             if not (np.abs(out - ref) <= tol).all():
                 problems.append(f"n={n} {dtype}: further from MPI_Allreduce than rounding allows")
-            agree(comm, same_bits_everywhere(comm, out), f"n={n} {dtype}: ranks differ")
+            if not lookup("allreduce", algorithm).has("own-rounding"):
+                agree(comm, same_bits_everywhere(comm, out), f"n={n} {dtype}: ranks differ")
     agree(comm, not problems, problems[:5])
 
 

@@ -81,4 +81,4 @@ def test_other_collectives_bad_input():
 
 def test_algorithms_listed():
     assert mpicoll.ALGORITHMS == ("ring", "recursive_halving", "recursive_doubling", "binomial",
-                                  "hierarchical", "mpi")
+                                  "hierarchical", "naive", "mpi")
