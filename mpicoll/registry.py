@@ -38,7 +38,7 @@ TOKENS = {
     "root": "one rank is the root; schedule(..., root=)",
     "library": "the MPI library's own collective: no schedule, no cost formula",
     "own-rounding": "each rank groups the reduction its own way: float results can differ "
-                    "between ranks in the last bits",
+                    "between ranks in the last bits; auto never chooses it",
 }
 
 
