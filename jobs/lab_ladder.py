@@ -60,7 +60,7 @@ def tcp_rtt(iters: int, nodelay: bool, split: bool = False, batches: int = 20) -
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
-    total = iters * batches
+    total = iters * batches + 1             # + 1: an untimed first round trip (start-up)
     ctx = mp.get_context("fork")
 
     def echo():
@@ -83,9 +83,9 @@ def tcp_rtt(iters: int, nodelay: bool, split: bool = False, batches: int = 20) -
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     times = []
     try:
-        for _ in range(batches):
+        for batch in range(-1, batches):
             t0 = time.perf_counter()
-            for _ in range(iters):
+            for _ in range(1 if batch < 0 else iters):
                 if split:
                     c.send(b"X" * 4)
                     c.send(b"X" * 4)
@@ -94,7 +94,8 @@ def tcp_rtt(iters: int, nodelay: bool, split: bool = False, batches: int = 20) -
                 got = b""
                 while len(got) < 8:
                     got += c.recv(8 - len(got))
-            times.append((time.perf_counter() - t0) / iters)
+            if batch >= 0:
+                times.append((time.perf_counter() - t0) / iters)
     finally:
         c.close()
         srv.close()
@@ -107,7 +108,7 @@ def tcp_rtt(iters: int, nodelay: bool, split: bool = False, batches: int = 20) -
 def shm_rtt(iters: int, batches: int = 20, limit_s: float = 20.0) -> float:
     """Seconds per round trip through a shared page, busy-waiting (the best of ``batches``)."""
     page = mmap.mmap(-1, 4096)              # anonymous, MAP_SHARED: shared with the fork
-    total = iters * batches
+    total = iters * batches + 1             # + 1: an untimed first round trip (start-up)
     ctx = mp.get_context("fork")
 
     def pong():
@@ -123,16 +124,17 @@ def shm_rtt(iters: int, batches: int = 20, limit_s: float = 20.0) -> float:
     p = ctx.Process(target=pong)
     p.start()
     times, i, deadline = [], 0, time.monotonic() + limit_s
-    for _ in range(batches):
+    for batch in range(-1, batches):
         t0 = time.perf_counter()
-        for _ in range(iters):
+        for _ in range(1 if batch < 0 else iters):
             flag = i % 254 + 1              # never 0: the zeroed page would fake the first ACK
             i += 1
             page[PING] = flag
             while page[ACK] != flag:
                 if time.monotonic() > deadline:
                     raise TimeoutError("shared-page ping-pong: no answer (bounded loop)")
-        times.append((time.perf_counter() - t0) / iters)
+        if batch >= 0:
+            times.append((time.perf_counter() - t0) / iters)
     p.join(10)
     if p.is_alive():
         p.kill()
@@ -220,7 +222,7 @@ def main(argv=None) -> int:
     rungs["shared mmap page, busy-wait"] = shm_rtt(batch)
     rungs["TCP 127.0.0.1, TCP_NODELAY"] = tcp_rtt(batch, nodelay=True)
     rungs["TCP, no NODELAY, one 8-byte write"] = tcp_rtt(args.nagle_iters, nodelay=False,
-                                                         batches=1)
+                                                         batches=5)
     rungs["TCP, no NODELAY, 4+4-byte writes"] = tcp_rtt(args.nagle_iters, nodelay=False,
                                                         split=True, batches=1)
     _pin(None)                              # mpiexec's ranks place themselves
