@@ -136,8 +136,8 @@ def main(argv=None) -> int:
             "lost_wall_per_failure_s": q_t / 2 + qR,
             "overhead_first_order": first_order(q_t, qW, qR, q_lam),
             "overhead_exact": float(exact(q_t, qW, qR, q_lam))}
-    print(f"quiz 4 (40,000 GPUs, 4-year MTBF, W = 180 s, R = 20 min): {quiz['failures_per_day']:.1f}"
-          f" failures/day (every {quiz['mtbf_min']:.1f} min); T* = {q_t / 60:.1f} min (Daly "
+    print("quiz 4 (40,000 GPUs, 4-year MTBF, W = 180 s, R = 20 min): "
+          f"{quiz['failures_per_day']:.1f} failures/day (every {quiz['mtbf_min']:.1f} min); T* = {q_t / 60:.1f} min (Daly "
           f"{quiz['daly_s'] / 60:.1f}); lost per failure T*/2 = {q_t / 2 / 60:.1f} min of work, "
           f"{quiz['lost_wall_per_failure_s'] / 60:.1f} min with the restart; overhead "
           f"{quiz['overhead_first_order'] * 100:.0f} % (first order), "

@@ -60,8 +60,8 @@ def claim(lab: str, seed: str, ours: str) -> str:
     return line
 
 
-# docs/labs.md quotes each lab's printed output, recorded by docs/make-labs.sh in docs/labs/NAME.txt:
-# a block between ``<!-- lab: NAME -->`` and ``<!-- end lab -->`` is that file, and the block
+# docs/labs.md quotes each lab's printed output, recorded by docs/make-labs.sh in
+# docs/labs/NAME.txt: a block between ``<!-- lab: NAME -->`` and ``<!-- end lab -->`` is that file, and the block
 # between ``<!-- lab summary -->`` and ``<!-- end lab summary -->`` tabulates every lab's last line.
 BLOCK = re.compile(r"(<!-- lab: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end lab -->)", re.S)
 SUMMARY = re.compile(r"(<!-- lab summary -->\n)(?P<body>.*?)(<!-- end lab summary -->)", re.S)
