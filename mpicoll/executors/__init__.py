@@ -2,5 +2,7 @@
 
 * ``mpi``       -- over mpi4py's buffer point-to-point calls: the real thing;
 * ``inprocess`` -- P virtual ranks in one process: matching, deadlock and overlap checks, an
-  alpha-beta-gamma clock, traces and byte counts (also importable as ``mpicoll.simulate``).
+  alpha-beta-gamma clock, traces and byte counts (also importable as ``mpicoll.simulate``);
+* ``sockets``   -- over plain TCP between processes on one machine, no MPI: byte counts, and a
+  timeout naming a silent peer (the seeds' Lab 01; ``jobs/lab_sockets.py``).
 """

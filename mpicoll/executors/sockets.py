@@ -126,10 +126,14 @@ class _Transfer:
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: SocketComm, *, op: str = "sum",
-            timeout: float | None = None) -> None:
-    """Run ``schedule`` on the flat array ``buf`` over ``comm`` (see the module's doc)."""
+            timeout: float | None = None, scratch: np.ndarray | None = None) -> None:
+    """Run ``schedule`` on the flat array ``buf`` over ``comm`` (see the module's doc).
+
+    ``scratch`` (``schedule.scratch_elements`` of ``buf``'s dtype) is allocated if not given.
+    """
     reduce_into = kernels.kernel(op)
-    scratch = np.empty(schedule.scratch_elements, buf.dtype)
+    if scratch is None:
+        scratch = np.empty(schedule.scratch_elements, buf.dtype)
     raw = lambda a: memoryview(a).cast("B")          # noqa: E731 - bytes of an array slice
     nsteps = len(schedule.plan)
     for index, (recvs, sends) in enumerate(schedule.plan):
