@@ -98,6 +98,8 @@ def main(argv=None) -> int:
         if args.collective != "allreduce" or args.algorithm != "ring":
             raise SystemExit("mpicoll trace: --values traces the ring all-reduce only "
                              "(mpicoll trace ring -N 4 --values)")
+        if args.nranks < 1:
+            raise SystemExit(f"mpicoll trace: -N must be at least 1, got {args.nranks}")
         print(render_values(args.nranks), end="")
         return 0
     table = COLLECTIVES[args.collective]

@@ -76,9 +76,11 @@ def test_trace_values_any_n(n):
                          f"{16 * (n - 1)} (theory 2(N-1)/N*D = {16 * (n - 1)})")
 
 
-def test_trace_values_refuses_other_algorithms():
+def test_trace_values_refuses_other_algorithms_and_empty_rings():
     with pytest.raises(SystemExit, match="ring all-reduce only"):
         trace.main(["recursive_doubling", "--values"])
+    with pytest.raises(SystemExit, match="-N must be at least 1, got 0"):
+        trace.main(["ring", "-N", "0", "--values"])
 
 
 @pytest.mark.timeout(60)
