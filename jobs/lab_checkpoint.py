@@ -47,8 +47,10 @@ def young(W: float, lam: float) -> float:
 
 
 def daly(W: float, lam: float) -> float:
-    """Daly's higher-order optimum (FGCS 2006, eq. 37), for W < 2M."""
+    """Daly's higher-order optimum (FGCS 2006); M itself once W >= 2M."""
     M = 1 / lam
+    if W >= 2 * M:
+        return M
     x = W / (2 * M)
     return math.sqrt(2 * W * M) * (1 + math.sqrt(x) / 3 + x / 9) - W
 
