@@ -68,8 +68,27 @@ def main(argv=None) -> int:
                            "identical_lines": sum(same) if args.nranks == 4 else None,
                            "sweep": sweep})
 
+    steps = [line.strip().split(": ", 1) for line in ours.splitlines()
+             if line.startswith(("  RS", "  AG"))]
+    total = args.nranks * (args.nranks + 1) / 2
+
     def draw(plt):
-        fig, ax = plt.subplots(figsize=(6, 3.6))
+        fig, (grid, ax) = plt.subplots(1, 2, figsize=(11, 3.8),
+                                       gridspec_kw={"width_ratios": [1.2, 1]})
+        # left: every message of the trace, one row per step, one column per link
+        values = [[float(m.split("=")[1]) for m in msgs.split("  ")] for _, msgs in steps]
+        if values:
+            grid.imshow([[v / total for v in row] for row in values], cmap="Blues",
+                        vmin=0, vmax=1.4, aspect="auto")
+            for y, (_, msgs) in enumerate(steps):
+                for x, m in enumerate(msgs.split("  ")):
+                    grid.text(x, y, m.split(" ")[1] if " " in m else m, ha="center",
+                              va="center", fontsize=8)
+            links = [m.split(" ")[0] for m in steps[0][1].split("  ")]
+            grid.set_xticks(range(len(links)), links, fontsize=8)
+            grid.set_yticks(range(len(steps)), [name for name, _ in steps], fontsize=8)
+        grid.set_title(f"N={args.nranks}: chunk=value sent on each link (shade: share of "
+                       f"the sum {total:g})", fontsize=9)
         ns = [r["N"] for r in sweep]
         ax.plot(ns, [r["bytes_per_link"] / r["data_bytes"] for r in sweep], "o",
                 label="measured (in-process executor)")
@@ -77,7 +96,7 @@ def main(argv=None) -> int:
         ax.axhline(2, color="gray", ls=":", lw=1)
         ax.set_xlabel("N (ranks in the ring)")
         ax.set_ylabel("bytes per link / D")
-        ax.set_title("ring all-reduce: each link carries 2(N-1)/N of the vector")
+        ax.set_title("each link carries 2(N-1)/N of the vector", fontsize=9)
         ax.legend()
         return fig
     save_figure(args.png, draw)
