@@ -34,11 +34,12 @@ import numpy as np
 from lab_common import claim, parser, write_json
 
 from mpicoll import kernels
+from mpicoll.executors import inprocess
 from mpicoll.executors.sockets import PeerError, SocketComm, execute, open_listeners
 from mpicoll.registry import ALLREDUCE
 
-FLAT = [name for name, a in ALLREDUCE.items()
-        if not a.library and not a.has("node-layout")]
+FLAT = [name for name, a in ALLREDUCE.items()         # one-level algorithms: every rank alike
+        if not a.library and not a.has("node-phases")]
 
 
 def inputs(rank: int, count: int) -> np.ndarray:
@@ -53,7 +54,7 @@ def _rank_main(rank, size, listeners, ports, count, algorithms, fail, timeout, r
             s.close()
     try:
         for name in algorithms:
-            sched = ALLREDUCE[name].schedule(rank, size, count)
+            sched = inprocess.schedules("allreduce", name, size, count)[rank]   # defaults
             buf = inputs(rank, count)
             before = dict(comm.traffic)
             if fail == "freeze":

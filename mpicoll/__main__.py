@@ -7,6 +7,7 @@
     plot        time and bus bandwidth against size from a bench JSON
     report      a bench JSON as markdown tables
     trace       print the schedule of an algorithm for N ranks (no MPI needed)
+    simulate    predicted times of the schedules on a modelled fabric, up to 25,000 ranks
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import sys
 
 COMMANDS = {name: f"mpicoll.tools.{name}"
-            for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace")}
+            for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace",
+                      "simulate")}
 
 
 def main(argv: list[str] | None = None) -> int:

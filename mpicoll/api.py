@@ -92,40 +92,49 @@ def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
 # ----------------------------------------------------------------------------- execution
 
 @functools.lru_cache(maxsize=256)
-def _schedule(algo: Algorithm, rank: int, size: int, count: int, options: tuple):
-    return algo.schedule(rank, size, count, **dict(options))
+def _plan(algo: Algorithm, rank: int, size: int, count: int, options: tuple, nodes: tuple):
+    """The schedule, and how many elements it sends to ranks on other nodes (for the traffic
+    counters: counted once per schedule, not per message)."""
+    kwargs = dict(options, **({"nodes": nodes} if algo.has("node-layout") else {}))
+    sched = algo.schedule(rank, size, count, **kwargs)
+    node_of = {r: j for j, members in enumerate(nodes) for r in members}
+    internode = sum(hi - lo for _, sends in sched.plan for peer, lo, hi in sends
+                    if node_of[peer] != node_of[rank])
+    return sched, internode
 
 
 def _run(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict) -> None:
     st, comm = call.open(), call.comm
-    sched = _schedule(algo, comm.Get_rank(), comm.Get_size(), flat.size,
-                      tuple(options.items()))
+    sched, internode = _plan(algo, comm.Get_rank(), comm.Get_size(), flat.size,
+                             tuple(options.items()), st.nodes())
     kernels.warmup()
     execute(sched, flat, st.comm, reduce_into=kernels.kernel(op), tag=call.tag,
             scratch=st.scratch(flat.dtype, sched.scratch_elements), traffic=st.traffic,
-            watch=call.watch)
+            watch=call.watch, internode_elements=internode)
 
 
-def _options(call: Call, algo: Algorithm, given: dict) -> dict:
+def _options(call: Call, algo: Algorithm, given: dict, auto: bool = False) -> dict:
     """The algorithm's declared options, resolved and checked on this rank (before any
-    agreement or message), plus the node layout for node-aware algorithms."""
+    agreement or message); ``auto``: in the order ``select`` gives rings across nodes. The node
+    layout itself is added by ``_run``."""
     nodes = call.open().nodes() if algo.has("node-layout") else None
-    options = algo.resolve(given, nodes)
-    if nodes is not None:
-        options["nodes"] = nodes
-    return options
+    if auto and "order" in {o.name for o in algo.options}:
+        given = {**given, "order": select.ring_order(nodes)}
+    return algo.resolve(given, nodes)
 
 
 # ----------------------------------------------------------------------------- collectives
 
 def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
-              inner: str | None = None, outer: str | None = None, timeout=None,
-              on_timeout=None, validate=None):
+              inner: str | None = None, outer: str | None = None, order: str | None = None,
+              timeout=None, on_timeout=None, validate=None):
     """All-reduce: every rank gets ``op`` over all ranks' ``sendbuf``, element-wise.
 
     ``algorithm`` is one of ``ALGORITHMS`` or ``"auto"``. ``inner``/``outer`` choose the
     node-local and inter-node algorithms of ``hierarchical`` (also ``MPICOLL_HIER_INNER`` /
-    ``MPICOLL_HIER_OUTER``). ``timeout``, ``on_timeout``, ``validate``: see the module's doc.
+    ``MPICOLL_HIER_OUTER``); ``order`` the order ``ring`` visits the ranks, ``"rank"``,
+    ``"node"`` or ``"rail"`` (also ``MPICOLL_RING_ORDER``; ``mpicoll.topology.ring_order``).
+    ``timeout``, ``on_timeout``, ``validate``: see the module's doc.
     Returns ``recvbuf``.
     """
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
@@ -133,15 +142,16 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         algo = _algorithm("allreduce", algorithm)
         comm = call.comm
         send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
-        given = {"inner": inner, "outer": outer}
-        if algo is None and any(v is not None for v in given.values()):
-            raise ValueError("inner/outer apply only to an algorithm that declares them, "
+        given = {"inner": inner, "outer": outer, "order": order}
+        auto = algo is None
+        if auto and any(v is not None for v in given.values()):
+            raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
                              "not to 'auto'")
         size, count = comm.Get_size(), recv.size
-        if algo is None:
+        if auto:
             algo = lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
-        options = _options(call, algo, given)
+        options = _options(call, algo, given, auto)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
                    inner=options.get("inner"), outer=options.get("outer"))
         if algo.library:
@@ -178,10 +188,11 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
             raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
                              f"not a multiple of the communicator size {size}")
         n = total // size
-        if algo is None:
+        auto = algo is None
+        if auto:
             algo = lookup("reduce_scatter_block",
                           select.reduce_scatter_block(total * recv.itemsize, size))
-        options = _options(call, algo, {})
+        options = _options(call, algo, {}, auto)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
         if algo.library:
             call.mpi(MPI.Comm.Reduce_scatter_block, MPI.Comm.Ireduce_scatter_block,
@@ -212,9 +223,10 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
             raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
                              f"communicator size {size}")
         n = recv.size // size
-        if algo is None:
+        auto = algo is None
+        if auto:
             algo = lookup("allgather", select.allgather(recv.nbytes, size))
-        options = _options(call, algo, {})
+        options = _options(call, algo, {}, auto)
         call.agree(algo.name, dtype=recv.dtype, count=n)
         if algo.library:
             call.mpi(MPI.Comm.Allgather, MPI.Comm.Iallgather,

@@ -6,7 +6,7 @@ byte reduced), for messages inside a node and, when measured on several nodes, b
 layer (``overhead``), which every prediction adds once. Each algorithm module's
 ``cost(p, n, alpha, beta, gamma)`` is the formula of its docstring; ``predict`` feeds it the right
 link: a flat algorithm on several nodes pays the inter-node link on its critical path, a
-node-aware one (``node-layout`` in the registry) pays the intra-node link in its node phases and
+node-aware one (``node-phases`` in the registry) pays the intra-node link in its node phases and
 the inter-node link in between.
 
 A profile measured on this project's 2-core machine ships as ``mpicoll/profiles/default.json``;
@@ -94,7 +94,7 @@ def predict(algorithm: str, p: int, nbytes: float, profile: Profile, *,
         return 0.0
     L = p if ranks_per_node is None else max(1, min(ranks_per_node, p))
     multi_node = L < p
-    if algo.has("node-layout"):
+    if algo.has("node-phases"):
         a_in, b_in = profile.link(False)
         a_out, b_out = profile.link(multi_node)
         return profile.overhead + algo.cost(p, nbytes, a_out, b_out, profile.gamma,
@@ -111,7 +111,7 @@ def predict_all(p: int, nbytes: float, profile: Profile, *, collective: str = "a
     for name, algo in COLLECTIVES[collective].items():
         if algo.library:
             continue
-        if algo.has("node-layout") and (ranks_per_node is None or ranks_per_node >= p
+        if algo.has("node-phases") and (ranks_per_node is None or ranks_per_node >= p
                                         or ranks_per_node <= 1):
             continue
         out[name] = predict(name, p, nbytes, profile, collective=collective,

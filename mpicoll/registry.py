@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from . import settings
+from . import settings, topology
 from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce_binomial,
-                         allreduce_hierarchical, allreduce_naive, allreduce_recursive_doubling,
+                         allreduce_double_binary_tree, allreduce_hierarchical,
+                         allreduce_naive, allreduce_recursive_doubling,
                          allreduce_recursive_halving, allreduce_ring, bcast_binomial,
                          bcast_scatter_ring_allgather, reduce_scatter_recursive_halving,
                          reduce_scatter_ring)
@@ -34,6 +35,9 @@ TOKENS = {
     "commutative": "reduces in an order other than rank order: needs a commutative op",
     "pof2-fold": "a non-power-of-two size folds 2*rem ranks onto their neighbours (whole vector)",
     "node-layout": "runs on the node layout (which ranks share a node); schedule(..., nodes=)",
+    "node-phases": "node-local phases on the intra-node link around an inter-node phase: "
+                   "cost(..., ranks_per_node=, alpha_intra=, beta_intra=); on one node only "
+                   "its node phase runs",
     "equal-nodes": "some of its options need the same number of ranks on every node",
     "root": "one rank is the root; schedule(..., root=)",
     "library": "the MPI library's own collective: no schedule, no cost formula",
@@ -97,10 +101,11 @@ class Algorithm:
                    if v is not None and k not in {o.name for o in self.options}]
         if unknown:
             table = next(t for t in COLLECTIVES.values() if self in t.values())
-            owners = [a.name for a in table.values()
-                      if set(unknown) <= {o.name for o in a.options}]
-            raise ValueError(f"{'/'.join(given)} apply to "
-                             + " or ".join(f"algorithm={name!r}" for name in owners)
+            owners = [a for a in table.values() if set(unknown) <= {o.name for o in a.options}]
+            names = [k for k in given if any(k in {o.name for o in a.options} for a in owners)]
+            names = names or unknown
+            raise ValueError(f"{'/'.join(names)} appl{'ies' if len(names) == 1 else 'y'} to "
+                             + " or ".join(f"algorithm={a.name!r}" for a in owners)
                              + f", not {self.name!r}")
         values = {o.name: o.value(given.get(o.name), nodes) for o in self.options}
         if self.check is not None:
@@ -125,8 +130,15 @@ _HIERARCHICAL_OPTIONS = (
            tuple(allreduce_hierarchical.OUTER), "the inter-node all-reduce"),
 )
 
+_RING_OPTIONS = (
+    Option("order", "MPICOLL_RING_ORDER", "rank", topology.ORDERS,
+           "the order the ring visits the ranks: rank, node (node by node: one hop per node "
+           "boundary leaves a node) or rail (node by node, nodes joined on the same local index)"),
+)
+
 ALLREDUCE = _table(
-    Algorithm("ring", allreduce_ring, ("any-size", "commutative")),
+    Algorithm("ring", allreduce_ring, ("any-size", "commutative", "node-layout"),
+              options=_RING_OPTIONS),
     Algorithm("recursive_halving", allreduce_recursive_halving,
               ("any-size", "commutative", "pof2-fold"), aliases=("reduce_scatter_allgather",
                                                                  "rabenseifner")),
@@ -135,20 +147,23 @@ ALLREDUCE = _table(
     Algorithm("binomial", allreduce_binomial, ("any-size", "commutative"),
               aliases=("reduce_bcast",)),
     Algorithm("hierarchical", allreduce_hierarchical,
-              ("any-size", "commutative", "node-layout", "equal-nodes"),
+              ("any-size", "commutative", "node-layout", "node-phases", "equal-nodes"),
               options=_HIERARCHICAL_OPTIONS, aliases=("smp",),
               check=allreduce_hierarchical.check_options),
+    Algorithm("double_binary_tree", allreduce_double_binary_tree,
+              ("any-size", "commutative", "node-layout", "node-phases"), aliases=("dtree",)),
     Algorithm("naive", allreduce_naive, ("any-size", "own-rounding")),
     Algorithm("mpi", None, ("library",)),
 )
 REDUCE_SCATTER_BLOCK = _table(
-    Algorithm("ring", reduce_scatter_ring, ("any-size", "commutative")),
+    Algorithm("ring", reduce_scatter_ring, ("any-size", "commutative", "node-layout"),
+              options=_RING_OPTIONS),
     Algorithm("recursive_halving", reduce_scatter_recursive_halving,
               ("any-size", "commutative", "pof2-fold")),
     Algorithm("mpi", None, ("library",)),
 )
 ALLGATHER = _table(
-    Algorithm("ring", allgather_ring),
+    Algorithm("ring", allgather_ring, ("any-size", "node-layout"), options=_RING_OPTIONS),
     Algorithm("recursive_doubling", allgather_recursive_doubling, ("any-size", "pof2-fold")),
     Algorithm("mpi", None, ("library",)),
 )

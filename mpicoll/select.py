@@ -11,6 +11,10 @@ In order, the first that has an answer decides:
    ``MPICOLL_SHORT_MSG`` bytes (default 8192) or when count < N, then Rabenseifner on powers of
    two and the ring otherwise.
 
+When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
+order (``ring_order``: one hop per node boundary leaves a node, whatever the placement), unless
+``MPICOLL_RING_ORDER`` says otherwise.
+
 Every choice is valid for any N and count (each algorithm here is), and all ranks pass the same
 arguments, so all ranks choose the same algorithm.
 """
@@ -23,8 +27,8 @@ import json
 from . import model, settings
 from .registry import lookup
 
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "reload",
-           "SHORT_MSG", "DEFAULT_TUNING"]
+__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
+           "reload", "SHORT_MSG", "DEFAULT_TUNING"]
 
 SHORT_MSG = 8192
 DEFAULT_TUNING = settings.PROFILES / "tuning.json"
@@ -119,3 +123,11 @@ def allgather(nbytes: int, size: int) -> str:
 
 def bcast(nbytes: int, size: int) -> str:
     return choose("bcast", nbytes, size, nbytes)
+
+
+def ring_order(nodes) -> str | None:
+    """The ring order ``auto`` runs on ``nodes``: ``"node"`` when they are several, unless
+    ``MPICOLL_RING_ORDER`` is set (None: the declared default, or the variable, decides)."""
+    if settings.get("MPICOLL_RING_ORDER") is None and len(nodes) > 1:
+        return "node"
+    return None

@@ -120,6 +120,9 @@ LIBRARY = (
     Setting("MPICOLL_HIER_OUTER", "an all-reduce algorithm", "recursive_doubling",
             "`hierarchical`'s inter-node all-reduce", "first `hierarchical` call",
             _algorithm_name),
+    Setting("MPICOLL_RING_ORDER", "rank | node | rail", None,
+            "the order `ring` visits the ranks (default: rank; `auto` runs node order when the "
+            "ranks span nodes)", "first ring call", _choice("rank", "node", "rail")),
     Setting("MPICOLL_TUNING", "path of a JSON file", PROFILES / "tuning.json",
             "the decision table `auto` consults first (`mpicoll tune` writes one)",
             "first `auto` decision", _existing_file),

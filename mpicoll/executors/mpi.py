@@ -20,18 +20,22 @@ __all__ = ["execute", "new_traffic"]
 
 def new_traffic() -> dict:
     """Counters of what ``execute`` sent and received (kept per communicator, in its state)."""
-    return {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0}
+    return {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0, "internode_bytes": 0}
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into, tag: int,
-            scratch: np.ndarray, traffic: dict, watch=None) -> None:
+            scratch: np.ndarray, traffic: dict, watch=None, internode_elements: int = 0) -> None:
     """Run ``schedule`` on the flat array ``buf`` over ``comm``; add to the ``traffic`` counters.
+
+    ``internode_elements``: how many of the elements the schedule sends go to another node
+    (the caller counts them once per schedule); added to ``traffic["internode_bytes"]``.
 
     With a ``watch`` (``mpicoll._runtime.watch.Watch``) every wait is polled under its deadline;
     past it the call raises ``CollectiveTimeout`` naming the step and the missing ranks. A step of
     exactly one send and one receive, without a watch, is one ``Sendrecv`` call.
     """
     itemsize = buf.itemsize
+    traffic["internode_bytes"] += internode_elements * itemsize
     for index, (recvs, sends) in enumerate(schedule.plan):
         for _, lo, hi in sends:
             traffic["bytes_sent"] += (hi - lo) * itemsize

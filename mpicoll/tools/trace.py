@@ -4,6 +4,7 @@ runs it (no MPI needed).
     mpicoll trace ring -N 4 --count 8                  # all-reduce, 4 ranks, 8 elements
     mpicoll trace binomial --collective bcast -N 5 --root 2
     mpicoll trace hierarchical -N 4 --ranks-per-node 2
+    mpicoll trace ring -N 6 --ranks-per-node 3 --order rail
     mpicoll trace --update docs/algorithms.md          # refresh the traces quoted in the docs
     mpicoll trace ring -N 4 --values                   # the ring chunk by chunk, with values
 
@@ -39,9 +40,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--count", type=int, default=8, help="elements in all (default 8)")
     ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES))
     ap.add_argument("--root", type=int, default=0)
-    ap.add_argument("--ranks-per-node", type=int, default=2)
+    ap.add_argument("--ranks-per-node", type=int,
+                    help="virtual nodes of k ranks (default 2 for algorithms with node phases)")
     ap.add_argument("--inner")
     ap.add_argument("--outer")
+    ap.add_argument("--order", help="the ring order: rank, node or rail")
     ap.add_argument("--update", metavar="MARKDOWN", help="rewrite the trace blocks of a file")
     ap.add_argument("--values", action="store_true",
                     help="ring all-reduce chunk by chunk with the values sent, rank g "
@@ -55,8 +58,8 @@ def render(args) -> str:
     options = {}
     if algo.has("root"):
         options["root"] = args.root
-    if algo.has("node-layout"):
-        options["ranks_per_node"] = args.ranks_per_node
+    if algo.has("node-layout") and (args.ranks_per_node or algo.has("node-phases")):
+        options["ranks_per_node"] = args.ranks_per_node or 2
     for option in algo.options:
         if getattr(args, option.name, None):
             options[option.name] = getattr(args, option.name)

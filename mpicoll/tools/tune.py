@@ -33,7 +33,7 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
         key = (res.get("collective", "allreduce"), res["nranks"])
         # on one node a node-aware algorithm is its node phase alone: not a choice to record
         table = COLLECTIVES[key[0]]
-        skip = {"mpi", "auto"} | ({a for a, algo in table.items() if algo.has("node-layout")}
+        skip = {"mpi", "auto"} | ({a for a, algo in table.items() if algo.has("node-phases")}
                                   if res.get("nodes") == 1 else set()) \
             | {a for a, algo in table.items() if algo.has("own-rounding")}   # auto: same bits
         for r in records:

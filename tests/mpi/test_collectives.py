@@ -8,6 +8,7 @@ import mpicoll
 from mpicoll import simulate
 from mpicoll._runtime.context import state
 from mpicoll.kernels import DTYPES, OPS
+from mpicoll.executors import inprocess
 from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK, lookup
 from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
 
@@ -57,7 +58,7 @@ def test_allreduce_random_floats_match_simulator(comm, algorithm):
     """Random floats: the MPI executor gives the in-process executor's bits, and MPI's within
     the rounding of a different order."""
     problems = []
-    nodes = state(comm).nodes() if algorithm == "hierarchical" else None
+    nodes = state(comm).nodes() if lookup("allreduce", algorithm).has("node-layout") else None
     for n in (1, comm.size + 1, 4099):
         for dtype in (np.float32, np.float64):
             inputs = [np.random.default_rng([r, n]).standard_normal(n).astype(dtype)
@@ -101,6 +102,73 @@ def hierarchical_nodes(comm, ranks_per_node, inner):
                                 comm=comm)
         agree(comm, np.array_equal(out, exact_result(comm.size, 1001, np.int64, "sum")),
               f"nodes={nodes} inner={inner} outer={outer}")
+
+
+@pytest.mark.parametrize("ranks_per_node", [None, "1", "2", "3"])
+@pytest.mark.parametrize("order", ["rank", "node", "rail"])
+def test_ring_order(comm, ranks_per_node, order):
+    """ring in each order, on the MPI library's nodes and on virtual nodes of k ranks: exact
+    results, the in-process executor's bits, and the bytes that cross nodes counted as the
+    schedules say (order="rank" and "rail" differ on 2 nodes of 2 or more)."""
+    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
+        nodes = state(comm).nodes()
+        traffic = state(comm).traffic
+        problems = []
+        for n in (1, comm.size + 1, 1001):
+            x = exact_input(comm.rank, n, np.int64, "sum")
+            before = traffic["internode_bytes"]
+            out = mpicoll.allreduce(x, algorithm="ring", order=order, comm=comm)
+            crossed = traffic["internode_bytes"] - before
+            if not np.array_equal(out, exact_result(comm.size, n, np.int64, "sum")):
+                problems.append(f"n={n}: wrong result")
+            scheds = inprocess.schedules("allreduce", "ring", comm.size, n, nodes=nodes,
+                                         order=order)
+            where = {r: j for j, members in enumerate(nodes) for r in members}
+            expect = 8 * sum(hi - lo for _, sends in scheds[comm.rank].plan
+                             for peer, lo, hi in sends if where[peer] != where[comm.rank])
+            if crossed != expect:
+                problems.append(f"n={n}: internode_bytes grew by {crossed}, expected {expect}")
+            floats = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
+            out = mpicoll.allreduce(floats[comm.rank], algorithm="ring", order=order, comm=comm)
+            sim = simulate.allreduce(floats, "sum", "ring", nodes=nodes, order=order)
+            if out.tobytes() != sim[comm.rank].tobytes():
+                problems.append(f"n={n}: differs from the in-process executor")
+            agree(comm, same_bits_everywhere(comm, out), f"n={n}: ranks differ")
+            for collective, run in (("reduce_scatter_block", mpicoll.reduce_scatter_block),
+                                    ("allgather", mpicoll.allgather)):
+                with environment(MPICOLL_RING_ORDER=order):
+                    y = exact_input(comm.rank, n * comm.size, np.int64, "sum")
+                    got = run(y, algorithm="ring", comm=comm) if collective == "allgather" \
+                        else run(y, op="sum", algorithm="ring", comm=comm)
+                ref = mpicoll.allgather(y, algorithm="mpi", comm=comm) \
+                    if collective == "allgather" else \
+                    mpicoll.reduce_scatter_block(y, op="sum", algorithm="mpi", comm=comm)
+                if not np.array_equal(got, ref):
+                    problems.append(f"n={n}: {collective} wrong")
+        agree(comm, not problems, f"nodes={nodes}: {problems[:5]}")
+
+
+@pytest.mark.parametrize("ranks_per_node", [None, "1", "2", "3"])
+def test_double_binary_tree_nodes(comm, ranks_per_node):
+    """double_binary_tree on virtual nodes of k ranks (trees across them, chains inside):
+    exact results for every op and dtype, and the in-process executor's bits."""
+    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
+        nodes = state(comm).nodes()
+        problems = []
+        for n in (1, comm.size + 1, 1001, 65537):
+            for dtype in DTYPES:
+                for op in OPS:
+                    x = exact_input(comm.rank, n, dtype, op)
+                    out = mpicoll.allreduce(x, op=op, algorithm="double_binary_tree", comm=comm)
+                    if out.tobytes() != exact_result(comm.size, n, dtype, op).tobytes():
+                        problems.append(f"n={n} {dtype} {op}: wrong result")
+            floats = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
+            out = mpicoll.allreduce(floats[comm.rank], algorithm="double_binary_tree", comm=comm)
+            sim = simulate.allreduce(floats, "sum", "double_binary_tree", nodes=nodes)
+            if out.tobytes() != sim[comm.rank].tobytes():
+                problems.append(f"n={n}: differs from the in-process executor")
+            agree(comm, same_bits_everywhere(comm, out), f"n={n}: ranks differ")
+        agree(comm, not problems, f"nodes={nodes}: {problems[:5]}")
 
 
 @pytest.mark.parametrize("algorithm", list(REDUCE_SCATTER_BLOCK))

@@ -51,6 +51,8 @@ JOBS = {
     "crossover": ("crossover.sbatch", TWO_NODES, {"MPICOLL_BENCH_ARGS": "-b 8 -e 64K -f 8 -n 5"},
                   ["--calibrate-args", "-n 20 -e 256K"]),
     "scaling": ("scaling.sbatch", TWO_NODES, {}, ["--sizes", "8,4K", "-n", "5"]),
+    "ring_order": ("ring_order.sbatch", TWO_NODES + ["--distribution=cyclic"], {},
+                   ["--counts", "1000,100000", "-n", "3"]),
     # The documented fallback: the MPI library's mpiexec inside the allocation, the Python
     # named by MPICOLL_VENV (not on PATH), results under MPICOLL_RESULTS.
     "mpiexec": ("bench.sbatch", TWO_NODES,

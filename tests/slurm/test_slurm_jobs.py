@@ -118,6 +118,29 @@ def test_scaling_in_n(job):
     assert (job.results() / "scaling.png").exists()
 
 
+@pytest.mark.slurm_job("ring_order")
+def test_ring_order_cyclic_placement(job):
+    """srun --distribution=cyclic on 2 nodes x 2: rank r on node r % 2, so every hop of the
+    rank-order ring crosses nodes; the node- and rail-order rings cross at 2 of 4 hops, and the
+    MPI executor's counters show half the bytes leaving the nodes."""
+    assert_ok(job)
+    res = load(job.results() / "ring_order.json")
+    assert res["nranks"] == 4 and res["nodes"] == [[0, 2], [1, 3]], job.explain()
+    where = res["slurm_nodes"]                       # SLURMD_NODENAME of each rank
+    assert where[0] == where[2] != where[1] == where[3], where
+    assert res["auto_order"] == "node"
+    by = {(r["order"], r["count"]): r for r in res["records"]}
+    assert {o for o, _ in by} == {"rank", "node", "rail"}
+    for count in (1000, 100000):
+        rank, node, rail = (by[(o, count)] for o in ("rank", "node", "rail"))
+        assert all(r["wrong"] == 0 for r in (rank, node, rail))
+        assert (rank["internode_hops"], node["internode_hops"], rail["internode_hops"]) == (4, 2, 2)
+        assert rank["internode_bytes"] == rank["bytes_sent"] == 2 * 3 * 8 * count
+        assert node["internode_bytes"] == rail["internode_bytes"] == rank["internode_bytes"] // 2
+        for r in (rank, node, rail):          # the counters agree with the schedules
+            assert r["internode_bytes"] == r["expected_internode_bytes"], r
+
+
 @pytest.mark.slurm_job("mpiexec")
 def test_mpiexec_fallback_with_named_environment(job):
     assert_ok(job)

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "slurm").glob("*.sbatch"))
 JOBS = [ROOT / "jobs" / f"{name}.py"
-        for name in ("bench_sweep", "crossover", "scaling", "hierarchical_vs_flat")]
+        for name in ("bench_sweep", "crossover", "scaling", "hierarchical_vs_flat", "ring_order")]
 
 
 def test_the_promised_scripts_exist():

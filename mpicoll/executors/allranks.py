@@ -1,0 +1,248 @@
+"""Every rank's schedule at once, as *waves*: the form the timed executor replays.
+
+A wave is one step of each rank that takes part, as arrays over its messages (``src``, ``dst``,
+``elements``, the receiver's ``reduce`` and ``left``, and where the message sits in each buffer).
+Both ends of every message are in the same wave, each rank has at most one step per wave, and a
+rank's steps come in wave order; so rank ``r``'s schedule is, wave by wave, the Sends it makes
+and the Recvs it gets (``to_steps`` rebuilds it, and the tests check it against
+``schedule(rank, size, count)`` for every rank).
+
+``from_schedules`` makes the waves of any schedules (each rank's step j goes to the logical round
+in which it completes, as in the in-process executor's clock). At scale that is too slow (a ring
+at 16,384 ranks has 537 million operations), so two algorithms also have a direct all-ranks form:
+
+* ``ring_waves`` -- the ring all-reduce, one wave per ring step, arrays built from the block
+  offsets; when every block has the same size all waves of a phase share their arrays, and the
+  timed executor evaluates the step once;
+* ``node_layout_waves`` -- the node-layout all-reduce, composed the way its schedule is: the
+  node-local phase of one node replicated on every node, the inter-node all-reduce of one shard
+  (over the node count) replicated on every local rank, and the node-local phase back.
+
+``waves(algo, size, count, **kwargs)`` picks the direct form when there is one for the
+algorithm and its options, else ``from_schedules``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from ..algorithms import allreduce_hierarchical, allreduce_ring
+from ..schedule import Recv, Send, block_displs
+from .inprocess import _link
+
+__all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
+           "has_direct_form"]
+
+
+class Wave:
+    """One step of every rank taking part, as arrays over its messages.
+
+    ``elements``, ``reduce`` and ``left`` are an array or one value for all messages; ``key``
+    is set when the same wave shape (src, dst, elements) repeats, so it is evaluated once.
+    ``slices()`` gives each message's offset in the sender's and the receiver's buffer.
+    """
+
+    __slots__ = ("src", "dst", "elements", "reduce", "left", "key", "_slices")
+
+    def __init__(self, src, dst, elements, reduce, left, slices, key=None):
+        self.src, self.dst, self.elements = src, dst, elements
+        self.reduce, self.left, self._slices, self.key = reduce, left, slices, key
+
+    def slices(self) -> tuple[np.ndarray, np.ndarray]:
+        lo = self._slices() if callable(self._slices) else self._slices
+        return lo if isinstance(lo, tuple) else (lo, lo)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def _full(value, n):
+    return np.broadcast_to(np.asarray(value), (n,))
+
+
+def from_schedules(scheds) -> list[Wave]:
+    """The waves of one schedule per rank (checked as the in-process executor checks them)."""
+    size = len(scheds)
+    links = _link(scheds)            # raises ScheduleMismatch naming the message
+    nsteps = [len(s.steps) for s in scheds]
+    entry = [[0] * (n + 1) for n in nsteps]     # logical round each step is entered
+    done = [[0] * n for n in nsteps]
+    pc = [0] * size
+    progress = True
+    while progress:
+        progress = False
+        for r in range(size):
+            s = pc[r]
+            if s == nsteps[r]:
+                continue
+            peers = [links[(r, s, i)][1:] for i in range(len(scheds[r].steps[s]))]
+            if any(pc[p] < ps for p, ps in peers):
+                continue
+            done[r][s] = 1 + max([entry[r][s]] + [entry[p][ps] for p, ps in peers])
+            entry[r][s + 1] = done[r][s]
+            pc[r] += 1
+            progress = True
+    stuck = [r for r in range(size) if pc[r] < nsteps[r]]
+    if stuck:
+        from .inprocess import Deadlock
+        raise Deadlock(f"no rank can progress: ranks {stuck[:8]} wait forever")
+    recv_of = {links[(r, s, i)][0]: op for r, sched in enumerate(scheds)
+               for s, step in enumerate(sched.steps) for i, op in enumerate(step)
+               if isinstance(op, Recv)}
+    rows: dict[int, list] = {}
+    for r, sched in enumerate(scheds):
+        for s, step in enumerate(sched.steps):
+            for i, op in enumerate(step):
+                if not isinstance(op, Send):
+                    continue
+                key, b, bs = links[(r, s, i)]
+                if done[r][s] != done[b][bs]:
+                    raise ValueError(f"rank {r}'s step {s} and rank {b}'s step {bs} exchange a "
+                                     f"message but complete in different rounds "
+                                     f"({done[r][s]} and {done[b][bs]}): not wave-aligned")
+                recv = recv_of[key]
+                rows.setdefault(done[r][s], []).append(
+                    (r, b, op.hi - op.lo, recv.reduce, recv.left, op.lo, recv.lo))
+    out = []
+    for k in sorted(rows):
+        a = np.array(rows[k], dtype=np.int64).T
+        out.append(Wave(a[0], a[1], a[2], a[3].astype(bool), a[4].astype(bool), (a[5], a[6])))
+    return out
+
+
+def to_steps(waves: Iterable[Wave], size: int) -> list[list[tuple]]:
+    """Each rank's steps, rebuilt from waves; each step's operations in a canonical order."""
+    steps: list[list[tuple]] = [[] for _ in range(size)]
+    for w in waves:
+        n = len(w)
+        lo_s, lo_r = w.slices()
+        el, red, left = _full(w.elements, n), _full(w.reduce, n), _full(w.left, n)
+        lo_s, lo_r = _full(lo_s, n), _full(lo_r, n)
+        ops: dict[int, list] = {}
+        for f in range(n):
+            a, b, k = int(w.src[f]), int(w.dst[f]), int(el[f])
+            ops.setdefault(a, []).append(Send(b, int(lo_s[f]), int(lo_s[f]) + k))
+            ops.setdefault(b, []).append(Recv(a, int(lo_r[f]), int(lo_r[f]) + k, bool(red[f]),
+                                              bool(left[f])))
+        for r, o in ops.items():
+            steps[r].append(canonical(o))
+    return steps
+
+
+def canonical(ops) -> tuple:
+    """A step's operations in one order (they are posted together, so order is no part of it)."""
+    return tuple(sorted(ops, key=repr))
+
+
+# ----------------------------------------------------------------------------- direct forms
+
+def ring_waves(size: int, count: int) -> Iterable[Wave]:
+    """The ring all-reduce (``allreduce_ring``: ring reduce-scatter, then ring all-gather).
+
+    Step s of the reduce-scatter: rank r sends block r-s-1 to r+1, which reduces it; step s of
+    the all-gather: rank r sends block r-s to r+1, which copies it (blocks mod size).
+    """
+    if size < 2:
+        return
+    displs = np.array(block_displs(count, size))
+    sizes = np.diff(displs)
+    ranks = np.arange(size)
+    right = (ranks + 1) % size
+    even = bool((sizes == sizes[0]).all()) and sizes[0] > 0
+    for phase, (shift, reduce) in enumerate(((1, True), (0, False))):   # RS, then AG
+        for s in range(size - 1):
+            if even:           # every wave alike but for its offsets, computed when asked
+                yield Wave(ranks, right, int(sizes[0]), reduce, False,
+                           lambda s=s, shift=shift: displs[(ranks - s - shift) % size],
+                           key=("ring", size, int(sizes[0])))
+                continue
+            block = (ranks - s - shift) % size
+            el = sizes[block]
+            keep = el > 0
+            b = block[keep]
+            yield Wave(ranks[keep], right[keep], el[keep], reduce, False,
+                       lambda b=b: displs[b])
+
+
+def _remap(w: Wave, ranks: np.ndarray, offset) -> tuple:
+    """Wave ``w`` of a group run by ``ranks`` (group rank i is ``ranks[:, i]`` for each row),
+    its slices moved by ``offset`` (one per row): the arrays, row after row."""
+    rows = ranks.shape[0]
+    n = len(w)
+    lo_s, lo_r = w.slices()
+    off = np.asarray(offset).reshape(-1, 1)
+    return (ranks[:, w.src].ravel(), ranks[:, w.dst].ravel(),
+            np.tile(_full(w.elements, n), rows), np.tile(_full(w.reduce, n), rows),
+            np.tile(_full(w.left, n), rows), (_full(lo_s, n) + off).ravel(),
+            (_full(lo_r, n) + off).ravel())
+
+
+def _merge(parts: list[tuple]) -> Wave:
+    cols = [np.concatenate([p[i] for p in parts]) for i in range(7)]
+    return Wave(cols[0], cols[1], cols[2], cols[3], cols[4], (cols[5], cols[6]))
+
+
+def _group_waves(module, size: int, count: int) -> list[Wave]:
+    return from_schedules([module.schedule(r, size, count) for r in range(size)])
+
+
+def node_layout_waves(size: int, count: int, *, nodes, inner: str, outer: str) -> list[Wave]:
+    """The node-layout all-reduce (``allreduce_hierarchical``) on nodes of equal size.
+
+    Phase 1 and 3: the node-local schedules of L ranks, the same on every node. Phase 2 (shard):
+    local rank i of every node runs the outer all-reduce on shard i; (leader): the nodes' first
+    ranks run it on the whole vector.
+    """
+    members = np.array(nodes, dtype=np.int64)          # (M nodes, L ranks)
+    M, L = members.shape
+    first, last = allreduce_hierarchical.INNER[inner]
+    outer_module = allreduce_hierarchical.OUTER[outer]
+    zero = np.zeros(M, dtype=np.int64)
+    phase1 = [_merge([_remap(w, members, zero)]) for w in _group_waves(first, L, count)]
+    phase3 = [_merge([_remap(w, members, zero)]) for w in _group_waves(last, L, count)]
+    if inner == "binomial":
+        leaders = members[:, :1].T                     # one row: the leaders
+        phase2 = [_merge([_remap(w, leaders, [0])]) for w in _group_waves(outer_module, M, count)]
+    else:
+        shard = block_displs(count, L)
+        per_count: dict[int, list[Wave]] = {}
+        rows: list[list[tuple]] = []
+        for i in range(L):
+            c = shard[i + 1] - shard[i]
+            if c not in per_count:
+                per_count[c] = _group_waves(outer_module, M, c)
+            for k, w in enumerate(per_count[c]):
+                if len(rows) <= k:
+                    rows.append([])
+                rows[k].append(_remap(w, members[:, i:i + 1].T, [shard[i]]))
+        phase2 = [_merge(parts) for parts in rows]
+    return phase1 + phase2 + phase3
+
+
+_DIRECT = {allreduce_ring: ("ring", lambda size, count, **o: ring_waves(size, count)),
+           allreduce_hierarchical: ("node-layout", node_layout_waves)}
+
+
+def has_direct_form(algo, options: dict, nodes=None) -> bool:
+    """Whether ``waves`` has a direct all-ranks form for this algorithm and these options."""
+    if algo.module not in _DIRECT:
+        return False
+    if algo.module is allreduce_ring:
+        return options.get("order", "rank") == "rank"
+    return nodes is not None and len({len(n) for n in nodes}) == 1
+
+
+def waves(algo, size: int, count: int, *, direct: bool = True, **kwargs) -> Iterable[Wave]:
+    """All ranks' waves of ``algo`` (a ``registry.Algorithm``) for one call.
+
+    ``kwargs`` are what its ``schedule`` takes (``nodes``, ``root``, its options).
+    """
+    options = {k: v for k, v in kwargs.items() if k not in ("nodes", "root")}
+    if direct and has_direct_form(algo, options, kwargs.get("nodes")):
+        form = _DIRECT[algo.module][1]
+        if algo.module is allreduce_ring:
+            return form(size, count)
+        return form(size, count, **kwargs)
+    return from_schedules([algo.schedule(r, size, count, **kwargs) for r in range(size)])

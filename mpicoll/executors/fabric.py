@@ -1,0 +1,251 @@
+"""A fabric model for the timed executor: nodes of GPUs, NVSwitch inside, rails, leaves, a spine.
+
+Ranks are placed in blocks: rank ``r`` is local rank ``r % per_node`` of node ``r // per_node``.
+Every rank has
+
+* a port on the node's switch (NVSwitch-like): an ``intra`` link each way;
+* its own NIC, on rail = its local rank: a ``nic`` link each way to a leaf switch.
+
+Leaves (``leaf=``): ``"rail"`` -- rail-optimized, one leaf per rail per group of
+``nodes_per_leaf`` nodes (all nodes by default); ``"node"`` -- top-of-rack, one leaf per group of
+``nodes_per_leaf`` nodes (1 by default); ``"single"`` -- one switch for every NIC, no spine. Each
+leaf has one aggregate link up to the spine and one down, of capacity (NICs on the leaf x NIC
+bandwidth) / ``oversubscription``; a flow through the spine also rides one physical uplink, so it
+never gets more than the ``spine`` class's bandwidth.
+
+A message takes one of three paths:
+
+* ``intra``: source port up, destination port down (same node, ``per_node > 1``);
+* ``leaf`` (same rail): source NIC up, destination NIC down (NIC -> leaf -> NIC);
+* ``spine`` (cross-rail, or another group): NIC up, leaf up, leaf down, NIC down
+  (NIC -> leaf -> spine -> leaf -> NIC).
+
+A path's latency is the alpha of its class (``intra``, ``nic``, ``spine``: the spine's alpha is
+the whole cross-spine path's). ``gamma`` is seconds per byte reduced.
+
+Presets (``preset(name, ...)``): ``flat``, ``dgx-h100``, ``seed-lab``, ``this-machine``, or a JSON
+file with the fields of ``Fabric`` (``docs/simulator.md`` gives the sources of the numbers).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["LinkClass", "Fabric", "Routes", "PRESETS", "preset", "from_json", "INTRA", "LEAF",
+           "SPINE", "PATH_NAMES"]
+
+INTRA, LEAF, SPINE = 0, 1, 2
+PATH_NAMES = ("intra-node", "same-rail", "cross-rail")   # the three paths, by kind
+LEAVES = ("rail", "node", "single")
+
+
+@dataclass(frozen=True)
+class LinkClass:
+    """One class of link: seconds per message (``alpha``), bytes per second (``bandwidth``)."""
+
+    alpha: float
+    bandwidth: float
+
+    def __post_init__(self):
+        if not (self.alpha >= 0 and self.bandwidth > 0):
+            raise ValueError(f"a link class needs alpha >= 0 and bandwidth > 0, got "
+                             f"alpha={self.alpha!r}, bandwidth={self.bandwidth!r}")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """``nodes`` x ``per_node`` ranks on intra-node ports, NICs, leaves and a spine."""
+
+    name: str
+    nodes: int
+    per_node: int
+    intra: LinkClass
+    nic: LinkClass
+    spine: LinkClass
+    gamma: float = 0.0
+    leaf: str = "rail"
+    nodes_per_leaf: int | None = None      # None: "rail" -> all nodes, "node" -> 1
+    oversubscription: float = 1.0
+
+    def __post_init__(self):
+        if self.nodes < 1 or self.per_node < 1:
+            raise ValueError(f"a fabric needs nodes >= 1 and per_node >= 1, got nodes="
+                             f"{self.nodes}, per_node={self.per_node}")
+        if self.leaf not in LEAVES:
+            raise ValueError(f"unknown leaf layout {self.leaf!r}; expected one of {list(LEAVES)}")
+        if self.oversubscription <= 0 or self.gamma < 0:
+            raise ValueError(f"oversubscription must be > 0 and gamma >= 0, got "
+                             f"{self.oversubscription} and {self.gamma}")
+
+    @property
+    def size(self) -> int:
+        return self.nodes * self.per_node
+
+    def resized(self, nodes: int, per_node: int) -> "Fabric":
+        return replace(self, nodes=nodes, per_node=per_node)
+
+    def node_layout(self) -> tuple:
+        """The ranks of each node, as ``mpicoll.topology`` gives them to algorithms."""
+        g = self.per_node
+        return tuple(tuple(range(n * g, (n + 1) * g)) for n in range(self.nodes))
+
+    def describe(self) -> str:
+        gb = lambda c: f"{c.alpha * 1e6:g}us {c.bandwidth / 1e9:g}GB/s"   # noqa: E731
+        return (f"{self.name}: {self.nodes} node(s) x {self.per_node}, intra {gb(self.intra)}, "
+                f"nic {gb(self.nic)}, spine {gb(self.spine)}, leaf={self.leaf}"
+                + (f" ({self.nodes_per_leaf} nodes per leaf)" if self.nodes_per_leaf else "")
+                + f", oversubscription {self.oversubscription:g}, "
+                f"gamma {self.gamma * 1e12:g} ps/B")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def routes(self) -> "Routes":
+        return Routes(self)
+
+
+class Routes:
+    """Link ids, capacities and paths of a fabric, computed with array arithmetic.
+
+    Links (directed): ``intra`` up/down per rank, ``nic`` up/down per rank, up/down per leaf,
+    and one unused link of infinite capacity that pads the shorter paths to four links.
+    """
+
+    def __init__(self, fabric: Fabric):
+        f = self.fabric = fabric
+        N, g = f.size, f.per_node
+        self.size = N
+        if f.leaf == "rail":
+            npl = f.nodes_per_leaf or f.nodes
+            self.nleaves = -(-f.nodes // npl) * g
+        elif f.leaf == "node":
+            npl = f.nodes_per_leaf or 1
+            self.nleaves = -(-f.nodes // npl)
+        else:
+            npl, self.nleaves = f.nodes, 1
+        self.nodes_per_leaf = npl
+        # Shifting every rank by a whole leaf group maps the fabric onto itself.
+        self.period = npl * g if f.nodes % npl == 0 else N
+        ranks = np.arange(N)
+        self.leaf_of = self.leaf(ranks)
+        ports = np.bincount(self.leaf_of, minlength=self.nleaves)
+        up = ports * f.nic.bandwidth / f.oversubscription
+        self.nlinks = 4 * N + 2 * self.nleaves + 1
+        self.pad = self.nlinks - 1
+        self.capacity = np.concatenate([
+            np.full(2 * N, f.intra.bandwidth), np.full(2 * N, f.nic.bandwidth), up, up,
+            [np.inf]])
+        self.alpha = np.array([f.intra.alpha, f.nic.alpha, f.spine.alpha])
+        self.cap = np.array([f.intra.bandwidth, f.nic.bandwidth,
+                             min(f.spine.bandwidth, f.nic.bandwidth)])
+
+    def leaf(self, r):
+        f = self.fabric
+        node, rail = r // f.per_node, r % f.per_node
+        if f.leaf == "rail":
+            return (node // self.nodes_per_leaf) * f.per_node + rail
+        if f.leaf == "node":
+            return node // self.nodes_per_leaf
+        return np.zeros_like(r)
+
+    def kind(self, src, dst):
+        """INTRA, LEAF or SPINE for each message."""
+        g = self.fabric.per_node
+        same_node = (src // g == dst // g) & (g > 1)
+        same_leaf = self.leaf_of[src] == self.leaf_of[dst]
+        return np.where(same_node, INTRA, np.where(same_leaf, LEAF, SPINE))
+
+    def links(self, src, dst, kind):
+        """The (messages x 4) link ids of each path, padded with the unused link."""
+        N = self.size
+        out = np.full((len(src), 4), self.pad, dtype=np.int64)
+        intra, net, spine = kind == INTRA, kind != INTRA, kind == SPINE
+        out[intra, 0], out[intra, 1] = src[intra], N + dst[intra]
+        out[net, 0], out[net, 1] = 2 * N + src[net], 3 * N + dst[net]
+        out[spine, 2] = 4 * N + self.leaf_of[src[spine]]
+        out[spine, 3] = 4 * N + self.nleaves + self.leaf_of[dst[spine]]
+        return out
+
+    def name(self, link: int) -> str:
+        """A readable name of link ``link``."""
+        N = self.size
+        kinds = [("intra-node port up, rank", 0), ("intra-node port down, rank", N),
+                 ("NIC up, rank", 2 * N), ("NIC down, rank", 3 * N)]
+        for label, base in kinds:
+            if base <= link < base + N:
+                return f"{label} {link - base}"
+        if link < 4 * N + self.nleaves:
+            return f"leaf {link - 4 * N} -> spine"
+        if link < 4 * N + 2 * self.nleaves:
+            return f"spine -> leaf {link - 4 * N - self.nleaves}"
+        return "(none)"
+
+
+# ----------------------------------------------------------------------------- presets
+
+def _flat(nodes, per_node, alpha=2e-6, bandwidth=25e9, gamma=0.0, **_):
+    """One non-blocking switch: every path costs ``alpha`` + bytes / ``bandwidth``."""
+    c = LinkClass(alpha, bandwidth)
+    return Fabric("flat", nodes, per_node, c, c, c, gamma, leaf="single")
+
+
+def _dgx_h100(nodes, per_node, gamma=None, **_):
+    """DGX/HGX H100 nodes on a rail-optimized NDR InfiniBand fat tree (sources: docs)."""
+    return Fabric("dgx-h100", nodes, per_node,
+                  intra=LinkClass(2e-6, 450e9),       # NVLink4 via NVSwitch, per GPU per direction
+                  nic=LinkClass(5e-6, 50e9),          # ConnectX-7 NDR 400 Gb/s per GPU
+                  spine=LinkClass(6e-6, 50e9),        # one more switch tier, 400 Gb/s links
+                  gamma=1e-12 if gamma is None else gamma,  # ~1 TB/s reduction in HBM
+                  leaf="rail", nodes_per_leaf=32, oversubscription=1.0)   # SU of 32 nodes
+
+
+def _seed_lab(nodes, per_node, gamma=0.0, **_):
+    """The seed's rail lab: L = 2 us, same rail ~50 GB/s, cross-rail ~5 GB/s; NVLink inside."""
+    return Fabric("seed-lab", nodes, per_node,
+                  intra=LinkClass(2e-6, 450e9), nic=LinkClass(2e-6, 50e9),
+                  spine=LinkClass(2e-6, 5e9), gamma=gamma, leaf="rail")
+
+
+def _this_machine(nodes, per_node, profile=None, **_):
+    """From a ``mpicoll calibrate`` profile: intra = (alpha, 1/beta), inter = the _inter pair."""
+    from ..model import load_profile
+    p = load_profile(profile)
+    a_out, b_out = p.link(True)
+    intra = LinkClass(p.alpha, 1 / p.beta)
+    inter = LinkClass(a_out, 1 / b_out)
+    return Fabric("this-machine", nodes, per_node, intra, inter, inter, p.gamma, leaf="single")
+
+
+PRESETS = {"flat": _flat, "dgx-h100": _dgx_h100, "seed-lab": _seed_lab,
+           "this-machine": _this_machine}
+
+
+def from_json(path, nodes: int, per_node: int) -> Fabric:
+    """A fabric from a JSON file with ``Fabric``'s fields (``nodes``/``per_node`` optional)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        data.setdefault("name", Path(path).stem)
+        data.setdefault("nodes", nodes)
+        data.setdefault("per_node", per_node)
+        for c in ("intra", "nic", "spine"):
+            data[c] = LinkClass(**data[c])
+        return Fabric(**data)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{path}: not a fabric file: {e}") from None
+
+
+def preset(name: str, nodes: int, per_node: int, **params) -> Fabric:
+    """The preset ``name`` (or the JSON file ``name``) with ``nodes`` x ``per_node`` ranks.
+
+    ``params``: ``alpha``, ``bandwidth`` (flat), ``gamma``, ``profile`` (this-machine).
+    """
+    if name in PRESETS:
+        return PRESETS[name](nodes, per_node, **{k: v for k, v in params.items()
+                                                 if v is not None})
+    if Path(name).is_file():
+        return from_json(name, nodes, per_node)
+    raise ValueError(f"unknown fabric {name!r}; expected one of {list(PRESETS)} or a JSON file")

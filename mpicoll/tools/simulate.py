@@ -1,0 +1,188 @@
+"""``mpicoll simulate``: predicted times of the algorithms' own schedules on a modelled fabric.
+
+    mpicoll simulate --fabric flat --alpha 2us --bandwidth 25GB/s -N 8 -a ring,recursive_doubling \\
+        -b 1K -e 4G -f 10
+    mpicoll simulate --fabric dgx-h100 --nodes 3072 --per-node 8 -a ring,hierarchical -b 1M -e 1G
+    mpicoll simulate --fabric seed-lab --nodes 2 --per-node 8 -a ring --order rail
+
+Columns as ``mpicoll bench``'s (GB = 1e9 B, algbw = size / time, busbw = algbw x the bus factor),
+from the timed executor (``mpicoll.executors.timed``) instead of a clock, then the most loaded
+link and the bytes it carried, the bytes that crossed nodes and the rank pairs that cross rails.
+Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-h100``, ``seed-lab``,
+``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile) or a JSON file
+(``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
+``mpicoll plot`` draws it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+
+from ..executors import fabric as fabrics
+from ..executors.timed import simulate
+from ..registry import COLLECTIVES
+from .sizes import size_arg, sizes_from
+
+__all__ = ["main", "parse_seconds", "parse_bandwidth"]
+
+_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_RATES = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
+DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "seed-lab": 8}
+
+
+def _number_unit(text: str, what: str) -> tuple[float, str]:
+    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)\s*(\S*)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
+    return float(m.group(1)), m.group(2)
+
+
+def parse_seconds(text: str) -> float:
+    """``2us``, ``1.5ms``, ``500ns``, ``2e-6`` -> seconds."""
+    value, unit = _number_unit(text, "a time")
+    if unit not in _SECONDS:
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (use s, ms, us or ns)")
+    return value * _SECONDS[unit]
+
+
+def parse_bandwidth(text: str) -> float:
+    """``25GB/s`` (bytes), ``400Gb/s`` (bits), ``25e9`` -> bytes per second."""
+    value, unit = _number_unit(text, "a bandwidth")
+    bits = unit[-3:-2] == "b" if unit else False
+    if unit.lower() not in _RATES or value <= 0:
+        raise argparse.ArgumentTypeError(f"not a bandwidth: {text!r} (use e.g. 25GB/s or "
+                                         "400Gb/s)")
+    return value * _RATES[unit.lower()] / (8 if bits else 1)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="mpicoll simulate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fabric", default="flat",
+                    help=f"{', '.join(fabrics.PRESETS)} or a JSON file (default flat)")
+    ap.add_argument("-N", "--nranks", type=_positive, help="ranks (nodes x per-node)")
+    ap.add_argument("--nodes", type=_positive, help="nodes")
+    ap.add_argument("--per-node", type=_positive, help="ranks per node")
+    ap.add_argument("-a", "--algorithms", help="comma list (default: every one with a schedule)")
+    ap.add_argument("-b", "--minbytes", type=size_arg, default="8", help="smallest size")
+    ap.add_argument("-e", "--maxbytes", type=size_arg, default="64M", help="largest size")
+    ap.add_argument("-f", "--stepfactor", type=float, default=4, help="size factor (default 4)")
+    ap.add_argument("--order", choices=["rank", "node", "rail"],
+                    help="ring order, for the algorithms that declare an `order` option")
+    ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES))
+    ap.add_argument("--alpha", type=parse_seconds, help="flat: seconds per message (2us)")
+    ap.add_argument("--bandwidth", type=parse_bandwidth, help="flat: bytes/s (25GB/s)")
+    ap.add_argument("--gamma", type=parse_seconds, help="seconds per byte reduced (e.g. 1ps)")
+    ap.add_argument("--profile", help="this-machine: a `mpicoll calibrate` profile")
+    ap.add_argument("--json", metavar="PATH")
+    args = ap.parse_args(argv)
+    if (args.alpha is not None or args.bandwidth is not None) and args.fabric != "flat":
+        ap.error(f"--alpha and --bandwidth set the flat fabric, not {args.fabric!r}")
+    if args.profile and args.fabric != "this-machine":
+        ap.error("--profile goes with --fabric this-machine")
+    if args.stepfactor < 1:
+        ap.error(f"-f must be >= 1, got {args.stepfactor}")
+    return ap, args
+
+
+def layout(ap, args) -> tuple[int, int]:
+    """(nodes, ranks per node) from -N / --nodes / --per-node."""
+    default = DEFAULT_PER_NODE.get(args.fabric)
+    if args.nranks is not None:
+        if args.nodes is not None:
+            if args.nranks % args.nodes:
+                ap.error(f"-N {args.nranks} is not a multiple of --nodes {args.nodes}")
+            return args.nodes, args.nranks // args.nodes
+        per = args.per_node or default or args.nranks     # this-machine, files: one node
+        per = min(per, args.nranks)
+        if args.nranks % per:
+            ap.error(f"-N {args.nranks} is not a multiple of {per} ranks per node "
+                     f"(give --nodes and --per-node)")
+        return args.nranks // per, per
+    if args.nodes is None:
+        ap.error("give -N RANKS, or --nodes K and --per-node G")
+    return args.nodes, args.per_node or default or 1
+
+
+def main(argv=None) -> int:
+    ap, args = parse_args(sys.argv[1:] if argv is None else argv)
+    nodes, per_node = layout(ap, args)
+    try:
+        fabric = fabrics.preset(args.fabric, nodes, per_node, alpha=args.alpha,
+                                bandwidth=args.bandwidth, gamma=args.gamma,
+                                profile=args.profile)
+    except ValueError as e:
+        ap.error(str(e))
+    table = COLLECTIVES[args.collective]
+    names = (args.algorithms.split(",") if args.algorithms
+             else [n for n, a in table.items() if not a.library])
+    options = {}
+    for name in names:
+        if name not in table and not any(name in a.aliases for a in table.values()):
+            ap.error(f"unknown {args.collective} algorithm {name!r}; expected one of "
+                     f"{[n for n, a in table.items() if not a.library]}")
+        algo = next(a for n, a in table.items() if name == n or name in a.aliases)
+        if algo.library:
+            ap.error(f"{name!r} is the MPI library's own {args.collective}: nothing to simulate")
+        declared = {o.name for o in algo.options}
+        options[name] = {"order": args.order} if args.order and "order" in declared else {}
+    if args.order and not any(options.values()):
+        ap.error(f"--order: none of {names} declares an `order` option")
+    sizes = sizes_from(args.minbytes, args.maxbytes, args.stepfactor)
+    if not sizes:
+        ap.error(f"empty size range: -b {args.minbytes} is above -e {args.maxbytes}")
+    print(f"# mpicoll simulate: {args.collective}, {fabric.size} ranks, {fabric.describe()}")
+    print("# time = the last rank's finish on the timed executor; GB = 1e9 B; busbw = algbw x "
+          "the bus factor; max link = the link that carried the most bytes")
+    print(f"{'size(B)':>10} {'count':>9} {'type':>7} {'redop':>5} {'algorithm':>18} | "
+          f"{'time(us)':>10} {'algbw':>7} {'busbw':>7} | {'max link':>26} {'bytes':>10} "
+          f"{'internode':>10} {'x-rail':>6}")
+    records = []
+    for nbytes in sizes:
+        for name in names:
+            try:
+                r = simulate(args.collective, name, fabric, nbytes, **options[name])
+            except ValueError as e:
+                ap.error(f"{name}: {e}")
+            t_us = r.time * 1e6
+            records.append({
+                "collective": args.collective, "algorithm": name, "size": r.nbytes,
+                "count": r.nbytes // 4, "dtype": "float32", "op": "sum", "inplace": False,
+                **{k: t_us for k in ("time_us", "time_us_min", "time_us_max", "time_us_p90",
+                                     "time_us_p99")},
+                "iters": 1, "algbw": r.algbw / 1e9, "busbw": r.busbw / 1e9, "wrong": 0,
+                "vs_mpi": None, "bytes_sent": None, "predicted_us": t_us, "auto_choice": None,
+                "nranks": fabric.size, "nodes": fabric.nodes, "per_node": fabric.per_node,
+                "fabric": fabric.name, "max_link_bytes": r.max_link_bytes,
+                "max_link": r.max_link, "cross_rail_hops": r.cross_rail_hops,
+                "internode_hops": r.internode_hops, "internode_bytes": r.internode_bytes,
+                "bottleneck_GBps": r.bottleneck_bw / 1e9, "critical_path": r.critical,
+                "order": options[name].get("order")})
+            print(f"{r.nbytes:>10} {r.nbytes // 4:>9} {'float32':>7} {'sum':>5} {name:>18} | "
+                  f"{t_us:>10.1f} {r.algbw / 1e9:>7.3f} {r.busbw / 1e9:>7.3f} | "
+                  f"{r.max_link:>26} {r.max_link_bytes:>10.3g} {r.internode_bytes:>10.3g} "
+                  f"{r.cross_rail_hops:>6}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"nranks": fabric.size, "nodes": fabric.nodes, "per_node": fabric.per_node,
+                       "ranks_per_node": fabric.per_node, "fabric": fabric.to_json(),
+                       "collective": args.collective, "dtype": "float32", "op": "sum",
+                       "mpi_library": f"timed simulator, fabric {fabric.name}",
+                       "command": " ".join(["mpicoll simulate"] + list(argv or sys.argv[1:])),
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "records": records},
+                      f, indent=1)
+        print(f"# wrote {args.json}")
+    return 0

@@ -1,0 +1,281 @@
+"""The timed executor (``mpicoll.executors.timed``) and ``mpicoll simulate``.
+
+* on a contention-free flat fabric it gives every all-reduce algorithm's ``cost()`` (issue 10,
+  4a: within 1 % at N = 2..64) and, rank by rank, the in-process executor's clock;
+* the done-means run of issue 10 (ring against 2(N-1)a + 2(N-1)/N D/B, the ring / recursive
+  doubling crossover between 100 KB and 1 MB);
+* the all-ranks forms it replays equal ``schedule(rank, size, count)`` for every rank;
+* contention (messages on one link share it), the spine cap, stragglers, the rail lab;
+* the command line's usage errors exit with status 2.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from mpicoll.executors import allranks, inprocess, timed
+from mpicoll.executors import fabric as fabrics
+from mpicoll.executors.allranks import Wave
+from mpicoll.registry import ALLREDUCE, COLLECTIVES, lookup
+from mpicoll.tools import simulate as cli
+from mpicoll.topology import virtual_nodes
+
+pytestmark = pytest.mark.timeout(300)
+
+ALPHA, BW, GAMMA = 2e-6, 25e9, 1e-10
+SCHEDULED = [name for name, a in ALLREDUCE.items() if not a.library]
+
+
+def flat(nodes, per_node=1, gamma=GAMMA):
+    return fabrics.preset("flat", nodes, per_node, alpha=ALPHA, bandwidth=BW, gamma=gamma)
+
+
+def layouts(algo, n):
+    """Ranks per node to try: several for node-layout algorithms, else one rank per node."""
+    return [L for L in (1, 2, 4) if n % L == 0] if algo.has("node-layout") else [1]
+
+
+# ----------------------------------------------------------------------------- 4a: flat == cost()
+
+# double_binary_tree's cost() is, by its docstring, an upper bound of its pipelined schedule
+# (0.56-1.00 of the in-process clock), not its time: the simulated schedule agrees with the
+# in-process clock (below), the formula does not. Strict: a fixed formula makes this fail loudly.
+BOUND_ONLY = {"double_binary_tree"}
+COST_CASES = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="cost() is an upper "
+                                                      "bound, not the schedule's time"))
+              if n in BOUND_ONLY else n for n in SCHEDULED]
+
+
+@pytest.mark.parametrize("name", COST_CASES)
+@pytest.mark.parametrize("nbytes", [4096, 1 << 20])
+def test_flat_fabric_gives_cost_formula(name, nbytes):
+    algo = ALLREDUCE[name]
+    bad = []
+    for n in range(2, 9 if name in BOUND_ONLY else 65):
+        for L in layouts(algo, n):
+            r = timed.simulate("allreduce", name, flat(n // L, L), nbytes)
+            extra = (dict(ranks_per_node=L, alpha_intra=ALPHA, beta_intra=1 / BW)
+                     if algo.has("node-phases") else {})
+            formula = algo.cost(n, r.nbytes, ALPHA, 1 / BW, GAMMA, **extra)
+            if abs(r.time / formula - 1) > 0.01:
+                bad.append(f"N={n} L={L}: simulated {r.time * 1e6:.3f} us, cost() "
+                           f"{formula * 1e6:.3f} us")
+    assert not bad, f"{name}: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("name", SCHEDULED)
+def test_flat_fabric_agrees_with_inprocess_clock_rank_by_rank(name):
+    for n in (2, 3, 5, 6, 8, 12):
+        L = 2 if n % 2 == 0 and ALLREDUCE[name].has("node-layout") else 1
+        for count in (3, 1001, 1000 * n):
+            r = timed.simulate("allreduce", name, flat(n // L, L), 4 * count)
+            scheds = inprocess.schedules("allreduce", name, n, count, ranks_per_node=L)
+            ip = inprocess.run(scheds, [np.zeros(count, np.float32) for _ in range(n)],
+                               clock=(ALPHA, 1 / BW, GAMMA))
+            # The in-process clock starts all messages of a step at its latest peer and charges
+            # each rank its own max(sent, received); the timed one starts each message when its
+            # two ends are ready and makes the messages sharing a link finish together. They
+            # differ only in steps with several peers (the double binary tree's): there the
+            # timed call ends no later, and at most 5 % earlier (4.4 % at N = 12).
+            if name in BOUND_ONLY:
+                assert 0.95 * ip.time <= r.time <= ip.time * (1 + 1e-12), (n, count)
+                continue
+            np.testing.assert_allclose(r.finish, ip.finish, rtol=1e-12,
+                                       err_msg=f"{name} N={n} count={count}")
+
+
+# ----------------------------------------------------------------------------- done means
+
+def test_done_means_ring_formula_and_crossover(tmp_path, capsys):
+    out = tmp_path / "flat.json"
+    assert cli.main(["--fabric", "flat", "--alpha", "2us", "--bandwidth", "25GB/s", "-N", "8",
+                     "-a", "ring,recursive_doubling", "-b", "1K", "-e", "4G", "-f", "10",
+                     "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert {"nranks", "nodes", "per_node", "fabric"} <= set(results)
+    rings = [r for r in results["records"] if r["algorithm"] == "ring"]
+    assert len(rings) == 7                                   # 1K .. 1G
+    n = 8
+    for r in rings:
+        formula = 2 * (n - 1) * 2e-6 + 2 * (n - 1) / n * r["size"] / 25e9
+        assert r["time_us"] * 1e-6 == pytest.approx(formula, rel=0.01), r["size"]
+        for key in ("max_link_bytes", "cross_rail_hops", "internode_bytes", "busbw", "algbw"):
+            assert key in r
+    # The crossover, on a fine grid: ring overtakes recursive doubling between 100 KB and 1 MB.
+    fab = fabrics.preset("flat", 8, 1, alpha=2e-6, bandwidth=25e9)
+    sizes = [int(100e3 * 1.05 ** k) for k in range(48)]
+    first = next(s for s in sizes if timed.simulate("allreduce", "ring", fab, s).time
+                 < timed.simulate("allreduce", "recursive_doubling", fab, s).time)
+    assert 100e3 < first < 1e6, first
+
+
+# ----------------------------------------------------------------------------- all-ranks forms
+
+def _same_as_schedules(waves, scheds, what):
+    rebuilt = allranks.to_steps(waves, len(scheds))
+    for rank, sched in enumerate(scheds):
+        want = [allranks.canonical(step) for step in sched.steps]
+        assert rebuilt[rank] == want, f"{what}: rank {rank} differs"
+
+
+RING_SIZES = (1, 2, 3, 4, 5, 7, 8, 12, 16, 31, 64, 127, 128)
+
+
+@pytest.mark.parametrize("n", RING_SIZES)
+def test_ring_all_ranks_form_is_the_ring_schedule(n):
+    ring = lookup("allreduce", "ring")
+    for count in sorted({0, 1, max(n - 1, 0), n, n + 1, 1000}):
+        _same_as_schedules(list(allranks.ring_waves(n, count)),
+                           [ring.schedule(r, n, count) for r in range(n)], f"N={n} count={count}")
+
+
+@pytest.mark.parametrize("n,L", [(2, 2), (4, 2), (6, 3), (8, 4), (12, 4), (16, 8), (24, 8),
+                                 (30, 5), (64, 8), (96, 8), (128, 8), (128, 2)])
+def test_node_layout_all_ranks_form_is_its_schedule(n, L):
+    algo = lookup("allreduce", "smp")                  # the node-layout all-reduce
+    nodes = virtual_nodes(n, L)
+    inner_opt, outer_opt = algo.options
+    for inner in inner_opt.choices:
+        for outer in outer_opt.choices:
+            if n > 32 and (inner, outer) != ("ring", "recursive_doubling") and L != 8:
+                continue
+            for count in (0, 5, 1000 + n):
+                want = [algo.schedule(r, n, count, nodes=nodes, inner=inner, outer=outer)
+                        for r in range(n)]
+                got = allranks.node_layout_waves(n, count, nodes=nodes, inner=inner,
+                                                 outer=outer)
+                _same_as_schedules(got, want, f"N={n} L={L} {inner}/{outer} count={count}")
+
+
+@pytest.mark.parametrize("collective", list(COLLECTIVES))
+def test_waves_from_schedules_rebuild_every_schedule(collective):
+    for name, algo in COLLECTIVES[collective].items():
+        if algo.library:
+            continue
+        for n in (1, 2, 3, 5, 8, 13, 16):
+            for count in (0, 1, n + 1, 100):
+                kw = {}
+                if algo.has("node-layout"):
+                    kw["nodes"] = virtual_nodes(n, 2 if n % 2 == 0 else 1)
+                    kw.update(algo.resolve({}, kw["nodes"]))
+                if algo.has("root"):
+                    kw["root"] = n // 2
+                scheds = [algo.schedule(r, n, count, **kw) for r in range(n)]
+                try:
+                    waves = allranks.from_schedules(scheds)
+                except ValueError as e:            # steps of one message in different rounds
+                    assert "not wave-aligned" in str(e) and collective == "bcast", e
+                    continue
+                _same_as_schedules(waves, scheds, f"{collective}/{name} N={n} count={count}")
+
+
+@pytest.mark.parametrize("fab", [fabrics.preset("dgx-h100", 4, 4), fabrics.preset("seed-lab", 3, 4),
+                                 fabrics.preset("dgx-h100", 6, 2)], ids=lambda f: f.name)
+def test_direct_forms_time_like_the_schedules(fab):
+    for name in ("ring", "hierarchical"):
+        for nbytes in (4096, 1000001, 1 << 20):
+            x = timed.simulate("allreduce", name, fab, nbytes)
+            y = timed.simulate("allreduce", name, fab, nbytes, direct=False)
+            np.testing.assert_allclose(x.finish, y.finish, rtol=1e-12)
+            assert (x.path_bytes, x.max_link_bytes, x.cross_rail_hops) == \
+                   (y.path_bytes, y.max_link_bytes, y.cross_rail_hops)
+
+
+# ----------------------------------------------------------------------------- contention
+
+def _one_wave(src, dst, nbytes):
+    return [Wave(np.array(src), np.array(dst), nbytes, False, False, 0)]
+
+
+def test_two_messages_on_one_link_get_half_each():
+    fab = flat(4, gamma=0.0)
+    B = 1_000_000
+    alone = timed.run(_one_wave([0], [2], B), fab, itemsize=1)
+    shared = timed.run(_one_wave([0, 1], [2, 2], B), fab, itemsize=1)   # both into rank 2
+    apart = timed.run(_one_wave([0, 1], [2, 3], B), fab, itemsize=1)
+    assert alone.time == pytest.approx(ALPHA + B / BW)
+    assert shared.time == pytest.approx(ALPHA + 2 * B / BW)
+    assert apart.time == pytest.approx(ALPHA + B / BW)
+    assert shared.max_link == "NIC down, rank 2" and shared.max_link_bytes == 2 * B
+
+
+def test_spine_caps_a_cross_rail_message_and_rails_do_not():
+    fab = fabrics.preset("seed-lab", 2, 8)
+    B = 10_000_000
+    same_rail = timed.run(_one_wave([7], [15], B), fab, itemsize=1)
+    cross_rail = timed.run(_one_wave([7], [8], B), fab, itemsize=1)
+    assert same_rail.time == pytest.approx(2e-6 + B / 50e9)
+    assert cross_rail.time == pytest.approx(2e-6 + B / 5e9)
+    assert (same_rail.cross_rail_hops, cross_rail.cross_rail_hops) == (0, 1)
+    assert same_rail.internode_hops == cross_rail.internode_hops == 1
+
+
+def test_rank_order_ring_on_the_rail_lab_crosses_rails_twice():
+    r = timed.simulate("allreduce", "ring", fabrics.preset("seed-lab", 2, 8), 16 << 20)
+    assert (r.internode_hops, r.cross_rail_hops) == (2, 2)          # 7 -> 8 and 15 -> 0
+    assert r.bottleneck_bw == pytest.approx(5e9)
+    assert r.max_link == "leaf 7 -> spine"
+
+
+def test_rail_order_ring_stays_on_rails():
+    ring = lookup("allreduce", "ring")
+    if "order" not in {o.name for o in ring.options}:
+        pytest.skip("ring declares no `order` option on this branch (issue 10, part 5)")
+    fab = fabrics.preset("seed-lab", 2, 8)
+    by_rank = timed.simulate("allreduce", "ring", fab, 16 << 20, order="rank")
+    by_rail = timed.simulate("allreduce", "ring", fab, 16 << 20, order="rail")
+    assert (by_rank.cross_rail_hops, by_rail.cross_rail_hops) == (2, 0)
+    assert by_rail.bottleneck_bw / by_rank.bottleneck_bw == pytest.approx(10)
+
+
+# ----------------------------------------------------------------------------- stragglers
+
+@pytest.mark.parametrize("name", ["ring", "recursive_doubling", "hierarchical"])
+def test_a_straggler_delays_the_whole_call(name):
+    fab = flat(4, 2)
+    base = timed.simulate("allreduce", name, fab, 1 << 20)
+    delay = np.zeros(8)
+    delay[5] = 1e-3
+    late = timed.simulate("allreduce", name, fab, 1 << 20, delay=delay)
+    assert late.time == pytest.approx(base.time + 1e-3)
+    assert late.critical["delay"] == pytest.approx(1e-3)
+    assert late.finish.min() >= 1e-3          # every rank waits for rank 5's data
+
+
+def test_delay_must_name_every_rank():
+    with pytest.raises(ValueError, match="delay must be 8 non-negative seconds"):
+        timed.simulate("allreduce", "ring", flat(8), 1024, delay=[0.0] * 7)
+
+
+def test_misaligned_schedule_is_a_clear_error():
+    with pytest.raises(ValueError, match="not wave-aligned"):
+        timed.simulate("bcast", "ring", flat(8), 20)      # 5 elements on 8 ranks
+
+
+# ----------------------------------------------------------------------------- command line
+
+@pytest.mark.parametrize("argv", [
+    ["--fabric", "dgx-h100", "--alpha", "2us", "-N", "8"],
+    ["--fabric", "dgx-h100", "-N", "12"],
+    ["--fabric", "nowhere", "-N", "8"],
+    ["-N", "8", "-a", "nosuch"],
+    ["-N", "8", "-a", "mpi"],
+    ["-N", "8", "-b", "lots"],
+    ["-N", "8", "--bandwidth", "fast"],
+    ["-N", "8", "-a", "recursive_doubling", "--order", "rail"],
+    ["--per-node", "8"],
+])
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mpicoll simulate: error: ")
+
+
+def test_units():
+    assert cli.parse_seconds("2us") == pytest.approx(2e-6)
+    assert cli.parse_seconds("1.5ms") == pytest.approx(1.5e-3)
+    assert cli.parse_bandwidth("25GB/s") == pytest.approx(25e9)
+    assert cli.parse_bandwidth("400Gb/s") == pytest.approx(50e9)
