@@ -179,6 +179,21 @@ def test_socket_executor_names_a_wrong_length():
     p.join(10)
 
 
+# ----------------------------------------------------------------------------- lab 2: rails
+
+@pytest.mark.timeout(120)
+def test_lab_rails(tmp_path):
+    out = run(JOBS / "lab_rails.py", "--json", tmp_path / "r.json")
+    assert "ours 2 vs 0 cross-rail hops, 5 vs 50 GB/s" in last_line(out, "lab_rails")
+    res = json.loads((tmp_path / "r.json").read_text())
+    rank, rail = res["orders"]["rank"], res["orders"]["rail"]
+    assert rank["ring"] == list(range(16))
+    assert rail["ring"] == list(range(8)) + list(range(15, 7, -1))
+    assert (rank["cross_rail_hops"], rail["cross_rail_hops"]) == (2, 0)
+    assert 8 <= res["ratio"] <= 12                               # issue 11's done-means
+    assert res["sweep"][0]["ratio"] < 1.1 < 9 < res["sweep"][-1]["ratio"]
+
+
 # ----------------------------------------------------------------------------- lab 4: ladder
 
 @pytest.mark.timeout(180)
@@ -202,8 +217,8 @@ RECORDED = ROOT / "docs/labs"
 def test_labs_md_blocks_are_current():
     text = LABS_MD.read_text()
     names = [m["name"] for m in lab_common.BLOCK.finditer(text)]
-    assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_ladder",
-            "lab_sockets"} <= set(names)
+    assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_rails",
+            "lab_ladder", "lab_sockets"} <= set(names)
     assert lab_common.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
 
 
@@ -212,6 +227,7 @@ def test_labs_md_blocks_are_current():
     ("trace_values", ["-m", "mpicoll", "trace", "ring", "-N", "4", "--values"]),
     ("lab_ring_trace", [JOBS / "lab_ring_trace.py"]),
     ("lab_checkpoint", [JOBS / "lab_checkpoint.py"]),
+    ("lab_rails", [JOBS / "lab_rails.py"]),
 ])
 def test_recorded_output_is_what_the_code_prints_today(name, args):
     """Labs whose output does not depend on timing: the recorded output must be today's."""
