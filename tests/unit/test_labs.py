@@ -92,7 +92,7 @@ def test_lab_ring_trace(tmp_path):
     assert all(r["bytes_per_link"] == r["theory"] == 2 * (r["N"] - 1) * 8 for r in res["sweep"])
 
 
-# ----------------------------------------------------------------------------- lab 3: checkpoint
+# ----------------------------------------------------------------------------- lab 7: checkpoint
 
 @pytest.mark.timeout(60)
 def test_lab_checkpoint(tmp_path):
@@ -179,7 +179,21 @@ def test_socket_executor_names_a_wrong_length():
     p.join(10)
 
 
-# ----------------------------------------------------------------------------- lab 2: rails
+# ----------------------------------------------------------------------------- lab 2: crossover
+
+@pytest.mark.timeout(120)
+def test_lab_crossover(tmp_path):
+    out = run(JOBS / "lab_crossover.py", "--json", tmp_path / "x.json")
+    assert "ours ring latency 28 us" in last_line(out, "lab_crossover")
+    res = json.loads((tmp_path / "x.json").read_text())
+    assert all(t["latency_s"] == pytest.approx(28e-6) for t in res["ring_terms"])
+    assert 400_000 <= res["terms_equal"] <= 400_000 * 1.02 ** 2   # N.L.B, on a 2 % grid
+    assert 440_000 / 1.02 ** 2 <= res["crossover_fine"] <= 440_000 * 1.02 ** 2   # 8.8 L.B
+    ring, rd = res["times_s"]["ring"], res["times_s"]["recursive_doubling"]
+    assert rd[0] < ring[0] and ring[-1] < rd[-1]                 # trees below, rings above
+
+
+# ----------------------------------------------------------------------------- lab 4: rails
 
 @pytest.mark.timeout(120)
 def test_lab_rails(tmp_path):
@@ -194,7 +208,7 @@ def test_lab_rails(tmp_path):
     assert res["sweep"][0]["ratio"] < 1.1 < 9 < res["sweep"][-1]["ratio"]
 
 
-# ----------------------------------------------------------------------------- lab 4: ladder
+# ----------------------------------------------------------------------------- lab 8: ladder
 
 @pytest.mark.timeout(180)
 def test_lab_ladder_runs(tmp_path):
@@ -217,8 +231,8 @@ RECORDED = ROOT / "docs/labs"
 def test_labs_md_blocks_are_current():
     text = LABS_MD.read_text()
     names = [m["name"] for m in lab_common.BLOCK.finditer(text)]
-    assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_rails",
-            "lab_ladder", "lab_sockets"} <= set(names)
+    assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_crossover",
+            "lab_rails", "lab_ladder", "lab_sockets"} <= set(names)
     assert lab_common.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
 
 
@@ -228,6 +242,7 @@ def test_labs_md_blocks_are_current():
     ("lab_ring_trace", [JOBS / "lab_ring_trace.py"]),
     ("lab_checkpoint", [JOBS / "lab_checkpoint.py"]),
     ("lab_rails", [JOBS / "lab_rails.py"]),
+    ("lab_crossover", [JOBS / "lab_crossover.py"]),
 ])
 def test_recorded_output_is_what_the_code_prints_today(name, args):
     """Labs whose output does not depend on timing: the recorded output must be today's."""
