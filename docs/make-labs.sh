@@ -3,8 +3,10 @@
 # JSON and plot in docs/labs/, then fills docs/labs.md's blocks and summary table from them.
 #   bash run.sh shell        # (or put .venv/bin on PATH), then:
 #   bash docs/make-labs.sh
-# About 1-2 minutes on 2 cores; at most 4 MPI ranks (lab_bytes), 2 for lab_ladder's MPI rungs.
-# The timed rungs (lab_ladder, lab_sockets' seconds) move with the machine's load.
+# About 2-4 minutes on 2 cores; at most 4 MPI ranks (lab_bytes, lab_crossover --measure), 2 for
+# lab_ladder's MPI rungs.
+# The timed parts (lab_ladder, lab_sockets' seconds, lab_crossover's measured line) move with
+# the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -24,7 +26,7 @@ lab lab_bytes mpiexec -n 4 python -m mpi4py jobs/lab_bytes.py --json "$OUT/lab_b
     --png "$OUT/lab_bytes.png"
 lab lab_checkpoint python jobs/lab_checkpoint.py --json "$OUT/lab_checkpoint.json" \
     --png "$OUT/lab_checkpoint.png"
-lab lab_crossover python jobs/lab_crossover.py --json "$OUT/lab_crossover.json" \
+lab lab_crossover python jobs/lab_crossover.py --measure --json "$OUT/lab_crossover.json" \
     --png "$OUT/lab_crossover.png"
 lab lab_rails python jobs/lab_rails.py --json "$OUT/lab_rails.json" --png "$OUT/lab_rails.png"
 lab lab_ladder python jobs/lab_ladder.py --json "$OUT/lab_ladder.json" --png "$OUT/lab_ladder.png"

@@ -99,10 +99,15 @@ def main(argv=None) -> int:
     print(f"on a 2 % grid: the ring's bandwidth term overtakes its latency term at {equal:.3g} B;"
           f" the ring beats both trees from {fine_x:.3g} B (on the grid above: from {x:.0e} B)")
     measured = measure(Path(__file__).resolve().parents[1]) if args.measure else None
+    def size(b) -> str:
+        return "not reached up to 4 MiB" if b is None else f"{b:.0f} B"
+
     if measured:
-        print(f"this machine ({measured['nranks']} ranks, jobs/crossover.py): measured crossover "
-              f"{measured.get('measured_crossover')} B, model {measured.get('model_crossover')} B,"
-              f" N.alpha/beta {measured.get('n_alpha_over_beta'):.0f} B")
+        print(f"this machine ({measured['nranks']} ranks on {measured['nodes']} node(s), "
+              f"jobs/crossover.py, 1 KiB .. 4 MiB): measured crossover "
+              f"{size(measured.get('measured_crossover'))}; cost model "
+              f"{size(measured.get('model_crossover'))}; N.alpha/beta "
+              f"{size(measured.get('n_alpha_over_beta'))}")
     write_json(args.json, {"N": N, "L": L, "B": B, "sizes": SIZES,
                            "times_s": times, "ring_terms": terms, "crossover_grid": x,
                            "crossover_fine": fine_x, "terms_equal": equal, "NLB": N * L * B,
@@ -131,8 +136,8 @@ def main(argv=None) -> int:
           f"ring latency {terms[0]['latency_s'] * 1e6:.0f} us, its two terms equal at "
           f"{equal / 1e3:.0f} KB, ring beats both trees from "
           f"{fine_x / 1e3:.0f} KB (simulated)"
-          + (f"; this machine (N={measured['nranks']}): {measured.get('measured_crossover')} B "
-             "measured" if measured else ""))
+          + (f"; this machine (N={measured['nranks']}) measured: "
+             f"{size(measured.get('measured_crossover'))}" if measured else ""))
     return 0
 
 
