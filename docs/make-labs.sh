@@ -29,6 +29,8 @@ lab lab_checkpoint python jobs/lab_checkpoint.py --json "$OUT/lab_checkpoint.jso
 lab lab_crossover python jobs/lab_crossover.py --measure --json "$OUT/lab_crossover.json" \
     --png "$OUT/lab_crossover.png"
 lab lab_rails python jobs/lab_rails.py --json "$OUT/lab_rails.json" --png "$OUT/lab_rails.png"
+lab lab_straggler python jobs/lab_straggler.py --json "$OUT/lab_straggler.json" \
+    --png "$OUT/lab_straggler.png"
 lab lab_ladder python jobs/lab_ladder.py --json "$OUT/lab_ladder.json" --png "$OUT/lab_ladder.png"
 lab lab_sockets python jobs/lab_sockets.py --world 4 --json "$OUT/lab_sockets.json"
 

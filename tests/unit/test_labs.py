@@ -209,6 +209,29 @@ def test_lab_rails(tmp_path):
     assert res["sweep"][0]["ratio"] < 1.1 < 9 < res["sweep"][-1]["ratio"]
 
 
+# ----------------------------------------------------------------------------- lab 6: straggler
+
+@pytest.mark.timeout(120)
+def test_lab_straggler_small(tmp_path):
+    out = run(JOBS / "lab_straggler.py", "--samples", "30", "--max-n", "512", "--json",
+              tmp_path / "s.json")
+    assert "ours 25 per step, P(none) = 1.4e-11" in last_line(out, "lab_straggler")
+    res = json.loads((tmp_path / "s.json").read_text())
+    assert res["n25000"]["p_none"] == pytest.approx(math.exp(25_000 * math.log(0.999)))
+    for r in res["rows"]:
+        assert r["p50_s"] >= r["base_s"] and r["p99_s"] <= r["base_s"] + 0.1 + 1e-9
+        assert r["analytic"] == pytest.approx(1 - 0.999 ** r["N"])
+
+
+def test_recorded_lab_straggler_reaches_the_tail():
+    """The recorded full run (70 s, not rerun here): the fleet median is the straggler's."""
+    res = json.loads((RECORDED / "lab_straggler.json").read_text())
+    small, big = res["rows"][0], res["rows"][-1]
+    assert big["N"] == 24576 and big["with_straggler"] == 1.0
+    assert small["p50_s"] == pytest.approx(small["base_s"])
+    assert big["p50_s"] == pytest.approx(big["base_s"] + res["compute_s"], rel=0.01)
+
+
 # ----------------------------------------------------------------------------- lab 8: ladder
 
 @pytest.mark.timeout(180)
@@ -233,7 +256,7 @@ def test_labs_md_blocks_are_current():
     text = LABS_MD.read_text()
     names = [m["name"] for m in lab_common.BLOCK.finditer(text)]
     assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_crossover",
-            "lab_rails", "lab_ladder", "lab_sockets"} <= set(names)
+            "lab_rails", "lab_straggler", "lab_ladder", "lab_sockets"} <= set(names)
     assert lab_common.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
 
 
