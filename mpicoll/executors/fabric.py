@@ -39,7 +39,9 @@ __all__ = ["LinkClass", "Fabric", "Routes", "PRESETS", "preset", "from_json", "I
            "SPINE", "PATH_NAMES"]
 
 INTRA, LEAF, SPINE = 0, 1, 2
-PATH_NAMES = ("intra-node", "same-rail", "cross-rail")   # the three paths, by kind
+# The three paths, by kind. With top-of-rack leaves "same-rail" is "same leaf" and "cross-rail"
+# is "through the spine"; ``cross_rail_hops`` counts rails (local ranks) whatever the leaves.
+PATH_NAMES = ("intra-node", "same-rail", "cross-rail")
 LEAVES = ("rail", "node", "single")
 
 

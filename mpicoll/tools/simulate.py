@@ -169,7 +169,8 @@ def main(argv=None) -> int:
                 "fabric": fabric.name, "max_link_bytes": r.max_link_bytes,
                 "max_link": r.max_link, "cross_rail_hops": r.cross_rail_hops,
                 "internode_hops": r.internode_hops, "internode_bytes": r.internode_bytes,
-                "bottleneck_GBps": r.bottleneck_bw / 1e9, "critical_path": r.critical,
+                "bottleneck_GBps": r.bottleneck_bw / 1e9, "class_bytes": r.class_bytes,
+                "path_messages": r.path_messages, "critical_path": r.critical,
                 "order": options[name].get("order")})
             print(f"{r.nbytes:>10} {r.nbytes // 4:>9} {'float32':>7} {'sum':>5} {name:>18} | "
                   f"{t_us:>10.1f} {r.algbw / 1e9:>7.3f} {r.busbw / 1e9:>7.3f} | "
