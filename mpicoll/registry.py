@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from . import settings, topology
 from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce_binomial,
-                         allreduce_double_binary_tree, allreduce_hierarchical, allreduce_recursive_doubling,
+                         allreduce_double_binary_tree, allreduce_hierarchical,
+                         allreduce_naive, allreduce_recursive_doubling,
                          allreduce_recursive_halving, allreduce_ring, bcast_binomial,
                          bcast_scatter_ring_allgather, reduce_scatter_recursive_halving,
                          reduce_scatter_ring)
@@ -42,6 +43,8 @@ TOKENS = {
     "library": "the MPI library's own collective: no schedule, no cost formula",
     "cost-approximate": "cost() approximates the schedule's time (a pipeline's fill and drain); "
                         "its round count is exact",
+    "own-rounding": "each rank groups the reduction its own way: float results can differ "
+                    "between ranks in the last bits; auto never chooses it",
 }
 
 
@@ -155,6 +158,7 @@ ALLREDUCE = _table(
               ("any-size", "commutative", "node-layout", "node-phases", "cost-approximate"),
               aliases=("dtree",),
               pick=allreduce_double_binary_tree.pick),
+    Algorithm("naive", allreduce_naive, ("any-size", "own-rounding")),
     Algorithm("mpi", None, ("library",)),
 )
 REDUCE_SCATTER_BLOCK = _table(

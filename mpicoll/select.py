@@ -26,6 +26,7 @@ import functools
 import json
 
 from . import model, settings
+from .registry import lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
            "reload", "SHORT_MSG", "DEFAULT_TUNING"]
@@ -61,6 +62,8 @@ def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str 
     profile = model.default_profile()
     predicted = model.predict_all(size, nbytes, profile, collective=collective,
                                   ranks_per_node=ranks_per_node)
+    predicted = {name: t for name, t in predicted.items()     # auto gives every rank one result
+                 if not lookup(collective, name).has("own-rounding")}
     return min(predicted, key=predicted.get)
 
 

@@ -9,5 +9,7 @@
   alpha-beta-gamma clock, traces and byte counts (also importable as ``mpicoll.simulate``);
 * ``timed``     -- the same schedules with no data, as all-ranks waves (``allranks``), over a
   modelled GPU cluster (``fabric``): per-rank finish times up to ~25,000 ranks
-  (``mpicoll simulate``, docs/simulator.md).
+  (``mpicoll simulate``, docs/simulator.md);
+* ``sockets``   -- over plain TCP between processes on one machine, no MPI: byte counts, and a
+  timeout naming a silent peer (the seeds' Lab 01; ``jobs/lab_sockets.py``).
 """

@@ -6,6 +6,7 @@ runs it (no MPI needed).
     mpicoll trace hierarchical -N 4 --ranks-per-node 2   # two nodes (default: all on one)
     mpicoll trace ring -N 6 --ranks-per-node 3 --order rail
     mpicoll trace --update docs/algorithms.md          # refresh the traces quoted in the docs
+    mpicoll trace ring -N 4 --values                   # the ring chunk by chunk, with values
 
 Each line is one step of one rank: ``send [lo:hi) -> peer`` and ``recv [lo:hi) <- peer``
 (reduce or copy), in elements of the flat vector. The summary gives the rounds on the critical
@@ -25,8 +26,9 @@ import numpy as np
 from ..executors import inprocess
 from ..registry import COLLECTIVES, lookup
 from .cli import Parser, nonnegative_int, positive_int
+from ..schedule import Schedule, Send
 
-__all__ = ["main", "render", "update"]
+__all__ = ["main", "render", "update", "render_values"]
 
 BLOCK = re.compile(r"(<!-- trace: (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- end trace -->)", re.S)
 
@@ -59,6 +61,9 @@ def parser() -> Parser:
     ap.add_argument("--outer", help=_option_help("outer"))
     ap.add_argument("--order", help=_option_help("order"))
     ap.add_argument("--update", metavar="MARKDOWN", help="rewrite the trace blocks of a file")
+    ap.add_argument("--values", action="store_true",
+                    help="ring all-reduce chunk by chunk with the values sent, rank g "
+                         "contributing g+1, one 8-byte element per chunk (the seed's lab 1)")
     return ap
 
 
@@ -113,6 +118,11 @@ def main(argv=None) -> int:
         except OSError as e:
             ap.error(f"--update {args.update}: {e.strerror or e}")
         return 0
+    if args.values:
+        if args.collective != "allreduce" or args.algorithm != "ring":
+            ap.error("--values traces the ring all-reduce only (mpicoll trace ring -N 4 --values)")
+        print(render_values(args.nranks), end="")
+        return 0
     table = COLLECTIVES[args.collective]
     if not args.algorithm or args.algorithm not in table or table[args.algorithm].library:
         names = [a for a, algo in table.items() if not algo.library]
@@ -131,3 +141,43 @@ def main(argv=None) -> int:
         ap.error(str(e))
     print(text, end="")
     return 0
+
+
+def render_values(nranks: int) -> str:
+    """The ring all-reduce traced chunk by chunk, in the format of the seed's ``ring_ar.py demo``.
+
+    Rank g contributes g+1 to each of ``nranks`` chunks of one float64 (8 bytes). The in-process
+    executor runs the ring schedules one step at a time (every rank's step s meets its
+    neighbours' step s), so the value each message carries is read from the sender's buffer
+    before the step, and the bytes per link are counted from the executor's trace.
+    """
+    n, itemsize = nranks, 8
+    scheds = inprocess.schedules("allreduce", "ring", n, n)
+    rs_steps = len(COLLECTIVES["reduce_scatter_block"]["ring"].schedule(0, n, n))
+    bufs = [np.full(n, g + 1.0) for g in range(n)]
+    link = {}                                   # (src, dst) -> bytes
+    lines = [f"ring all-reduce, N={n}: data={n * itemsize}B = {n} chunks x {itemsize}B"]
+    owners = "  -> GPU i owns the FULL sum of chunk i: [{}]"
+    if rs_steps == 0:                           # N = 1: nothing to send, the sum is there
+        lines.append(owners.format(", ".join(f"{bufs[i][i]:g}" for i in range(n))))
+    for s in range(len(scheds[0])):
+        before = [b.copy() for b in bufs]
+        step = inprocess.run([Schedule((sched.steps[s],)) for sched in scheds], bufs,
+                             "sum", trace=True)
+        msgs = sorted((rank, op.peer, op.lo, op.hi) for _, rank, _, ops in step.trace
+                      for op in ops if isinstance(op, Send))
+        for src, dst, lo, hi in msgs:
+            link[(src, dst)] = link.get((src, dst), 0) + (hi - lo) * itemsize
+        # count = n: chunk c is the one element at offset c
+        phase, t = ("RS", s) if s < rs_steps else ("AG", s - rs_steps)
+        lines.append(f"  {phase}{t}: " + "  ".join(
+            f"G{src}->G{dst} c{lo}={before[src][lo]:g}" for src, dst, lo, hi in msgs))
+        if s == rs_steps - 1:
+            lines.append(owners.format(", ".join(f"{bufs[i][i]:g}" for i in range(n))))
+    total = n * (n + 1) // 2
+    everywhere = all((b == total).all() for b in bufs)
+    data = n * itemsize
+    lines.append(f"  -> the total everywhere: {everywhere}; steps = {len(scheds[0])}; "
+                 f"bytes/link = {link.get((0, 1 % n), 0)} "
+                 f"(theory 2(N-1)/N*D = {2 * (n - 1) * data // n})")
+    return "\n".join(lines) + "\n"

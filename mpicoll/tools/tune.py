@@ -38,7 +38,8 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
         # on one node a node-aware algorithm is its node phase alone: not a choice to record
         table = COLLECTIVES[key[0]]
         skip = {"mpi", "auto"} | ({a for a, algo in table.items() if algo.has("node-phases")}
-                                  if res.get("nodes") == 1 else set())
+                                  if res.get("nodes") == 1 else set()) \
+            | {a for a, algo in table.items() if algo.has("own-rounding")}   # auto: same bits
         for r in records:
             if r["inplace"] == inplace and r["algorithm"] not in skip:
                 pooled.setdefault(key, {}).setdefault((r["size"], r["algorithm"]), []).append(

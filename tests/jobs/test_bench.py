@@ -29,7 +29,8 @@ def test_bench_json_and_table(results):
     assert res["nranks"] == 4 and res["versions"]["mpi4py"]
     algorithms = {r["algorithm"] for r in res["records"]}
     assert algorithms == {"ring", "recursive_halving", "recursive_doubling", "binomial",
-                          "hierarchical", "double_binary_tree", "auto", "mpi"}
+                          "hierarchical", "double_binary_tree", "naive", "auto",
+                          "mpi"}
     for r in res["records"]:
         assert r["wrong"] == 0, r
         for key in ("collective", "size", "count", "dtype", "op", "inplace", "time_us",

@@ -73,7 +73,8 @@ def test_allreduce_random_floats_match_simulator(comm, algorithm):
             tol = comm.size * np.finfo(dtype).eps * np.abs(np.stack(inputs)).sum(axis=0)
             if not (np.abs(out - ref) <= tol).all():
                 problems.append(f"n={n} {dtype}: further from MPI_Allreduce than rounding allows")
-            agree(comm, same_bits_everywhere(comm, out), f"n={n} {dtype}: ranks differ")
+            if not lookup("allreduce", algorithm).has("own-rounding"):
+                agree(comm, same_bits_everywhere(comm, out), f"n={n} {dtype}: ranks differ")
     agree(comm, not problems, problems[:5])
 
 
