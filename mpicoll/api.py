@@ -114,6 +114,36 @@ def _buffers(sendbuf, recvbuf, recv_count, recv_shape):
     return send, recv
 
 
+def _reduce_scatter_buffers(sendbuf, recvbuf, size: int):
+    """reduce_scatter_block's buffers: ``(send or None, recv, total elements, block size)``."""
+    def block_shape(s):
+        return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
+
+    send, recv = _buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
+    total = recv.size if send is None else send.size
+    if total % size:
+        raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
+                         f"not a multiple of the communicator size {size}")
+    return send, recv, total, total // size
+
+
+def _allgather_buffers(sendbuf, recvbuf, size: int):
+    """allgather's buffers: ``(send or None, recv, block size)``."""
+    send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size, lambda s: (size,) + s.shape)
+    if recv.size % size:
+        raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
+                         f"communicator size {size}")
+    return send, recv, recv.size // size
+
+
+def _root(root, size: int) -> int:
+    if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)):
+        raise TypeError(f"root must be an integer rank, got {type(root).__name__} {root!r}")
+    if not 0 <= root < size:
+        raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
+    return int(root)
+
+
 # ----------------------------------------------------------------------------- execution
 #
 # The order of every collective: this rank's own checks and the settings it needs (no
@@ -306,16 +336,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
         algo = _algorithm("reduce_scatter_block", algorithm)
         comm = call.comm
         size = comm.Get_size()
-
-        def block_shape(s):
-            return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
-
-        send, recv = _buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
-        total = recv.size if send is None else send.size
-        if total % size:
-            raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
-                             f"not a multiple of the communicator size {size}")
-        n = total // size
+        send, recv, total, n = _reduce_scatter_buffers(sendbuf, recvbuf, size)
         auto = algo is None
         _local_checks(algo, opname, {})
         if auto:
@@ -349,12 +370,7 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
         algo = _algorithm("allgather", algorithm)
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
-        send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size,
-                              lambda s: (size,) + s.shape)
-        if recv.size % size:
-            raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
-                             f"communicator size {size}")
-        n = recv.size // size
+        send, recv, n = _allgather_buffers(sendbuf, recvbuf, size)
         auto = algo is None
         _local_checks(algo, None, {})
         if auto:
@@ -382,11 +398,7 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
         comm = call.comm
         buf = _array(buf, "buf", writable=True)
         size = comm.Get_size()
-        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)):
-            raise TypeError(f"root must be an integer rank, got {type(root).__name__} {root!r}")
-        if not 0 <= root < size:
-            raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
-        root = int(root)
+        root = _root(root, size)
         _local_checks(algo, None, {})
         if algo is None:
             algo = lookup("bcast", select.bcast(buf.nbytes, size))
@@ -485,6 +497,7 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
         if auto and (inner or outer or order):
             raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
                              "not to 'auto'")
+        _local_checks(algo, opname, given)
         size, count = comm.Get_size(), recv.size
         if auto:
             algo = lookup("allreduce", select.allreduce(
@@ -493,7 +506,8 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
                 algo = lookup("allreduce", "ring")
         options = _options(call, algo, given, auto)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
-                   inner=options.get("inner"), outer=options.get("outer"), compress=compress)
+                   inner=options.get("inner"), outer=options.get("outer"),
+                   order=options.get("order"), nodes=_nodes(call, algo), compress=compress)
         if algo.library:
             return _start_library(call, algo, MPI.Comm.Iallreduce,
                                   MPI.IN_PLACE if send is None else send, recv,
@@ -516,16 +530,8 @@ def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto"
         algo = _algorithm("reduce_scatter_block", algorithm)
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
-
-        def block_shape(s):
-            return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
-
-        send, recv = _buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
-        total = recv.size if send is None else send.size
-        if total % size:
-            raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
-                             f"not a multiple of the communicator size {size}")
-        n = total // size
+        send, recv, total, n = _reduce_scatter_buffers(sendbuf, recvbuf, size)
+        _local_checks(algo, opname, {})
         if algo is None:
             algo = lookup("reduce_scatter_block",
                           select.reduce_scatter_block(total * recv.itemsize, size))
@@ -553,12 +559,8 @@ def iallgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=No
         algo = _algorithm("allgather", algorithm)
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
-        send, recv = _buffers(sendbuf, recvbuf, lambda n: n * size,
-                              lambda s: (size,) + s.shape)
-        if recv.size % size:
-            raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
-                             f"communicator size {size}")
-        n = recv.size // size
+        send, recv, n = _allgather_buffers(sendbuf, recvbuf, size)
+        _local_checks(algo, None, {})
         if algo is None:
             algo = lookup("allgather", select.allgather(recv.nbytes, size))
         options = _options(call, algo, {})
@@ -582,10 +584,8 @@ def ibcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout
         comm = call.comm
         buf = _array(buf, "buf", writable=True)
         size = comm.Get_size()
-        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)) \
-                or not 0 <= root < size:
-            raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
-        root = int(root)
+        root = _root(root, size)
+        _local_checks(algo, None, {})
         if algo is None:
             algo = lookup("bcast", select.bcast(buf.nbytes, size))
         options = {**_options(call, algo, {}), "root": root}

@@ -108,36 +108,47 @@ def _runner(call: Call, algo, flat: np.ndarray, op: str, options: dict):
     sched, internode, _, _ = api._scheduled(call, algo, flat.size, options)
     scratch = np.empty(sched.scratch_elements, flat.dtype)
     execute = api._execute or api._choose_executor()
+    traffic, internode_bytes = st.traffic, internode * flat.itemsize
     if execute is compiled.execute:
-        return compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
-                              traffic=st.traffic).run
+        bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
+                               traffic=traffic).run
+
+        def run(watch):
+            bound(watch)
+            traffic["internode_bytes"] += internode_bytes
+        return run
 
     def run(watch):
-        execute(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch, traffic=st.traffic,
+        execute(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch, traffic=traffic,
                 watch=watch)
+        traffic["internode_bytes"] += internode_bytes
     return run
 
 
 def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
-                   inner: str | None = None, outer: str | None = None, timeout=None,
-                   on_timeout=None, validate=None) -> Persistent:
+                   inner: str | None = None, outer: str | None = None,
+                   order: str | None = None, timeout=None, on_timeout=None,
+                   validate=None) -> Persistent:
     """A persistent ``allreduce`` (the arguments of ``mpicoll.allreduce``); collective."""
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         opname = api._op_name(op)
         algo = api._algorithm("allreduce", algorithm)
         comm = call.comm
         send, recv = api._buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
-        given = {} if inner is None and outer is None else {"inner": inner, "outer": outer}
-        if algo is None and given:
-            raise ValueError("inner/outer apply only to an algorithm that declares them, "
+        given = {"inner": inner, "outer": outer, "order": order}
+        auto = algo is None
+        if auto and (inner or outer or order):
+            raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
                              "not to 'auto'")
         size, count = comm.Get_size(), recv.size
+        api._local_checks(algo, opname, given)
         if algo is None:
             algo = lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
-        options = api._options(call, algo, given)
+        options = api._options(call, algo, given, auto)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
-                   inner=options.get("inner"), outer=options.get("outer"))
+                   inner=options.get("inner"), outer=options.get("outer"),
+                   order=options.get("order"), nodes=api._nodes(call, algo))
         st = call.open()
         if algo.library:
             request = st.comm.Allreduce_init(MPI.IN_PLACE if send is None else send, recv,
@@ -158,16 +169,8 @@ def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="a
         algo = api._algorithm("reduce_scatter_block", algorithm)
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
-
-        def block_shape(s):
-            return s.shape[1:] if s.ndim > 1 and s.shape[0] == size else (s.size // size,)
-
-        send, recv = api._buffers(sendbuf, recvbuf, lambda n: n // size, block_shape)
-        total = recv.size if send is None else send.size
-        if total % size:
-            raise ValueError(f"{'recvbuf' if send is None else 'sendbuf'} has {total} elements, "
-                             f"not a multiple of the communicator size {size}")
-        n = total // size
+        send, recv, total, n = api._reduce_scatter_buffers(sendbuf, recvbuf, size)
+        api._local_checks(algo, opname, {})
         if algo is None:
             algo = lookup("reduce_scatter_block",
                           select.reduce_scatter_block(total * recv.itemsize, size))
@@ -193,12 +196,8 @@ def allgather_init(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeou
         algo = api._algorithm("allgather", algorithm)
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
-        send, recv = api._buffers(sendbuf, recvbuf, lambda n: n * size,
-                                  lambda s: (size,) + s.shape)
-        if recv.size % size:
-            raise ValueError(f"recvbuf has {recv.size} elements, not a multiple of the "
-                             f"communicator size {size}")
-        n = recv.size // size
+        send, recv, n = api._allgather_buffers(sendbuf, recvbuf, size)
+        api._local_checks(algo, None, {})
         if algo is None:
             algo = lookup("allgather", select.allgather(recv.nbytes, size))
         options = api._options(call, algo, {})
@@ -221,10 +220,8 @@ def bcast_init(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_tim
         comm = call.comm
         buf = api._array(buf, "buf", writable=True)
         size = comm.Get_size()
-        if not isinstance(root, (int, np.integer)) or isinstance(root, (bool, np.bool_)) \
-                or not 0 <= root < size:
-            raise ValueError(f"root {root!r} out of range for a communicator of size {size}")
-        root = int(root)
+        root = api._root(root, size)
+        api._local_checks(algo, None, {})
         if algo is None:
             algo = lookup("bcast", select.bcast(buf.nbytes, size))
         options = {**api._options(call, algo, {}), "root": root}

@@ -49,7 +49,7 @@ JOBS = {
                "MPICOLL_BENCH_ARGS": "-n 3 -w 1"}, []),
     "tests": ("tests.sbatch", TWO_NODES, {}, []),
     "crossover": ("crossover.sbatch", TWO_NODES, {"MPICOLL_BENCH_ARGS": "-b 8 -e 64K -f 8 -n 5"},
-                  ["--calibrate-args", "-n 20 -e 256K"]),
+                  ["--calibrate-args", "-n 20 -e 2M"]),
     "scaling": ("scaling.sbatch", TWO_NODES, {}, ["--sizes", "8,4K", "-n", "5"]),
     "ring_order": ("ring_order.sbatch", TWO_NODES + ["--distribution=cyclic"], {},
                    ["--counts", "1000,100000", "-n", "3"]),
