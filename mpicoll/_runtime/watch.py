@@ -74,16 +74,7 @@ class Watch:
             now = time.monotonic()
             expired = now > self.deadline
             if expired or self.comm.Iprobe(MPI.ANY_SOURCE, tag):
-                done = [r.Test() for r in requests]
-                self.abandoned += requests
-                waiting_on = {p for p, ok in zip(peers, done) if not ok}
-                heard = self.roll_call(step if isinstance(step, int) else -1, expired)
-                others = set(range(self.comm.Get_size())) - {self.comm.Get_rank()}
-                raise CollectiveTimeout(
-                    self.what, step, nsteps, waiting_on=waiting_on, missing=others - set(heard),
-                    elsewhere={r for r, (t, _, _) in heard.items() if t != self.tag},
-                    gave_up={r for r, (_, _, e) in heard.items() if e},
-                    timeout=self.timeout if expired else None)
+                raise self.give_up(requests, step, nsteps, peers, expired)
             if now - start < _SPIN_SECONDS:
                 os.sched_yield()        # let the rank we wait for run, if it shares our core
             else:
@@ -97,17 +88,22 @@ class Watch:
             return True
         expired = time.monotonic() > self.deadline
         if expired or self.comm.Iprobe(MPI.ANY_SOURCE, roll_call_tag()):
-            done = [r.Test() for r in requests]
-            self.abandoned += requests
-            waiting_on = {p for p, ok in zip(peers, done) if not ok}
-            heard = self.roll_call(step if isinstance(step, int) else -1, expired)
-            others = set(range(self.comm.Get_size())) - {self.comm.Get_rank()}
-            raise CollectiveTimeout(
-                self.what, step, nsteps, waiting_on=waiting_on, missing=others - set(heard),
-                elsewhere={r for r, (t, _, _) in heard.items() if t != self.tag},
-                gave_up={r for r, (_, _, e) in heard.items() if e},
-                timeout=self.timeout if expired else None)
+            raise self.give_up(requests, step, nsteps, peers, expired)
         return False
+
+    def give_up(self, requests, step, nsteps: int, peers, expired: bool) -> CollectiveTimeout:
+        """Keep the unfinished requests alive, run the roll call, and return the error naming
+        the ranks this one waits for and those nobody heard from."""
+        done = [r.Test() for r in requests]
+        self.abandoned += requests
+        waiting_on = {p for p, ok in zip(peers, done) if not ok}
+        heard = self.roll_call(step if isinstance(step, int) else -1, expired)
+        others = set(range(self.comm.Get_size())) - {self.comm.Get_rank()}
+        return CollectiveTimeout(
+            self.what, step, nsteps, waiting_on=waiting_on, missing=others - set(heard),
+            elsewhere={r for r, (t, _, _) in heard.items() if t != self.tag},
+            gave_up={r for r, (_, _, e) in heard.items() if e},
+            timeout=self.timeout if expired else None)
 
     def roll_call(self, step: int, expired: bool) -> dict:
         """Tell every other rank where this one is; return what was heard, ``{rank: (tag, step,

@@ -14,6 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..schedule import Schedule
+from .step import reduce_received
 
 __all__ = ["execute", "new_traffic"]
 
@@ -52,12 +53,4 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into,
             else:
                 watch.wait(requests, index, len(schedule.plan),
                            [r[0] for r in recvs] + [s[0] for s in sends])
-        for src, lo, hi, reduce, left, at in recvs:
-            if not reduce:
-                continue
-            acc, incoming = buf[lo:hi], scratch[at:at + hi - lo]
-            if left:                        # acc = op(incoming, acc)
-                reduce_into(incoming, acc)
-                acc[...] = incoming
-            else:                           # acc = op(acc, incoming)
-                reduce_into(acc, incoming)
+        reduce_received(buf, scratch, recvs, reduce_into)

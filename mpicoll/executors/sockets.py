@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import kernels
 from ..schedule import Schedule
+from .step import reduce_received
 
 __all__ = ["PeerError", "PeerLost", "PeerTimeout", "SocketComm", "open_listeners", "execute"]
 
@@ -146,14 +147,7 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: SocketComm, *, op: str = 
         _progress(comm, queues, index, nsteps, timeout)
         for peer, lo, hi, reduce, left, at in recvs:
             comm.traffic["bytes_received"] += (hi - lo) * buf.itemsize
-            if not reduce:
-                continue
-            acc, incoming = buf[lo:hi], scratch[at:at + hi - lo]
-            if left:                        # acc = op(incoming, acc)
-                reduce_into(incoming, acc)
-                acc[...] = incoming
-            else:                           # acc = op(acc, incoming)
-                reduce_into(acc, incoming)
+        reduce_received(buf, scratch, recvs, reduce_into)
         for peer, lo, hi in sends:
             comm.traffic["bytes_sent"] += (hi - lo) * buf.itemsize
             comm.traffic["header_bytes"] += _HEADER.size
