@@ -25,6 +25,7 @@ import shlex
 import sys
 
 from _util import RANK, outdir, parser, save_figure, say, write_json
+from lab_common import crossover
 from mpi4py import MPI
 
 from mpicoll.tools import bench, calibrate
@@ -33,17 +34,6 @@ from mpicoll.model import Profile, predict
 TREES = ("recursive_doubling", "binomial")
 ALGORITHMS = ("ring", "recursive_halving") + TREES
 DEFAULT_SIZES = ["-b", "8", "-e", "4M", "-f", "2"]
-
-
-def crossover(sizes: list[int], ring: list[float], trees: list[list[float]]) -> int | None:
-    """Smallest size from which ring is faster than every tree at every larger size."""
-    wins = [r < min(t) for r, *t in zip(ring, *trees)]
-    if not wins or not wins[-1]:
-        return None
-    i = len(wins) - 1
-    while i > 0 and wins[i - 1]:
-        i -= 1
-    return sizes[i]
 
 
 def draw(res: dict):

@@ -13,8 +13,8 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["parser", "write_json", "save_figure", "claim", "BLOCK", "SUMMARY", "fill", "update",
-           "recorded"]
+__all__ = ["parser", "write_json", "save_figure", "claim", "crossover", "BLOCK", "SUMMARY",
+           "fill", "update", "recorded"]
 
 
 def parser(doc: str, png: str | None = None) -> argparse.ArgumentParser:
@@ -98,6 +98,18 @@ def update(path: Path, outdir: Path) -> bool:
     return new != old
 
 
+def crossover(sizes: list[int], ring: list[float], trees: list[list[float]]) -> int | None:
+    """Smallest size from which ring is faster than every tree at every larger size."""
+    wins = [r < min(t) for r, *t in zip(ring, *trees)]
+    if not wins or not wins[-1]:
+        return None
+    i = len(wins) - 1
+    while i > 0 and wins[i - 1]:
+        i -= 1
+    return sizes[i]
+
+
 if __name__ == "__main__":          # python jobs/lab_common.py docs/labs.md docs/labs
     changed = update(Path(sys.argv[1]), Path(sys.argv[2]))
     print(f"{sys.argv[1]}: {'updated' if changed else 'already current'}")
+

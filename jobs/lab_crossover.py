@@ -26,24 +26,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab_common import claim, parser, save_figure, write_json
+from lab_common import claim, crossover, parser, save_figure, write_json
 
 from mpicoll.executors import fabric, timed
 
 N, L, B = 8, 2e-6, 25e9
 TREES = ("recursive_doubling", "binomial")
 SIZES = [1000 * 4 ** k for k in range(12)]          # 1 KB .. 4 GB
-
-
-def crossover(sizes, ring, trees) -> int | None:
-    """Smallest size from which the ring beats every tree at every larger size."""
-    wins = [r < min(t) for r, *t in zip(ring, *trees)]
-    if not wins or not wins[-1]:
-        return None
-    i = len(wins) - 1
-    while i > 0 and wins[i - 1]:
-        i -= 1
-    return sizes[i]
 
 
 def measure(root: Path) -> dict | None:
