@@ -15,7 +15,6 @@ and root, raising ``ArgumentMismatch`` on every rank if not.
 
 from __future__ import annotations
 
-import array
 import functools
 
 import numpy as np
@@ -58,17 +57,50 @@ def _op_name(op) -> str:
                     f"or one of {sorted(_OPS)}")
 
 
-_BUFFERS = (memoryview, bytearray, bytes, array.array)
+def _kind(x) -> str:
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+_DLPACK_CPU = 1         # DLPack's kDLCPU
+
+
+def _view(x, name: str) -> np.ndarray:
+    """A numpy array over ``x``'s own memory, never a copy: ``x`` has ``__array_interface__``
+    (or ``__array_struct__``), ``__dlpack__`` (a CPU tensor: PyTorch, JAX ...) or the buffer
+    protocol (``array.array``, ``memoryview``: their format gives the dtype; ``bytearray`` and
+    ``bytes`` are uint8, ``bytes`` read-only)."""
+    if isinstance(x, (list, tuple)):
+        raise TypeError(f"{name} must be an array, got {type(x).__name__}; pass "
+                        f"np.asarray({name}) (a copy: a result would not land in the "
+                        f"{type(x).__name__})")
+    if hasattr(x, "__array_interface__") or hasattr(x, "__array_struct__"):
+        return np.asarray(x)                    # numpy maps the interface: no copy
+    if hasattr(x, "__dlpack__"):
+        device = x.__dlpack_device__() if hasattr(x, "__dlpack_device__") else None
+        if device is not None and device[0] != _DLPACK_CPU:
+            raise TypeError(f"{name} ({_kind(x)}) lives on DLPack device {tuple(device)}, not "
+                            f"the CPU: mpicoll reduces host memory; pass a CPU tensor")
+        try:
+            return np.from_dlpack(x, copy=False)
+        except (BufferError, TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(f"{name} ({_kind(x)}) cannot be read through DLPack without a "
+                            f"copy: {exc}") from None
+    try:
+        memory = memoryview(x)
+    except TypeError:
+        raise TypeError(f"{name} must be an array (numpy, or an object with the buffer "
+                        f"protocol, __array_interface__ or __dlpack__), got {_kind(x)}") from None
+    try:
+        return np.asarray(memory)
+    except (TypeError, ValueError, NotImplementedError) as exc:
+        raise TypeError(f"{name} ({_kind(x)}) has buffer format {memory.format!r}, which numpy "
+                        f"cannot read: {exc}") from None
 
 
 def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        how = (f"; wrap it without a copy: np.frombuffer({name}, dtype=...)"
-               if isinstance(x, _BUFFERS) else
-               f"; pass np.asarray({name})" if isinstance(x, (list, tuple)) else "")
-        kind = type(x).__name__ if type(x).__module__ == "builtins" else \
-            f"{type(x).__module__}.{type(x).__qualname__}"
-        raise TypeError(f"{name} must be a numpy array, got {kind}{how}")
+    if not isinstance(x, np.ndarray):           # numpy first: its path is unchanged
+        x = _view(x, name)
     if isinstance(x, np.ma.MaskedArray):
         raise TypeError(f"{name} is a masked array: mpicoll would reduce its masked values too; "
                         f"pass {name}.filled(value) (masked elements replaced) or "

@@ -137,7 +137,7 @@ BAD = {
     "root out of range": (lambda comm, **o: mpicoll.bcast(np.zeros(3), comm.size, comm=comm,
                                                           **o), ValueError, "out of range"),
     "non-numpy input": (lambda comm, **o: mpicoll.allreduce([1.0, 2.0], comm=comm, **o),
-                        TypeError, "sendbuf must be a numpy array, got list"),
+                        TypeError, "sendbuf must be an array, got list"),
     "huge count": (lambda comm, **o: mpicoll.allreduce(np.broadcast_to(np.zeros(1), (1 << 40,)),
                                                        comm=comm, **o), ValueError,
                    "must be C-contiguous"),

@@ -1,7 +1,5 @@
 """Bad input raises on the calling rank, before any communication, naming the problem."""
 
-import array
-
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -16,7 +14,7 @@ def call(fn, *args, **kwargs):
 
 
 @pytest.mark.parametrize("args, kwargs, exc, match", [
-    (([1.0, 2.0],), {}, TypeError, "sendbuf must be a numpy array, got list"),
+    (([1.0, 2.0],), {}, TypeError, "sendbuf must be an array, got list"),
     ((np.arange(3, dtype=np.int16),), {}, TypeError, "unsupported dtype int16"),
     ((np.arange(3, dtype=np.complex128),), {}, TypeError, "unsupported dtype complex128"),
     ((np.arange(3.0),), {"op": MPI.BAND}, TypeError, "unsupported op"),
@@ -28,7 +26,7 @@ def call(fn, *args, **kwargs):
     ((np.arange(3.0), np.zeros(3, np.float32)), {}, ValueError,
      "recvbuf dtype float32 does not match sendbuf dtype float64"),
     ((MPI.IN_PLACE,), {}, ValueError, "IN_PLACE needs a recvbuf"),
-    ((None, np.zeros(3)), {}, TypeError, "sendbuf must be a numpy array, got NoneType"),
+    ((None, np.zeros(3)), {}, TypeError, "sendbuf must be an array .*, got NoneType"),
     ((np.arange(3.0),), {"algorithm": "ring", "inner": "ring"}, ValueError,
      "inner/outer apply to algorithm='hierarchical'"),
     ((np.arange(3.0),), {"comm": "world"}, TypeError, "comm must be an MPI intracommunicator"),
@@ -96,25 +94,15 @@ def test_unsupported_mpi_op_is_named():
     assert "object at 0x" not in str(info.value)
 
 
-@pytest.mark.parametrize("make, kind, how", [
-    (lambda: memoryview(np.arange(3.0)), "memoryview", r"np.frombuffer\(sendbuf, dtype=...\)"),
-    (lambda: bytearray(24), "bytearray", r"np.frombuffer\(sendbuf, dtype=...\)"),
-    (lambda: array.array("d", [1.0, 2.0]), "array.array", r"np.frombuffer\(sendbuf, dtype"),
-    (lambda: [1.0, 2.0], "list", r"pass np.asarray\(sendbuf\)"),
-    (lambda: (1.0, 2.0), "tuple", r"pass np.asarray\(sendbuf\)"),
-])
-def test_buffer_like_input_says_how_to_pass_it(make, kind, how):
-    with pytest.raises(TypeError, match=rf"sendbuf must be a numpy array, got {kind}; .*{how}"):
+@pytest.mark.parametrize("make, kind", [(lambda: [1.0, 2.0], "list"),
+                                        (lambda: (1.0, 2.0), "tuple")])
+def test_lists_and_tuples_say_how_to_pass_them(make, kind):
+    with pytest.raises(TypeError, match=rf"sendbuf must be an array, got {kind}; "
+                                        rf"pass np.asarray\(sendbuf\) \(a copy"):
         mpicoll.allreduce(make(), comm=COMM)
-
-
-def test_buffer_like_recvbuf_and_bcast_buf_say_how_too():
-    with pytest.raises(TypeError, match=r"recvbuf must be a numpy array, got bytearray; "
-                                        r"wrap it without a copy: np.frombuffer\(recvbuf"):
-        mpicoll.allreduce(np.arange(3.0), bytearray(24), comm=COMM)
-    with pytest.raises(TypeError, match=r"buf must be a numpy array, got list; "
-                                        r"pass np.asarray\(buf\)"):
-        mpicoll.bcast([1.0], comm=COMM)
+    with pytest.raises(TypeError, match=rf"buf must be an array, got {kind}; "
+                                        rf"pass np.asarray\(buf\)"):
+        mpicoll.bcast(make(), comm=COMM)
 
 
 def test_masked_arrays_are_refused():

@@ -53,7 +53,7 @@ def test_start_twice_is_an_error():
 
 
 @pytest.mark.parametrize("args, kwargs, exc, match", [
-    (([1.0],), {}, TypeError, "sendbuf must be a numpy array"),
+    (([1.0],), {}, TypeError, "sendbuf must be an array, got list"),
     ((np.arange(3.0), np.zeros(4)), {}, ValueError, "recvbuf has 4 elements, expected 3"),
     ((np.arange(3.0),), {"op": "avg"}, TypeError, "unsupported op 'avg'"),
     ((np.arange(3.0),), {"algorithm": "butterfly"}, ValueError, "unknown allreduce algorithm"),
