@@ -16,6 +16,12 @@ For training loops (docs/training.md): ``iallreduce``, ``ireduce_scatter_block``
 ``waitall(requests)``), run by a progress thread while the caller computes; ``Buckets`` reduce
 gradients in DDP-style buckets; ``compress="bf16" | "fp16" | "int8"`` and ``ErrorFeedback``
 narrow what crosses the wire.
+
+Buffers: any C-contiguous numpy array, or an object with the buffer protocol
+(``array.array``, ``memoryview``, ``bytearray``), ``__array_interface__`` or ``__dlpack__`` (CPU
+tensors), used in place without a copy. ``mpicoll.Comm(comm)`` (``mpicoll.wrap``) is a drop-in
+for mpi4py code: ``Allreduce``, ``Iallreduce``, ``Allreduce_init``, ``Reduce_scatter_block``,
+``Allgather``, ``Bcast`` with mpi4py's buffer specs run mpicoll's algorithms (``mpicoll.comm``).
 """
 
 from .errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
@@ -29,7 +35,7 @@ _LAZY = {**dict.fromkeys(("allreduce", "reduce_scatter_block", "allgather", "bca
                           "waitall", "Request"), "api"),
          **dict.fromkeys(("allreduce_init", "reduce_scatter_block_init", "allgather_init",
                           "bcast_init"), "persistent"),
-         "Buckets": "buckets", "ErrorFeedback": "compression"}
+         "Buckets": "buckets", "ErrorFeedback": "compression", "Comm": "comm", "wrap": "comm"}
 __all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken",
                          "__version__"]
 

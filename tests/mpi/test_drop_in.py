@@ -1,0 +1,323 @@
+"""mpicoll.Comm as a drop-in for mpi4py, tested in the shape of mpi4py's own collective buffer
+tests (test/test_cco_buf.py): every dtype mpicoll has (``kernels.DTYPES``, with its MPI
+datatype where MPI has one), every op of ``kernels.OPS``, every root, counts 0..size, in place
+and not, every buffer spec -- ``buf``, ``[buf, datatype]``, ``[buf, count]``,
+``[buf, count, datatype]``, ``[buf, (count, displ), datatype]`` -- over numpy arrays,
+``memoryview``, ``array.array`` and ``bytearray`` read as the datatype. The reference is the MPI
+library's own collective on the same buffers (inputs whose result is exact in any order, so the
+bits must be equal); where MPI has no datatype, ``mpicoll.testing.exact_result``. Where MPI
+refuses an (op, dtype), the wrapper must raise mpicoll's error on every rank, not fall back.
+
+    mpiexec -n 4 python -m mpi4py -m pytest tests/mpi/test_drop_in.py --with-mpi
+"""
+
+import array
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from mpi4py.util import dtlib
+
+import mpicoll
+from mpicoll import kernels
+from mpicoll.comm import Request
+from mpicoll.registry import COLLECTIVES
+from mpicoll.testing import agree, exact_input, exact_result, raises_everywhere
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
+
+
+def _mpi_datatype(dtype):
+    """MPI's predefined datatype for ``dtype`` (``dtlib.from_numpy_dtype`` would give a
+    duplicate, on which MPI defines no op), or None (bfloat16: MPI has none)."""
+    try:
+        datatype = MPI.Datatype.fromcode(dtype.char)
+    except (KeyError, ValueError):
+        return None
+    assert dtlib.to_numpy_dtype(datatype) == dtype
+    return datatype
+
+
+TYPES = [(dtype, _mpi_datatype(dtype)) for dtype in kernels.DTYPES]
+SENTINEL = 7                    # what the elements before a displacement hold, untouched
+
+
+def _typecode(dtype):
+    """The array.array typecode of ``dtype``, or None."""
+    for code in array.typecodes:
+        try:
+            if np.asarray(memoryview(array.array(code))).dtype == dtype:
+                return code
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+# Each maker turns values (a numpy array) into (the buffer spec, a function reading back the
+# elements it names from the caller's object). ``blocks``: how many blocks the call reads (the
+# count in a spec is per block). Without an MPI datatype (bfloat16) a spec leaves it out, as
+# mpi4py allows, and the buffer's own dtype is used.
+
+def _numpy(a, datatype, blocks):
+    return a, lambda: a
+
+
+def _with_datatype(a, datatype, blocks):
+    return ([a, datatype] if datatype is not None else a), lambda: a
+
+
+def _with_count(a, datatype, blocks):
+    return [a, a.size // blocks], lambda: a
+
+
+def _memoryview_count_datatype(a, datatype, blocks):
+    return [a.data, a.size // blocks] + ([datatype] if datatype is not None else []), lambda: a
+
+
+def _with_displacement(a, datatype, blocks):
+    padded = np.full(a.size + 2, SENTINEL, a.dtype)
+    padded[2:] = a
+
+    def read():
+        assert (padded[:2] == SENTINEL).all(), "elements before the displacement were written"
+        return padded[2:]
+    spec = [padded, (a.size // blocks, 2)] + ([datatype] if datatype is not None else [])
+    return spec, read
+
+
+def _array_array(a, datatype, blocks):
+    code = _typecode(a.dtype)
+    if code is None:                            # array.array cannot hold it: plain numpy
+        return _with_count(a, datatype, blocks)
+    buf = array.array(code, a.tobytes())
+    return [buf, datatype] if datatype is not None else buf, lambda: np.asarray(memoryview(buf))
+
+
+def _bytearray(a, datatype, blocks):
+    if datatype is None:                        # only a datatype says how to read bytes
+        return _numpy(a, datatype, blocks)
+    buf = bytearray(a.tobytes())
+    return [buf, a.size // blocks, datatype], lambda: np.frombuffer(buf, a.dtype)
+
+
+SPECS = {"buf": _numpy, "[buf, datatype]": _with_datatype, "[buf, count]": _with_count,
+         "[memoryview, count, datatype]": _memoryview_count_datatype,
+         "[buf, (count, displ), datatype]": _with_displacement,
+         "[array.array, datatype]": _array_array, "[bytearray, count, datatype]": _bytearray}
+
+
+def _cases(comm, collective, ops=kernels.OPS):
+    """(dtype, datatype, op, count, spec maker, algorithm, what) for every dtype, op and count
+    0..size; the spec and the algorithm (``auto`` and every one of ``collective``) take turns
+    (for the reductions every dtype meets every spec: there are >= 8 cases per dtype)."""
+    algorithms = ["auto"] + list(COLLECTIVES[collective])
+    names = list(SPECS)
+    i = 0
+    for dtype, datatype in TYPES:
+        for opname in ops:
+            for count in range(comm.Get_size() + 1):
+                spec, algorithm = names[i % len(names)], algorithms[i % len(algorithms)]
+                if algorithm == "mpi" and datatype is None:
+                    algorithm = "auto"              # MPI has no such datatype
+                i += 1
+                yield (dtype, datatype, opname, count, SPECS[spec], algorithm,
+                       f"{dtype} {opname} count={count} {spec} algorithm={algorithm}")
+
+
+def _mpi_op(opname):
+    return getattr(MPI, opname.upper())
+
+
+def _mpi_or_exact(comm, send, datatype, opname):
+    """``op`` over every rank's ``send``: MPI's own ``Allreduce`` where MPI has the datatype
+    (None when it refuses the op for it), else ``exact_result``."""
+    size = comm.Get_size()
+    if datatype is None:
+        try:
+            return exact_result(size, send.size, send.dtype, opname)
+        except KeyError:        # an op exact_result lacks: MPI's rules refuse it for floats
+            return None
+    out = np.empty_like(send)
+    try:
+        comm.Allreduce([send, datatype], [out, datatype], op=_mpi_op(opname))
+    except MPI.Exception:
+        return None
+    return out
+
+
+def _check_refused(comm, run):
+    """MPI refuses this (op, dtype): mpicoll must raise its own error on every rank."""
+    try:
+        run()
+    except (TypeError, ValueError):
+        agree(comm, True)
+        return
+    except Exception as exc:   # noqa: BLE001 - reported to every rank
+        agree(comm, False, f"raised {type(exc).__name__}({exc}), not mpicoll's error")
+    agree(comm, False, "MPI refuses this op for this type, but mpicoll did not raise")
+
+
+def _equal(got, want):
+    """Bit-equal (NaN-safe, and -0.0 differs from 0.0)."""
+    return got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "IN_PLACE"])
+def test_allreduce(comm, in_place):
+    rank = comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    for dtype, datatype, opname, count, make, algorithm, what in _cases(comm, "allreduce"):
+        send = exact_input(rank, count, dtype, opname)
+        want = _mpi_or_exact(comm, send, datatype, opname)
+        mc.algorithm = algorithm
+        recvspec, read = make(send.copy() if in_place else np.zeros(count, dtype), datatype, 1)
+        sendspec = MPI.IN_PLACE if in_place else make(send.copy(), datatype, 1)[0]
+        if want is None:
+            _check_refused(comm, lambda: mc.Allreduce(sendspec, recvspec, op=_mpi_op(opname)))
+            continue
+        result = mc.Allreduce(sendspec, recvspec, op=_mpi_op(opname))
+        agree(comm, result is None and _equal(read(), want), f"{what}: {read()} != {want}")
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "IN_PLACE"])
+def test_reduce_scatter_block(comm, in_place):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    for dtype, datatype, opname, count, make, algorithm, what in _cases(
+            comm, "reduce_scatter_block"):
+        send = exact_input(rank, count * size, dtype, opname)
+        total = _mpi_or_exact(comm, send, datatype, opname)
+        mc.algorithm = algorithm
+        if in_place:        # the whole input in recvbuf, read as size blocks of count
+            (recvspec, read), sendspec = make(send.copy(), datatype, size), MPI.IN_PLACE
+        else:
+            recvspec, read = make(np.zeros(count, dtype), datatype, 1)
+            sendspec = make(send.copy(), datatype, size)[0]
+        if total is None:
+            _check_refused(comm, lambda: mc.Reduce_scatter_block(sendspec, recvspec,
+                                                                 op=_mpi_op(opname)))
+            continue
+        mc.Reduce_scatter_block(sendspec, recvspec, op=_mpi_op(opname))
+        want = total[rank * count:(rank + 1) * count]
+        agree(comm, _equal(read()[:count], want), f"{what}: {read()[:count]} != {want}")
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "IN_PLACE"])
+def test_allgather(comm, in_place):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    for dtype, datatype, _, count, make, algorithm, what in _cases(comm, "allgather",
+                                                                   ops=("sum",)):
+        want = np.concatenate([exact_input(r, count, dtype, "sum") for r in range(size)])
+        mine = exact_input(rank, count, dtype, "sum")
+        mc.algorithm = algorithm
+        start = np.zeros(count * size, dtype)
+        if in_place:
+            start[rank * count:(rank + 1) * count] = mine
+        recvspec, read = make(start, datatype, size)
+        sendspec = MPI.IN_PLACE if in_place else make(mine.copy(), datatype, 1)[0]
+        mc.Allgather(sendspec, recvspec)
+        agree(comm, _equal(read(), want), f"{what}: {read()} != {want}")
+
+
+def test_bcast_every_root(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    roots = tuple(range(size))              # in the op slot of _cases: every root
+    for dtype, datatype, root, count, make, algorithm, what in _cases(comm, "bcast", roots):
+        want = exact_input(root, count, dtype, "max")
+        mc.algorithm = algorithm
+        buf, read = make(want.copy() if rank == root else np.zeros(count, dtype), datatype, 1)
+        mc.Bcast(buf, root=root)
+        agree(comm, _equal(read(), want), f"{what} (root {root}): {read()} != {want}")
+
+
+def test_iallreduce_and_waitall_with_mpi_requests_mixed_in(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    n = 1000
+    started = []
+    for algorithm in ["auto"] + list(COLLECTIVES["allreduce"]):
+        mc.algorithm = algorithm
+        send = exact_input(rank, n, np.float64, "sum")
+        recv = np.zeros(n)
+        started.append((mc.Iallreduce([send, MPI.DOUBLE], [recv, MPI.DOUBLE], op=MPI.SUM),
+                        recv))
+    barrier = comm.Ibarrier()                   # an MPI request in the same list
+    requests = [r for r, _ in started] + [barrier]
+    with pytest.raises(TypeError):              # MPI cannot wait for mpicoll's requests
+        MPI.Request.Waitall(requests)
+    assert Request.Waitall(requests) is True
+    want = exact_result(size, n, np.float64, "sum")
+    agree(comm, all(_equal(recv, want) for _, recv in started))
+    agree(comm, all(r.Test() for r, _ in started) and Request.Testall(requests))
+
+
+def test_allreduce_init_start_wait(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    for algorithm in ["auto"] + list(COLLECTIVES["allreduce"]):
+        mc.algorithm = algorithm
+        send, recv = np.zeros(64, np.int64), array.array("q", [0] * 64)
+        request = mc.Allreduce_init([send, MPI.INT64_T], [recv, MPI.INT64_T], op=MPI.SUM)
+        for step in range(3):
+            send[:] = exact_input(rank, 64, np.int64, "sum") * (step + 1)
+            request.Start()
+            assert request.Wait() is True
+            want = exact_result(size, 64, np.int64, "sum") * (step + 1)
+            agree(comm, _equal(np.asarray(memoryview(recv)), want),
+                  f"{algorithm} step {step}")
+        request.Free()
+
+
+def _mpi4py_program(comm):
+    """Written for mpi4py (adapted from its tutorial): runs on a plain communicator."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    sbuf = np.arange(10, dtype="d") * (rank + 1)
+    rbuf = np.empty(10, dtype="d")
+    comm.Allreduce([sbuf, MPI.DOUBLE], [rbuf, MPI.DOUBLE], op=MPI.SUM)
+    counts = np.array([rank], dtype="i")
+    comm.Allreduce(MPI.IN_PLACE, [counts, 1, MPI.INT], op=MPI.MAX)
+    data = np.arange(4, dtype="i") if rank == 0 else np.empty(4, dtype="i")
+    comm.Bcast([data, MPI.INT], root=0)
+    gathered = np.empty(size, dtype="i")
+    comm.Allgather([np.array([rank], "i"), MPI.INT], [gathered, MPI.INT])
+    block = np.empty(2, dtype="d")
+    comm.Reduce_scatter_block([np.ones(2 * size), MPI.DOUBLE], [block, MPI.DOUBLE], op=MPI.SUM)
+    request = comm.Iallreduce(MPI.IN_PLACE, [block, MPI.DOUBLE], op=MPI.MIN)
+    request.Wait()
+    total = comm.allreduce(rank)                # lowercase: pickled, the communicator's own
+    comm.Barrier()
+    return rbuf, counts, data, gathered, block, total
+
+
+def test_mpi4py_code_runs_unchanged(comm):
+    want = _mpi4py_program(comm)
+    wrapped = mpicoll.Comm(MPI.COMM_WORLD.Dup())
+    try:
+        got = _mpi4py_program(wrapped)
+        agree(comm, all(np.array_equal(g, w) for g, w in zip(got, want)), f"{got} != {want}")
+        wrapped.algorithm = "no_such_algorithm"      # the calls did go through mpicoll
+        raises_everywhere(comm, ValueError, _mpi4py_program, wrapped,
+                          match="unknown allreduce algorithm 'no_such_algorithm'")
+    finally:
+        wrapped.Free()
+
+
+def test_what_mpicoll_cannot_do_is_an_error_not_a_fall_back(comm):
+    mc = mpicoll.Comm(comm)
+    x, out = np.ones(4), np.zeros(4)
+    user_op = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    try:
+        raises_everywhere(comm, TypeError, mc.Allreduce, x, out, op=user_op,
+                          match="unsupported op")
+        raises_everywhere(comm, TypeError, mc.Allreduce, [x, 2, pair], [out, 2, pair],
+                          match="recvbuf: MPI datatype .* is not one mpicoll reduces")
+        raises_everywhere(comm, ValueError, mc.Allreduce, [x, 5, MPI.DOUBLE],
+                          [out, 5, MPI.DOUBLE], match="count 5 of float64 needs 40 bytes, the "
+                                                      "buffer has 32")
+    finally:
+        pair.Free()
+        user_op.Free()
+    agree(comm, out.tolist() == [0.0] * 4)
