@@ -42,8 +42,16 @@ __all__ = ["Comm", "wrap", "Request", "Prequest"]
 
 # ----------------------------------------------------------------------------- buffer specs
 
+_PREDEFINED: dict = {}      # handle -> numpy dtype, for MPI's predefined datatypes (they live
+                            # as long as MPI; a derived one's handle can be reused once freed)
+
+
 def _dtype(datatype, name: str) -> np.dtype:
     """The numpy dtype an MPI datatype (or an mpi4py typecode string) reads memory as."""
+    if isinstance(datatype, MPI.Datatype):
+        dtype = _PREDEFINED.get(datatype.handle)
+        if dtype is not None:
+            return dtype
     from mpi4py.util import dtlib
     shown = datatype
     try:
@@ -57,6 +65,8 @@ def _dtype(datatype, name: str) -> np.dtype:
     if dtype not in kernels.DTYPES:
         raise TypeError(f"{name}: MPI datatype {shown} (numpy {dtype}) is not one mpicoll "
                         f"reduces; supported: {api._DTYPE_NAMES}")
+    if datatype.is_predefined:
+        _PREDEFINED[datatype.handle] = dtype
     return dtype
 
 
