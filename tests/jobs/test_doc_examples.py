@@ -1,0 +1,32 @@
+"""The examples in README.md and docs/buffers.md that are marked ``<!-- example: NAME ... -->``
+run as written, under ``mpiexec -n 3``, and their own asserts pass."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from test_harness import MPIEXEC, ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+MARKED = re.compile(r"<!-- example: (?P<name>[\w-]+)[^\n]*-->\n```python\n(?P<code>.*?)```",
+                    re.S)
+EXAMPLES = {f"{doc}:{m['name']}": m["code"] for doc in ("README.md", "docs/buffers.md")
+            for m in MARKED.finditer((ROOT / doc).read_text())}
+
+
+def test_the_examples_are_found():
+    assert {"README.md:readme", "docs/buffers.md:drop-in"} <= set(EXAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_runs(name, tmp_path):
+    script = tmp_path / "example.py"
+    script.write_text(EXAMPLES[name])
+    proc = subprocess.run([MPIEXEC, "-n", "3", sys.executable, "-m", "mpi4py", str(script)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
