@@ -4,8 +4,8 @@ datatype where MPI has one), every op of ``kernels.OPS``, every root, counts 0..
 and not, every buffer spec -- ``buf``, ``[buf, datatype]``, ``[buf, count]``,
 ``[buf, count, datatype]``, ``[buf, (count, displ), datatype]`` -- over numpy arrays,
 ``memoryview``, ``array.array`` and ``bytearray`` read as the datatype. The reference is the MPI
-library's own collective on the same buffers (inputs whose result is exact in any order, so the
-bits must be equal); where MPI has no datatype, ``mpicoll.testing.exact_result``. Where MPI
+library's own all-reduce on the same inputs (whose result is exact in any order, so the bits
+must be equal); where MPI has no datatype (bfloat16), its float64 one, cast back. Where MPI
 refuses an (op, dtype), the wrapper must raise mpicoll's error on every rank, not fall back.
 
     mpiexec -n 4 python -m mpi4py -m pytest tests/mpi/test_drop_in.py --with-mpi
@@ -71,15 +71,18 @@ def _with_count(a, datatype, blocks):
 
 
 def _memoryview_count_datatype(a, datatype, blocks):
-    return [a.data, a.size // blocks] + ([datatype] if datatype is not None else []), lambda: a
+    if datatype is None:                        # bfloat16 has no buffer format either
+        return _with_count(a, datatype, blocks)
+    return [a.data, a.size // blocks, datatype], lambda: a
 
 
 def _with_displacement(a, datatype, blocks):
     padded = np.full(a.size + 2, SENTINEL, a.dtype)
     padded[2:] = a
+    before = padded[:2].tobytes()
 
     def read():
-        assert (padded[:2] == SENTINEL).all(), "elements before the displacement were written"
+        assert padded[:2].tobytes() == before, "elements before the displacement were written"
         return padded[2:]
     spec = [padded, (a.size // blocks, 2)] + ([datatype] if datatype is not None else [])
     return spec, read
@@ -128,15 +131,14 @@ def _mpi_op(opname):
     return getattr(MPI, opname.upper())
 
 
-def _mpi_or_exact(comm, send, datatype, opname):
-    """``op`` over every rank's ``send``: MPI's own ``Allreduce`` where MPI has the datatype
-    (None when it refuses the op for it), else ``exact_result``."""
-    size = comm.Get_size()
+def _reference(comm, send, datatype, opname):
+    """``op`` over every rank's ``send`` by MPI's own ``Allreduce`` (None where MPI refuses
+    the op for the datatype). A dtype MPI has no datatype for (bfloat16) is a floating-point
+    type: MPI's float64 result on copies, cast back (the inputs are small integers, which
+    every float type holds exactly), and MPI's floating-point rules on which ops apply."""
     if datatype is None:
-        try:
-            return exact_result(size, send.size, send.dtype, opname)
-        except KeyError:        # an op exact_result lacks: MPI's rules refuse it for floats
-            return None
+        wide = _reference(comm, send.astype(np.float64), MPI.DOUBLE, opname)
+        return None if wide is None else wide.astype(send.dtype)
     out = np.empty_like(send)
     try:
         comm.Allreduce([send, datatype], [out, datatype], op=_mpi_op(opname))
@@ -145,7 +147,7 @@ def _mpi_or_exact(comm, send, datatype, opname):
     return out
 
 
-def _check_refused(comm, run):
+def _check_refused(comm, run, what):
     """MPI refuses this (op, dtype): mpicoll must raise its own error on every rank."""
     try:
         run()
@@ -153,8 +155,8 @@ def _check_refused(comm, run):
         agree(comm, True)
         return
     except Exception as exc:   # noqa: BLE001 - reported to every rank
-        agree(comm, False, f"raised {type(exc).__name__}({exc}), not mpicoll's error")
-    agree(comm, False, "MPI refuses this op for this type, but mpicoll did not raise")
+        agree(comm, False, f"{what}: raised {type(exc).__name__}({exc}), not mpicoll's error")
+    agree(comm, False, f"{what}: MPI refuses this op for this type, but mpicoll did not raise")
 
 
 def _equal(got, want):
@@ -168,12 +170,13 @@ def test_allreduce(comm, in_place):
     mc = mpicoll.Comm(comm)
     for dtype, datatype, opname, count, make, algorithm, what in _cases(comm, "allreduce"):
         send = exact_input(rank, count, dtype, opname)
-        want = _mpi_or_exact(comm, send, datatype, opname)
+        want = _reference(comm, send, datatype, opname)
         mc.algorithm = algorithm
         recvspec, read = make(send.copy() if in_place else np.zeros(count, dtype), datatype, 1)
         sendspec = MPI.IN_PLACE if in_place else make(send.copy(), datatype, 1)[0]
         if want is None:
-            _check_refused(comm, lambda: mc.Allreduce(sendspec, recvspec, op=_mpi_op(opname)))
+            _check_refused(comm, lambda: mc.Allreduce(sendspec, recvspec, op=_mpi_op(opname)),
+                           what)
             continue
         result = mc.Allreduce(sendspec, recvspec, op=_mpi_op(opname))
         agree(comm, result is None and _equal(read(), want), f"{what}: {read()} != {want}")
@@ -186,7 +189,7 @@ def test_reduce_scatter_block(comm, in_place):
     for dtype, datatype, opname, count, make, algorithm, what in _cases(
             comm, "reduce_scatter_block"):
         send = exact_input(rank, count * size, dtype, opname)
-        total = _mpi_or_exact(comm, send, datatype, opname)
+        total = _reference(comm, send, datatype, opname)
         mc.algorithm = algorithm
         if in_place:        # the whole input in recvbuf, read as size blocks of count
             (recvspec, read), sendspec = make(send.copy(), datatype, size), MPI.IN_PLACE
@@ -195,7 +198,7 @@ def test_reduce_scatter_block(comm, in_place):
             sendspec = make(send.copy(), datatype, size)[0]
         if total is None:
             _check_refused(comm, lambda: mc.Reduce_scatter_block(sendspec, recvspec,
-                                                                 op=_mpi_op(opname)))
+                                                                 op=_mpi_op(opname)), what)
             continue
         mc.Reduce_scatter_block(sendspec, recvspec, op=_mpi_op(opname))
         want = total[rank * count:(rank + 1) * count]
