@@ -185,6 +185,8 @@ class Prequest(Request):
     ``Test()`` is always True and ``Wait()`` returns at once."""
 
     def Start(self) -> None:
+        if self._request is None:
+            raise ValueError("Start() on a persistent request that was freed")
         self._request.start()
 
     def Wait(self, status=None) -> bool:
@@ -217,7 +219,8 @@ class Comm:
     """An mpi4py communicator whose buffer collectives mpicoll runs; see the module's doc.
 
     ``algorithm`` (default ``"auto"``, settable) is used by every call. Every other attribute
-    is the wrapped communicator's (``self.comm``)."""
+    is the wrapped communicator's (``self.comm``). It is not an ``MPI.Comm`` itself: where one
+    is required (another library, ``comm=`` of mpicoll's functions), pass ``self.comm``."""
 
     def __init__(self, comm=None, algorithm: str = "auto"):
         if isinstance(comm, Comm):
@@ -235,6 +238,18 @@ class Comm:
 
     def __repr__(self) -> str:
         return f"<mpicoll.Comm algorithm={self.algorithm!r} over {self.comm!r}>"
+
+    # what Python looks up on the type, not through __getattr__: as the communicator's
+    def __eq__(self, other) -> bool:
+        return self.comm == (other.comm if isinstance(other, Comm) else other)
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    __hash__ = None             # as mpi4py's communicators
+
+    def __bool__(self) -> bool:
+        return bool(self.comm)
 
     def _reduce_pair(self, sendbuf, recvbuf, send_blocks=1, recv_blocks=1):
         recv = _message(recvbuf, "recvbuf", recv_blocks)

@@ -30,6 +30,8 @@ def test_every_other_attribute_is_the_communicators():
     mc.Barrier()
     with pytest.raises(AttributeError, match="no_such_thing"):
         mc.no_such_thing
+    assert mc == COMM and COMM == mc and mc == mpicoll.Comm(COMM) and mc != MPI.COMM_WORLD
+    assert bool(mc)
 
 
 def test_the_algorithm_attribute_is_used_by_every_call():
@@ -48,8 +50,9 @@ def test_the_algorithm_attribute_is_used_by_every_call():
 
 
 def test_only_an_intracommunicator_is_wrapped():
-    with pytest.raises(TypeError, match="wraps an MPI intracommunicator"):
-        mpicoll.Comm("world")
+    for comm in ("world", MPI.COMM_NULL):
+        with pytest.raises(TypeError, match="wraps an MPI intracommunicator"):
+            mpicoll.Comm(comm)
 
 
 # ----------------------------------------------------------------------------- buffer specs
@@ -160,3 +163,5 @@ def test_persistent_request_start_wait_test_startall():
     assert np.shares_memory(handles[0].result, out)
     for h in handles:
         h.Free()
+    with pytest.raises(ValueError, match="freed"):
+        handles[0].Start()
