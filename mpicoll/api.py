@@ -74,6 +74,10 @@ def _view(x, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be an array, got {type(x).__name__}; pass "
                         f"np.asarray({name}) (a copy: a result would not land in the "
                         f"{type(x).__name__})")
+    if isinstance(x, np.generic):               # a scalar: immutable, so read-only here
+        view = np.array(x)
+        view.flags.writeable = False
+        return view
     if hasattr(x, "__array_interface__") or hasattr(x, "__array_struct__"):
         return np.asarray(x)                    # numpy maps the interface: no copy
     if hasattr(x, "__dlpack__"):

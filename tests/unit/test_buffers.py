@@ -202,6 +202,13 @@ def test_read_only_buffers_are_send_only():
             mpicoll.bcast(recvbuf, comm=COMM)
 
 
+def test_a_numpy_scalar_is_a_sendbuf_only():
+    out = mpicoll.allreduce(np.float64(2.5), comm=COMM)
+    assert out.shape == () and out == 2.5
+    with pytest.raises(ValueError, match="recvbuf is read-only"):
+        mpicoll.allreduce(MPI.IN_PLACE, np.float64(2.5), comm=COMM)
+
+
 def test_a_buffer_that_aliases_the_other_one_needs_in_place():
     x = array.array("d", [1.0, 2.0])
     with pytest.raises(ValueError, match="overlap"):
