@@ -20,8 +20,9 @@ narrow what crosses the wire.
 Buffers: any C-contiguous numpy array, or an object with the buffer protocol
 (``array.array``, ``memoryview``, ``bytearray``), ``__array_interface__`` or ``__dlpack__`` (CPU
 tensors), used in place without a copy. ``mpicoll.Comm(comm)`` (``mpicoll.wrap``) is a drop-in
-for mpi4py code: ``Allreduce``, ``Iallreduce``, ``Allreduce_init``, ``Reduce_scatter_block``,
-``Allgather``, ``Bcast`` with mpi4py's buffer specs run mpicoll's algorithms (``mpicoll.comm``).
+for mpi4py code: ``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast`` and their
+``I*`` and ``*_init`` forms, with mpi4py's buffer specs, run mpicoll's algorithms
+(``mpicoll.comm``).
 """
 
 from .errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken

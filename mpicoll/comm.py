@@ -5,29 +5,31 @@
     comm.algorithm = "ring"                      # every later call (default "auto")
     comm.Get_rank(), comm.Barrier(), comm.allreduce(obj)    # the wrapped communicator's own
 
-``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast``, ``Iallreduce`` and
-``Allreduce_init`` take mpi4py's arguments and buffer specs: ``buf``; ``[buf, datatype]``;
-``[buf, count]``; ``[buf, count, datatype]``; ``[buf, (count, displ), datatype]``;
-``[buf, count, displ, datatype]`` (count and displacement in elements of the datatype);
-``MPI.IN_PLACE`` (or ``None``) as the send buffer. The MPI datatype says how the bytes are read
-(``mpi4py.util.dtlib.to_numpy_dtype``), without a copy: the result lands in the caller's buffer.
-``buf`` is anything ``mpicoll.allreduce`` takes: a numpy array, an object with the buffer
-protocol, ``__array_interface__`` or ``__dlpack__``. Without a datatype the buffer's own dtype is
-used, so a bfloat16 array (which MPI has no datatype for) works too. Counts that are not given
-are inferred as mpi4py does: the whole buffer, split into ``comm.size`` blocks where the call
-has blocks (``Allgather``'s receive buffer, ``Reduce_scatter_block``'s send buffer, or its
-receive buffer in place). As in mpi4py the blocking calls return None.
+``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast``, their nonblocking forms
+(``Iallreduce`` ...) and persistent forms (``Allreduce_init`` ...) take mpi4py's arguments and
+buffer specs: ``buf``; ``[buf, datatype]``; ``[buf, count]``; ``[buf, count, datatype]``;
+``[buf, (count, displ), datatype]``; ``[buf, count, displ, datatype]`` (count and displacement
+in elements of the datatype); ``MPI.IN_PLACE`` (or ``None``) as the send buffer. The MPI
+datatype says how the bytes are read (``mpi4py.util.dtlib.to_numpy_dtype``), without a copy:
+the result lands in the caller's buffer. ``buf`` is anything ``mpicoll.allreduce`` takes: a
+numpy array, an object with the buffer protocol, ``__array_interface__`` or ``__dlpack__``.
+Without a datatype the buffer's own dtype is used, so a bfloat16 array (which MPI has no
+datatype for) works too. Counts that are not given are inferred as mpi4py does: the whole
+buffer, split into ``comm.size`` blocks where the call has blocks (``Allgather``'s receive
+buffer, ``Reduce_scatter_block``'s send buffer, or its receive buffer in place). As in mpi4py
+the blocking calls return None.
 
 An op, datatype or buffer mpicoll cannot do raises mpicoll's error (``TypeError`` or
 ``ValueError`` naming it) on the calling rank, before any communication: there is no silent
 fall-back to the MPI library. (``algorithm="mpi"`` runs the library's own collective.)
 
-Requests: ``Iallreduce`` returns a ``Request`` with mpi4py's ``Wait()`` and ``Test()``, and
-``Allreduce_init`` a ``Prequest`` with ``Start()``, ``Wait()``, ``Test()``. These are not
-``MPI.Request`` objects -- the collective runs in mpicoll's progress engine, not inside MPI, so
-there is no MPI request handle that MPI could complete -- and ``MPI.Request.Waitall`` refuses
-them (``TypeError``). Use ``mpicoll.comm.Request.Waitall(requests)`` (also ``Testall``,
-``Prequest.Startall``), which takes mpicoll's and MPI's requests mixed.
+Requests: ``Iallreduce`` (...) returns a ``Request`` with mpi4py's ``Wait()`` and
+``Test()``, and ``Allreduce_init`` (...) a ``Prequest`` with ``Start()``, ``Wait()``,
+``Test()``. These are not ``MPI.Request`` objects -- the collective runs in mpicoll's progress
+engine, not inside MPI, so there is no MPI request handle that MPI could complete -- and
+``MPI.Request.Waitall`` refuses them (``TypeError``). Use
+``mpicoll.comm.Request.Waitall(requests)`` (also ``Testall``, ``Prequest.Startall``), which
+takes mpicoll's and MPI's requests mixed.
 """
 
 from __future__ import annotations
@@ -251,39 +253,67 @@ class Comm:
     def __bool__(self) -> bool:
         return bool(self.comm)
 
-    def _reduce_pair(self, sendbuf, recvbuf, send_blocks=1, recv_blocks=1):
+    # the buffers of each collective, read as mpi4py reads them (see the module's doc)
+
+    def _pair(self, sendbuf, recvbuf, send_blocks=1, recv_blocks=1):
         recv = _message(recvbuf, "recvbuf", recv_blocks)
         send = MPI.IN_PLACE if _in_place(sendbuf) else _message(sendbuf, "sendbuf", send_blocks)
         return send, recv
 
+    def _scatter_pair(self, sendbuf, recvbuf):
+        size = self.comm.Get_size()
+        if _in_place(sendbuf):      # the whole input in recvbuf: size blocks
+            return MPI.IN_PLACE, _message(recvbuf, "recvbuf", size)
+        return self._pair(sendbuf, recvbuf, send_blocks=size)
+
+    def _gather_pair(self, sendbuf, recvbuf):
+        return self._pair(sendbuf, recvbuf, recv_blocks=self.comm.Get_size())
+
+    @property
+    def _how(self) -> dict:
+        return {"algorithm": self.algorithm, "comm": self.comm}
+
+    # blocking (None, as mpi4py's), nonblocking (Request), persistent (Prequest)
+
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        send, recv = self._reduce_pair(sendbuf, recvbuf)
-        api.allreduce(send, recv, op=op, algorithm=self.algorithm, comm=self.comm)
+        api.allreduce(*self._pair(sendbuf, recvbuf), op=op, **self._how)
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> Request:
-        send, recv = self._reduce_pair(sendbuf, recvbuf)
-        return Request(api.iallreduce(send, recv, op=op, algorithm=self.algorithm,
-                                      comm=self.comm))
+        return Request(api.iallreduce(*self._pair(sendbuf, recvbuf), op=op, **self._how))
 
     def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=None) -> Prequest:
-        send, recv = self._reduce_pair(sendbuf, recvbuf)
-        return Prequest(persistent.allreduce_init(send, recv, op=op, algorithm=self.algorithm,
-                                                  comm=self.comm))
+        return Prequest(persistent.allreduce_init(*self._pair(sendbuf, recvbuf), op=op,
+                                                  **self._how))
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        size = self.comm.Get_size()
-        if _in_place(sendbuf):
-            send, recv = MPI.IN_PLACE, _message(recvbuf, "recvbuf", size)
-        else:
-            send, recv = self._reduce_pair(sendbuf, recvbuf, send_blocks=size)
-        api.reduce_scatter_block(send, recv, op=op, algorithm=self.algorithm, comm=self.comm)
+        api.reduce_scatter_block(*self._scatter_pair(sendbuf, recvbuf), op=op, **self._how)
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> Request:
+        return Request(api.ireduce_scatter_block(*self._scatter_pair(sendbuf, recvbuf), op=op,
+                                                 **self._how))
+
+    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=None) -> Prequest:
+        return Prequest(persistent.reduce_scatter_block_init(
+            *self._scatter_pair(sendbuf, recvbuf), op=op, **self._how))
 
     def Allgather(self, sendbuf, recvbuf) -> None:
-        send, recv = self._reduce_pair(sendbuf, recvbuf, recv_blocks=self.comm.Get_size())
-        api.allgather(send, recv, algorithm=self.algorithm, comm=self.comm)
+        api.allgather(*self._gather_pair(sendbuf, recvbuf), **self._how)
+
+    def Iallgather(self, sendbuf, recvbuf) -> Request:
+        return Request(api.iallgather(*self._gather_pair(sendbuf, recvbuf), **self._how))
+
+    def Allgather_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        return Prequest(persistent.allgather_init(*self._gather_pair(sendbuf, recvbuf),
+                                                  **self._how))
 
     def Bcast(self, buf, root: int = 0) -> None:
-        api.bcast(_message(buf, "buf"), root, algorithm=self.algorithm, comm=self.comm)
+        api.bcast(_message(buf, "buf"), root, **self._how)
+
+    def Ibcast(self, buf, root: int = 0) -> Request:
+        return Request(api.ibcast(_message(buf, "buf"), root, **self._how))
+
+    def Bcast_init(self, buf, root: int = 0, info=None) -> Prequest:
+        return Prequest(persistent.bcast_init(_message(buf, "buf"), root, **self._how))
 
 
 def wrap(comm=None, algorithm: str = "auto") -> Comm:

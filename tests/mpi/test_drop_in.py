@@ -273,6 +273,56 @@ def test_allreduce_init_start_wait(comm):
         request.Free()
 
 
+def test_nonblocking_and_persistent_forms_of_every_collective(comm):
+    """I* and *_init of each collective, every algorithm, two steps each: as the blocking
+    call (whose results the tests above check against MPI's)."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    n = 6
+    for algorithm in ["auto"] + list(COLLECTIVES["reduce_scatter_block"]):
+        mc.algorithm = algorithm
+        send, recv = np.zeros(n * size, np.int32), array.array("i", [0] * n)
+        started = mc.Reduce_scatter_block_init([send, MPI.INT], [recv, MPI.INT], op=MPI.MAX)
+        for step in range(2):
+            send[:] = exact_input(rank, n * size, np.int32, "max") + step
+            want = exact_result(size, n * size, np.int32, "max")[rank * n:(rank + 1) * n] + step
+            started.Start()
+            started.Wait()
+            later = np.zeros(n, np.int32)
+            mc.Ireduce_scatter_block([send, MPI.INT], [later, MPI.INT], op=MPI.MAX).Wait()
+            agree(comm, _equal(np.asarray(memoryview(recv)), want) and _equal(later, want),
+                  f"reduce_scatter_block {algorithm} step {step}")
+    for algorithm in ["auto"] + list(COLLECTIVES["allgather"]):
+        mc.algorithm = algorithm
+        send, recv = np.zeros(n), bytearray(8 * n * size)
+        started = mc.Allgather_init([send, MPI.DOUBLE], [recv, MPI.DOUBLE])
+        for step in range(2):
+            send[:] = exact_input(rank, n, np.float64, "sum") + step
+            want = np.concatenate([exact_input(r, n, np.float64, "sum") + step
+                                   for r in range(size)])
+            started.Start()
+            started.Wait()
+            later = np.zeros(n * size)
+            mc.Iallgather([send, MPI.DOUBLE], [later, MPI.DOUBLE]).Wait()
+            agree(comm, _equal(np.frombuffer(recv), want) and _equal(later, want),
+                  f"allgather {algorithm} step {step}")
+    for algorithm in ["auto"] + list(COLLECTIVES["bcast"]):
+        mc.algorithm = algorithm
+        for root in range(size):
+            buf = np.zeros(n, np.int64)
+            started = mc.Bcast_init([buf, MPI.INT64_T], root=root)
+            for step in range(2):
+                want = exact_input(root, n, np.int64, "sum") + step
+                if rank == root:
+                    buf[:] = want
+                started.Start()
+                started.Wait()
+                later = want.copy() if rank == root else np.zeros(n, np.int64)
+                mc.Ibcast([later, MPI.INT64_T], root=root).Wait()
+                agree(comm, _equal(buf, want) and _equal(later, want),
+                      f"bcast {algorithm} root {root} step {step}")
+
+
 def _mpi4py_program(comm):
     """Written for mpi4py (adapted from its tutorial): runs on a plain communicator."""
     rank, size = comm.Get_rank(), comm.Get_size()

@@ -42,8 +42,15 @@ def test_the_algorithm_attribute_is_used_by_every_call():
                              (lambda: mc.Iallreduce(x, out), "allreduce"),
                              (lambda: mc.Allreduce_init(x, out), "allreduce"),
                              (lambda: mc.Reduce_scatter_block(x, out), "reduce_scatter_block"),
+                             (lambda: mc.Ireduce_scatter_block(x, out), "reduce_scatter_block"),
+                             (lambda: mc.Reduce_scatter_block_init(x, out),
+                              "reduce_scatter_block"),
                              (lambda: mc.Allgather(x, out), "allgather"),
-                             (lambda: mc.Bcast(out), "bcast")):
+                             (lambda: mc.Iallgather(x, out), "allgather"),
+                             (lambda: mc.Allgather_init(x, out), "allgather"),
+                             (lambda: mc.Bcast(out), "bcast"),
+                             (lambda: mc.Ibcast(out), "bcast"),
+                             (lambda: mc.Bcast_init(out), "bcast")):
         with pytest.raises(ValueError, match=f"unknown {collective} algorithm "
                                              f"'no_such_algorithm'"):
             call()
