@@ -1,7 +1,9 @@
 """Zero allocations that survive a call, in steady state, checked with tracemalloc (issue 12).
 
 A persistent ``allreduce_init`` handle and a plain ``allreduce``, with the compiled and the
-Python executor, with and without a timeout: after a warm-up, two batches of calls must leave
+Python executor, with and without a timeout (and the plain call with every algorithm;
+``tests/mpi/test_persistent.py`` checks every algorithm's persistent handle at 1 MiB): after a
+warm-up, two batches of calls must leave
 no more allocated after the second batch than after the first (a leak grows with the calls),
 and one call's transient peak must stay far below the buffer (no buffer-sized temporary per
 call; the persistent compiled call without a timeout under 1 KiB). ``jobs/allocations.py`` prints the same
@@ -11,8 +13,10 @@ measurement as a table.
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import mpicoll
 from mpicoll.testing import agree, environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
@@ -46,6 +50,23 @@ def test_no_allocation_survives_a_call(comm, how, executor, timeout):
     agree(comm, got["transient_peak"] <= limit,
           f"{how} allreduce ({executor}, timeout={timeout}): one call's transient peak "
           f"{got['transient_peak']} B, expected <= {limit} B")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("algorithm", mpicoll.ALGORITHMS)
+def test_no_allocation_survives_a_plain_call_of_any_algorithm(comm, algorithm):
+    x = np.arange(COUNT, dtype=np.float64) + comm.rank
+    y = np.empty_like(x)
+    got = allocations.measure(lambda: mpicoll.allreduce(x, y, algorithm=algorithm, comm=comm),
+                              CALLS // 2)
+    first, second = got["surviving_after"]
+    agree(comm, second - first <= GROWTH and first <= 4 * GROWTH,
+          f"plain {algorithm} allreduce left {first} B after {CALLS // 2} calls and {second} B "
+          f"after {CALLS}: {'; '.join(got['sites']) or 'no site'}")
+    agree(comm, got["transient_peak"] <= COUNT * 8 // 4,
+          f"plain {algorithm} allreduce: one call's transient peak {got['transient_peak']} B")
+    agree(comm, np.array_equal(y, np.arange(COUNT) * comm.size + comm.size * (comm.size - 1) / 2),
+          "wrong sum")
 
 
 def test_a_leak_is_seen(comm):
