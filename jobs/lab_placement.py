@@ -34,8 +34,6 @@ Here, in four parts:
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 from lab_common import claim, parser, save_figure, write_json
 
