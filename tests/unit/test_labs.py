@@ -211,6 +211,68 @@ def test_lab_rails(tmp_path):
     assert res["sweep"][0]["ratio"] < 1.1 < 9 < res["sweep"][-1]["ratio"]
 
 
+# ----------------------------------------------------------------------------- lab 5: placement
+
+@pytest.mark.timeout(120)
+def test_lab_placement_small(tmp_path):
+    out = run(JOBS / "lab_placement.py", "--max-nodes", "8", "--json", tmp_path / "p.json")
+    line = last_line(out, "lab_placement")
+    assert "ours TP 16 MiB 6.2x slower across 8 nodes (transfer 9.0x" in line
+    assert "bubble 27.3% counted = 3/11; a dead node takes out 32 vs 256 GPUs" in line
+    res = json.loads((tmp_path / "p.json").read_text())
+    tp = res["tp"]
+    assert tp["activation_bytes"] == 2048 * 2048 * 4 and tp["bw_ratio"] == 9
+    assert tp["transfer_ratio"] == pytest.approx(9.0)          # the NVLink/NIC ratio, exactly
+    assert 5 < tp["ratio"] < 9 and tp["two_nodes_ratio"] >= tp["ratio"] * 0.95
+    ratios = [s["ratio"] for s in tp["sweep"]]
+    assert ratios == sorted(ratios) and ratios[0] == pytest.approx(2.5, rel=0.01)   # 5 us / 2 us
+    assert all(s["transfer_ratio"] == pytest.approx(9.0) for s in tp["sweep"])
+    for r in res["hierarchical"]["rows"]:
+        assert r["ring_steps"] == 2 * (r["ranks"] - 1)
+        if r["nodes"] == 1:                     # one node: both are the ring inside it
+            assert r["win"] == pytest.approx(1.0)
+        else:
+            assert r["win"] > 2
+    assert {s["wins_from_nodes"] for s in res["hierarchical"]["summary"]} == {2}
+    assert res["bubble"]["max_abs_difference"] < 1e-12
+    assert res["bubble"]["seed_case"]["count"] == pytest.approx(3 / 11)
+    rows = {(r["failure"], r["placement"]): r for r in res["blast"]["rows"]}
+    assert rows["one node", "tp-inside"]["stalled_replica_ranks"] == 32
+    assert rows["one node", "tp-across"]["stalled_replica_ranks"] == 256
+    assert rows["one GPU", "tp-inside"]["stalled_tp_ranks"] == 8
+    assert rows["one GPU", "tp-across"]["stalled_replica_ranks"] == 32
+    assert len({r["restart_gpu_s"] for r in rows.values()}) == 1     # placement-free
+    assert res["blast"]["replicas_hit_by_node"] == {"tp-inside": [1], "tp-across": [8]}
+    recorded = json.loads((RECORDED / "lab_placement.json").read_text())
+    small = [r for r in recorded["hierarchical"]["rows"] if r["nodes"] <= 8]
+    assert small == res["hierarchical"]["rows"], "docs/labs/lab_placement.json is stale"
+
+
+@pytest.mark.parametrize("p, m", [(1, 1), (2, 3), (4, 8), (5, 2), (8, 32)])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize("tf, tb", [(1.0, 1.0), (1.0, 2.0), (0.3, 1.1)])
+def test_pipeline_schedule_count_is_the_bubble_formula(schedule, p, m, tf, tb):
+    import lab_placement
+    run_ = lab_placement.pipeline(schedule, p, m, tf, tb)
+    assert run_["span"] == pytest.approx((m + p - 1) * (tf + tb))
+    assert run_["bubble"] == pytest.approx(lab_placement.bubble(p, m))
+    for s, ops in enumerate(run_["timeline"]):          # every stage runs every op once
+        assert sorted((k, j) for k, j, _, _ in ops) == sorted(
+            [("B", j) for j in range(m)] + [("F", j) for j in range(m)])
+        assert all(a[3] <= b[2] + 1e-12 for a, b in zip(ops, ops[1:]))   # one at a time
+
+
+def test_placement_mappings_put_tp_where_they_say():
+    import lab_placement
+    for placement, spans in (("tp-inside", 1), ("tp-across", 8)):
+        m = lab_placement.mapping(placement, 64, 8, 4)
+        groups = {}
+        for rank, (d, s, t) in enumerate(m):
+            groups.setdefault((d, s), set()).add(rank // 8)
+        assert len(groups) == 64 * 8 // 8 and {len(g) for g in groups.values()} == {spans}
+        assert m[:, 0].max() == 64 * 8 // 32 - 1
+
+
 # ----------------------------------------------------------------------------- lab 6: straggler
 
 @pytest.mark.timeout(120)
@@ -258,7 +320,8 @@ def test_labs_md_blocks_are_current():
     text = LABS_MD.read_text()
     names = [m["name"] for m in lab_common.BLOCK.finditer(text)]
     assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_crossover",
-            "lab_rails", "lab_straggler", "lab_ladder", "lab_sockets"} <= set(names)
+            "lab_rails", "lab_straggler", "lab_ladder", "lab_sockets",
+            "lab_placement"} <= set(names)
     assert lab_common.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
 
 
