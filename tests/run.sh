@@ -72,7 +72,7 @@ else
         PATH="$openmpi_bin:$PATH" MPICOLL_EXECUTOR=compiled timeout -k 15 900 \
             mpiexec --allow-run-as-root --oversubscribe -n "$n" \
             python -m mpi4py -m pytest "${OPENMPI_TESTS[@]}" --with-mpi -x -q \
-            --timeout=300 --timeout-method=thread "$@" 2>&1 | tee "$LOGDIR/openmpi-$n.log"
+            --timeout=300 --timeout-method=thread --color=no "$@" 2>&1 | tee "$LOGDIR/openmpi-$n.log"
         record "Open MPI mpiexec -n $n" "$LOGDIR/openmpi-$n.log" "${PIPESTATUS[0]}"
     done
 fi
