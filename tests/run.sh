@@ -53,10 +53,10 @@ done
 
 # The Open MPI leg. Its mpiexec (PRRTE) refuses root and more ranks than cores without these.
 OPENMPI_TESTS=(tests/mpi/test_collectives.py tests/mpi/test_compiled.py
-               tests/mpi/test_persistent.py
-               tests/mpi/test_nonblocking.py::test_requests_in_flight_during_numba_compute_are_exact
-               tests/mpi/test_nonblocking.py::test_request_timeout_names_the_missing_rank
-               tests/mpi/test_reliability.py::test_options_keep_answers_exact)
+    tests/mpi/test_persistent.py
+    tests/mpi/test_nonblocking.py::test_requests_in_flight_during_numba_compute_are_exact
+    tests/mpi/test_nonblocking.py::test_request_timeout_names_the_missing_rank
+    tests/mpi/test_reliability.py::test_options_keep_answers_exact)
 if [ "${MPICOLL_SKIP_OPENMPI:-0}" = 1 ] && [ "${CI:-}" != true ]; then
     echo "== Open MPI tests skipped (MPICOLL_SKIP_OPENMPI=1)"
 else
@@ -72,7 +72,8 @@ else
         PATH="$openmpi_bin:$PATH" MPICOLL_EXECUTOR=compiled timeout -k 15 900 \
             mpiexec --allow-run-as-root --oversubscribe -n "$n" \
             python -m mpi4py -m pytest "${OPENMPI_TESTS[@]}" --with-mpi -x -q \
-            --timeout=300 --timeout-method=thread --color=no "$@" 2>&1 | tee "$LOGDIR/openmpi-$n.log"
+            --timeout=300 --timeout-method=thread --color=no "$@" 2>&1 \
+            | tee "$LOGDIR/openmpi-$n.log"
         record "Open MPI mpiexec -n $n" "$LOGDIR/openmpi-$n.log" "${PIPESTATUS[0]}"
     done
 fi
