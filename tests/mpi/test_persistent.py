@@ -16,6 +16,10 @@ from mpicoll.testing import agree, environment
 
 pytestmark = pytest.mark.mpi
 ALGORITHMS = [(c, a) for c, table in COLLECTIVES.items() for a in table]
+# Open MPI's persistent collectives (MPI_*_init, its libnbc component) add in another order than
+# its blocking ones (coll/tuned): for the library's own algorithm ("mpi") floats then agree to
+# rounding, not to the bit (MPI promises no more; MPICH's agree to the bit).
+LIBRARY_ROUNDS_APART = MPI.get_vendor()[0] == "Open MPI"
 
 
 def plain_and_persistent(collective, algorithm, comm, n, dtype, op, inplace):
@@ -80,8 +84,12 @@ def test_persistent_gives_the_plain_calls_bits(comm, collective, algorithm, exec
                                 got = h.start() or h.wait() if k == 1 else h()
                                 spent = {k2: traffic[k2] - before[k2] for k2 in traffic}
                             label = f"n={n} {np.dtype(dtype)} {op} inplace={inplace} call {k}"
-                            if np.asarray(got).reshape(-1).tobytes() != \
-                                    np.asarray(want).reshape(-1).tobytes():
+                            got, want = np.asarray(got).reshape(-1), np.asarray(want).reshape(-1)
+                            if algorithm == "mpi" and LIBRARY_ROUNDS_APART and \
+                                    np.dtype(dtype).kind == "f":
+                                if not np.allclose(got, want, rtol=1e-5, atol=1e-3):
+                                    problems.append(f"{label}: different values")
+                            elif got.tobytes() != want.tobytes():
                                 problems.append(f"{label}: different bits")
                             if spent != plain_spent:
                                 problems.append(f"{label}: bytes {spent} != {plain_spent}")

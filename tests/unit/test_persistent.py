@@ -1,6 +1,8 @@
 """Persistent collectives and the executor setting, serially (COMM_SELF); the MPI side is
 tests/mpi/test_persistent.py and tests/mpi/test_compiled.py."""
 
+import ctypes
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -112,3 +114,16 @@ def test_fallback_notice_once(monkeypatch, capsys):
     with environment(MPICOLL_EXECUTOR="compiled"):
         with pytest.raises(RuntimeError, match=r"can't run here: libmpi's functions not found"):
             compiled.choose()
+
+
+def test_libmpi_is_the_one_mpi4py_runs_on(monkeypatch):
+    """The functions come from the libmpi behind mpi4py's own extension module (its version
+    string is mpi4py's), with mpi4py's handle width; a library that answers with another
+    version string is refused, with the reason."""
+    lib = ctypes.CDLL(MPI.__file__)
+    assert compiled._library_version(lib).strip() == MPI.Get_library_version().strip()
+    assert compiled.HANDLE.itemsize == MPI._sizeof(MPI.Comm) == MPI._sizeof(MPI.Request)
+    assert compiled._setup() is None
+    monkeypatch.setattr(compiled, "_library_version", lambda lib: "Some Other MPI 1.0")
+    assert compiled._setup() == "the libmpi found through mpi4py's module is not the one " \
+                                "mpi4py calls"
