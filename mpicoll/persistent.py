@@ -29,7 +29,7 @@ from mpi4py import MPI
 from . import api, select
 from ._runtime.call import Call
 from ._runtime.watch import Watch
-from .errors import CollectiveTimeout
+from .errors import ArgumentMismatch, CollectiveTimeout
 from .executors import compiled
 from .registry import lookup
 
@@ -58,7 +58,7 @@ class Persistent:
             self._state.check(self.collective)
         for dst, src in self._before:
             np.copyto(dst, src)
-        if self._call.timeout is not None:
+        if self._call.watch is not None:
             self._watched()
         elif self._request is not None:
             self._request.Start()
@@ -87,15 +87,15 @@ class Persistent:
         with ``on_timeout="abort"``), as a plain call does."""
         call, st = self._call, self._state
         call.watch = watch = Watch(call.timeout, call.watch.what, st.comm)
-        watch.tag = call.tag
+        call.label(watch)
         try:
             if self._request is not None:
                 self._request.Start()
                 watch.wait([self._request], "MPI_" + self.collective.capitalize() + "_init")
             elif self._run is not None:
                 self._run(watch)
-        except (CollectiveTimeout, KeyboardInterrupt) as exc:
-            call._failed(exc)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            call._failed(exc)       # ArgumentMismatch: only the roll call's can come from here
             raise
 
     def __repr__(self) -> str:
