@@ -98,16 +98,20 @@ class Call:
             self._state = st
             if not st.made:
                 st.ready(self.watch)
-            self.number = st.next_number()
+            self.number = self.tag = st.next_number()      # the hash comes with agree
             if self.watch is not None:
                 self.watch.comm = st.comm
-            self._label()
+                self._label()
+            elif self.signature is not None:
+                self._label()
         return self._state
 
     def _label(self) -> None:
-        """The tag: the call's number, and its arguments' hash once ``agree`` gave them."""
-        sig = self.signature
-        self.tag = self._state.tags.tag(self.number, 0 if sig is None else sig.hashed)
+        """The tag: the call's number, and its arguments' hash once ``agree`` gave them
+        (``tags.Layout.tag``, inlined: this runs on every call)."""
+        sig, layout = self.signature, self._state.tags
+        self.tag = self.number + (0 if sig is None else
+                                  layout.calls * (sig.hashed % layout.hashes))
         if self.watch is not None:
             self.label(self.watch)
 

@@ -69,8 +69,12 @@ _cache: dict = {}
 
 
 def signature(collective: str, algorithm: str, fields: dict) -> Signature:
-    """The signature of a call (cached: the same arguments cost one dict lookup)."""
-    key = (collective, algorithm, *fields.items())
+    """The signature of a call (cached: the same arguments cost one dict lookup, ~0.25 us).
+
+    The cache key is the values in the caller's keyword order (building the (name, value) pairs
+    would double the cost): each call site of ``Call.agree`` passes its own fixed set of names,
+    and no two sites of one collective and algorithm pass as many values."""
+    key = (collective, algorithm, len(fields), *fields.values())
     sig = _cache.get(key)
     if sig is None:
         declared = COLLECTIVES.get(collective, {}).get(algorithm)
