@@ -46,21 +46,21 @@ def cases():
             yield collective, name
 
 
-def run(collective: str, algorithm: str, comm, count: int):
+def run(collective: str, algorithm: str, comm, count: int, **options):
     size = comm.Get_size()
     x = np.ones(count)
+    kw = dict(algorithm=algorithm, comm=comm, **options)
     if collective == "allreduce":
-        return mpicoll.allreduce(x, algorithm=algorithm, comm=comm)
+        return mpicoll.allreduce(x, **kw)
     if collective == "iallreduce":
-        return mpicoll.iallreduce(x, algorithm=algorithm, comm=comm).wait()
+        return mpicoll.iallreduce(x, **kw).wait()
     if collective == "allreduce_init":
-        return mpicoll.allreduce_init(x, np.empty_like(x), algorithm=algorithm, comm=comm)()
+        return mpicoll.allreduce_init(x, np.empty_like(x), **kw)()
     if collective == "reduce_scatter_block":
-        return mpicoll.reduce_scatter_block(np.ones(count * size), algorithm=algorithm,
-                                            comm=comm)
+        return mpicoll.reduce_scatter_block(np.ones(count * size), **kw)
     if collective == "allgather":
-        return mpicoll.allgather(x, algorithm=algorithm, comm=comm)
-    return mpicoll.bcast(x, 0, algorithm=algorithm, comm=comm)
+        return mpicoll.allgather(x, **kw)
+    return mpicoll.bcast(x, 0, **kw)
 
 
 def main(argv=None) -> int:
@@ -79,10 +79,11 @@ def main(argv=None) -> int:
         print(f"# N={size}, rank r passes {10} * (r + 1) elements, MPICOLL_TIMEOUT={deadline}, "
               f"validate off; {MPI.Get_library_version().splitlines()[0].strip()}", flush=True)
     # every case once with equal counts first: matching calls return the right result, and
-    # every path is loaded (the numba load before a process's first call is not the point here)
+    # every path is loaded (the numba load before a process's first call is not the point
+    # here), under a generous deadline (a loaded machine can take seconds over a first call)
     warm = world.Dup()
     for collective, algorithm in cases():
-        result = run(collective, algorithm, warm, 10)
+        result = run(collective, algorithm, warm, 10, timeout=120.0)
         expected = {"reduce_scatter_block": size, "allgather": 1, "bcast": 1}.get(
             collective.replace("iallreduce", "allreduce"), size)
         if not np.all(result == expected):

@@ -101,8 +101,7 @@ class Call:
             self.number = self.tag = st.next_number()      # the hash comes with agree
             if self.watch is not None:
                 self.watch.comm = st.comm
-                self._label()
-            elif self.signature is not None:
+            if self.signature is not None:
                 self._label()
         return self._state
 

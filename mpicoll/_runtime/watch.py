@@ -60,6 +60,9 @@ def _test(requests) -> bool:
 class Watch:
     """The deadline of one call and what this rank reports about itself in a roll call."""
 
+    __slots__ = ("timeout", "deadline", "what", "comm", "tag", "number", "signature", "calls",
+                 "abandoned")
+
     def __init__(self, timeout: float, what: str, comm: MPI.Intracomm):
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self.what, self.comm, self.tag = what, comm, 0
