@@ -23,12 +23,13 @@ background); ``wait()`` then returns the result at once. ``timeout``, ``on_timeo
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
 from . import api, select
 from ._runtime.call import Call
-from ._runtime.watch import Watch
 from .errors import ArgumentMismatch, CollectiveTimeout
 from .executors import compiled
 from .registry import lookup
@@ -85,9 +86,8 @@ class Persistent:
     def _watched(self) -> None:
         """One call under a fresh deadline; a timeout marks the communicator broken (and aborts
         with ``on_timeout="abort"``), as a plain call does."""
-        call, st = self._call, self._state
-        call.watch = watch = Watch(call.timeout, call.watch.what, st.comm)
-        call.label(watch)
+        call, watch = self._call, self._call.watch
+        watch.deadline = time.monotonic() + call.timeout    # the init's Watch, a new deadline
         try:
             if self._request is not None:
                 self._request.Start()
