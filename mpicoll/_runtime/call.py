@@ -62,7 +62,7 @@ class Call:
             comm = MPI.COMM_WORLD
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
-        self.collective, self.comm = collective, comm
+        self.collective, self.comm, self.alone = collective, comm, comm.Get_size() == 1
         attach(comm)        # local: from now on freeing comm drops mpicoll's stray messages
         self.agreed, self.tag, self._state = False, 0, None
         self.number, self.signature = -1, None      # the call's number, its tags.Signature
@@ -70,10 +70,10 @@ class Call:
         self.error: Exception | None = None     # a bad option: raised by __enter__
         try:
             self.validate = (settings.get("MPICOLL_VALIDATE") if validate is None
-                             else _validate(validate)) and comm.Get_size() > 1
+                             else _validate(validate)) and not self.alone
         except (TypeError, ValueError) as error:
             # whether the others validate is unknown; a truthy value most likely means they do
-            self.validate, self.error = bool(validate) and comm.Get_size() > 1, error
+            self.validate, self.error = bool(validate) and not self.alone, error
         try:
             self.timeout = (settings.get("MPICOLL_TIMEOUT") if timeout is None
                             else _timeout(timeout, "timeout"))
@@ -81,7 +81,7 @@ class Call:
                                else _on_timeout(on_timeout, "on_timeout"))
         except ValueError as error:
             self.error = self.error or error
-        if self.timeout is not None and comm.Get_size() > 1:   # alone, nothing waits
+        if self.timeout is not None and not self.alone:      # alone, nothing waits
             try:
                 kernels.warmup()
             except Exception as error:      # noqa: BLE001 - raised by __enter__, after agreeing
@@ -107,10 +107,9 @@ class Call:
 
     def _label(self) -> None:
         """The tag: the call's number, and its arguments' hash once ``agree`` gave them
-        (``tags.Layout.tag``, inlined: this runs on every call)."""
-        sig, layout = self.signature, self._state.tags
-        self.tag = self.number + (0 if sig is None else
-                                  layout.calls * (sig.hashed % layout.hashes))
+        (``tags.Layout.tag``: the hash's part is computed once per signature)."""
+        sig = self.signature
+        self.tag = self.number if sig is None else self.number + sig.offset
         if self.watch is not None:
             self.label(self.watch)
 
@@ -129,6 +128,8 @@ class Call:
         watch = self.watch
         if watch is not None:
             watch.what = f"{self.collective} {algorithm}"
+        if self.alone:          # no message to tag, no one to disagree with
+            return
         self.signature = sig = tags.signature(self.collective, algorithm, fields)
         if self._state is not None:
             self._label()
@@ -139,7 +140,7 @@ class Call:
             validate.check(self.open().comm, validate.fingerprint(
                 self.collective, algorithm, timeout=self.timeout is not None, **fields),
                 self.watch)
-        elif sig.library and watch is not None and self.comm.Get_size() > 1:
+        elif sig.library and watch is not None:
             self.agreed = True
             self._agree_hash(algorithm, fields)
 

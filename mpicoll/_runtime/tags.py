@@ -32,11 +32,24 @@ import functools
 import zlib
 from typing import NamedTuple
 
+from mpi4py import MPI
+
 from ..registry import COLLECTIVES
 
-__all__ = ["Layout", "layout", "Signature", "signature", "fields"]
+__all__ = ["Layout", "layout", "Signature", "signature", "fields", "tag_ub"]
 
 _MAX_CALL_BITS = 13
+
+
+_tag_ub = None
+
+
+def tag_ub() -> int:
+    """``MPI_TAG_UB`` (an attribute of ``COMM_WORLD``), read once: the roll call's tag."""
+    global _tag_ub
+    if _tag_ub is None:
+        _tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+    return _tag_ub
 
 
 class Layout(NamedTuple):
@@ -63,6 +76,7 @@ class Signature(NamedTuple):
     text: str           # "allreduce ring count=10 dtype=float64 op=sum"
     hashed: int         # zlib.crc32(text)
     library: bool       # the MPI library's own collective (no tags: see call.Call.agree)
+    offset: int         # what the hash adds to the call's number: layout(TAG_UB).tag(0, hashed)
 
 
 _cache: dict = {}
@@ -85,7 +99,8 @@ def signature(collective: str, algorithm: str, fields: dict) -> Signature:
             f"{name}={_text(value)}" for name, value in sorted(fields.items())
             if value is not None]
         text = " ".join(parts)
-        sig = _cache[key] = Signature(text, zlib.crc32(text.encode()), library)
+        hashed = zlib.crc32(text.encode())
+        sig = _cache[key] = Signature(text, hashed, library, layout(tag_ub()).tag(0, hashed))
     return sig
 
 

@@ -34,20 +34,14 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ArgumentMismatch, CollectiveTimeout
-from .tags import fields
+from .tags import fields, tag_ub
 
 __all__ = ["Watch", "ROLL_CALL_SECONDS"]
 
 ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from the others
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
-_tag_ub = None
-
-
 def roll_call_tag() -> int:
-    global _tag_ub
-    if _tag_ub is None:
-        _tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
-    return _tag_ub
+    return tag_ub()
 
 
 def _test(requests) -> bool:
@@ -58,17 +52,29 @@ def _test(requests) -> bool:
 
 
 class Watch:
-    """The deadline of one call and what this rank reports about itself in a roll call."""
+    """The deadline of one call and what this rank reports about itself in a roll call.
 
-    __slots__ = ("timeout", "deadline", "what", "comm", "tag", "number", "signature", "calls",
-                 "abandoned")
+    Made for every call under a deadline (the default), so made cheaply: what the call sets
+    later (``call.Call.label``) starts as class attributes, and ``abandoned`` (requests kept
+    alive after a failure) is created when first used."""
+
+    tag, number, signature = 0, -1, ""      # the call's tag, number and arguments (call.Call)
+    calls = 1                               # how many call numbers the tags hold (tags.py)
+    _abandoned = None
 
     def __init__(self, timeout: float, what: str, comm: MPI.Intracomm):
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
-        self.what, self.comm, self.tag = what, comm, 0
-        self.number, self.signature = -1, ""    # the call's number and arguments (call.Call)
-        self.calls = 1                          # how many call numbers the tags hold (tags.py)
-        self.abandoned: list = []
+        self.what, self.comm = what, comm
+
+    @property
+    def abandoned(self) -> list:
+        if self._abandoned is None:
+            self._abandoned = []
+        return self._abandoned
+
+    @abandoned.setter
+    def abandoned(self, value: list) -> None:
+        self._abandoned = value
 
     def wait(self, requests, step, nsteps: int = 0, peers=(), heed_roll_call=False) -> None:
         """Complete ``requests``, or (deadline passed, or a roll call came) raise CollectiveTimeout.
