@@ -11,9 +11,10 @@ and MPICH's ``MPI_Finalize`` then reports "Builtin communicator ... has pending 
 for ``COMM_WORLD``). The node layout is discovered right after (one ``MPI_Comm_split_type``,
 while every rank is known to be there), so later calls never block in it. The state also
 numbers the calls (each call uses its own tag, so a message left over from a call that failed
-cannot be taken by the next, and requests in flight together never take each other's), keeps grow-only scratch buffers per dtype, and caches the node
-layout for ``hierarchical``. A call's tag also carries a hash of its arguments (``tags``). After a call fails mid-way (a timeout), ``broken`` says why and
-mpicoll refuses further calls on the communicator. When the user frees the communicator, MPI
+cannot be taken by the next, and requests in flight together never take each other's; the tag
+also carries a hash of the call's arguments: ``tags``), keeps grow-only scratch buffers per
+dtype, and caches the node layout for ``hierarchical``. After a call fails mid-way (a
+timeout), ``broken`` says why and mpicoll refuses further calls on the communicator. When the user frees the communicator, MPI
 calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is freed with it.
 """
 
@@ -104,9 +105,9 @@ class CommState:
         to a rank that was not in the call), and data messages (sent with another tag than the
         receiver's, by a rank that passed other arguments). Once every rank has freed a
         communicator MPI may give its context to a new one, where they would be received, so
-        they are received and dropped here (those still in flight cannot be). Not for ``COMM_WORLD``/``COMM_SELF``,
-        whose attributes MPI deletes inside ``MPI_Finalize``, and whose context is never
-        reused."""
+        they are received and dropped here (those still in flight cannot be). Not for
+        ``COMM_WORLD``/``COMM_SELF``, whose attributes MPI deletes inside ``MPI_Finalize``, and
+        whose context is never reused."""
         if MPI.Is_finalized():
             return
         tag = roll_call_tag()
