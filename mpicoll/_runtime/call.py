@@ -12,7 +12,8 @@ once, at the first call (``mpicoll.settings``; ``settings.reload()`` reads them 
 
 With a timeout, the numba kernels are loaded first (once per process: local work under a file
 lock, no other rank involved) and then the clock starts: the deadline covers everything after,
-the creation of mpicoll's duplicate communicator (first call) included. 
+the creation of mpicoll's duplicate communicator (first call) included.
+
 The call's tag is its number on the communicator folded with a hash of its arguments (``tags``):
 ``open`` takes the number, ``agree`` -- which every collective calls, with its arguments, before
 it communicates -- the hash. So ranks that pass different arguments never match each other's
@@ -29,10 +30,10 @@ On the way out the call handles failures:
   other ranks raise ``ArgumentMismatch`` naming it instead of waiting for it; it raises its own
   error. Nothing that can fail on one rank only runs after the agreement step (``api``);
 * ``CollectiveTimeout`` (or an interrupt, or an ``ArgumentMismatch`` found by the roll call)
-  marks the communicator broken -- messages of the
-  failed call may still be in flight, so later calls raise ``CommunicatorBroken`` -- and with
-  ``on_timeout="abort"`` prints the error and calls ``comm.Abort``, so a batch job ends (and
-  ``os._exit``, should ``MPI_Abort`` return: the error never reaches the caller).
+  marks the communicator broken -- messages of the failed call may still be in flight, so
+  later calls raise ``CommunicatorBroken`` -- and with ``on_timeout="abort"`` prints the error
+  and calls ``comm.Abort``, so a batch job ends (and ``os._exit``, should ``MPI_Abort``
+  return: the error never reaches the caller).
 """
 
 from __future__ import annotations

@@ -14,12 +14,13 @@ so no rank can return a partial or wrong result; they wait, and when the deadlin
 roll call (``watch.py``), which carries each rank's signature, raises ``ArgumentMismatch`` on
 every rank naming who passed what.
 
-The layout comes from the communicator's ``MPI_TAG_UB`` (``layout``): tags ``TAG_UB`` and
-``TAG_UB - 1`` are the roll call's and the presence check's, so calls use 0 .. TAG_UB - 2.
-``CALLS`` is 2**13 where the tag space allows (MPICH: TAG_UB = 2**29 - 1, so HASHES = 65535:
-two mismatched calls share a tag with probability 1/65535), and shrinks with a smaller TAG_UB:
-at MPI's guaranteed minimum, 32767, CALLS = 128 and HASHES = 255; below 2 * 64 tags there is
-no hash (HASHES = 1), the old behaviour.
+The layout comes from ``MPI_TAG_UB`` (an attribute of ``COMM_WORLD``, valid for every
+communicator; ``layout``): tags ``TAG_UB`` and ``TAG_UB - 1`` are the roll call's and the
+presence check's, so calls use 0 .. TAG_UB - 2. ``CALLS`` is 2**13 where the tag space allows
+(MPICH: TAG_UB = 2**29 - 1, so HASHES = 65535: two mismatched calls share a tag with
+probability 1/65535), and both shrink with a smaller TAG_UB: at MPI's guaranteed minimum,
+32767, CALLS = 128 and HASHES = 255; below TAG_UB = 4097 (fewer than 64 call numbers with 64
+hashes) there is no hash (HASHES = 1): call numbers only, the old behaviour.
 
 Not caught by the tags: two mismatched signatures whose hashes collide (modulo HASHES), and the
 MPI library's own collectives (``algorithm="mpi"``), which take no tag -- ``call.Call`` checks

@@ -40,7 +40,10 @@ __all__ = ["Watch", "ROLL_CALL_SECONDS"]
 
 ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from the others
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
+
+
 def roll_call_tag() -> int:
+    """``MPI_TAG_UB``, which calls never use (``tags.layout``)."""
     return tag_ub()
 
 
