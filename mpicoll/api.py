@@ -6,11 +6,12 @@ out-of-place calls never modify ``sendbuf``; any C-contiguous numpy array is red
 over its flat view. Bad input raises on the calling rank before any communication.
 
 Every collective also takes three keyword-only reliability options (``mpicoll._runtime.call``;
-docs/reliability.md): ``timeout`` (seconds; default ``MPICOLL_TIMEOUT``, else none) bounds every
-wait and raises ``CollectiveTimeout`` naming the missing ranks; ``on_timeout="abort"`` (default
-``MPICOLL_ON_TIMEOUT``) calls ``MPI_Abort`` instead; ``validate=True`` (default
-``MPICOLL_VALIDATE``) first checks that every rank passed the same count, dtype, op, algorithm
-and root, raising ``ArgumentMismatch`` on every rank if not.
+docs/reliability.md): ``timeout`` (seconds; default ``MPICOLL_TIMEOUT``, else 600; ``math.inf``:
+none) bounds every wait and raises ``CollectiveTimeout`` naming the missing ranks (or
+``ArgumentMismatch`` when the ranks' arguments, hashed into the message tags, differ);
+``on_timeout="abort"`` (default ``MPICOLL_ON_TIMEOUT``) calls ``MPI_Abort`` instead;
+``validate=True`` (default ``MPICOLL_VALIDATE``) first checks that every rank passed the same
+count, dtype, op, algorithm and root, raising ``ArgumentMismatch`` on every rank if not.
 """
 
 from __future__ import annotations

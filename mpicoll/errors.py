@@ -37,14 +37,20 @@ class CollectiveTimeout(TimeoutError):
 
 
 class ArgumentMismatch(ValueError):
-    """Ranks called a collective with arguments that do not agree (found by ``validate=True``).
+    """Ranks called a collective with arguments that do not agree: found by ``validate=True``
+    (before any transfer), by the argument check of the MPI library's own collectives under a
+    deadline, or by the roll call once the deadline passed (the arguments' hash is in the
+    message tags, so such calls wait instead of matching: ``_runtime/tags.py``).
 
     ``ranks`` are the disagreeing ranks (those outside the largest group of equal arguments);
-    ``fields`` maps each differing argument to ``{value: [ranks]}``.
+    ``fields`` maps each differing argument to ``{value: [ranks]}``. ``in_flight``: found by
+    the roll call, after transfers were posted -- the communicator is then broken, as after a
+    ``CollectiveTimeout``.
     """
 
-    def __init__(self, message: str, ranks=(), fields=None):
+    def __init__(self, message: str, ranks=(), fields=None, *, in_flight: bool = False):
         self.ranks, self.fields = sorted(ranks), dict(fields or {})
+        self.in_flight = in_flight
         super().__init__(message)
 
 

@@ -23,13 +23,14 @@ background); ``wait()`` then returns the result at once. ``timeout``, ``on_timeo
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
 from . import api, select
 from ._runtime.call import Call
-from ._runtime.watch import Watch
-from .errors import CollectiveTimeout
+from .errors import ArgumentMismatch, CollectiveTimeout
 from .executors import compiled
 from .registry import lookup
 
@@ -58,7 +59,7 @@ class Persistent:
             self._state.check(self.collective)
         for dst, src in self._before:
             np.copyto(dst, src)
-        if self._call.timeout is not None:
+        if self._call.watch is not None:
             self._watched()
         elif self._request is not None:
             self._request.Start()
@@ -85,17 +86,16 @@ class Persistent:
     def _watched(self) -> None:
         """One call under a fresh deadline; a timeout marks the communicator broken (and aborts
         with ``on_timeout="abort"``), as a plain call does."""
-        call, st = self._call, self._state
-        call.watch = watch = Watch(call.timeout, call.watch.what, st.comm)
-        watch.tag = call.tag
+        call, watch = self._call, self._call.watch
+        watch.deadline = time.monotonic() + call.timeout    # the init's Watch, a new deadline
         try:
             if self._request is not None:
                 self._request.Start()
                 watch.wait([self._request], "MPI_" + self.collective.capitalize() + "_init")
             elif self._run is not None:
                 self._run(watch)
-        except (CollectiveTimeout, KeyboardInterrupt) as exc:
-            call._failed(exc)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            call._failed(exc)       # ArgumentMismatch: only the roll call's can come from here
             raise
 
     def __repr__(self) -> str:

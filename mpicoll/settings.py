@@ -7,7 +7,7 @@ of an unset variable in ``os.environ`` costs about a microsecond; a collective m
 that on every call.) A bad value raises ``ValueError`` naming the variable, on first use::
 
     from mpicoll import settings
-    settings.get("MPICOLL_TIMEOUT")      # None, or seconds
+    settings.get("MPICOLL_TIMEOUT")      # seconds (default 600), or None: off
     settings.reload()                    # after changing os.environ
 
 The variables read by the scripts (``run.sh``, ``tests/``, ``slurm/``) are declared here too
@@ -61,14 +61,15 @@ def _nonnegative_int(name: str, text: str) -> int:
 
 
 def _seconds(name: str, text: str) -> float | None:
+    """Seconds > 0; ``0`` or ``inf``: no timeout (None)."""
     try:
         value = shown = float(text)
     except ValueError:
         value, shown = math.nan, text
-    if not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds (inf: no timeout), "
+    if not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds > 0, or 0 or inf for no timeout, "
                          f"got {shown!r}")
-    return None if value == math.inf else value
+    return None if value in (0, math.inf) else value
 
 
 def _choice(*choices: str) -> Callable[[str, str], str]:
@@ -101,10 +102,19 @@ def _algorithm_name(name: str, text: str) -> str:
 
 # ----------------------------------------------------------------------------- the table
 
+# The default deadline of every collective (MPICOLL_TIMEOUT): as PyTorch's NCCL process groups
+# (10 min; Gloo's: 30 min). Generous: far above any one collective's time on a working job
+# (seconds at most), so it fires only on a hang -- a missing, dead or mismatched rank -- and
+# reports it instead of waiting forever. Jobs whose ranks legitimately wait longer in a call
+# (one rank reading a data set while the others wait in its bcast) set it higher, or 0 (off).
+DEFAULT_TIMEOUT = 600.0
+
 LIBRARY = (
-    Setting("MPICOLL_TIMEOUT", "seconds > 0, or inf", None,
-            "every collective raises `CollectiveTimeout` naming the missing ranks after s seconds "
-            "(docs/reliability.md)", "first collective call", _seconds),
+    Setting("MPICOLL_TIMEOUT", "seconds > 0; 0 or inf: none", DEFAULT_TIMEOUT,
+            "every collective raises `CollectiveTimeout` naming the missing ranks (or "
+            "`ArgumentMismatch` naming who passed what) after s seconds; the default is generous, "
+            "as PyTorch's process groups' (docs/reliability.md)", "first collective call",
+            _seconds),
     Setting("MPICOLL_ON_TIMEOUT", "exception | abort", "exception",
             "what a timeout does: raise, or print the error and call `MPI_Abort` so the job ends",
             "first collective call", _choice("exception", "abort")),

@@ -5,23 +5,35 @@
         call.agree(...)              # validate=True: the agreement step (_runtime.validate)
         call.open() ... call.mpi(...)  # communicate: mpicoll's duplicate, the deadline, the tag
 
-Unset options come from the environment: ``MPICOLL_TIMEOUT`` (seconds; unset: none),
+Unset options come from the environment: ``MPICOLL_TIMEOUT`` (seconds; unset: 600, the default
+deadline, ``settings.DEFAULT_TIMEOUT``; ``0``: none),
 ``MPICOLL_ON_TIMEOUT`` (``exception`` or ``abort``), ``MPICOLL_VALIDATE`` (``0`` or ``1``), read
 once, at the first call (``mpicoll.settings``; ``settings.reload()`` reads them again).
 
 With a timeout, the numba kernels are loaded first (once per process: local work under a file
 lock, no other rank involved) and then the clock starts: the deadline covers everything after,
-the creation of mpicoll's duplicate communicator (first call) included. On the way out the call
-handles failures:
+the creation of mpicoll's duplicate communicator (first call) included.
+
+The call's tag is its number on the communicator folded with a hash of its arguments (``tags``):
+``open`` takes the number, ``agree`` -- which every collective calls, with its arguments, before
+it communicates -- the hash. So ranks that pass different arguments never match each other's
+messages; the roll call then names who passed what (``ArgumentMismatch``). The MPI library's own
+collectives (``algorithm="mpi"``) take no tag: under a deadline, without ``validate``, ``agree``
+runs one small ``MPI_Iallreduce`` of the hash instead (MAX of it and of its negation), and on a
+mismatch every rank raises ``ArgumentMismatch`` (MPICH's nonblocking collectives otherwise
+return a wrong result silently when counts differ).
+
+On the way out the call handles failures:
 
 * with ``validate``, a rank whose own checks failed (a bad argument or option, a bad setting, any
   error before the agreement step) still takes part in the agreement step, flagged, so that the
   other ranks raise ``ArgumentMismatch`` naming it instead of waiting for it; it raises its own
   error. Nothing that can fail on one rank only runs after the agreement step (``api``);
-* ``CollectiveTimeout`` (or an interrupt) marks the communicator broken -- messages of the
-  failed call may still be in flight, so later calls raise ``CommunicatorBroken`` -- and with
-  ``on_timeout="abort"`` prints the error and calls ``comm.Abort``, so a batch job ends (and
-  ``os._exit``, should ``MPI_Abort`` return: the error never reaches the caller).
+* ``CollectiveTimeout`` (or an interrupt, or an ``ArgumentMismatch`` found by the roll call)
+  marks the communicator broken -- messages of the failed call may still be in flight, so
+  later calls raise ``CommunicatorBroken`` -- and with ``on_timeout="abort"`` prints the error
+  and calls ``comm.Abort``, so a batch job ends (and ``os._exit``, should ``MPI_Abort``
+  return: the error never reaches the caller).
 """
 
 from __future__ import annotations
@@ -31,11 +43,12 @@ import os
 import sys
 from typing import NoReturn
 
+import numpy as np
 from mpi4py import MPI
 
 from .. import kernels, settings
 from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
-from . import validate
+from . import tags, validate
 from .context import CommState, attach
 from .watch import Watch
 
@@ -50,17 +63,18 @@ class Call:
             comm = MPI.COMM_WORLD
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
-        self.collective, self.comm = collective, comm
+        self.collective, self.comm, self.alone = collective, comm, comm.Get_size() == 1
         attach(comm)        # local: from now on freeing comm drops mpicoll's stray messages
         self.agreed, self.tag, self._state = False, 0, None
+        self.number, self.signature = -1, None      # the call's number, its tags.Signature
         self.watch, self.timeout, self.on_timeout = None, None, "exception"
         self.error: Exception | None = None     # a bad option: raised by __enter__
         try:
             self.validate = (settings.get("MPICOLL_VALIDATE") if validate is None
-                             else _validate(validate)) and comm.Get_size() > 1
+                             else _validate(validate)) and not self.alone
         except (TypeError, ValueError) as error:
             # whether the others validate is unknown; a truthy value most likely means they do
-            self.validate, self.error = bool(validate) and comm.Get_size() > 1, error
+            self.validate, self.error = bool(validate) and not self.alone, error
         try:
             self.timeout = (settings.get("MPICOLL_TIMEOUT") if timeout is None
                             else _timeout(timeout, "timeout"))
@@ -68,7 +82,7 @@ class Call:
                                else _on_timeout(on_timeout, "on_timeout"))
         except ValueError as error:
             self.error = self.error or error
-        if self.timeout is not None:
+        if self.timeout is not None and not self.alone:      # alone, nothing waits
             try:
                 kernels.warmup()
             except Exception as error:      # noqa: BLE001 - raised by __enter__, after agreeing
@@ -85,23 +99,68 @@ class Call:
             self._state = st
             if not st.made:
                 st.ready(self.watch)
-            self.tag = st.next_tag()
+            self.number = self.tag = st.next_number()      # the hash comes with agree
             if self.watch is not None:
-                self.watch.comm, self.watch.tag = st.comm, self.tag
+                self.watch.comm = st.comm
+            if self.signature is not None:
+                self._label()
         return self._state
 
+    def _label(self) -> None:
+        """The tag: the call's number, and its arguments' hash once ``agree`` gave them
+        (``tags.Layout.tag``: the hash's part is computed once per signature)."""
+        sig = self.signature
+        self.tag = self.number if sig is None else self.number + sig.offset
+        if self.watch is not None:
+            self.label(self.watch)
+
+    def label(self, watch) -> None:
+        """Give ``watch`` this call's tag, number and signature (for the roll call)."""
+        watch.tag, watch.number, watch.calls = self.tag, self.number, self._state.tags.calls
+        watch.signature = "" if self.signature is None else self.signature.text
+
     def agree(self, algorithm: str, **fields) -> None:
-        """Name the algorithm about to run; with ``validate``, check every rank agrees on it all.
+        """Name the algorithm about to run and the arguments every rank must agree on: they
+        enter the call's tag (``tags``); with ``validate``, check every rank agrees on them all;
+        for the MPI library's own algorithm under a deadline, check their hash.
 
         ``fields`` are those of ``mpicoll.validate.fingerprint`` (op, dtype, count, root, ...).
         """
-        if self.watch is not None:
-            self.watch.what = f"{self.collective} {algorithm}"
-        if self.validate and not self.agreed:
+        watch = self.watch
+        if watch is not None:
+            watch.what = f"{self.collective} {algorithm}"
+        if self.alone:          # no message to tag, no one to disagree with
+            return
+        self.signature = sig = tags.signature(self.collective, algorithm, fields)
+        if self._state is not None:
+            self._label()
+        if self.agreed:
+            return
+        if self.validate:
             self.agreed = True
             validate.check(self.open().comm, validate.fingerprint(
                 self.collective, algorithm, timeout=self.timeout is not None, **fields),
                 self.watch)
+        elif sig.library and watch is not None:
+            self.agreed = True
+            self._agree_hash(algorithm, fields)
+
+    def _agree_hash(self, algorithm: str, fields: dict) -> None:
+        """One small ``MPI_Iallreduce`` (MAX of the signature's hash and of its negation): every
+        rank learns whether all passed the same arguments; if not, ``validate``'s report names
+        who passed what, on every rank."""
+        comm, h = self.open().comm, self.signature.hashed
+        extremes = np.empty(2, np.int64)
+        validate.wait(comm.Iallreduce(np.array([h, -h], np.int64), extremes, op=MPI.MAX),
+                      self.watch, "the argument check of the MPI library's collective "
+                      "(MPI_Iallreduce)")
+        if extremes[0] == -extremes[1]:
+            return
+        validate.check(comm, validate.fingerprint(self.collective, algorithm, timeout=True,
+                                                  **fields), self.watch,
+                       "the argument check of the MPI library's collective under a deadline")
+        raise ArgumentMismatch(f"{self.collective} {algorithm}: the ranks called it with "
+                               "different arguments (their hashes differ)")
 
     def mpi(self, blocking, nonblocking, *args, **kwargs) -> None:
         """The MPI library's own collective on mpicoll's duplicate: ``blocking`` (e.g.
@@ -120,7 +179,8 @@ class Call:
         return self
 
     def __exit__(self, kind, exc, tb) -> bool:
-        if isinstance(exc, (CollectiveTimeout, KeyboardInterrupt)):
+        if isinstance(exc, (CollectiveTimeout, KeyboardInterrupt)) or (
+                isinstance(exc, ArgumentMismatch) and exc.in_flight):
             self._failed(exc)
         elif isinstance(exc, Exception) and not isinstance(exc, CommunicatorBroken):
             self._reject(exc)
@@ -148,7 +208,8 @@ class Call:
             self._state.broken = f"{type(exc).__name__}: {exc}"
             if self.watch is not None:
                 self._state.abandoned += self.watch.abandoned
-        if isinstance(exc, CollectiveTimeout) and self.on_timeout == "abort":
+        if self.on_timeout == "abort" and (isinstance(exc, CollectiveTimeout) or (
+                isinstance(exc, ArgumentMismatch) and exc.in_flight)):
             abort(self.comm, exc)
 
 

@@ -11,9 +11,10 @@ and MPICH's ``MPI_Finalize`` then reports "Builtin communicator ... has pending 
 for ``COMM_WORLD``). The node layout is discovered right after (one ``MPI_Comm_split_type``,
 while every rank is known to be there), so later calls never block in it. The state also
 numbers the calls (each call uses its own tag, so a message left over from a call that failed
-cannot be taken by the next), keeps grow-only scratch buffers per dtype, and caches the node
-layout for ``hierarchical``. After a call fails mid-way (a timeout), ``broken`` says why and
-mpicoll refuses further calls on the communicator. When the user frees the communicator, MPI
+cannot be taken by the next, and requests in flight together never take each other's; the tag
+also carries a hash of the call's arguments: ``tags``), keeps grow-only scratch buffers per
+dtype, and caches the node layout for ``hierarchical``. After a call fails mid-way (a
+timeout), ``broken`` says why and mpicoll refuses further calls on the communicator. When the user frees the communicator, MPI
 calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is freed with it.
 """
 
@@ -26,12 +27,10 @@ from .. import settings
 from ..errors import CommunicatorBroken
 from ..executors.mpi import new_traffic
 from ..topology import virtual_nodes
+from .tags import layout
 from .watch import roll_call_tag
 
 __all__ = ["state", "attach", "CommState", "node_layout"]
-
-_TAGS = 32000        # tags cycle through 1 .. _TAGS (MPI guarantees at least 32767)
-
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
@@ -39,6 +38,7 @@ class CommState:
         self._dup: MPI.Request | None = None    # its MPI_Comm_idup while unfinished
         self.made = False
         self.calls = 0
+        self.tags = layout(roll_call_tag())     # call numbers x argument hashes (tags.py)
         self.broken: str | None = None
         self.abandoned: list = []               # requests of failed calls, kept alive (watch.py)
         self._scratch: dict = {}
@@ -75,9 +75,10 @@ class CommState:
         nodes = self.nodes()
         return max(map(len, nodes)) if len(nodes) > 1 else None
 
-    def next_tag(self) -> int:
+    def next_number(self) -> int:
+        """The next call's number; ``self.tags.tag(number, hash)`` is its tag."""
         self.calls += 1
-        return 1 + self.calls % _TAGS
+        return self.calls % self.tags.calls
 
     def scratch(self, dtype: np.dtype, n: int) -> np.ndarray:
         """A scratch array of ``n`` elements, reused across calls (grown when too small)."""
@@ -101,11 +102,12 @@ class CommState:
         """The user freed the communicator: drop mpicoll's stray messages, free the duplicate.
 
         A failed call can leave roll-call and presence messages that no one will receive (sent
-        to a rank that was not in the call). Once every rank has freed a communicator MPI may
-        give its context to a new one, where they would be received, so they are received and
-        dropped here (those still in flight cannot be). Not for ``COMM_WORLD``/``COMM_SELF``,
-        whose attributes MPI deletes inside ``MPI_Finalize``, and whose context is never
-        reused."""
+        to a rank that was not in the call), and data messages (sent with another tag than the
+        receiver's, by a rank that passed other arguments). Once every rank has freed a
+        communicator MPI may give its context to a new one, where they would be received, so
+        they are received and dropped here (those still in flight cannot be). Not for
+        ``COMM_WORLD``/``COMM_SELF``, whose attributes MPI deletes inside ``MPI_Finalize``, and
+        whose context is never reused."""
         if MPI.Is_finalized():
             return
         tag = roll_call_tag()
@@ -113,8 +115,8 @@ class CommState:
         if not builtin:
             drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
         if self.made and self.comm != MPI.COMM_NULL:
-            if not builtin:
-                drain(self.comm, (tag,))
+            if not builtin:     # mpicoll's own: every tag (a failed call's data messages too)
+                drain(self.comm, (MPI.ANY_TAG,))
             self.comm.Free()
 
 
@@ -123,7 +125,8 @@ def drain(comm: MPI.Intracomm, tags) -> None:
     status = MPI.Status()
     for tag in tags:
         while comm.Iprobe(MPI.ANY_SOURCE, tag, status):
-            comm.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8), status.Get_source(), tag)
+            comm.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8), status.Get_source(),
+                      status.Get_tag())
 
 
 PRESENCE_TAG_OFFSET = 1     # the presence check's tag: MPI.TAG_UB - 1 (the roll call's: TAG_UB)

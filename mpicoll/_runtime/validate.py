@@ -23,7 +23,7 @@ from ..kernels import DTYPES, OPS
 from ..registry import COLLECTIVES
 from ..topology import ORDERS
 
-__all__ = ["FIELDS", "fingerprint", "rejected", "check"]
+__all__ = ["FIELDS", "fingerprint", "rejected", "check", "wait"]
 
 FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "order",
           "nodes", "compress",
@@ -57,22 +57,22 @@ def rejected(collective: str, error: BaseException) -> list:
     return [_COLLECTIVES.index(collective)] + [-1] * (len(FIELDS) - 2) + [kind]
 
 
-def check(comm: MPI.Intracomm, fp: list, watch=None) -> None:
+def check(comm: MPI.Intracomm, fp: list, watch=None, how: str = "validate=True") -> None:
     """Raise ``ArgumentMismatch`` on every rank unless ``fp`` is the same on all of them."""
     k = len(fp)
     extremes = np.empty(2 * k, np.int64)
-    _wait(comm.Iallreduce(np.array(fp + [-v for v in fp], np.int64), extremes, op=MPI.MAX),
+    wait(comm.Iallreduce(np.array(fp + [-v for v in fp], np.int64), extremes, op=MPI.MAX),
           watch, "the validate=True check (MPI_Iallreduce)")
     high = extremes.tolist()
     if high[:k] == [-v for v in high[k:]]:          # every field's max == its min
         return
     table = np.empty((comm.Get_size(), k), np.int64)
-    _wait(comm.Iallgather(np.array(fp, np.int64), table), watch,
+    wait(comm.Iallgather(np.array(fp, np.int64), table), watch,
           "the validate=True report (MPI_Iallgather)")
-    raise mismatch(_COLLECTIVES[fp[0]], table)
+    raise mismatch(_COLLECTIVES[fp[0]], table, how)
 
 
-def _wait(request, watch, step: str) -> None:
+def wait(request, watch, step: str) -> None:
     if watch is None:
         request.Wait()
     else:
@@ -100,7 +100,7 @@ def _show(field: str, row) -> str:
     return str(v)
 
 
-def mismatch(collective: str, table: np.ndarray) -> ArgumentMismatch:
+def mismatch(collective: str, table: np.ndarray, how: str = "validate=True") -> ArgumentMismatch:
     """The error for a table of every rank's fingerprint: the differing fields, grouped by value.
 
     A field's largest group of equal values (ties: the one with the lowest rank) is taken as
@@ -123,4 +123,4 @@ def mismatch(collective: str, table: np.ndarray) -> ArgumentMismatch:
             ranks.update(r for _, rs in ordered[1:] for r in rs)
             parts.append(f"{field}: " + ", ".join(f"{v} on rank(s) {rs}" for v, rs in ordered))
     return ArgumentMismatch(f"{collective}: the ranks called it with different arguments "
-                            f"(validate=True): " + "; ".join(parts), ranks, fields)
+                            f"({how}): " + "; ".join(parts), ranks, fields)

@@ -4,8 +4,9 @@ A ``Watch`` goes with one collective call that has a timeout. ``wait`` polls the
 step instead of blocking in ``MPI_Waitall``; when the deadline passes it runs a *roll call* and
 raises ``CollectiveTimeout``:
 
-1. the rank sends its status -- the call's tag, the step it is in, whether its own deadline
-   passed -- to every other rank, with the tag ``MPI.TAG_UB`` that calls never use;
+1. the rank sends its status -- the call's tag and number, the step it is in, whether its own
+   deadline passed, and the call's signature (its arguments as text, ``tags.signature``) -- to
+   every other rank, with the tag ``MPI.TAG_UB`` that calls never use;
 2. it collects the other ranks' status for up to ``ROLL_CALL_SECONDS``.
 
 A rank that is waiting in a call with a timeout looks for such a message each time it polls,
@@ -14,7 +15,9 @@ up on it. So every rank that is in the call hears from every other one within a 
 first timeout, and the ranks nobody hears from -- they never entered the call, exited or died --
 are the culprits, named in ``CollectiveTimeout.peers``. (A rank that merely waits on another
 waiting rank is not blamed: the ring's rank 1, waiting for rank 0, which waits for the missing
-rank 2, names rank 2.)
+rank 2, names rank 2.) When ranks heard from the same call (same number) passed different
+signatures, their messages could never match (the tags differ: ``tags.py``): every rank then
+raises ``ArgumentMismatch`` naming who passed what, instead of ``CollectiveTimeout``.
 
 The roll call travels on mpicoll's private duplicate of the communicator -- except while that
 duplicate is being created (the first call on a communicator), when it uses the caller's.
@@ -30,20 +33,18 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import CollectiveTimeout
+from ..errors import ArgumentMismatch, CollectiveTimeout
+from .tags import fields, tag_ub
 
 __all__ = ["Watch", "ROLL_CALL_SECONDS"]
 
 ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from the others
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
-_tag_ub = None
 
 
 def roll_call_tag() -> int:
-    global _tag_ub
-    if _tag_ub is None:
-        _tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
-    return _tag_ub
+    """``MPI_TAG_UB``, which calls never use (``tags.layout``)."""
+    return tag_ub()
 
 
 def _test(requests) -> bool:
@@ -54,12 +55,29 @@ def _test(requests) -> bool:
 
 
 class Watch:
-    """The deadline of one call and what this rank reports about itself in a roll call."""
+    """The deadline of one call and what this rank reports about itself in a roll call.
+
+    Made for every call under a deadline (the default), so made cheaply: what the call sets
+    later (``call.Call.label``) starts as class attributes, and ``abandoned`` (requests kept
+    alive after a failure) is created when first used."""
+
+    tag, number, signature = 0, -1, ""      # the call's tag, number and arguments (call.Call)
+    calls = 1                               # how many call numbers the tags hold (tags.py)
+    _abandoned = None
 
     def __init__(self, timeout: float, what: str, comm: MPI.Intracomm):
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
-        self.what, self.comm, self.tag = what, comm, 0
-        self.abandoned: list = []
+        self.what, self.comm = what, comm
+
+    @property
+    def abandoned(self) -> list:
+        if self._abandoned is None:
+            self._abandoned = []
+        return self._abandoned
+
+    @abandoned.setter
+    def abandoned(self, value: list) -> None:
+        self._abandoned = value
 
     def wait(self, requests, step, nsteps: int = 0, peers=(), heed_roll_call=False) -> None:
         """Complete ``requests``, or (deadline passed, or a roll call came) raise CollectiveTimeout.
@@ -91,33 +109,107 @@ class Watch:
             raise self.give_up(requests, step, nsteps, peers, expired)
         return False
 
-    def give_up(self, requests, step, nsteps: int, peers, expired: bool) -> CollectiveTimeout:
+    def give_up(self, requests, step, nsteps: int, peers, expired: bool) -> Exception:
         """Keep the unfinished requests alive, run the roll call, and return the error naming
-        the ranks this one waits for and those nobody heard from."""
+        the ranks this one waits for and those nobody heard from -- or, if the ranks in this
+        call passed different arguments, the ``ArgumentMismatch`` naming who passed what."""
         done = [r.Test() for r in requests]
         self.abandoned += requests
         waiting_on = {p for p, ok in zip(peers, done) if not ok}
         heard = self.roll_call(step if isinstance(step, int) else -1, expired)
         others = set(range(self.comm.Get_size())) - {self.comm.Get_rank()}
+        missing = others - set(heard)
+        signed = {r: sig for r, (_, number, _, _, sig) in heard.items()
+                  if number == self.number and sig}
+        if self.signature and any(sig != self.signature for sig in signed.values()):
+            signed[self.comm.Get_rank()] = self.signature
+            return mismatch(self.what, signed, missing, self.timeout if expired else None)
+        strays = self.strays(missing) if self.signature else {}
+        if strays:
+            return stray_mismatch(self.what, self.signature, strays, missing,
+                                  self.timeout if expired else None)
         return CollectiveTimeout(
-            self.what, step, nsteps, waiting_on=waiting_on, missing=others - set(heard),
-            elsewhere={r for r, (t, _, _) in heard.items() if t != self.tag},
-            gave_up={r for r, (_, _, e) in heard.items() if e},
+            self.what, step, nsteps, waiting_on=waiting_on, missing=missing,
+            elsewhere={r for r, (_, number, _, _, _) in heard.items() if number != self.number},
+            gave_up={r for r, (_, _, _, e, _) in heard.items() if e},
             timeout=self.timeout if expired else None)
 
+    def strays(self, ranks) -> dict:
+        """``{rank: bytes}`` for each of ``ranks`` whose first unreceived message on mpicoll's
+        duplicate is of this call (its number) but carries another tag: that rank passed other
+        arguments, and left the call (a bcast root whose sends completed without this rank).
+        Such messages are received and dropped (the communicator is broken anyway); a message of
+        another call, or with this call's own tag, is left alone."""
+        found, status = {}, MPI.Status()
+        for rank in sorted(ranks):
+            if self.comm.Iprobe(rank, MPI.ANY_TAG, status):
+                tag = status.Get_tag()
+                if tag != self.tag and tag % self.calls == self.number % self.calls:
+                    nbytes = status.Get_count(MPI.BYTE)
+                    self.comm.Recv(np.empty(nbytes, np.uint8), rank, tag)
+                    found[rank] = nbytes
+        return found
+
     def roll_call(self, step: int, expired: bool) -> dict:
-        """Tell every other rank where this one is; return what was heard, ``{rank: (tag, step,
-        expired)}``."""
+        """Tell every other rank where this one is; return what was heard, ``{rank: (tag,
+        number, step, expired, signature)}``."""
         comm, tag = self.comm, roll_call_tag()
         me, size = comm.Get_rank(), comm.Get_size()
-        status = np.array([self.tag, step, expired], np.int64)
-        self.abandoned += [comm.Isend(status, peer, tag) for peer in range(size) if peer != me]
-        heard, msg, probe = {}, np.empty(3, np.int64), MPI.Status()
+        status = np.concatenate([np.array([self.tag, self.number, step, expired], np.int64)
+                                 .view(np.uint8), np.frombuffer(self.signature.encode(), np.uint8)])
+        self.abandoned += [status] + [comm.Isend(status, peer, tag)
+                                      for peer in range(size) if peer != me]
+        heard, probe = {}, MPI.Status()
         end = time.monotonic() + ROLL_CALL_SECONDS
         while len(heard) < size - 1 and time.monotonic() < end:
             if comm.Iprobe(MPI.ANY_SOURCE, tag, probe):
+                msg = np.empty(probe.Get_count(MPI.BYTE), np.uint8)
                 comm.Recv(msg, probe.Get_source(), tag)
-                heard[probe.Get_source()] = tuple(int(v) for v in msg)
+                head = [int(v) for v in msg[:32].view(np.int64)]
+                heard[probe.Get_source()] = (*head[:3], bool(head[3]), msg[32:].tobytes().decode())
             else:
                 time.sleep(1e-4)
         return heard
+
+
+def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None):
+    """The ``ArgumentMismatch`` for the ranks of one call whose signatures differ: ``signed`` is
+    ``{rank: signature text}``; each differing field is shown with the ranks that passed each
+    value ("count: 10 on rank(s) [0], 20 on rank(s) [1]")."""
+    parsed = {r: fields(text) for r, text in sorted(signed.items())}
+    names = []
+    for values in parsed.values():
+        names += [name for name in values if name not in names]
+    parts, ranks, table = [], set(), {}
+    for name in names:
+        groups: dict = {}
+        for r, values in parsed.items():
+            groups.setdefault(values.get(name, "none"), []).append(r)
+        if len(groups) > 1:
+            ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
+            table[name] = dict(ordered)
+            ranks.update(r for _, rs in ordered[1:] for r in rs)
+            parts.append(f"{name}: " + ", ".join(f"{v} on rank(s) {rs}" for v, rs in ordered))
+    how = f"timed out after {timeout:g} s" if timeout is not None else "gave up"
+    text = (f"{what}: {how}: the ranks called it with different arguments, so their messages "
+            f"could not match: " + "; ".join(parts))
+    if missing:
+        text += f"; rank(s) {sorted(missing)} did not answer the roll call"
+    return ArgumentMismatch(text, ranks, table, in_flight=True)
+
+
+def stray_mismatch(what: str, mine: str, strays: dict, missing, timeout: float | None):
+    """The ``ArgumentMismatch`` for ranks that sent this call's messages with other arguments
+    and left the call (``Watch.strays``): their arguments are not known here, only this rank's
+    and the size of their message."""
+    how = f"timed out after {timeout:g} s" if timeout is not None else "gave up"
+    ranks = sorted(strays)
+    shown = ", ".join(f"{strays[r]} bytes from rank {r}" for r in ranks)
+    text = (f"{what}: {how}: rank(s) {ranks} sent this call's messages with other arguments "
+            f"than this rank's ({' '.join(f'{k}={v}' for k, v in fields(mine).items())}): the "
+            f"hash of the arguments in their tag differs ({shown}); they did not answer the "
+            "roll call (their part of the call needed nothing from this rank)")
+    others = sorted(set(missing) - set(ranks))
+    if others:
+        text += f"; rank(s) {others} did not answer the roll call either"
+    return ArgumentMismatch(text, ranks, {}, in_flight=True)

@@ -25,10 +25,11 @@ value (``0xffffffff84000000``); they are passed as the signed 32-bit value they 
 int above 2**63 would be typed ``uint64`` by numba's dispatcher, which is far slower, and is not
 the C type anyway.
 
-Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` (calling ``sched_yield`` between
-polls, as the Watch does, so that a rank sharing a core with the one it waits for does not hold
-the core for a whole time slice) until ``MPI_Wtime`` passes the end of a short spin (at most the
-call's deadline), then returns the row of the step it is in;
+Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` -- its first ``BUSY_POLLS`` polls of a
+step back to back, as ``MPI_Waitall`` would, then calling ``sched_yield`` between polls, as the
+Watch does, so that a rank sharing a core with the one it waits for does not hold the core for
+a whole time slice -- until ``MPI_Wtime`` (read every ``CLOCK_POLLS`` polls) passes the end of a
+short spin (at most the call's deadline), then returns the row of the step it is in;
 Python hands that step's requests to the ``Watch``, which polls on (sleeping, and answering a
 roll call another rank starts) and raises ``CollectiveTimeout`` naming the step and the missing
 ranks; if the step completes, the loop is entered again to reduce it and go on.
@@ -116,6 +117,8 @@ max_into, min_into = kernels.max_into, kernels.min_into
 _SIZE_T = (1 << 64) - 1   # mpi4py takes handles as size_t (MPICH's sign-extended)
 DONE = -1               # _loop's result when every step is complete; >= 0: a pending step's row
 SPIN_SECONDS = 0.01     # with a deadline: poll this long in the loop, then let the Watch poll
+BUSY_POLLS = 64         # ... the first polls of a step back to back (as MPI_Waitall), then yielding
+CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
 OPS = {name: i for i, name in enumerate(kernels.OPS)}     # the op codes of _loop
 
 # ----------------------------------------------------------------------------- the loop
@@ -159,10 +162,13 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
             else:
                 work[0] = 0
                 err = _testall(n, requests.ctypes.data, work.ctypes.data, work.ctypes.data + 8)
+                polls = 0
                 while err == 0 and work[0] == 0:
-                    if _wtime() > spin_until:
+                    polls += 1
+                    if polls > BUSY_POLLS:  # let the rank we wait for run, if it shares our core
+                        _sched_yield()
+                    if polls % CLOCK_POLLS == 0 and _wtime() > spin_until:
                         return i
-                    _sched_yield()          # let the rank we wait for run, if it shares our core
                     err = _testall(n, requests.ctypes.data, work.ctypes.data,
                                    work.ctypes.data + 8)
             if err != 0:

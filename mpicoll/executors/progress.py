@@ -26,9 +26,10 @@ Who looks (``MPICOLL_PROGRESS``):
   caller looks. This is what ``auto`` (the default) picks when ``MPI.Query_thread()`` is below
   ``MPI_THREAD_MULTIPLE``; asking for ``thread`` there raises ``RuntimeError``.
 
-Every request in flight has its own tag (``CommState.next_tag``), so several on one
-communicator never take each other's messages and complete in any wait order. A request with a
-deadline (``timeout=`` at the call, or ``wait(timeout=...)``) is polled under it by the
+Every request in flight has its own tag (``CommState.next_number``, ``_runtime/tags.py``), so
+several on one communicator never take each other's messages and complete in any wait order. A
+request with a deadline (``timeout=`` at the call -- the default one too -- or
+``wait(timeout=...)``) is polled under it by the
 ``Watch`` of a blocking call: past it, the request fails with ``CollectiveTimeout`` naming the
 missing ranks, its communicator is marked broken, and the other requests in flight on it fail
 with ``CommunicatorBroken``.
@@ -235,7 +236,7 @@ class Request:
                 return
             if self._watch is None:
                 self._watch = Watch(seconds, self.what, self._state.comm)
-                self._watch.tag = self._tag
+                self._call.label(self._watch)
                 self._call.watch = self._watch
             elif time.monotonic() + seconds < self._watch.deadline:
                 self._watch.deadline = time.monotonic() + seconds

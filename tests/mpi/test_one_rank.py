@@ -173,7 +173,8 @@ SETTINGS = [
                                                       "integer, got 'abc'"),
     ("MPICOLL_HIER_INNER", "foo", "hierarchical",
      r"unknown inner \(or MPICOLL_HIER_INNER\) 'foo'"),
-    ("MPICOLL_TIMEOUT", "soon", "ring", "MPICOLL_TIMEOUT must be a positive number of seconds"),
+    ("MPICOLL_TIMEOUT", "soon", "ring",
+     "MPICOLL_TIMEOUT must be a number of seconds > 0, or 0 or inf"),
 ]
 
 

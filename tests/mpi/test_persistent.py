@@ -96,16 +96,22 @@ def test_persistent_gives_the_plain_calls_bits(comm, collective, algorithm, exec
     agree(comm, not problems, problems[:5])
 
 
+@pytest.mark.parametrize("deadline", ["0", None])
 @pytest.mark.parametrize("executor", ["compiled", "python"])
 @pytest.mark.parametrize("algorithm", [a for a in mpicoll.ALGORITHMS if a != "mpi"])
-def test_persistent_allocates_nothing_per_call(comm, algorithm, executor):
+def test_persistent_allocates_nothing_per_call(comm, algorithm, executor, deadline):
     """1 MiB all-reduce: after warm-up calls, 50 calls neither keep nor (for a moment)
     allocate memory -- a buffer-sized temporary, or an array per step, would show in
-    tracemalloc's peak; anything kept per call, in its final value."""
+    tracemalloc's peak; anything kept per call, in its final value. Without a deadline
+    (MPICOLL_TIMEOUT=0) and under the default one, whose polled waits hand a step that
+    outlasts the loop's spin to the Watch (a few small objects, freed: the peak) and leave a
+    few hundred bytes in Python's free lists now and then, never more with more calls: 500
+    calls there."""
     if executor == "python" and comm.size > 1:
         pytest.skip("the Python executor allocates mpi4py requests per step")
     send, recv = np.ones(1 << 17), np.empty(1 << 17)
-    with environment(MPICOLL_EXECUTOR=executor):
+    calls = 50 if deadline == "0" else 500
+    with environment(MPICOLL_EXECUTOR=executor, MPICOLL_TIMEOUT=deadline):
         h = mpicoll.allreduce_init(send, recv, algorithm=algorithm, comm=comm)
         for _ in range(3):
             h()
@@ -114,14 +120,15 @@ def test_persistent_allocates_nothing_per_call(comm, algorithm, executor):
             h()
             start, _ = tracemalloc.get_traced_memory()
             tracemalloc.reset_peak()
-            for _ in range(50):
+            for _ in range(calls):
                 h()
             end, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
     # a few bytes may stay: a byte counter's int object grows a digit now and then
-    agree(comm, end - start <= 64 and peak - start < 4096,
-          f"50 calls kept {end - start} bytes, peaked {peak - start} bytes above the start")
+    kept, peaked = (64, 4096) if deadline == "0" else (256, 8192)
+    agree(comm, end - start <= kept and peak - start < peaked,
+          f"{calls} calls kept {end - start} bytes, peaked {peak - start} bytes above the start")
     agree(comm, np.array_equal(recv, np.full(recv.size, comm.size, float)), "wrong sum")
 
 

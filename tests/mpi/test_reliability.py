@@ -4,6 +4,7 @@ ranks, or on one rank with validate=True), and a short soak of random mixed call
 bounded in memory. (Timeouts with a missing or dying rank: tests/jobs/test_faults.py.)"""
 
 import importlib.util
+import math
 from pathlib import Path
 
 import numpy as np
@@ -64,16 +65,19 @@ def test_validate_names_the_rank_with_another_count(comm, collective):
     agree(comm, run(collective, "auto", comm, validate=True), "the communicator still works")
 
 
-@pytest.mark.parametrize("field, kwargs, match", [
-    ("dtype", {"dtype": np.float32}, r"dtype: int64 on rank\(s\) \[0.*\], float32 on"),
-    ("op", {"op": "max"}, r"op: sum on rank\(s\) \[0.*\], max on"),
-    ("algorithm", {"algorithm": "binomial"}, r"algorithm: ring on rank\(s\) \[0.*\], binomial"),
-    ("timeout", {"timeout": 60.0}, r"timeout: off on rank\(s\) \[0.*\], on on"),
+@pytest.mark.parametrize("field, kwargs, others, match", [
+    ("dtype", {"dtype": np.float32}, {}, r"dtype: int64 on rank\(s\) \[0.*\], float32 on"),
+    ("op", {"op": "max"}, {}, r"op: sum on rank\(s\) \[0.*\], max on"),
+    ("algorithm", {"algorithm": "binomial"}, {},
+     r"algorithm: ring on rank\(s\) \[0.*\], binomial"),
+    # the others without a deadline (the default has one: 600 s)
+    ("timeout", {"timeout": 60.0}, {"timeout": math.inf},
+     r"timeout: off on rank\(s\) \[0.*\], on on"),
 ])
-def test_validate_names_other_disagreements(comm, field, kwargs, match):
+def test_validate_names_other_disagreements(comm, field, kwargs, others, match):
     if comm.size == 1:
         pytest.skip("needs two ranks")
-    mine = dict({"algorithm": "ring"}, **(kwargs if comm.rank == comm.size - 1 else {}))
+    mine = dict({"algorithm": "ring"}, **(kwargs if comm.rank == comm.size - 1 else others))
     exc = raises_everywhere(comm, mpicoll.ArgumentMismatch, run, "allreduce",
                             mine.pop("algorithm"), comm, validate=True, match=match, **mine)
     agree(comm, exc.ranks == [comm.size - 1], f"{field}: ranks {exc.ranks}")
@@ -186,8 +190,8 @@ def test_bad_input_on_one_rank_with_validate(comm, name):
 
 
 @pytest.mark.parametrize("variable, value, match", [
-    ("MPICOLL_TIMEOUT", "soon", "MPICOLL_TIMEOUT must be a positive number of seconds"),
-    ("MPICOLL_TIMEOUT", "0", "MPICOLL_TIMEOUT must be a positive number"),
+    ("MPICOLL_TIMEOUT", "soon", "MPICOLL_TIMEOUT must be a number of seconds > 0, or 0 or inf"),
+    ("MPICOLL_TIMEOUT", "-1", "MPICOLL_TIMEOUT must be a number of seconds .*got -1.0"),
     ("MPICOLL_ON_TIMEOUT", "retry", "MPICOLL_ON_TIMEOUT must be 'exception' or 'abort'"),
     ("MPICOLL_VALIDATE", "yes", "MPICOLL_VALIDATE must be 0 or 1"),
 ])
@@ -208,3 +212,19 @@ def test_short_soak(comm):
     agree(comm, summary["wrong"] == 0, summary)
     agree(comm, summary["growth_mib"] <= 16, summary)
     agree(comm, summary["calls"] >= 300, summary)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
+def test_mismatched_count_without_validate(comm, algorithm):
+    """No validate: the arguments' hash in the tags keeps the mismatched calls from matching;
+    at the deadline every rank raises ArgumentMismatch naming both counts, and the communicator
+    is broken (messages may be in flight). (jobs/mismatch_demo.py: every algorithm.)"""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    last = comm.size - 1
+    n = 10 + 10 * (comm.rank == last)
+    exc = raises_everywhere(comm, mpicoll.ArgumentMismatch, run, "allreduce", algorithm, comm,
+                            n=n, timeout=1.0,
+                            match=rf"count: 10 on rank\(s\) \[0.*\], 20 on rank\(s\) \[{last}\]")
+    agree(comm, exc.in_flight and exc.ranks == [last], f"{exc.in_flight} {exc.ranks}")
+    raises_everywhere(comm, mpicoll.CommunicatorBroken, run, "allreduce", algorithm, comm)

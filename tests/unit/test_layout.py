@@ -143,7 +143,7 @@ def test_bad_values_name_the_variable(monkeypatch):
     for name, value in [("MPICOLL_RANKS_PER_NODE", "abc"), ("MPICOLL_RANKS_PER_NODE", "0"),
                         ("MPICOLL_KERNELS", "foo"), ("MPICOLL_TUNING", "/nonexistent.json"),
                         ("MPICOLL_PROFILE", "/nonexistent.json"), ("MPICOLL_SHORT_MSG", "-1"),
-                        ("MPICOLL_TIMEOUT", "0"), ("MPICOLL_VALIDATE", "yes")]:
+                        ("MPICOLL_TIMEOUT", "-1"), ("MPICOLL_VALIDATE", "yes")]:
         monkeypatch.setenv(name, value)
         settings.reload()
         with pytest.raises(ValueError, match=name):

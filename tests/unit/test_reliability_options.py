@@ -8,9 +8,10 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll._runtime import validate
+from mpicoll import settings
+from mpicoll._runtime import tags, validate, watch
 from mpicoll._runtime.call import Call
-from mpicoll.errors import CollectiveTimeout
+from mpicoll.errors import ArgumentMismatch, CollectiveTimeout
 from mpicoll.testing import environment
 
 COMM = MPI.COMM_SELF
@@ -54,7 +55,8 @@ def test_bad_options(options, exc, match):
 
 
 @pytest.mark.parametrize("variable, value, match", [
-    ("MPICOLL_TIMEOUT", "soon", "MPICOLL_TIMEOUT must be a positive number of seconds"),
+    ("MPICOLL_TIMEOUT", "soon", "MPICOLL_TIMEOUT must be a number of seconds > 0, or 0 or inf "
+                                "for no timeout, got 'soon'"),
     ("MPICOLL_TIMEOUT", "-3", "got -3.0"),
     ("MPICOLL_ON_TIMEOUT", "Abort", "MPICOLL_ON_TIMEOUT must be 'exception' or 'abort'"),
     ("MPICOLL_VALIDATE", "true", "MPICOLL_VALIDATE must be 0 or 1, got 'true'"),
@@ -74,11 +76,17 @@ def test_environment_defaults():
         explicit = Call("allreduce", "auto", COMM, math.inf, "exception", False)
         assert (explicit.timeout, explicit.on_timeout, explicit.validate) == \
             (None, "exception", False)
-    with environment(MPICOLL_TIMEOUT="inf"):
-        assert Call("allreduce", "auto", COMM, None, None, None).timeout is None
+    for off in ("inf", "0", "0.0"):
+        with environment(MPICOLL_TIMEOUT=off):
+            assert Call("allreduce", "auto", COMM, None, None, None).timeout is None
+    with environment(MPICOLL_TIMEOUT="0"):          # the argument still wins
+        assert Call("allreduce", "auto", COMM, 3, None, None).timeout == 3.0
     with environment(MPICOLL_TIMEOUT=None, MPICOLL_ON_TIMEOUT=None, MPICOLL_VALIDATE=None):
         call = Call("allreduce", "auto", COMM, None, None, None)
-        assert (call.timeout, call.on_timeout, call.validate) == (None, "exception", False)
+        # the default deadline (settings.DEFAULT_TIMEOUT), as PyTorch's NCCL process groups'
+        assert (call.timeout, call.on_timeout, call.validate) == (600.0, "exception", False)
+        assert settings.DEFAULT_TIMEOUT == 600.0
+        assert Call("allreduce", "auto", COMM, math.inf, None, None).timeout is None
 
 
 def test_timeout_message_names_everything():
@@ -107,3 +115,60 @@ def test_mismatch_report():
                         "(validate=True): rank(s) [3] rejected their own arguments (TypeError); "
                         "count: 10 on rank(s) [0, 1], 11 on rank(s) [2]")
     assert exc.fields == {"count": {"10": [0, 1], "11": [2]}}
+
+
+@pytest.mark.parametrize("tag_ub, calls, hashes", [
+    (2**29 - 1, 2**13, 65535),      # this MPICH wheel
+    (2**31 - 1, 2**13, 262143),     # Open MPI
+    (32767, 128, 255),              # MPI's guaranteed minimum
+    (100, 99, 1),                   # too small to share: call numbers only
+])
+def test_tag_layout(tag_ub, calls, hashes):
+    """Tags stay within 0 .. TAG_UB - 2 (TAG_UB and TAG_UB - 1 are the roll call's and the
+    presence check's), call numbers and hashes each get their share."""
+    layout = tags.layout(tag_ub)
+    assert (layout.calls, layout.hashes) == (calls, hashes)
+    assert layout.tag(calls - 1, hashes - 1) <= tag_ub - 2 and layout.tag(0, 0) == 0
+    assert layout.tag(calls + 5, 2**32 - 1) == layout.tag(5, 2**32 - 1)     # wraps
+    if hashes > 1:
+        assert layout.tag(5, 1) != layout.tag(5, 2) != layout.tag(6, 2)
+
+
+def test_signature_is_stable_and_cached():
+    f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
+    a = tags.signature("allreduce", "ring", {"op": "sum", "dtype": f64, "count": 10,
+                                             "inner": None})
+    assert a.text == "allreduce ring count=10 dtype=float64 op=sum"
+    assert a.hashed == 0x6b31a20c and not a.library                 # zlib.crc32: stable
+    assert tags.signature("allreduce", "ring", {"op": "sum", "dtype": f64, "count": 10,
+                                                "inner": None}) is a
+    # the keyword order of the call site does not matter, absent means None
+    assert tags.signature("allreduce", "ring", {"count": 10, "dtype": f64, "op": "sum"}).text \
+        == a.text
+    others = [tags.signature("allreduce", "ring", {"op": "sum", "dtype": f64, "count": 20}),
+              tags.signature("allreduce", "ring", {"op": "sum", "dtype": f32, "count": 10}),
+              tags.signature("allreduce", "ring", {"op": "max", "dtype": f64, "count": 10}),
+              tags.signature("allreduce", "binomial", {"op": "sum", "dtype": f64, "count": 10}),
+              tags.signature("bcast", "ring", {"dtype": f64, "count": 10, "root": 1})]
+    assert len({a.hashed} | {o.hashed for o in others}) == 6
+    assert tags.signature("bcast", "mpi", {"dtype": f64, "count": 10, "root": 0}).library
+    assert tags.fields(others[-1].text) == {"collective": "bcast", "algorithm": "ring",
+                                            "count": "10", "dtype": "float64", "root": "1"}
+
+
+def test_roll_call_mismatch_report():
+    """The roll call's report: each differing field, with who passed each value."""
+    sig = {r: tags.signature("allreduce", "ring", {"op": "sum", "dtype": np.dtype(np.float64),
+                                                   "count": 10 * (1 + (r == 1))}).text
+           for r in range(3)}
+    exc = watch.mismatch("allreduce ring", sig, missing={3}, timeout=5.0)
+    assert isinstance(exc, ArgumentMismatch) and exc.in_flight and exc.ranks == [1]
+    assert str(exc) == ("allreduce ring: timed out after 5 s: the ranks called it with different "
+                        "arguments, so their messages could not match: count: 10 on rank(s) "
+                        "[0, 2], 20 on rank(s) [1]; rank(s) [3] did not answer the roll call")
+    assert exc.fields == {"count": {"10": [0, 2], "20": [1]}}
+    stray = watch.stray_mismatch("bcast binomial", "bcast binomial count=20 root=0", {0: 80},
+                                 {0}, 1.0)
+    assert stray.ranks == [0] and stray.in_flight
+    assert "rank(s) [0] sent this call's messages with other arguments than this rank's " \
+           "(collective=bcast algorithm=binomial count=20 root=0)" in str(stray)
