@@ -90,7 +90,6 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import kernels
-from ..schedule import block_displs
 
 __all__ = ["cost", "bytes_sent", "OPS", "DTYPES", "CHUNK_BYTES", "check", "allreduce",
            "Window", "warmup"]
@@ -389,15 +388,12 @@ def _short(flags: np.ndarray, which: int, seq: int, rank: int) -> list:
 
 
 def _own_elements(count: int, chunk: int, st) -> int:
-    """Elements of my own slices (not copied into the window), over every chunk."""
+    """Elements of my own slices (not copied into the window), over every chunk: slice
+    ``rank`` of ``block_displs`` has n // size elements, one more if rank < n % size."""
     size, rank = st.comm.Get_size(), st.comm.Get_rank()
     full, last = divmod(count, chunk)
-    per = block_displs(chunk, size)
-    own = full * (per[rank + 1] - per[rank])
-    if last:
-        tail = block_displs(last, size)
-        own += tail[rank + 1] - tail[rank]
-    return own
+    return (full * (chunk // size + (rank < chunk % size))
+            + (last // size + (rank < last % size) if last else 0))
 
 
 _ready: set = set()
