@@ -34,9 +34,9 @@ the parity of ``seq``, which makes a third wait unnecessary: before rank r write
 Rank j published ``arrived[j] = seq - 1`` after it finished chunk seq - 2 (in program order),
 and rank r waited for that flag in chunk seq - 1: its reads happen before r's writes.
 MPI-3's unified memory model (MPI 4.1, 12.7) leaves the order in which another process sees
-stores to a shared window to the hardware unless the program synchronises; MPICH's own
-shared-memory collectives use processor memory barriers (``MPL_atomic_*`` with acquire/release
-semantics) and so does this code: a flag is stored with a C11 *release* store (LLVM ``store
+stores to a shared window to the hardware unless the program synchronises. MPICH's own
+shared-memory collectives wait on ``MPL_atomic_uint64_t`` flags with acquire loads
+(``src/mpid/ch4/shm/posix/release_gather/release_gather.h``), and so does this code: a flag is stored with a C11 *release* store (LLVM ``store
 atomic release``) after the data it covers, and read with an *acquire* load (``load atomic
 acquire``) before the data: whatever a rank wrote before publishing a flag is visible to a
 rank that has read that flag's value. These are real atomic instructions to the compiler too,
@@ -47,9 +47,10 @@ is opened once with ``MPI_Win_lock_all(MPI_MODE_NOCHECK)`` (a passive-target epo
 lifetime, as MPI requires for load/store access) and the flags are zeroed before a
 ``MPI_Win_sync``-barrier-``MPI_Win_sync`` (MPI's own idiom for that one-off publication).
 
-Waiting. A wait spins on the flag (``sched_yield`` between polls, so that a rank sharing a core
-with the one it waits for gives it the core) and returns to Python every 10 ms of
-``MPI_Wtime``; with a deadline (``timeout=``) the call's ``Watch`` then checks it and answers a
+Waiting. A wait spins on the flag for ``YIELD_AFTER`` (20 us), so that a short wait keeps the
+core, then calls ``sched_yield`` between polls, so that a rank sharing a core with the one it
+waits for gives it the core (with more ranks than cores: from the first poll). It returns to
+Python every 10 ms of ``MPI_Wtime``; with a deadline (``timeout=``) the call's ``Watch`` then checks it and answers a
 roll call, and raises ``CollectiveTimeout`` naming the ranks whose flags are missing; without
 one the wait goes on, as MPI's would. The first call of a size class is collective on the node
 (``MPI_Win_allocate_shared``): with a deadline an ``MPI_Ibarrier``, polled under it, first
@@ -103,6 +104,8 @@ LINE = 16                   # int64s per flag: each flag alone in 128 bytes (two
 ARRIVED, REDUCED = 0, 1     # the two flags of each rank
 DONE = -1                   # _allreduce: every chunk is complete
 SPIN_SECONDS = 0.01         # a wait returns to Python this often (the Watch, or Ctrl-C)
+YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
+                            # (at once when the node has more ranks than this rank has cores)
 
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
@@ -183,18 +186,25 @@ def _slice(n, size, rank):
 
 
 @njit(cache=True, nogil=True)
-def _missing(flags, which, seq, rank, size, spin_until):
+def _missing(flags, which, seq, rank, size, spin_until, yield_after):
     """Wait until every other rank's flag ``which`` reaches ``seq``; -1, or the first rank whose
-    flag is still short when ``MPI_Wtime`` passes ``spin_until``."""
+    flag is still short when ``MPI_Wtime`` passes ``spin_until``. Spins, then (after
+    ``yield_after`` seconds) yields the core between polls."""
+    yield_from = 0.0
     for j in range(size):
         if j == rank:
             continue
         polls = 0
         while _load_acquire(flags, (2 * j + which) * LINE) < seq:
             polls += 1
-            if polls % 64 == 0 and _wtime() > spin_until:
-                return j
-            _sched_yield()          # let the rank we wait for run, if it shares our core
+            if polls % 64 == 0:
+                now = _wtime()
+                if now > spin_until:
+                    return j
+                if yield_from == 0.0:
+                    yield_from = now + yield_after
+                if now > yield_from:
+                    _sched_yield()  # let the rank we wait for run, if it shares our core
     return -1
 
 
@@ -211,7 +221,7 @@ def _reduce_into(op, acc, x):
 
 
 @njit(cache=True, nogil=True)
-def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until):
+def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until, yield_after):
     """Phases 1-3 of every chunk of ``src`` (may be ``dst``: in place) into ``dst``, from
     ``resume`` (chunk * 4 + phase) on. ``data[b, j]`` is rank j's segment in buffer b, ``acc``
     BLOCK elements of scratch. Returns (DONE, -1), or (where to resume, the rank waited for)
@@ -231,7 +241,7 @@ def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until):
             _store_release(flags, (2 * rank + ARRIVED) * LINE, seq)
             phase = 1
         if phase == 1:      # wait for every input
-            j = _missing(flags, ARRIVED, seq, rank, size, spin_until)
+            j = _missing(flags, ARRIVED, seq, rank, size, spin_until, yield_after)
             if j >= 0:
                 return k * 4 + 1, j
             phase = 2
@@ -253,7 +263,7 @@ def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until):
             _store_release(flags, (2 * rank + REDUCED) * LINE, seq)
             phase = 3
         if phase == 3:      # Phase 3: copy out every other rank's reduced slice
-            j = _missing(flags, REDUCED, seq, rank, size, spin_until)
+            j = _missing(flags, REDUCED, seq, rank, size, spin_until, yield_after)
             if j >= 0:
                 return k * 4 + 3, j
             for j in range(size):
@@ -273,6 +283,8 @@ class Window:
     def __init__(self, node: MPI.Intracomm, capacity: int):
         size = node.Get_size()
         self.capacity, self.seq, self._views = capacity, 0, {}
+        # more ranks than cores: the rank waited for may need this core, yield at once
+        self.yield_after = 0.0 if size > len(os.sched_getaffinity(0)) else YIELD_AFTER
         header = 2 * size * LINE * 8
         total = header + 2 * size * capacity
         # rank 0 allocates it all (one contiguous region), the others nothing
@@ -368,7 +380,7 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None) -> None
     resume = 0
     while True:
         resume, waiting = _allreduce(src, dst, data, window.flags, rank, seq0, resume, code,
-                                     acc, MPI.Wtime() + SPIN_SECONDS)
+                                     acc, MPI.Wtime() + SPIN_SECONDS, window.yield_after)
         if resume == DONE:
             break
         if watch is not None:
@@ -411,7 +423,7 @@ def warmup(dtype: np.dtype) -> None:
         try:
             vector = np.zeros(4, dtype)
             _allreduce(vector, vector, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
-                       0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0)
+                       0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0)
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
     _ready.add(dtype)
