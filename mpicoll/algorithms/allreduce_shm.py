@@ -49,7 +49,7 @@ lifetime, as MPI requires for load/store access) and the flags are zeroed before
 
 Waiting. A wait spins on the flag for ``YIELD_AFTER`` (20 us), so that a short wait keeps the
 core, then calls ``sched_yield`` between polls, so that a rank sharing a core with the one it
-waits for gives it the core (with more ranks than cores: from the first poll). It returns to
+waits for gives it the core (with more ranks than cores: after 64 polls). It returns to
 Python every 10 ms of ``MPI_Wtime``; with a deadline (``timeout=``) the call's ``Watch`` then checks it and answers a
 roll call, and raises ``CollectiveTimeout`` naming the ranks whose flags are missing; without
 one the wait goes on, as MPI's would. The first call of a size class is collective on the node
@@ -371,6 +371,8 @@ def _window(st, nbytes: int, watch) -> Window:
 def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None) -> None:
     """All-reduce ``src`` (flat; may be ``dst``) into ``dst`` on ``st``'s communicator
     (``check`` passed on every rank). ``watch``: the call's deadline."""
+    if not src.flags.writeable:             # a read-only sendbuf: its own compiled code
+        warmup(src.dtype, readonly=True)
     window = _window(st, dst.nbytes, watch)
     data, acc = window.views(dst.dtype)
     chunk = data.shape[2]
@@ -411,19 +413,20 @@ def _own_elements(count: int, chunk: int, st) -> int:
 _ready: set = set()
 
 
-def warmup(dtype: np.dtype) -> None:
-    """Compile (or load from numba's disk cache) ``_allreduce`` for ``dtype``, under the file
-    lock of ``kernels.warmup``."""
-    if dtype in _ready:
+def warmup(dtype: np.dtype, readonly: bool = False) -> None:
+    """Compile (or load from numba's disk cache) ``_allreduce`` for ``dtype`` (and a read-only
+    input: numba types it apart), under the file lock of ``kernels.warmup``."""
+    if (dtype, readonly) in _ready:
         return
     kernels.warmup()
     lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
     with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            vector = np.zeros(4, dtype)
-            _allreduce(vector, vector, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
+            src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
+            src.flags.writeable = not readonly
+            _allreduce(src, dst, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
                        0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0)
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-    _ready.add(dtype)
+    _ready.add((dtype, readonly))

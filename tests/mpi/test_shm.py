@@ -76,6 +76,11 @@ def test_shm_gives_the_rank_order_bits(comm):
                 results.append(out)
             if mine.tobytes() != keep.tobytes():
                 problems.append(f"n={n} {dtype}: sendbuf was modified")
+            frozen = xs[comm.rank].copy()
+            frozen.flags.writeable = False           # a read-only sendbuf is fine
+            out = mpicoll.allreduce(frozen, algorithm="shm", comm=comm)
+            if out.tobytes() != rank_order(xs, "sum", dtype).tobytes():
+                problems.append(f"n={n} {dtype}: read-only sendbuf gave other bits")
     agree(comm, not problems, problems[:5])
     digest = b"".join(r.tobytes() for r in results)
     agree(comm, len(set(comm.allgather(hashlib.sha256(digest).hexdigest()))) == 1,
