@@ -15,9 +15,9 @@ In order, the first that has an answer decides:
 Before all of them, an all-reduce whose ranks all share one node (the caller says so:
 ``shared_memory=True``, for a blocking or persistent call whose op and dtype ``shm`` reduces)
 runs ``shm`` from ``SHM_MIN_BYTES`` on: measured on this machine, under load
-(docs/performance.md, "shm"), from 16 KiB it matched or beat MPI's own all-reduce in most runs
-at N = 2 and in every run at N = 4 (below, the plain call's Python layer makes any mpicoll
-algorithm slower than MPI). The decision table and the cost model never
+(docs/performance.md, "shm"), it was there the fastest mpicoll all-reduce in the runs that
+compared them, 0.7-1.4x MPI's own at N = 2 (at a lower load) and 1.9-2.1x at N = 4; below
+16 KiB recursive doubling did about as well. The decision table and the cost model never
 choose it (it runs only on one node, and not in every form of call).
 
 When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
