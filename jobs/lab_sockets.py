@@ -39,7 +39,7 @@ from mpicoll.executors.sockets import PeerError, SocketComm, execute, open_liste
 from mpicoll.registry import ALLREDUCE
 
 FLAT = [name for name, a in ALLREDUCE.items()         # one-level algorithms: every rank alike
-        if not a.library and not a.has("node-phases")]
+        if a.scheduled and not a.has("node-phases")]
 
 
 def inputs(rank: int, count: int) -> np.ndarray:

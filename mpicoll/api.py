@@ -23,6 +23,7 @@ from mpi4py import MPI
 
 from . import compression, kernels, model, select, settings
 from ._runtime.call import Call
+from .algorithms import allreduce_shm
 from .executors import compiled
 from .executors.progress import Request, waitall
 from .registry import ALLREDUCE, Algorithm, lookup
@@ -240,6 +241,10 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
     """What running ``algo``'s schedule needs -- the executor, the schedule, its inter-node
     elements, the op, the scratch -- made before the agreement step (None: nothing to run)."""
     comm = call.comm
+    if algo.has("shared-memory"):       # no schedule: checked and compiled here, run by the call
+        allreduce_shm.check(call.open(), op, np.dtype(dtype))
+        allreduce_shm.warmup(np.dtype(dtype))
+        return allreduce_shm if comm.Get_size() > 1 and count > 0 else None
     if algo.library or comm.Get_size() == 1 or count == 0:
         return None
     execute = _execute or _choose_executor()        # MPICOLL_EXECUTOR
@@ -304,6 +309,20 @@ settings.on_reload(_resolved.cache_clear)
 settings.on_reload(_picked.cache_clear)
 
 
+def _shared_memory(call: Call, op: str, dtype) -> bool:
+    """Whether ``auto`` may run ``shm`` (``select``): every rank on one node (as the MPI library
+    sees it), and an op and dtype it reduces."""
+    return (len(call.open().real_nodes) == 1 and op in allreduce_shm.OPS
+            and dtype in allreduce_shm.DTYPES)
+
+
+def _shm_signature(call: Call) -> tuple:
+    """``shm``'s (signature, mismatch): the hash of the call's arguments, which every rank
+    publishes beside its input in the shared window, and what to do when they differ."""
+    return (call.signature.hashed, lambda: call.disagree(
+        "the argument check of the shared-memory all-reduce (the ranks' hashes differ)"))
+
+
 def _nodes(call: Call, algo: Algorithm):
     """The node layout a node-aware algorithm runs on (for the agreement step), else None."""
     return call.open().nodes() if algo.has("node-layout") else None
@@ -343,7 +362,8 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         size, count = comm.Get_size(), recv.size
         if auto:
             algo = lookup("allreduce", select.allreduce(
-                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
+                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
+                shared_memory=size > 1 and _shared_memory(call, opname, recv.dtype)))
         options = _options(call, algo, given, auto)
         prepared = _prepare(call, algo, count, recv.dtype, opname, options)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
@@ -352,6 +372,11 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         if algo.library:
             call.mpi(MPI.Comm.Allreduce, MPI.Comm.Iallreduce,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
+            return recv
+        if prepared is allreduce_shm:       # from sendbuf (or recvbuf, in place) to recvbuf
+            allreduce_shm.allreduce(call.open(), (recv if send is None else send).reshape(-1),
+                                    recv.reshape(-1), opname, call.watch,
+                                    *_shm_signature(call))
             return recv
         if send is not None:        # same element count, any shape: copy over the flat views
             np.copyto(recv.reshape(-1), send.reshape(-1))
@@ -534,6 +559,9 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
         if auto and (inner or outer or order):
             raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
                              "not to 'auto'")
+        if algo is not None and algo.has("shared-memory"):
+            raise ValueError(f"algorithm={algo.name!r} has no nonblocking form; call allreduce "
+                             "or allreduce_init")
         _local_checks(algo, opname, given)
         size, count = comm.Get_size(), recv.size
         if auto:

@@ -148,12 +148,13 @@ class Buckets:
             name = select.allreduce(flat.nbytes, size, flat.size,
                                     call.open().ranks_per_node if size > 1 else None)
             algo = lookup("allreduce", name)
-            if algo.library:                # Buckets run schedules (compression, persistence)
+            if not algo.scheduled:          # Buckets run schedules (compression, persistence)
                 algo = lookup("allreduce", "ring")
         else:
             algo = lookup("allreduce", self.algorithm)
-            if algo.library:
-                raise ValueError("Buckets run mpicoll's schedules; algorithm='mpi' has none")
+            if not algo.scheduled:
+                raise ValueError(f"Buckets run mpicoll's schedules; algorithm={algo.name!r} has "
+                                 "none")
         on_done = None
         if self.average and size > 1:
             def on_done(flat=flat, size=size):

@@ -127,6 +127,8 @@ def predict_all(p: int, nbytes: float, profile: Profile, *, collective: str = "a
         if algo.has("node-phases") and (ranks_per_node is None or ranks_per_node >= p
                                         or ranks_per_node <= 1):
             continue
+        if algo.has("shared-memory") and ranks_per_node is not None and ranks_per_node < p:
+            continue                    # one node only
         out[name] = predict(name, p, nbytes, profile, collective=collective,
                             ranks_per_node=ranks_per_node)
     return out

@@ -144,8 +144,11 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
         api._local_checks(algo, opname, given)
         if algo is None:
             algo = lookup("allreduce", select.allreduce(
-                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
+                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
+                shared_memory=size > 1 and api._shared_memory(call, opname, recv.dtype)))
         options = api._options(call, algo, given, auto)
+        shared = api._prepare(call, algo, count, recv.dtype, opname, options) \
+            if algo.has("shared-memory") else None         # checked before agreeing
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
                    inner=options.get("inner"), outer=options.get("outer"),
                    order=options.get("order"), nodes=api._nodes(call, algo))
@@ -154,6 +157,13 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
             request = st.comm.Allreduce_init(MPI.IN_PLACE if send is None else send, recv,
                                              op=api._OPS[opname])
             return Persistent(call, recv, request=request)
+        if algo.has("shared-memory"):       # from sendbuf (or recvbuf, in place) to recvbuf
+            src, dst = (recv if send is None else send).reshape(-1), recv.reshape(-1)
+            if shared is None:              # one rank, or nothing to reduce
+                return Persistent(call, recv, before=() if send is None else ((dst, src),))
+            signed = api._shm_signature(call)
+            return Persistent(call, recv, run=lambda watch: shared.allreduce(
+                st, src, dst, opname, watch, *signed))
         before = () if send is None else ((recv, send.reshape(recv.shape)),)
         run = _runner(call, algo, recv.reshape(-1), opname, options) \
             if size > 1 and count > 0 else None

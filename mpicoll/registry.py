@@ -23,7 +23,8 @@ from . import settings, topology
 from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce_binomial,
                          allreduce_double_binary_tree, allreduce_hierarchical,
                          allreduce_naive, allreduce_recursive_doubling,
-                         allreduce_recursive_halving, allreduce_ring, bcast_binomial,
+                         allreduce_recursive_halving, allreduce_ring, allreduce_shm,
+                         bcast_binomial,
                          bcast_scatter_ring_allgather, reduce_scatter_recursive_halving,
                          reduce_scatter_ring)
 
@@ -41,6 +42,10 @@ TOKENS = {
     "equal-nodes": "some of its options need the same number of ranks on every node",
     "root": "one rank is the root; schedule(..., root=)",
     "library": "the MPI library's own collective: no schedule, no cost formula",
+    "shared-memory": "reduces in an MPI-3 shared-memory window, not by messages: every rank on "
+                     "one node (the MPI library's COMM_TYPE_SHARED split), blocking and "
+                     "persistent calls only; no schedule (nothing to simulate or trace), a cost "
+                     "formula for one node",
     "cost-approximate": "cost() approximates the schedule's time (a pipeline's fill and drain); "
                         "its round count is exact",
     "own-rounding": "each rank groups the reduction its own way: float results can differ "
@@ -85,6 +90,12 @@ class Algorithm:
     def library(self) -> bool:
         """The MPI library's own collective (``mpi``): no schedule."""
         return self.module is None
+
+    @property
+    def scheduled(self) -> bool:
+        """It has a schedule (``schedule()``): neither the library's collective nor code that
+        runs in shared memory."""
+        return not self.library and not self.has("shared-memory")
 
     def has(self, token: str) -> bool:
         return token in self.restrictions
@@ -159,6 +170,7 @@ ALLREDUCE = _table(
               aliases=("dtree",),
               pick=allreduce_double_binary_tree.pick),
     Algorithm("naive", allreduce_naive, ("any-size", "own-rounding")),
+    Algorithm("shm", allreduce_shm, ("any-size", "shared-memory")),
     Algorithm("mpi", None, ("library",)),
 )
 REDUCE_SCATTER_BLOCK = _table(

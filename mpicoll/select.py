@@ -12,6 +12,14 @@ In order, the first that has an answer decides:
    ``MPICOLL_SHORT_MSG`` bytes (default 8192) or when count < N, then Rabenseifner on powers of
    two and the ring otherwise.
 
+Before all of them, an all-reduce whose ranks all share one node (the caller says so:
+``shared_memory=True``, for a blocking or persistent call whose op and dtype ``shm`` reduces)
+runs ``shm`` from ``SHM_MIN_BYTES`` on: measured on this machine, under load
+(docs/performance.md, "shm"), it was there the fastest mpicoll all-reduce in the runs that
+compared them, 0.7-1.4x MPI's own at N = 2 (at a lower load) and 1.9-2.1x at N = 4; below
+16 KiB recursive doubling did about as well. The decision table and the cost model never
+choose it (it runs only on one node, and not in every form of call).
+
 When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
 order (``ring_order``: one hop per node boundary leaves a node, whatever the placement), unless
 ``MPICOLL_RING_ORDER`` says otherwise.
@@ -29,9 +37,10 @@ from . import model, settings
 from .registry import lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
-           "reload", "SHORT_MSG", "DEFAULT_TUNING"]
+           "reload", "SHORT_MSG", "SHM_MIN_BYTES", "DEFAULT_TUNING"]
 
 SHORT_MSG = 8192
+SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
 DEFAULT_TUNING = settings.PROFILES / "tuning.json"
 
 
@@ -63,7 +72,8 @@ def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str 
     predicted = model.predict_all(size, nbytes, profile, collective=collective,
                                   ranks_per_node=ranks_per_node)
     predicted = {name: t for name, t in predicted.items()     # auto gives every rank one result
-                 if not lookup(collective, name).has("own-rounding")}
+                 if not lookup(collective, name).has("own-rounding")
+                 and not lookup(collective, name).has("shared-memory")}    # see the module doc
     return min(predicted, key=predicted.get)
 
 
@@ -105,7 +115,11 @@ def reload() -> None:
         cached.cache_clear()
 
 
-def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None) -> str:
+def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None,
+              shared_memory: bool = False) -> str:
+    """``shared_memory``: every rank is on one node and the call can run ``shm``."""
+    if shared_memory and size > 1 and nbytes >= SHM_MIN_BYTES:
+        return "shm"
     return choose("allreduce", nbytes, size, count, ranks_per_node)
 
 

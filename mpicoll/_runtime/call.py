@@ -67,6 +67,7 @@ class Call:
         attach(comm)        # local: from now on freeing comm drops mpicoll's stray messages
         self.agreed, self.tag, self._state = False, 0, None
         self.number, self.signature = -1, None      # the call's number, its tags.Signature
+        self._agreed_on = None                      # agree's (algorithm, fields)
         self.watch, self.timeout, self.on_timeout = None, None, "exception"
         self.error: Exception | None = None     # a bad option: raised by __enter__
         try:
@@ -132,6 +133,7 @@ class Call:
         if self.alone:          # no message to tag, no one to disagree with
             return
         self.signature = sig = tags.signature(self.collective, algorithm, fields)
+        self._agreed_on = (algorithm, fields)
         if self._state is not None:
             self._label()
         if self.agreed:
@@ -154,11 +156,17 @@ class Call:
         validate.wait(comm.Iallreduce(np.array([h, -h], np.int64), extremes, op=MPI.MAX),
                       self.watch, "the argument check of the MPI library's collective "
                       "(MPI_Iallreduce)")
-        if extremes[0] == -extremes[1]:
-            return
-        validate.check(comm, validate.fingerprint(self.collective, algorithm, timeout=True,
-                                                  **fields), self.watch,
-                       "the argument check of the MPI library's collective under a deadline")
+        if extremes[0] != -extremes[1]:
+            self.disagree("the argument check of the MPI library's collective under a deadline")
+
+    def disagree(self, step: str) -> NoReturn:
+        """The ranks' signature hashes differ (every rank found out, so this is collective):
+        exchange the fingerprints of ``agree``'s fields and raise ``ArgumentMismatch`` naming
+        who passed what."""
+        algorithm, fields = self._agreed_on
+        validate.check(self.open().comm, validate.fingerprint(
+            self.collective, algorithm, timeout=self.timeout is not None, **fields),
+            self.watch, step)
         raise ArgumentMismatch(f"{self.collective} {algorithm}: the ranks called it with "
                                "different arguments (their hashes differ)")
 

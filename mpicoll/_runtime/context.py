@@ -44,6 +44,7 @@ class CommState:
         self._scratch: dict = {}
         self._nodes: dict = {}
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
+        self.shared = None                      # allreduce_shm's node communicator and window
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
@@ -74,6 +75,12 @@ class CommState:
         """For ``auto``: the ranks of the largest node, None on one node."""
         nodes = self.nodes()
         return max(map(len, nodes)) if len(nodes) > 1 else None
+
+    @property
+    def real_nodes(self) -> tuple:
+        """The nodes as the MPI library sees them (``COMM_TYPE_SHARED``), whatever
+        ``MPICOLL_RANKS_PER_NODE`` says: which ranks can share memory."""
+        return self._nodes[None]
 
     def next_number(self) -> int:
         """The next call's number; ``self.tags.tag(number, hash)`` is its tag."""
@@ -114,6 +121,8 @@ class CommState:
         builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
         if not builtin:
             drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
+        if self.shared is not None and not self.broken:    # collective: not after a failure
+            self.shared.free()
         if self.made and self.comm != MPI.COMM_NULL:
             if not builtin:     # mpicoll's own: every tag (a failed call's data messages too)
                 drain(self.comm, (MPI.ANY_TAG,))

@@ -109,11 +109,21 @@ class Watch:
             raise self.give_up(requests, step, nsteps, peers, expired)
         return False
 
+    def overdue(self, step, nsteps: int = 0, waiting_on=()) -> None:
+        """For a wait on something other than MPI requests (a flag in shared memory): raise
+        CollectiveTimeout as ``wait`` does when the deadline has passed or a roll call came,
+        naming ``waiting_on``; else return."""
+        expired = time.monotonic() > self.deadline
+        if expired or self.comm.Iprobe(MPI.ANY_SOURCE, roll_call_tag()):
+            raise self.give_up([], step, nsteps, waiting_on, expired)
+
     def give_up(self, requests, step, nsteps: int, peers, expired: bool) -> Exception:
         """Keep the unfinished requests alive, run the roll call, and return the error naming
-        the ranks this one waits for and those nobody heard from -- or, if the ranks in this
-        call passed different arguments, the ``ArgumentMismatch`` naming who passed what."""
-        done = [r.Test() for r in requests]
+        the ranks this one waits for (``peers`` of the unfinished ``requests``; all of
+        ``peers`` when there are no requests) and those nobody heard from -- or, if the ranks
+        in this call passed different arguments, the ``ArgumentMismatch`` naming who passed
+        what."""
+        done = [r.Test() for r in requests] if requests else [False] * len(peers)
         self.abandoned += requests
         waiting_on = {p for p, ok in zip(peers, done) if not ok}
         heard = self.roll_call(step if isinstance(step, int) else -1, expired)

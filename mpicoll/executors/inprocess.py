@@ -184,8 +184,8 @@ def schedules(collective: str, algorithm: str, size: int, count: int, *, root: i
     without it the schedule's own default.
     """
     algo = lookup(collective, algorithm)
-    if algo.library:
-        raise ValueError(f"{algo.name!r} is the MPI library's own {collective}: it has no schedule")
+    if not algo.scheduled:
+        raise ValueError(f"{algo.name!r} has no schedule ({algo.describe()})")
     kwargs = {}
     if algo.has("node-layout"):
         kwargs["nodes"] = nodes if nodes is not None else virtual_nodes(size, ranks_per_node)

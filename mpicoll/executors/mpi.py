@@ -20,8 +20,10 @@ __all__ = ["execute", "new_traffic"]
 
 
 def new_traffic() -> dict:
-    """Counters of what ``execute`` sent and received (kept per communicator, in its state)."""
-    return {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0, "internode_bytes": 0}
+    """Counters of what ``execute`` sent and received (kept per communicator, in its state);
+    ``shared_bytes``: what ``allreduce_shm`` wrote into its shared-memory window (no network)."""
+    return {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0, "internode_bytes": 0,
+            "shared_bytes": 0}
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into, tag: int,

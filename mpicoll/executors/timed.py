@@ -302,9 +302,8 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     waves from every rank's ``schedule()`` (slow at scale; the tests compare both).
     """
     algo = lookup(collective, algorithm)
-    if algo.library:
-        raise ValueError(f"{algo.name!r} is the MPI library's own {collective}: it has no "
-                         "schedule to simulate")
+    if not algo.scheduled:
+        raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")
     size = fabric.size
     count = call_count(collective, nbytes, size, itemsize)
     kwargs = {}

@@ -49,7 +49,7 @@ import numpy as np
 
 from .. import settings
 from ..model import load_profile, predict
-from ..registry import bus_factor
+from ..registry import bus_factor, lookup
 from .cli import (Parser, nonnegative_float, nonnegative_int, positive_int,
                   prepare_output, step_factor)
 from .sizes import parse_size, size_arg, sizes_from
@@ -263,13 +263,17 @@ class Case:
                     != self.answer.view(np.uint8).reshape(got.size, -1)).any(axis=1).sum())
 
 
-def auto_choice(collective, comm, nbytes, count) -> str:
+def auto_choice(collective, comm, nbytes, count, op="sum", dtype=np.float32) -> str:
     """What ``algorithm="auto"`` runs here, asked the way the API asks."""
     from .. import select
     from .._runtime.context import state
+    from ..algorithms import allreduce_shm
     size = comm.Get_size()
     if collective == "allreduce":
-        return select.allreduce(nbytes, size, count, state(comm).ranks_per_node)
+        st = state(comm)
+        shared = (size > 1 and len(st.real_nodes) == 1 and op in allreduce_shm.OPS
+                  and np.dtype(dtype) in allreduce_shm.DTYPES)
+        return select.allreduce(nbytes, size, count, st.ranks_per_node, shared_memory=shared)
     return getattr(select, collective)(nbytes, size)
 
 
@@ -299,6 +303,10 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                   else [a for a in table if a != "mpi"] + ["auto", "mpi"])
     if "mpi" not in algorithms:
         algorithms.append("mpi")            # vs_mpi needs the reference in the same run
+    real_nodes = len(state(comm).real_nodes)
+    unshared = [a for a in algorithms if a not in ("auto", "mpi") and real_nodes > 1
+                and lookup(args.collective, a).has("shared-memory")]
+    algorithms = [a for a in algorithms if a not in unshared]   # they need one node
     places = ([False] if args.outofplace or not args.inplace else []) + \
              ([True] if args.inplace else [])
     if args.collective == "bcast":
@@ -318,6 +326,9 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         print(f"# time = median over iterations of the slowest rank; busbw = algbw x "
               f"{factor:.3f}; vs_mpi > 1 means faster than MPI; sent/size = bytes rank 0 sent "
               f"/ size")
+        if unshared:
+            print(f"# not run: {', '.join(unshared)} (shared memory: the ranks span "
+                  f"{real_nodes} nodes)")
         if args.persistent:
             print("# --persistent: mpicoll's algorithms timed through handles made once per "
                   "size (mpicoll.allreduce_init ...); mpi as a plain mpi4py call")
@@ -334,7 +345,8 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         for inplace in places:
             case = Case(args.collective, comm, nbytes, DTYPES[args.dtype], args.op, inplace)
             iters = args.iters or int(min(200, max(5, VOLUME // max(case.nbytes, 1))))
-            chosen = auto_choice(args.collective, comm, case.nbytes, case.count)
+            chosen = auto_choice(args.collective, comm, case.nbytes, case.count, args.op,
+                                 DTYPES[args.dtype])
             wrong, sent = {}, {}
             traffic = state(comm).traffic     # the executor's counters on this communicator
             persistent = {a: args.persistent and a != "mpi" for a in algorithms}

@@ -123,15 +123,15 @@ def main(argv=None) -> int:
         ap.error(str(e))
     table = COLLECTIVES[args.collective]
     names = (args.algorithms.split(",") if args.algorithms
-             else [n for n, a in table.items() if not a.library])
+             else [n for n, a in table.items() if a.scheduled])
     options = {}
     for name in names:
         if name not in table and not any(name in a.aliases for a in table.values()):
             ap.error(f"unknown {args.collective} algorithm {name!r}; expected one of "
-                     f"{[n for n, a in table.items() if not a.library]}")
+                     f"{[n for n, a in table.items() if a.scheduled]}")
         algo = next(a for n, a in table.items() if name == n or name in a.aliases)
-        if algo.library:
-            ap.error(f"{name!r} is the MPI library's own {args.collective}: nothing to simulate")
+        if not algo.scheduled:
+            ap.error(f"{name!r} has no schedule ({algo.describe()}): nothing to simulate")
         declared = {o.name for o in algo.options}
         options[name] = {"order": args.order} if args.order and "order" in declared else {}
     if args.order and not any(options.values()):

@@ -34,7 +34,7 @@ BLOCK = re.compile(r"(<!-- trace: (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- end tra
 
 
 def _algorithm_names() -> str:
-    return "; ".join(f"{c}: " + ", ".join(a for a, algo in table.items() if not algo.library)
+    return "; ".join(f"{c}: " + ", ".join(a for a, algo in table.items() if algo.scheduled)
                      for c, table in COLLECTIVES.items())
 
 
@@ -124,8 +124,8 @@ def main(argv=None) -> int:
         print(render_values(args.nranks), end="")
         return 0
     table = COLLECTIVES[args.collective]
-    if not args.algorithm or args.algorithm not in table or table[args.algorithm].library:
-        names = [a for a, algo in table.items() if not algo.library]
+    if not args.algorithm or args.algorithm not in table or not table[args.algorithm].scheduled:
+        names = [a for a, algo in table.items() if algo.scheduled]
         ap.error(f"name an algorithm of {args.collective}: {', '.join(names)}"
                  + (f" (not {args.algorithm!r})" if args.algorithm else ""))
     algo = table[args.algorithm]

@@ -29,7 +29,7 @@ def test_bench_json_and_table(results):
     assert res["nranks"] == 4 and res["versions"]["mpi4py"]
     algorithms = {r["algorithm"] for r in res["records"]}
     assert algorithms == {"ring", "recursive_halving", "recursive_doubling", "binomial",
-                          "hierarchical", "double_binary_tree", "naive", "auto",
+                          "hierarchical", "double_binary_tree", "naive", "shm", "auto",
                           "mpi"}
     for r in res["records"]:
         assert r["wrong"] == 0, r
@@ -41,6 +41,8 @@ def test_bench_json_and_table(results):
         assert r["busbw"] == pytest.approx(r["algbw"] * 1.5)
         if r["algorithm"] == "ring" and r["count"] % 4 == 0:
             assert r["bytes_sent"] == [1.5 * r["size"]] * 4
+        if r["algorithm"] == "shm":                 # shared memory: nothing over the network
+            assert r["bytes_sent"] == [0] * 4
         if r["algorithm"] == "auto":
             assert r["auto_choice"] in algorithms
     assert "all results correct" in table and "auto:" in table

@@ -53,7 +53,8 @@ def test_allreduce_matches_mpi(comm, algorithm):
     agree(comm, same_bits_everywhere(comm, *results), "ranks ended with different bits")
 
 
-@pytest.mark.parametrize("algorithm", [a for a in mpicoll.ALGORITHMS if a != "mpi"])
+@pytest.mark.parametrize("algorithm", [a for a in mpicoll.ALGORITHMS
+                                       if lookup("allreduce", a).scheduled])  # shm: test_shm.py
 def test_allreduce_random_floats_match_simulator(comm, algorithm):
     """Random floats: the MPI executor gives the in-process executor's bits, and MPI's within
     the rounding of a different order."""

@@ -81,7 +81,7 @@ def test_other_collectives_bad_input():
 
 def test_algorithms_listed():
     assert mpicoll.ALGORITHMS == ("ring", "recursive_halving", "recursive_doubling", "binomial",
-                                  "hierarchical", "double_binary_tree", "naive", "mpi")
+                                  "hierarchical", "double_binary_tree", "naive", "shm", "mpi")
 
 
 

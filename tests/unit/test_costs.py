@@ -24,7 +24,11 @@ CLOCK = (2e-6, 1e-9, 3e-10)          # alpha, beta, gamma
 LOW, HIGH = 0.99, 2.0                # where a "cost-approximate" formula lies, times the clock
 ITEMSIZE = 8
 SCHEDULED = [(c, name) for c, table in COLLECTIVES.items() for name, a in table.items()
-             if not a.library]
+             if a.scheduled]
+# and those without a schedule but with a cost formula: "shared-memory" (allreduce_shm), whose
+# formula the in-process executor cannot check (it runs schedules); bench measures it
+MODELLED = [(c, name) for c, table in COLLECTIVES.items() for name, a in table.items()
+            if not a.library]
 
 
 def cases(collective, name):
@@ -83,7 +87,7 @@ def test_cost_is_the_schedule(collective, name):
     assert not problems, f"{len(problems)} mismatches: " + "; ".join(problems[:6])
 
 
-@pytest.mark.parametrize("collective, name", SCHEDULED)
+@pytest.mark.parametrize("collective, name", MODELLED)
 def test_docstring_states_cost_and_bytes(collective, name):
     doc = COLLECTIVES[collective][name].module.__doc__
     assert re.search(r"^Cost", doc, re.M), "no cost formula in the docstring"

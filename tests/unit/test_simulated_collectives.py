@@ -16,7 +16,7 @@ from mpicoll.registry import ALLGATHER, ALLREDUCE, BCAST, REDUCE_SCATTER_BLOCK
 SIZES = range(1, 18)
 # algorithms with inner/outer phases get their own test, over node layouts and phase choices
 TWO_LEVEL = [a for a, algo in ALLREDUCE.items() if "inner" in {o.name for o in algo.options}]
-FLAT = [a for a, algo in ALLREDUCE.items() if not algo.library and a not in TWO_LEVEL]
+FLAT = [a for a, algo in ALLREDUCE.items() if algo.scheduled and a not in TWO_LEVEL]
 DTYPE_IDS = [str(d) for d in DTYPES]
 LARGE = 100_003
 

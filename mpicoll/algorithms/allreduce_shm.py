@@ -1,0 +1,449 @@
+"""Shared-memory all-reduce: ranks on one node reduce straight from each other's memory.
+
+No message is sent. The ranks share an MPI-3 window (``MPI_Win_allocate_shared`` on the node
+communicator, the ``COMM_TYPE_SHARED`` split of mpicoll's private duplicate) that holds, for
+each rank, a *segment* as long as the vector (a chunk of it, for long vectors) and a pair of
+flags. The vector is cut into p slices (``schedule.block_displs``: the first count % p one
+element longer); rank r owns slice r. Per chunk, with a sequence number ``seq`` that every
+rank counts alike (one per chunk, per window):
+
+    Phase 1 (copy in)  rank r copies its input into its segment -- all but slice r, which
+                       only r reads -- and publishes ``arrived[r] = seq``;
+    Phase 2 (reduce)   once ``arrived[j] >= seq`` for every j, rank r reduces slice r of all p
+                       inputs in one pass, its own straight from its buffer, in rank order
+                           out = op(...op(op(x_0, x_1), x_2)..., x_(p-1))
+                       (cache-sized blocks: the block of ``out`` stays in L1 while the p inputs
+                       stream through), writes the result into slice r of its segment and of
+                       its output, and publishes ``reduced[r] = seq``;
+    Phase 3 (copy out) once ``reduced[j] >= seq`` for every j, rank r copies slice j of rank
+                       j's segment into its output, for every j != r.
+
+Each slice is reduced once, by one rank, in the fixed order 0..p-1, and then copied: every
+rank ends with the same bits, and they are the bits of numpy's ``op.reduce`` over the inputs
+stacked in rank order (``np.add.reduce(np.stack([x_0, ..., x_(p-1)]), axis=0)``: the same
+left-to-right fold -- tests/mpi/test_shm.py checks exactly that). A schedule cannot express it
+(a received vector is always reduced into the rank's own, see ``allreduce_naive``), so ``shm``
+has no schedule: restriction ``shared-memory``. It is MPICH's POSIX "release_gather" and
+Open MPI's ``coll/sm`` idea cut down to one level: Intel MPI's ``I_MPI_ADJUST_ALLREDUCE`` 15
+("N-reduce"), each rank reducing its 1/p of the vector from all p buffers.
+
+Synchronisation and memory ordering. Two counters per rank, each alone in a 128-byte line,
+and no barrier: a rank waits only for the flags it needs. The segments are double-buffered by
+the parity of ``seq``, which makes a third wait unnecessary: before rank r writes buffer
+``seq % 2`` again (chunk seq), every rank j must have finished reading it in chunk seq - 2.
+Rank j published ``arrived[j] = seq - 1`` after it finished chunk seq - 2 (in program order),
+and rank r waited for that flag in chunk seq - 1: its reads happen before r's writes.
+MPI-3's unified memory model (MPI 4.1, 12.7) leaves the order in which another process sees
+stores to a shared window to the hardware unless the program synchronises. MPICH's own
+shared-memory collectives wait on ``MPL_atomic_uint64_t`` flags with acquire loads
+(``src/mpid/ch4/shm/posix/release_gather/release_gather.h``), and so does this code: a flag is stored with a C11 *release* store (LLVM ``store
+atomic release``) after the data it covers, and read with an *acquire* load (``load atomic
+acquire``) before the data: whatever a rank wrote before publishing a flag is visible to a
+rank that has read that flag's value. These are real atomic instructions to the compiler too,
+so LLVM neither hoists the spinning load out of its loop nor moves the data stores after the
+flag store. On x86-64 (TSO) both are plain ``mov``s -- stores are not reordered with stores,
+loads not with loads -- and on weaker processors LLVM emits the barriers (``dmb``). The window
+is opened once with ``MPI_Win_lock_all(MPI_MODE_NOCHECK)`` (a passive-target epoch for its
+lifetime, as MPI requires for load/store access) and the flags are zeroed before a
+``MPI_Win_sync``-barrier-``MPI_Win_sync`` (MPI's own idiom for that one-off publication).
+
+Waiting. A wait spins on the flag for ``YIELD_AFTER`` (20 us), so that a short wait keeps the
+core, then calls ``sched_yield`` between polls, so that a rank sharing a core with the one it
+waits for gives it the core (with more ranks than cores: after 64 polls). It returns to
+Python every 10 ms of ``MPI_Wtime``; with a deadline (``timeout=``) the call's ``Watch`` then checks it and answers a
+roll call, and raises ``CollectiveTimeout`` naming the ranks whose flags are missing; without
+one the wait goes on, as MPI's would. The first call of a size class is collective on the node
+(``MPI_Win_allocate_shared``): with a deadline an ``MPI_Ibarrier``, polled under it, first
+makes sure every rank has come.
+
+Windows. One per communicator, kept in its state and freed with it (``MPI_Win_free``; not after
+a failed call, when a rank may never come to free it): its segments hold ``capacity`` bytes, the
+size class (a power of two from 4 KiB to ``CHUNK_BYTES``); a longer vector goes through it in
+chunks, and a call that needs a larger class frees the window and allocates the next one
+(collectively, at the same call on every rank). Memory: 2 x p x capacity bytes, at most 2 x p x
+4 MiB.
+
+Restrictions: every rank on one node (``shared-memory``; the MPI library's ``COMM_TYPE_SHARED``
+split decides, not ``MPICOLL_RANKS_PER_NODE``); the ops of ``OPS``, the dtypes of ``DTYPES``;
+blocking calls and persistent ones (no nonblocking form). Traffic: no byte crosses the
+network; the byte counters count 0 bytes sent and add the bytes written into the window
+(``shared_bytes``).
+
+Cost, n bytes, p ranks on one node -- alpha is the time for a flag store to reach a waiting
+core (a cache-line transfer), beta the time to copy a byte through memory, gamma to reduce one;
+a phase ends when its slowest rank does, so each wait costs one alpha:
+    T = 2.alpha + ((p-1)/p).n.beta + n.beta + ((p-1)/p).n.gamma + ((p-1)/p).n.beta
+      = 2.alpha + (3p-2)/p.n.beta + ((p-1)/p).n.gamma
+(copy in (p-1)/p of the vector, read n/p from each of p inputs, copy out (p-1)/p). The cost
+model (``mpicoll.model``) evaluates it with the intra-node link's alpha and beta, an upper
+bound: MPI's intra-node beta includes MPI's own two copies through its shared-memory cells.
+Bytes each rank sends: 0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import tempfile
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import kernels
+
+__all__ = ["cost", "bytes_sent", "OPS", "DTYPES", "CHUNK_BYTES", "check", "allreduce",
+           "Window", "warmup"]
+
+OPS = ("sum", "prod", "max", "min")             # the op codes of _allreduce, in this order
+DTYPES = tuple(d for d in kernels.DTYPES if d.kind in "iuf" and d.itemsize >= 4)
+CHUNK_BYTES = 4 << 20       # the largest segment: longer vectors go through in chunks
+MIN_BYTES = 4 << 10         # the smallest size class
+BLOCK = 2048                # elements reduced per block (the block of out stays in L1)
+LINE = 16                   # int64s per flag: each flag alone in 128 bytes (two cache lines)
+ARRIVED, REDUCED = 0, 1     # the two flags of each rank
+DONE = -1                   # _allreduce: every chunk is complete
+MISMATCH = -2               # _allreduce: a rank published another call signature's hash
+SIGNATURE = 1               # where in its ARRIVED line a rank publishes that hash
+SPIN_SECONDS = 0.01         # a wait returns to Python this often (the Watch, or Ctrl-C)
+YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
+                            # (at once when the node has more ranks than this rank has cores)
+
+
+def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
+    if p <= 1:
+        return 0.0
+    return 2 * alpha + (3 * p - 2) / p * n * beta + (p - 1) / p * n * gamma
+
+
+def bytes_sent(rank: int, p: int, n: float) -> float:
+    return 0.0
+
+
+# ----------------------------------------------------------------------------- atomics, libc
+
+def _register() -> None:
+    """Make libc's ``sched_yield`` and libmpi's ``MPI_Wtime`` callable from compiled code by
+    name (as ``executors.compiled`` does: the same names, the same addresses), so numba's disk
+    cache holds no address."""
+    import llvmlite.binding as llvm
+    llvm.add_symbol("mpicoll_sched_yield",
+                    ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value)
+    llvm.add_symbol("mpicoll_MPI_Wtime",
+                    ctypes.cast(ctypes.CDLL(MPI.__file__).MPI_Wtime, ctypes.c_void_p).value)
+
+
+_register()
+
+from numba import njit, types  # noqa: E402  (after the symbols exist)
+from numba.core import cgutils  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
+_sched_yield = types.ExternalFunction("mpicoll_sched_yield", types.int32())
+_wtime = types.ExternalFunction("mpicoll_MPI_Wtime", types.float64())
+sum_into, prod_into = kernels.sum_into, kernels.prod_into
+max_into, min_into = kernels.max_into, kernels.min_into
+
+
+def _flag_pointer(context, builder, sig, args):
+    array = context.make_array(sig.args[0])(context, builder, args[0])
+    index = context.cast(builder, args[1], sig.args[1], types.intp)
+    return cgutils.get_item_pointer(context, builder, sig.args[0], array, [index])
+
+
+@intrinsic
+def _load_acquire(typingctx, flags, index):
+    """``flags[index]`` read with an atomic load, acquire ordering (C11
+    ``atomic_load_explicit(p, memory_order_acquire)``)."""
+    if not (isinstance(flags, types.Array) and flags.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.load_atomic(_flag_pointer(context, builder, sig, args), "acquire", 8)
+    return types.int64(flags, index), codegen
+
+
+@intrinsic
+def _store_release(typingctx, flags, index, value):
+    """``flags[index] = value`` with an atomic store, release ordering (C11
+    ``atomic_store_explicit(p, v, memory_order_release)``)."""
+    if not (isinstance(flags, types.Array) and flags.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        value = context.cast(builder, args[2], sig.args[2], types.int64)
+        builder.store_atomic(value, _flag_pointer(context, builder, sig, args), "release", 8)
+        return context.get_dummy_value()
+    return types.void(flags, index, value), codegen
+
+
+# ----------------------------------------------------------------------------- the call
+
+@njit(cache=True, nogil=True)
+def _slice(n, size, rank):
+    """Slice ``rank`` of ``n`` elements cut in ``size`` (``schedule.block_displs``)."""
+    base, extra = divmod(n, size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+@njit(cache=True, nogil=True)
+def _missing(flags, which, seq, rank, size, spin_until, yield_after):
+    """Wait until every other rank's flag ``which`` reaches ``seq``; -1, or the first rank whose
+    flag is still short when ``MPI_Wtime`` passes ``spin_until``. Spins, then (after
+    ``yield_after`` seconds) yields the core between polls."""
+    yield_from = 0.0
+    for j in range(size):
+        if j == rank:
+            continue
+        polls = 0
+        while _load_acquire(flags, (2 * j + which) * LINE) < seq:
+            polls += 1
+            if polls % 64 == 0:
+                now = _wtime()
+                if now > spin_until:
+                    return j
+                if yield_from == 0.0:
+                    yield_from = now + yield_after
+                if now > yield_from:
+                    _sched_yield()  # let the rank we wait for run, if it shares our core
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _reduce_into(op, acc, x):
+    if op == 0:
+        sum_into(acc, x)
+    elif op == 1:
+        prod_into(acc, x)
+    elif op == 2:
+        max_into(acc, x)
+    else:
+        min_into(acc, x)
+
+
+@njit(cache=True, nogil=True)
+def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until, yield_after,
+               signature):
+    """Phases 1-3 of every chunk of ``src`` (may be ``dst``: in place) into ``dst``, from
+    ``resume`` (chunk * 4 + phase) on. ``data[b, j]`` is rank j's segment in buffer b, ``acc``
+    BLOCK elements of scratch. Returns (DONE, -1), or (where to resume, the rank waited for)
+    when a wait outlasts ``spin_until``, or (MISMATCH, j) when rank j's inputs carry another
+    ``signature`` (the hash of the call's arguments: published with them, checked before any
+    of them is read)."""
+    count, size, chunk = dst.shape[0], data.shape[1], data.shape[2]
+    k, phase = resume // 4, resume % 4
+    while k * chunk < count:
+        seq = seq0 + k
+        buf = data[seq % 2]
+        at = k * chunk
+        n = min(chunk, count - at)
+        lo, hi = _slice(n, size, rank)
+        if phase == 0:      # Phase 1: copy in all but my slice, publish
+            mine = buf[rank]
+            mine[:lo] = src[at:at + lo]
+            mine[hi:n] = src[at + hi:at + n]
+            flags[(2 * rank + ARRIVED) * LINE + SIGNATURE] = signature   # released with arrived
+            _store_release(flags, (2 * rank + ARRIVED) * LINE, seq)
+            phase = 1
+        if phase == 1:      # wait for every input
+            j = _missing(flags, ARRIVED, seq, rank, size, spin_until, yield_after)
+            if j >= 0:
+                return k * 4 + 1, j
+            for j in range(size):   # read after the acquire loads of the flags
+                if flags[(2 * j + ARRIVED) * LINE + SIGNATURE] != signature:
+                    return MISMATCH, j
+            phase = 2
+        if phase == 2:      # Phase 2: reduce my slice of all inputs, in rank order; publish
+            for b in range(lo, hi, BLOCK):
+                e = min(b + BLOCK, hi)
+                out = acc[:e - b]
+                if rank == 0:
+                    out[:] = src[at + b:at + e]
+                else:
+                    out[:] = buf[0, b:e]
+                for j in range(1, size):
+                    if j == rank:
+                        _reduce_into(op, out, src[at + b:at + e])
+                    else:
+                        _reduce_into(op, out, buf[j, b:e])
+                buf[rank, b:e] = out
+                dst[at + b:at + e] = out
+            _store_release(flags, (2 * rank + REDUCED) * LINE, seq)
+            phase = 3
+        if phase == 3:      # Phase 3: copy out every other rank's reduced slice
+            j = _missing(flags, REDUCED, seq, rank, size, spin_until, yield_after)
+            if j >= 0:
+                return k * 4 + 3, j
+            for j in range(size):
+                if j != rank:
+                    jlo, jhi = _slice(n, size, j)
+                    dst[at + jlo:at + jhi] = buf[j, jlo:jhi]
+        k, phase = k + 1, 0
+    return DONE, -1
+
+
+# ----------------------------------------------------------------------------- Python side
+
+class Window:
+    """The shared window of one communicator: 2 x size segments of ``capacity`` bytes and two
+    flags per rank, ``seq`` the last sequence number used."""
+
+    def __init__(self, node: MPI.Intracomm, capacity: int):
+        size = node.Get_size()
+        self.capacity, self.seq, self._views = capacity, 0, {}
+        # more ranks than cores: the rank waited for may need this core, yield at once
+        self.yield_after = 0.0 if size > len(os.sched_getaffinity(0)) else YIELD_AFTER
+        header = 2 * size * LINE * 8
+        total = header + 2 * size * capacity
+        # rank 0 allocates it all (one contiguous region), the others nothing
+        self.win = MPI.Win.Allocate_shared(total if node.Get_rank() == 0 else 0, 1, comm=node)
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        memory, _ = self.win.Shared_query(0)
+        region = np.frombuffer(memory, np.uint8, total)
+        self.flags = region[:header].view(np.int64)
+        self.data = region[header:]
+        if node.Get_rank() == 0:
+            self.flags[:] = 0
+        self.win.Sync()             # MPI-3's idiom: publish the zeroed flags to every rank
+        node.Barrier()
+        self.win.Sync()
+
+    def views(self, dtype: np.dtype):
+        """``(data, acc)``: the segments as ``data[buffer, rank, element]`` of ``dtype``, and
+        BLOCK elements of scratch (made once per dtype)."""
+        got = self._views.get(dtype)
+        if got is None:
+            size = self.flags.size // (2 * LINE)
+            got = self._views[dtype] = (
+                self.data.view(dtype).reshape(2, size, self.capacity // dtype.itemsize),
+                np.empty(BLOCK, dtype))
+        return got
+
+    def free(self) -> None:
+        """Collective on the node communicator."""
+        self.win.Unlock_all()
+        self.win.Free()
+
+
+class Shared:
+    """What ``shm`` keeps in a communicator's state: the node communicator and the window."""
+
+    def __init__(self, node: MPI.Intracomm):
+        self.node, self.window = node, None
+
+    def free(self) -> None:
+        if self.window is not None:
+            self.window.free()
+        self.node.Free()
+
+
+def size_class(nbytes: int) -> int:
+    """Segment bytes for a vector of ``nbytes``: a power of two, MIN_BYTES to CHUNK_BYTES."""
+    return min(CHUNK_BYTES, max(MIN_BYTES, 1 << max(0, nbytes - 1).bit_length()))
+
+
+def check(st, op: str, dtype: np.dtype) -> None:
+    """Raise ``ValueError`` unless ``shm`` can run on ``st``'s communicator with ``op`` and
+    ``dtype`` (every rank gets the same answer: the layout is the same everywhere)."""
+    nodes = st.real_nodes
+    if len(nodes) > 1:
+        raise ValueError(f"algorithm='shm' needs every rank on one node (it reduces in a "
+                         f"shared-memory window); the ranks span {len(nodes)} nodes: "
+                         f"{[list(n) for n in nodes]}")
+    if op not in OPS:
+        raise ValueError(f"algorithm='shm' supports op {', '.join(OPS)}, not {op!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"algorithm='shm' supports dtype {', '.join(map(str, DTYPES))}, "
+                         f"not {dtype}")
+
+
+def _window(st, nbytes: int, watch) -> Window:
+    """The communicator's window, large enough for ``nbytes`` (first use of a size class:
+    collective on the node, after every rank is known to have come when there is a deadline)."""
+    shared = st.shared
+    capacity = size_class(nbytes)
+    if shared is not None and shared.window is not None and shared.window.capacity >= capacity:
+        return shared.window
+    if watch is not None:
+        watch.wait([st.comm.Ibarrier()], "the shared window's allocation (every rank comes)")
+    if shared is None:
+        shared = st.shared = Shared(st.comm.Split_type(MPI.COMM_TYPE_SHARED))
+        assert shared.node.Get_size() == st.comm.Get_size(), "shm needs one node (checked)"
+    if shared.window is not None:
+        shared.window.free()
+        shared.window = None
+    shared.window = Window(shared.node, capacity)
+    return shared.window
+
+
+def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signature: int = 0,
+              mismatch=None) -> None:
+    """All-reduce ``src`` (flat; may be ``dst``) into ``dst`` on ``st``'s communicator
+    (``check`` passed on every rank). ``watch``: the call's deadline. ``signature``: the hash
+    of the call's arguments (``_runtime.tags``), published beside each rank's input; when the
+    ranks' differ, nothing is reduced and every rank calls ``mismatch()``, which raises
+    (every rank sees some other rank's hash differ from its own)."""
+    if not src.flags.writeable:             # a read-only sendbuf: its own compiled code
+        warmup(src.dtype, readonly=True)
+    window = _window(st, dst.nbytes, watch)
+    data, acc = window.views(dst.dtype)
+    chunk = data.shape[2]
+    nchunks = -(-dst.size // chunk)
+    seq0, rank, code = window.seq + 1, st.comm.Get_rank(), OPS.index(op)
+    window.seq += nchunks
+    resume = 0
+    while True:
+        resume, waiting = _allreduce(src, dst, data, window.flags, rank, seq0, resume, code,
+                                     acc, MPI.Wtime() + SPIN_SECONDS, window.yield_after,
+                                     signature)
+        if resume == DONE:
+            break
+        if resume == MISMATCH:
+            mismatch()
+            raise AssertionError("mismatch() must raise")
+        if watch is not None:
+            k, phase = divmod(resume, 4)
+            waiting_on = _short(window.flags, ARRIVED if phase == 1 else REDUCED, seq0 + k,
+                                rank)
+            watch.overdue(f"chunk {k + 1} of {nchunks}, waiting for "
+                          f"{'the inputs' if phase == 1 else 'the reduced slices'} in the "
+                          f"shared window", nchunks, waiting_on or [waiting])
+    st.traffic["shared_bytes"] += (dst.size - _own_elements(dst.size, chunk, st)) * dst.itemsize
+
+
+def _short(flags: np.ndarray, which: int, seq: int, rank: int) -> list:
+    """The ranks whose flag ``which`` has not reached ``seq`` (a diagnosis; a plain read)."""
+    size = flags.size // (2 * LINE)
+    return [j for j in range(size) if j != rank and flags[(2 * j + which) * LINE] < seq]
+
+
+def _own_elements(count: int, chunk: int, st) -> int:
+    """Elements of my own slices (not copied into the window), over every chunk: slice
+    ``rank`` of ``block_displs`` has n // size elements, one more if rank < n % size."""
+    size, rank = st.comm.Get_size(), st.comm.Get_rank()
+    full, last = divmod(count, chunk)
+    return (full * (chunk // size + (rank < chunk % size))
+            + (last // size + (rank < last % size) if last else 0))
+
+
+_ready: set = set()
+
+
+def warmup(dtype: np.dtype, readonly: bool = False) -> None:
+    """Compile (or load from numba's disk cache) ``_allreduce`` for ``dtype`` (and a read-only
+    input: numba types it apart), under the file lock of ``kernels.warmup``."""
+    if (dtype, readonly) in _ready:
+        return
+    kernels.warmup()
+    lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
+            src.flags.writeable = not readonly
+            _allreduce(src, dst, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
+                       0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0, 0)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+    _ready.add((dtype, readonly))

@@ -1,0 +1,205 @@
+"""``shm``, the shared-memory all-reduce (``algorithms/allreduce_shm.py``), under MPI.
+
+It has no schedule, so its exact check is its own: every rank ends with the bits of numpy's
+``op.reduce`` over the inputs stacked in rank order -- the left-to-right fold it promises --
+for random floats (where a different order would show in the last bits), every op and dtype
+it supports, in and out of place, at counts around N and around its chunk size. (Exact inputs
+against MPI_Allreduce: tests/mpi/test_collectives.py, which runs every algorithm.)
+"""
+
+import hashlib
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll import select
+from mpicoll._runtime.context import state
+from mpicoll.algorithms import allreduce_shm
+from mpicoll.errors import CollectiveTimeout
+from mpicoll.schedule import block_displs
+from mpicoll.testing import agree, raises_everywhere
+
+pytestmark = pytest.mark.mpi
+UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def inputs(size, n, dtype, seed):
+    """Every rank's input (all ranks make all of them: the reference needs them)."""
+    out = []
+    for r in range(size):
+        rng = np.random.default_rng([seed, r, n])
+        if np.dtype(dtype).kind == "f":
+            x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)
+            x[rng.random(n) < 0.01] = np.nan if n > 50 else 1.0      # NaNs: max/min keep order
+        else:
+            x = rng.integers(-5, 6, n)
+        out.append(x.astype(dtype))
+    return out
+
+
+def rank_order(xs, op, dtype):
+    """op over the inputs in rank order, left to right: ((x0 op x1) op x2) ..."""
+    return UFUNC[op].reduce(np.stack(xs), axis=0, dtype=dtype)
+
+
+def counts(p):
+    chunk = allreduce_shm.CHUNK_BYTES // 4            # float32 elements per chunk
+    return sorted({0, 1, max(p - 1, 1), p, p + 1, 7, 1001, 65537, chunk + 2 * p + 1})
+
+
+def test_shm_gives_the_rank_order_bits(comm):
+    problems, results = [], []
+    for n in counts(comm.size):
+        for dtype in allreduce_shm.DTYPES:
+            xs = inputs(comm.size, n, dtype, 1)
+            mine = xs[comm.rank]
+            keep = mine.copy()
+            for op in allreduce_shm.OPS:
+                if op == "prod" and dtype.kind == "f":
+                    xs_op = [np.where(np.isnan(x), x, np.sign(x)) for x in xs]   # +-1: finite
+                else:
+                    xs_op = xs
+                want = rank_order(xs_op, op, dtype)
+                out = mpicoll.allreduce(xs_op[comm.rank], op=op, algorithm="shm", comm=comm)
+                inplace = xs_op[comm.rank].copy()
+                mpicoll.allreduce(MPI.IN_PLACE, inplace, op=op, algorithm="shm", comm=comm)
+                label = f"n={n} {dtype} {op}"
+                if out.tobytes() != want.tobytes():
+                    bad = np.flatnonzero(out.view(np.uint8) != want.view(np.uint8))
+                    problems.append(f"{label}: out of place differs from rank order at byte "
+                                    f"{bad[0]} ({bad.size} bytes)")
+                if inplace.tobytes() != want.tobytes():
+                    problems.append(f"{label}: in place differs from rank order")
+                results.append(out)
+            if mine.tobytes() != keep.tobytes():
+                problems.append(f"n={n} {dtype}: sendbuf was modified")
+            frozen = xs[comm.rank].copy()
+            frozen.flags.writeable = False           # a read-only sendbuf is fine
+            out = mpicoll.allreduce(frozen, algorithm="shm", comm=comm)
+            if out.tobytes() != rank_order(xs, "sum", dtype).tobytes():
+                problems.append(f"n={n} {dtype}: read-only sendbuf gave other bits")
+    agree(comm, not problems, problems[:5])
+    digest = b"".join(r.tobytes() for r in results)
+    agree(comm, len(set(comm.allgather(hashlib.sha256(digest).hexdigest()))) == 1,
+          "ranks ended with different bits")
+
+
+def test_window_is_reused_and_grows(comm):
+    """Repeated calls reuse one window (one sequence number per chunk); a larger size class
+    replaces it; shrinking keeps the larger one. Every result is right."""
+    st = state(comm)
+    problems, windows = [], []
+    for n in (10, 10, 3000, 10, 40_000, 10, 2_000_000, 1000, 2_000_000):
+        x = np.full(n, comm.rank + 1.0)
+        out = mpicoll.allreduce(x, algorithm="shm", comm=comm)
+        if comm.size > 1:
+            windows.append((id(st.shared.window), st.shared.window.capacity,
+                            st.shared.window.seq))
+        if not np.array_equal(out, np.full(n, comm.size * (comm.size + 1) / 2)):
+            problems.append(f"n={n}: wrong sum")
+    if comm.size > 1:
+        ids = [w[0] for w in windows]
+        capacities = [w[1] for w in windows]
+        if not (ids[0] == ids[1] and capacities[0] == capacities[1] == allreduce_shm.MIN_BYTES):
+            problems.append(f"the second call of a size did not reuse the window: {windows[:2]}")
+        if capacities != sorted(capacities) or capacities[-1] != allreduce_shm.CHUNK_BYTES:
+            problems.append(f"capacities {capacities}")
+        if ids[5] != ids[4]:
+            problems.append("a smaller call replaced the window")
+        chunks = -(-2_000_000 * 8 // allreduce_shm.CHUNK_BYTES)
+        if windows[-1][2] - windows[-2][2] != chunks:
+            problems.append(f"sequence numbers {[w[2] for w in windows]}: expected +{chunks} "
+                            "for the last call")
+    agree(comm, not problems, problems)
+
+
+def test_counters_say_no_network(comm):
+    """0 bytes and messages sent; ``shared_bytes`` = what went into the window (all but my
+    slice)."""
+    traffic = state(comm).traffic
+    before = dict(traffic)
+    n = 1003
+    mpicoll.allreduce(np.ones(n, np.float32), algorithm="shm", comm=comm)
+    spent = {k: traffic[k] - before[k] for k in traffic}
+    slices = block_displs(n, comm.size)
+    want = (n - (slices[comm.rank + 1] - slices[comm.rank])) * 4 if comm.size > 1 else 0
+    agree(comm, spent == {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0,
+                          "internode_bytes": 0, "shared_bytes": want}, f"{spent}, want {want}")
+
+
+def test_auto_runs_shm_on_one_node(comm):
+    """auto: shm from select.SHM_MIN_BYTES on (no byte sent), not below; never across nodes."""
+    if comm.size == 1:
+        pytest.skip("one rank: nothing to choose")
+    traffic = state(comm).traffic
+    small, large = select.SHM_MIN_BYTES // 8 - 1, select.SHM_MIN_BYTES // 8
+    shared = []
+    for n in (small, large):
+        before = traffic["shared_bytes"]
+        out = mpicoll.allreduce(np.ones(n), comm=comm)
+        shared.append(traffic["shared_bytes"] > before)
+        agree(comm, np.array_equal(out, np.full(n, float(comm.size))), f"n={n}: wrong sum")
+    agree(comm, shared == [False, True], f"shm ran at ({small}, {large}) elements: {shared}")
+    assert select.allreduce(1 << 20, comm.size, 1 << 17, None, shared_memory=False) != "shm"
+
+
+def test_persistent_shm(comm):
+    send, recv = np.empty(5000), np.empty(5000)
+    h = mpicoll.allreduce_init(send, recv, algorithm="shm", comm=comm)
+    ok = True
+    for k in range(4):
+        send[:] = np.arange(5000) * (comm.rank + k)
+        h()
+        ok &= np.array_equal(recv, np.arange(5000) * sum(r + k for r in range(comm.size)))
+    agree(comm, ok, "wrong persistent shm result")
+
+
+def test_shm_refuses_what_it_cannot_do(comm):
+    st = state(comm)
+    raises_everywhere(comm, ValueError, mpicoll.iallreduce, np.ones(4), algorithm="shm",
+                      comm=comm, match="no nonblocking form")
+    if comm.size == 1:
+        return
+    real = st._nodes[None]
+    st._nodes[None] = (tuple(range(0, comm.size, 2)), tuple(range(1, comm.size, 2)))  # 2 nodes
+    try:
+        raises_everywhere(comm, ValueError, mpicoll.allreduce, np.ones(4), algorithm="shm",
+                          comm=comm, match="needs every rank on one node")
+        out = mpicoll.allreduce(np.ones(1 << 16), comm=comm)        # auto: not shm
+        agree(comm, np.array_equal(out, np.full(1 << 16, float(comm.size))), "auto's sum")
+    finally:
+        st._nodes[None] = real
+
+
+def test_absent_rank_is_named(comm):
+    """The last rank does not come: the others raise CollectiveTimeout naming it, after about
+    the timeout (the spin-waits honour the deadline); it then comes late, finds their roll call
+    and raises too, so no rank later frees the window alone (collective)."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    absent = comm.size - 1
+    mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm)     # the window exists
+    world = MPI.COMM_WORLD
+    error, elapsed = None, 0.0
+    if comm.rank != absent:
+        start = time.monotonic()
+        try:
+            mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm, timeout=1.0)
+        except CollectiveTimeout as exc:
+            error = exc
+        elapsed = time.monotonic() - start
+    world.Barrier()
+    if comm.rank == absent:             # late: the others' roll call is waiting for it
+        try:
+            mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm, timeout=30.0)
+        except CollectiveTimeout as exc:
+            error = exc
+    if comm.rank != absent:
+        agree(comm, error is not None and error.peers == [absent]
+              and f"[{absent}] did not answer" in str(error) and elapsed < 4.0,
+              f"{error!r} after {elapsed:.2f} s")
+    else:
+        agree(comm, error is not None and error.gave_up, f"late rank: {error!r}")

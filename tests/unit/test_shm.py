@@ -1,0 +1,115 @@
+"""``shm``'s compiled core without MPI: threads play the ranks on one shared array.
+
+``_allreduce`` is compiled ``nogil``, so p threads run it truly at once on one region laid out
+as the window is (flags, then 2 x p segments): the same protocol, the same flags, the same
+double buffering, with a chunk of a few elements so that one call goes through dozens of chunks
+and both buffers are reused again and again while other threads still read them. Every call
+must give every thread numpy's rank-order bits. Also checked: the flags are atomic acquire
+loads and release stores in the compiled code (the memory-ordering argument of the module).
+"""
+
+import re
+import threading
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from numba import njit, types
+
+from mpicoll.algorithms import allreduce_shm as shm
+
+UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def run_ranks(inputs, op, chunk, calls, yield_after=0.0):
+    """``calls`` all-reduces of ``inputs`` (one per thread-rank), on one region; the outputs."""
+    p, dtype = len(inputs), inputs[0].dtype
+    flags = np.zeros(2 * p * shm.LINE, np.int64)
+    data = np.zeros((2, p, chunk), dtype)
+    outs = [[None] * calls for _ in range(p)]
+    errors = []
+    nchunks = max(1, -(-inputs[0].size // chunk))
+
+    def rank(r):
+        try:
+            acc = np.empty(shm.BLOCK, dtype)
+            for k in range(calls):
+                dst = np.empty_like(inputs[r])
+                seq0, resume = 1 + k * nchunks, 0
+                while True:
+                    resume, _ = shm._allreduce(inputs[r], dst, data, flags, r, seq0, resume,
+                                               shm.OPS.index(op), acc, MPI.Wtime() + 0.01,
+                                               yield_after, 7)
+                    if resume == shm.DONE:
+                        break
+                outs[r][k] = dst
+        except Exception as exc:        # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(p)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return outs
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+@pytest.mark.parametrize("op", shm.OPS)
+def test_threads_as_ranks_get_rank_order_bits(p, op):
+    rng = np.random.default_rng(p)
+    for dtype in shm.DTYPES:
+        for count in sorted({0, 1, p - 1, p + 1, 7, 1000}):
+            if np.dtype(dtype).kind == "f":
+                inputs = [(rng.standard_normal(count) * (1 if op == "prod" else 1e3))
+                          .astype(dtype) for _ in range(p)]
+            else:
+                inputs = [rng.integers(-3, 4, count).astype(dtype) for _ in range(p)]
+            want = UFUNC[op].reduce(np.stack(inputs), axis=0, dtype=dtype)
+            outs = run_ranks(inputs, op, chunk=5 + p, calls=3)
+            for r in range(p):
+                for k in range(3):
+                    assert outs[r][k].tobytes() == want.tobytes(), \
+                        f"{dtype} count={count} rank {r} call {k}"
+
+
+def test_many_chunks_both_yield_policies():
+    """A long run at p = 3 and 4: 2,000 chunks per call, the buffers reused 1,000 times each."""
+    for p in (3, 4):
+        rng = np.random.default_rng(7)
+        inputs = [rng.standard_normal(20_000) for _ in range(p)]
+        want = np.add.reduce(np.stack(inputs), axis=0)
+        for yield_after in (0.0, shm.YIELD_AFTER):
+            outs = run_ranks(inputs, "sum", chunk=10, calls=2, yield_after=yield_after)
+            assert all(o.tobytes() == want.tobytes() for ranks in outs for o in ranks)
+
+
+def test_flags_are_acquire_loads_and_release_stores():
+    """The compiled code reads each flag with ``load atomic ... acquire`` and writes it with
+    ``store atomic ... release`` -- not plain loads that LLVM could hoist out of the spin."""
+    f64, i64 = types.Array(types.float64, 1, "C"), types.int64
+    flags = types.Array(types.int64, 1, "C")
+    wait = njit(shm._missing.py_func)         # fresh, uncached: numba shows a cached one's IR
+    wait.compile((flags, i64, i64, i64, i64, types.float64, types.float64))
+    run = njit(shm._allreduce.py_func)
+    run.compile((f64, f64, types.Array(types.float64, 3, "C"), flags, i64, i64, i64, i64, f64,
+                 types.float64, types.float64))
+    loads = "\n".join(wait.inspect_llvm().values())
+    stores = "\n".join(run.inspect_llvm().values())
+    assert re.search(r"load atomic i64, (ptr|i64\*) %\S+ acquire", loads), "no acquire load"
+    assert re.search(r"store atomic i64 %\S+, (ptr|i64\*) %\S+ release", stores), \
+        "no release store"
+
+
+def test_size_classes():
+    assert shm.size_class(0) == shm.size_class(1) == shm.MIN_BYTES
+    assert shm.size_class(shm.MIN_BYTES + 1) == 2 * shm.MIN_BYTES
+    assert shm.size_class(1 << 30) == shm.CHUNK_BYTES
+
+
+def test_cost_formula():
+    assert shm.cost(1, 1e6, 1, 1, 1) == 0.0
+    # p = 2: 2 alpha + 2 n beta + n/2 gamma
+    assert shm.cost(2, 1000.0, 1.0, 0.01, 0.001) == pytest.approx(2 + 20 + 0.5)
+    assert shm.bytes_sent(0, 4, 1e6) == 0.0
