@@ -8,6 +8,7 @@ against MPI_Allreduce: tests/mpi/test_collectives.py, which runs every algorithm
 """
 
 import hashlib
+import math
 import time
 
 import numpy as np
@@ -18,7 +19,7 @@ import mpicoll
 from mpicoll import select
 from mpicoll._runtime.context import state
 from mpicoll.algorithms import allreduce_shm
-from mpicoll.errors import CollectiveTimeout
+from mpicoll.errors import ArgumentMismatch, CollectiveTimeout
 from mpicoll.schedule import block_displs
 from mpicoll.testing import agree, raises_everywhere
 
@@ -203,3 +204,19 @@ def test_absent_rank_is_named(comm):
               f"{error!r} after {elapsed:.2f} s")
     else:
         agree(comm, error is not None and error.gave_up, f"late rank: {error!r}")
+
+
+@pytest.mark.parametrize("timeout", [math.inf, 30.0])
+def test_mismatched_counts_raise_at_once(comm, timeout):
+    """Rank 0 passes 10 elements, the others 20 (one window size class): every rank sees a hash
+    beside another rank's input that is not its own, and raises ArgumentMismatch naming both
+    counts before reducing anything -- with or without a deadline, without waiting for it."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm)     # the window exists
+    count = 10 if comm.rank == 0 else 20
+    start = time.monotonic()
+    exc = raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce, np.ones(count),
+                            algorithm="shm", comm=comm, timeout=timeout, match="count")
+    agree(comm, "10" in str(exc) and "20" in str(exc), f"names both counts: {exc}")
+    agree(comm, time.monotonic() - start < 10, "raised at once, not at a deadline")

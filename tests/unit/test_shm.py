@@ -94,7 +94,7 @@ def test_flags_are_acquire_loads_and_release_stores():
     wait.compile((flags, i64, i64, i64, i64, types.float64, types.float64))
     run = njit(shm._allreduce.py_func)
     run.compile((f64, f64, types.Array(types.float64, 3, "C"), flags, i64, i64, i64, i64, f64,
-                 types.float64, types.float64))
+                 types.float64, types.float64, i64))
     loads = "\n".join(wait.inspect_llvm().values())
     stores = "\n".join(run.inspect_llvm().values())
     assert re.search(r"load atomic i64, (ptr|i64\*) %\S+ acquire", loads), "no acquire load"
