@@ -121,6 +121,12 @@ class Schedule:
         return tuple(plan)
 
     @cached_property
+    def derived(self) -> dict:
+        """What executors derive from this schedule and keep with it (e.g. the compiled
+        executor's segmented plans), keyed by what else it depends on."""
+        return {}
+
+    @cached_property
     def totals(self) -> tuple:
         """``(elements_sent, elements_received, messages_sent)`` of the whole schedule."""
         return self.elements_sent(), self.elements_received(), self.messages_sent()
