@@ -122,8 +122,8 @@ class Schedule:
 
     @cached_property
     def derived(self) -> dict:
-        """What executors derive from this schedule and keep with it (e.g. the compiled
-        executor's segmented plans), keyed by what else it depends on."""
+        """The compiled executor's segmented plans of this schedule, by item size
+        (``executors.segments.plan``)."""
         return {}
 
     @cached_property

@@ -280,9 +280,10 @@ def _buffers(plan: segments.Plan) -> tuple:
 def scratch_elements(executor, schedule: Schedule, itemsize: int) -> int:
     """The scratch ``executor`` needs for ``schedule``: for the compiled one, its segmented
     plan's (two segments per pipelined receive, ``segments``), else the largest step's."""
-    if executor is execute:
-        return segments.plan(schedule, itemsize).scratch
-    return schedule.scratch_elements
+    whole = schedule.scratch_elements
+    if executor is not execute or whole * itemsize < 2 * segments.MIN_SEGMENT:
+        return whole            # (small: never more than the segmented plan needs)
+    return segments.plan(schedule, itemsize).scratch
 
 
 class Bound:
@@ -383,8 +384,11 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
         warmup(buf.dtype)                   # local work: not charged to the call's deadline
         if watch is not None:
             watch.deadline += time.monotonic() - started
-    plan = segments.plan(schedule, buf.itemsize)
-    _check_scratch(scratch, plan)
+    cached = schedule.derived.get(buf.itemsize)       # segments.plan(), the lookup inlined
+    plan = cached[1] if cached is not None and cached[0] is segments._rule else \
+        segments.plan(schedule, buf.itemsize)
+    if scratch.size < plan.scratch:
+        _check_scratch(scratch, plan)
     table = plan.table
     requests, work = _buffers(plan)
     if scratch.size == 0:

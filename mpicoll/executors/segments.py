@@ -127,12 +127,12 @@ class Plan:
 
 def plan(schedule: Schedule, itemsize: int) -> Plan:
     """``schedule`` split by the rule in force for elements of ``itemsize`` bytes (cached on the
-    schedule until the rule changes)."""
+    schedule until the rule changes: two lookups per call)."""
+    cached = schedule.derived.get(itemsize)
+    if cached is not None and cached[0] is _rule:
+        return cached[1]
     current = rule()
-    cached = schedule.derived.get(("segments", itemsize))
-    if cached is None or cached[0] is not current:
-        cached = schedule.derived[("segments", itemsize)] = (
-            current, segmented(schedule, itemsize, current))
+    cached = schedule.derived[itemsize] = (current, segmented(schedule, itemsize, current))
     return cached[1]
 
 
