@@ -5,7 +5,8 @@ copied ones straight into the buffer), then the sends, wait for all of them, the
 scratch into the buffer -- but without a Python round-trip per step or per transfer:
 
 * the schedule is one int64 array, ``Schedule.table`` (a row per transfer, computed once per
-  schedule and cached on it);
+  schedule and cached on it), with large messages split into segments and steps into rounds
+  whose transfers overlap the reduction of the round before (``segments.plan``);
 * the transfers call libmpi's ``MPI_Irecv`` / ``MPI_Isend`` / ``MPI_Waitall`` directly, on
   mpicoll's private duplicate of the communicator, through its C handle;
 * the reductions call the kernels of ``mpicoll.kernels`` (the same loops: the same bits).

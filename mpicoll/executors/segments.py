@@ -23,10 +23,11 @@ and every segment pays a message's alpha. dT/dK = 0 at
 
 where T(K*) = m.max(beta, gamma) + 2.sqrt(alpha.m.min(beta, gamma)) (+ alpha). ``SegmentRule``
 takes K = round(K*) from the cost model's profile (``mpicoll.model``: intra-node alpha, beta,
-gamma), bounded so that a segment stays between ``MIN_SEGMENT`` and ``MAX_SEGMENT`` bytes; below
-K* = 2 (m < 4.alpha / min(beta, gamma), about 220 KB with the shipped profile) a message is
-not split, so small messages run exactly as before. ``MPICOLL_SEGMENT_BYTES`` overrides the
-rule: segments of at most that many bytes (0: never split).
+gamma), bounded so that a segment stays between ``MIN_SEGMENT`` and ``MAX_SEGMENT`` bytes; with
+K < 2 (in particular below 2 MiB) a message is not split, so small messages run exactly as
+before. The lower bound is measured, not modelled: on a loaded machine a round costs more than
+alpha (docs/performance.md). ``MPICOLL_SEGMENT_BYTES`` overrides the rule: segments of at most
+that many bytes (0: never split).
 
 Matching. Messages between two ranks match in order, so both ends must split a message alike:
 how a message is split depends only on its length in bytes (and the rule, the same on every
@@ -58,7 +59,7 @@ from ..schedule import Schedule, block_displs
 
 __all__ = ["MIN_SEGMENT", "MAX_SEGMENT", "SegmentRule", "rule", "Plan", "plan", "COLUMNS"]
 
-MIN_SEGMENT = 64 << 10      # bytes: a smaller segment pays more in alpha than it hides
+MIN_SEGMENT = 1 << 20       # bytes: a smaller segment costs more per round than it saves (measured)
 MAX_SEGMENT = 4 << 20       # bytes: a larger one keeps too much of the step unpipelined
 
 # the columns of Plan.table: Schedule.table's six, then the round of the step whose wait

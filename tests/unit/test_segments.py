@@ -31,11 +31,12 @@ def test_a_fixed_segment_size_splits_into_ceil_pieces():
 def test_the_model_rule_is_the_pipelining_optimum_within_bounds():
     """K = round(sqrt(m.min(beta, gamma) / alpha)), segments between the bounds, no split
     below K = 2."""
-    for m in (1 << 18, 1 << 20, 3 << 21, 1 << 24, 1 << 26):
+    for m in (3 << 21, 1 << 24, 1 << 25, 1 << 26):
         k = MODEL.pieces(m)
-        assert k == round(math.sqrt(m * GAMMA / ALPHA)), m
-        assert MIN_SEGMENT <= m / k <= MAX_SEGMENT
-    assert MODEL.pieces(1 << 16) == 1 and MODEL.pieces(100_000) == 1
+        assert k == min(round(math.sqrt(m * GAMMA / ALPHA)), m // MIN_SEGMENT), m
+        assert k >= 2 and MIN_SEGMENT <= m / k <= MAX_SEGMENT
+    for m in (8, 1 << 16, 100_000, 2 * MIN_SEGMENT - 1):
+        assert MODEL.pieces(m) == 1                            # small messages: not split
     assert MODEL.pieces(1 << 30) >= (1 << 30) // MAX_SEGMENT    # capped segment size
     cheap_messages = SegmentRule(None, 1e-9, BETA, GAMMA)        # alpha ~ 0: many segments,
     assert (1 << 22) / cheap_messages.pieces(1 << 22) >= MIN_SEGMENT   # but not below the floor
