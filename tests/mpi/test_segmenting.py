@@ -1,6 +1,10 @@
 """Segmented, pipelined steps (``executors.segments``) under MPI: the unsegmented bits and byte
 counters for every algorithm, odd counts, segments that do not divide the message or exceed
-it; the polled (timeout=) path resumed at every round; persistent calls."""
+it; large segments with ranks arriving late; the polled (timeout=) path resumed at every round;
+persistent calls, and their allocations."""
+
+import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -124,3 +128,46 @@ def test_persistent_calls_keep_their_segments(comm, algorithm):
             results.append(out.copy())
     agree(comm, all(r.tobytes() == reference.tobytes() for r in results),
           "a persistent segmented call differs")
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_halving", "recursive_doubling"])
+def test_large_segments_with_skewed_ranks(comm, algorithm):
+    """Segments above MPICH's single-copy threshold (8 KiB: the receiver copies from the
+    sender's buffer while the send is in flight), ranks arriving at different times: a
+    segment reduced before a send of it completes would show here."""
+    x = awkward(comm.rank, (1 << 17) + 3, np.float64)
+    with environment(MPICOLL_EXECUTOR="compiled", MPICOLL_SEGMENT_BYTES="0"):
+        reference = mpicoll.allreduce(x, algorithm=algorithm, comm=comm)
+    problems = []
+    with environment(MPICOLL_EXECUTOR="compiled", MPICOLL_SEGMENT_BYTES=str(48 << 10)):
+        for late in range(comm.size):
+            comm.Barrier()
+            if comm.rank == late:
+                time.sleep(0.02)
+            out = mpicoll.allreduce(x, algorithm=algorithm, comm=comm)
+            if out.tobytes() != reference.tobytes():
+                problems.append(f"rank {late} late: different bits")
+    agree(comm, not problems, problems[:3])
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_halving"])
+def test_segmented_persistent_calls_allocate_nothing(comm, algorithm):
+    """A pipelined persistent call keeps nothing and peaks under 4 KiB (tracemalloc), as the
+    unsegmented one (tests/mpi/test_persistent.py)."""
+    send, recv = np.ones(1 << 17), np.empty(1 << 17)
+    with environment(MPICOLL_EXECUTOR="compiled", MPICOLL_SEGMENT_BYTES=str(48 << 10)):
+        h = mpicoll.allreduce_init(send, recv, algorithm=algorithm, comm=comm)
+        for _ in range(3):
+            h()
+        tracemalloc.start()
+        try:
+            h()
+            start, _ = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            for _ in range(30):
+                h()
+            end, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    agree(comm, end - start <= 64 and peak - start <= 4096,
+          f"kept {end - start} B, peak {peak - start} B above the start")
