@@ -38,12 +38,19 @@ in plan order), so the k-th segment sent to a peer is always the k-th it receive
 
 Bits. Pipelining must not change the order in which any element is touched: every send reads
 the buffer as it was before the step, and reduced receives into one element are applied in plan
-order. A step is pipelined only if that holds with its rounds -- no segment is reduced before a
-send of a later round reads it (ring, recursive halving and recursive doubling all send a
-segment in the same round as, or before, the one reduced into it), no two reduced receives
-into one element run in the other order, and no copied receive overlaps another transfer.
-Otherwise (and in steps that reduce nothing) its segments are posted together in one round,
-which is the unsegmented step with more messages.
+order. Each step gets one of three modes (``_step``):
+
+* sends up front -- where no send overlaps a receive (ring, recursive halving): every send is
+  posted when the step starts and waited for with its last round, so a receiver's round j waits
+  for its own copy of segment j, never for the sender to reach round j (with rounds in
+  lockstep, every round was a handshake between the two ranks: about 0.5 ms each on the loaded
+  test machine);
+* lockstep -- where a step sends the slice it reduces (recursive doubling): round j's sends go
+  with round j's receives; allowed only if no segment is reduced before a send of a later round
+  reads it, no two reduced receives into one element run in the other order, and no copied
+  receive overlaps another transfer (``_keeps_order``);
+* one round -- otherwise, and in steps that reduce nothing: the segments are posted together,
+  which is the unsegmented step with more messages.
 """
 
 from __future__ import annotations
