@@ -252,7 +252,8 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
     op = op or "sum"                                # nothing is reduced (allgather, bcast)
     kernels.kernel(op)                              # MPICOLL_KERNELS
     kernels.warmup()
-    return execute, sched, internode, op, call.open().scratch(dtype, sched.scratch_elements)
+    scratch = call.open().scratch(dtype, compiled.scratch_elements(execute, sched, dtype.itemsize))
+    return execute, sched, internode, op, scratch
 
 
 _execute = None         # the executor (MPICOLL_EXECUTOR), chosen at the first call

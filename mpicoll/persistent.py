@@ -106,8 +106,8 @@ def _runner(call: Call, algo, flat: np.ndarray, op: str, options: dict):
     """``run(watch)``: the schedule of ``algo`` on ``flat``, bound once to everything it uses."""
     st = call.open()
     sched, internode, _, _ = api._scheduled(call, algo, flat.size, options)
-    scratch = np.empty(sched.scratch_elements, flat.dtype)
     execute = api._execute or api._choose_executor()
+    scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)
     traffic, internode_bytes = st.traffic, internode * flat.itemsize
     if execute is compiled.execute:
         bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,

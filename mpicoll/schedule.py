@@ -121,6 +121,12 @@ class Schedule:
         return tuple(plan)
 
     @cached_property
+    def derived(self) -> dict:
+        """The compiled executor's segmented plans of this schedule, by item size
+        (``executors.segments.plan``)."""
+        return {}
+
+    @cached_property
     def totals(self) -> tuple:
         """``(elements_sent, elements_received, messages_sent)`` of the whole schedule."""
         return self.elements_sent(), self.elements_received(), self.messages_sent()

@@ -147,6 +147,11 @@ LIBRARY = (
             "force the executor: the Python step loop over mpi4py, or the numba-compiled loop "
             "calling libmpi (unset: compiled where it can run, else Python with a notice; "
             "docs/performance.md)", "first collective call", _choice("python", "compiled")),
+    Setting("MPICOLL_SEGMENT_BYTES", "bytes (0: never)", None,
+            "the compiled executor splits messages into segments of at most this many bytes and "
+            "pipelines each step's transfers with its reductions (unset: the cost model's "
+            "optimum, 1-4 MiB, messages under 2 MiB not split; must be the same on every rank; "
+            "docs/performance.md)", "first collective call", _nonnegative_int),
     Setting("MPICOLL_KERNELS", "numba | numpy", "numba",
             "the reduction kernels: numba's (default) or numpy's ufuncs (same bits)",
             "first reduction", _choice("numba", "numpy")),

@@ -5,7 +5,8 @@ copied ones straight into the buffer), then the sends, wait for all of them, the
 scratch into the buffer -- but without a Python round-trip per step or per transfer:
 
 * the schedule is one int64 array, ``Schedule.table`` (a row per transfer, computed once per
-  schedule and cached on it);
+  schedule and cached on it), with large messages split into segments and steps into rounds
+  whose transfers overlap the reduction of the round before (``segments.plan``);
 * the transfers call libmpi's ``MPI_Irecv`` / ``MPI_Isend`` / ``MPI_Waitall`` directly, on
   mpicoll's private duplicate of the communicator, through its C handle;
 * the reductions call the kernels of ``mpicoll.kernels`` (the same loops: the same bits).
@@ -53,8 +54,9 @@ from mpi4py import MPI
 from .. import kernels, settings
 from ..schedule import Schedule
 from . import mpi as python_executor
+from . import segments
 
-__all__ = ["execute", "execute_python", "choose", "available", "Bound"]
+__all__ = ["execute", "execute_python", "choose", "available", "Bound", "scratch_elements"]
 
 # ----------------------------------------------------------------------------- libmpi
 
@@ -126,25 +128,42 @@ OPS = {name: i for i, name in enumerate(kernels.OPS)}     # the op codes of _loo
 
 @njit(cache=True, nogil=True)
 def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, spin_until):
-    """Run the steps of ``table`` from row ``resume`` on; return DONE, the row of a step still
-    pending at ``spin_until`` (MPI_Wtime; <= 0: wait without a deadline), or -2 - an MPI error
-    code. With ``resume`` >= 0 the step at that row was posted and completed already (by the
-    Watch): it is only reduced. ``work`` (int64) holds the Testall flag, then the statuses."""
+    """Run the rounds of ``table`` (``segments.COLUMNS``: a row per segment) from row ``resume``
+    on; return DONE, the first row of a round still pending at ``spin_until`` (MPI_Wtime; <= 0:
+    wait without a deadline), or -2 - an MPI error code. With ``resume`` >= 0 the round at that
+    row was posted and completed already (by the Watch), and the next round of its step posted:
+    it is only reduced. ``work`` (int64) holds the Testall flag, then the statuses.
+
+    A round is the rows of one step with one round number (the rows its wait completes). The
+    rows with post round 0 are posted when the step starts, those with post round r + 1 before
+    round r is waited for and reduced, so that their transfers overlap that reduction
+    (``segments``). Unsegmented, every step is one round, all posted when it starts."""
     nrows = table.shape[0]
     itemsize = buf.itemsize
     i = max(resume, 0)
+    first = i                       # the step's first row
+    while first > 0 and table[first - 1, 0] == table[i, 0]:
+        first -= 1
     while i < nrows:
-        step = table[i, 0]
+        step, rnd = table[i, 0], table[i, 6]
+        if rnd == 0:
+            first = i
         end = i
-        while end < nrows and table[end, 0] == step:
+        while end < nrows and table[end, 0] == step and table[end, 6] == rnd:
             end += 1
+        last = end                  # the step's end
+        while last < nrows and table[last, 0] == step:
+            last += 1
         n = end - i
         if resume < 0 or i != resume:
-            # post: receives first (reduced into scratch), then sends, as the table lists them
-            for k in range(n):
-                peer, lo, hi, kind, at = table[i + k, 1], table[i + k, 2], table[i + k, 3], \
-                    table[i + k, 4], table[i + k, 5]
-                req = requests.ctypes.data + k * requests.itemsize
+            # post: the step's rows of post round 0 when it starts, and those of the next round;
+            # receives (reduced ones into scratch) and sends, each in table order
+            for k in range(first, last):
+                if table[k, 8] != rnd + 1 and (rnd > 0 or table[k, 8] != 0):
+                    continue
+                peer, lo, hi, kind, at = table[k, 1], table[k, 2], table[k, 3], \
+                    table[k, 4], table[k, 5]
+                req = requests.ctypes.data + table[k, 7] * requests.itemsize
                 if kind == 0:
                     err = _isend(buf.ctypes.data + lo * itemsize, hi - lo, datatype, peer, tag,
                                  comm, req)
@@ -156,12 +175,13 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                                  tag, comm, req)
                 if err != 0:
                     return -2 - err
-            # wait: blocking, or polled until the spin ends
+            # wait for this round: blocking, or polled until the spin ends
+            reqs = requests.ctypes.data + table[i, 7] * requests.itemsize
             if spin_until <= 0.0:
-                err = _waitall(n, requests.ctypes.data, work.ctypes.data + 8)
+                err = _waitall(n, reqs, work.ctypes.data + 8)
             else:
                 work[0] = 0
-                err = _testall(n, requests.ctypes.data, work.ctypes.data, work.ctypes.data + 8)
+                err = _testall(n, reqs, work.ctypes.data, work.ctypes.data + 8)
                 polls = 0
                 while err == 0 and work[0] == 0:
                     polls += 1
@@ -169,8 +189,7 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                         _sched_yield()
                     if polls % CLOCK_POLLS == 0 and _wtime() > spin_until:
                         return i
-                    err = _testall(n, requests.ctypes.data, work.ctypes.data,
-                                   work.ctypes.data + 8)
+                    err = _testall(n, reqs, work.ctypes.data, work.ctypes.data + 8)
             if err != 0:
                 return -2 - err
         # reduce: acc = op(acc, incoming), or op(incoming, acc) for a left operand
@@ -265,14 +284,27 @@ _requests = np.empty(0, HANDLE)     # grown to the widest table seen (one call a
 _work = np.empty(0, np.int64)
 
 
-def _buffers(nrows: int) -> tuple:
-    """The request handles and the Testall flag + statuses for steps of up to ``nrows``
-    transfers, reused across calls."""
+_STATUS_WORDS = -(-MPI._sizeof(MPI.Status) // 8)       # int64 words per MPI_Status
+
+
+def _buffers(plan: segments.Plan) -> tuple:
+    """The request handles (``plan.requests``) and the Testall flag + statuses (``plan.width``)
+    ``plan`` needs, reused across calls."""
     global _requests, _work
-    if _requests.size < nrows:
-        _requests = np.empty(nrows, HANDLE)
-        _work = np.zeros(1 + nrows * -(-MPI._sizeof(MPI.Status) // 8), np.int64)
+    if _requests.size < plan.requests:
+        _requests = np.empty(plan.requests, HANDLE)
+    if _work.size < 1 + plan.width * _STATUS_WORDS:
+        _work = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
     return _requests, _work
+
+
+def scratch_elements(executor, schedule: Schedule, itemsize: int) -> int:
+    """The scratch ``executor`` needs for ``schedule``: for the compiled one, its segmented
+    plan's (two segments per pipelined receive, ``segments``), else the largest step's."""
+    whole = schedule.scratch_elements
+    if executor is not execute or whole * itemsize < 2 * segments.MIN_SEGMENT:
+        return whole            # (small: never more than the segmented plan needs)
+    return segments.plan(schedule, itemsize).scratch
 
 
 class Bound:
@@ -285,9 +317,11 @@ class Bound:
     def __init__(self, schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
                  scratch: np.ndarray, traffic: dict):
         warmup(buf.dtype)
-        table = schedule.table
-        requests = np.empty(max(table.shape[0], 1), HANDLE)
-        work = np.zeros(1 + requests.size * -(-MPI._sizeof(MPI.Status) // 8), np.int64)
+        plan = segments.plan(schedule, buf.itemsize)
+        _check_scratch(scratch, plan)
+        table = plan.table
+        requests = np.empty(max(plan.requests, 1), HANDLE)
+        work = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
         self.schedule, self.traffic = schedule, traffic
         self.args = (buf, scratch if scratch.size else np.empty(1, buf.dtype), table, requests,
                      work, _handle(comm), _datatype(buf.dtype), tag, OPS[op])
@@ -331,15 +365,25 @@ def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, 
             return
         if result < DONE:
             raise MPI.Exception(-2 - result)
-        step = int(table[result, 0])
-        rows = table[result:][table[result:, 0] == step]
-        pending = [MPI.Request.fromhandle(int(h) & _SIZE_T) for h in requests[:len(rows)]]
+        step, rnd = int(table[result, 0]), table[result, 6]
+        end = result
+        while end < len(table) and table[end, 0] == step and table[end, 6] == rnd:
+            end += 1
+        rows = table[result:end]            # the round _loop waits for (segments.COLUMNS)
+        pending = [MPI.Request.fromhandle(int(requests[slot]) & _SIZE_T) for slot in rows[:, 7]]
         try:
             watch.wait(pending, step, nsteps, [int(peer) for peer in rows[:, 1]])
         except BaseException:
             watch.abandoned += [buf, scratch, requests, work]   # MPI may still write into them
-            _count(table, step + 1, buf.itemsize, traffic)
+            _count(schedule.table, step + 1, buf.itemsize, traffic)
             raise
+
+
+def _check_scratch(scratch: np.ndarray, plan: segments.Plan) -> None:
+    """The loop receives into scratch through raw pointers: it must be large enough."""
+    if scratch.size < plan.scratch:
+        raise ValueError(f"scratch of {scratch.size} elements, the plan needs {plan.scratch} "
+                         "(compiled.scratch_elements)")
 
 
 def _count(table: np.ndarray, steps: int, itemsize: int, traffic: dict) -> None:
@@ -361,8 +405,13 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
         warmup(buf.dtype)                   # local work: not charged to the call's deadline
         if watch is not None:
             watch.deadline += time.monotonic() - started
-    table = schedule.table
-    requests, work = _buffers(table.shape[0])
+    cached = schedule.derived.get(buf.itemsize)       # segments.plan(), the lookup inlined
+    plan = cached[1] if cached is not None and cached[0] is segments._rule else \
+        segments.plan(schedule, buf.itemsize)
+    if scratch.size < plan.scratch:
+        _check_scratch(scratch, plan)
+    table = plan.table
+    requests, work = _buffers(plan)
     if scratch.size == 0:
         scratch = buf[:0]
     args = (buf, scratch, table, requests, work, _handle(comm), _datatype(buf.dtype), tag,
