@@ -9,9 +9,10 @@ Unset options come from the environment: ``MPICOLL_TIMEOUT`` (seconds; unset: no
 ``MPICOLL_ON_TIMEOUT`` (``exception`` or ``abort``), ``MPICOLL_VALIDATE`` (``0`` or ``1``), read
 once, at the first call (``mpicoll.settings``; ``settings.reload()`` reads them again).
 
-With a timeout, the numba kernels are loaded first (once per process: local work under a file
-lock, no other rank involved) and then the clock starts: the deadline covers everything after,
-the creation of mpicoll's duplicate communicator (first call) included. On the way out the call
+With a timeout the clock starts here: the deadline covers everything after, the creation of
+mpicoll's duplicate communicator (first call) included, except the time spent compiling or
+loading a numba kernel (local work under a file lock, no other rank involved: ``api._warmup``
+adds it to the deadline). On the way out the call
 handles failures:
 
 * with ``validate``, a rank whose own checks failed (a bad argument or option, a bad setting, any
@@ -33,7 +34,7 @@ from typing import NoReturn
 
 from mpi4py import MPI
 
-from .. import kernels, settings
+from .. import settings
 from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 from . import validate
 from .context import CommState, attach
@@ -69,10 +70,6 @@ class Call:
         except ValueError as error:
             self.error = self.error or error
         if self.timeout is not None:
-            try:
-                kernels.warmup()
-            except Exception as error:      # noqa: BLE001 - raised by __enter__, after agreeing
-                self.error = self.error or error
             self.watch = Watch(self.timeout, f"{collective} {algorithm}", comm)
 
     def open(self) -> CommState:
