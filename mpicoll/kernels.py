@@ -111,8 +111,9 @@ def check(op: str, dtype) -> None:
     """Raise TypeError unless MPI allows ``op`` on ``dtype``, naming the ops it allows."""
     dtype = np.dtype(dtype)
     if not allowed(op, dtype):
+        classes = RULES[op][:-1] and ", ".join(RULES[op][:-1]) + " and "
         raise TypeError(f"op {op!r} does not apply to dtype {dtype} (MPI allows {op} on "
-                        f"{' and '.join(RULES[op])} types; {dtype} is {_class(dtype)}); "
+                        f"{classes}{RULES[op][-1]} types; {dtype} is {_class(dtype)}); "
                         f"ops for {dtype}: {', '.join(ops_for(dtype))}")
 
 
