@@ -1,6 +1,7 @@
 """Every dtype x op MPI allows, for every all-reduce algorithm and both executors, checked.
 
     mpiexec -n 4 python -m mpi4py jobs/dtype_matrix.py [--counts 0,1,5,1001] [--executors ...]
+                                                       [--algorithms ...] [--dtypes ...]
 
 For each dtype of ``mpicoll.kernels.DTYPES`` and each op MPI allows on it (``kernels.RULES``),
 every all-reduce algorithm (``mpi`` too, where the MPI library has the type) runs on inputs
@@ -157,6 +158,7 @@ def main(argv=None) -> int:
                     help="comma list of element counts (default 0,1,5,1001)")
     ap.add_argument("--executors", default="compiled,python")
     ap.add_argument("--algorithms", default=",".join(mpicoll.ALGORITHMS))
+    ap.add_argument("--dtypes", default=",".join(str(d) for d in kernels.DTYPES))
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD.Dup()
@@ -170,7 +172,7 @@ def main(argv=None) -> int:
               f"{len(algorithms)} algorithms, {MPI.Get_library_version().splitlines()[0]}")
     for executor in args.executors.split(","):
         with environment(MPICOLL_EXECUTOR=executor):
-            for dtype in kernels.DTYPES:
+            for dtype in [d for d in kernels.DTYPES if str(d) in args.dtypes.split(",")]:
                 problems, pairs = [], 0
                 for op in kernels.ops_for(dtype):
                     for algorithm in algorithms:
