@@ -106,3 +106,13 @@ def test_allgather_and_bcast_move_the_bits(dtype):
 def test_disallowed_pair_raises_before_running():
     with pytest.raises(TypeError, match="ops for complex64: sum, prod"):
         simulate.allreduce([np.ones(3, np.complex64)] * 2, "max", "ring")
+
+
+def test_validate_fingerprints_every_dtype_and_op():
+    """validate=True's fingerprint names each dtype and op apart (by index into kernels')."""
+    from mpicoll._runtime import validate
+    rows = {(str(d), op): validate.fingerprint("allreduce", "ring", op, d, 5)
+            for d in kernels.DTYPES for op in kernels.OPS}
+    assert len({tuple(r) for r in rows.values()}) == len(rows)
+    for (dtype, op), row in rows.items():
+        assert validate._show("dtype", row) == dtype and validate._show("op", row) == op
