@@ -109,24 +109,32 @@ def allowed(op: str, dtype) -> bool:
 
 def check(op: str, dtype) -> None:
     """Raise TypeError unless MPI allows ``op`` on ``dtype``, naming the ops it allows."""
+    if (op, dtype) in _ALLOWED:
+        return
     dtype = np.dtype(dtype)
     if not allowed(op, dtype):
-        classes = RULES[op][:-1] and ", ".join(RULES[op][:-1]) + " and "
+        classes = ", ".join(RULES[op][:-1]) + " and " if len(RULES[op]) > 1 else ""
         raise TypeError(f"op {op!r} does not apply to dtype {dtype} (MPI allows {op} on "
                         f"{classes}{RULES[op][-1]} types; {dtype} is {_class(dtype)}); "
                         f"ops for {dtype}: {', '.join(ops_for(dtype))}")
 
 
+_HALF = {np.dtype(np.float16): np.dtype(np.uint16), bfloat16: np.dtype(np.uint16)}
+
+
+_ALLOWED = {(op, dtype) for dtype in DTYPES for op in ops_for(dtype)}
+
+
 def storage(dtype) -> np.dtype:
     """The dtype the kernels (and the executors' messages) see: uint16 for the half types."""
     dtype = np.dtype(dtype)
-    return np.dtype(np.uint16) if dtype == bfloat16 or dtype == np.float16 else dtype
+    return _HALF.get(dtype, dtype)
 
 
 def as_storage(a: np.ndarray) -> np.ndarray:
     """``a`` viewed as ``storage(a.dtype)`` (the same memory; ``a`` itself for most dtypes)."""
-    s = storage(a.dtype)
-    return a if s == a.dtype else a.view(s)
+    s = _HALF.get(a.dtype)
+    return a if s is None else a.view(s)
 
 
 # ----------------------------------------------------------------------------- native kernels
@@ -393,6 +401,7 @@ def numpy_kernel(op: str, dtype):
 
 
 _ready: set = set()         # (kernel name, storage dtype) compiled or loaded in this process
+_warm: set = set()          # (op, dtype) whose kernel is in _ready (the fast path)
 
 
 def warmup(op: str | None = None, dtype=None) -> float:
@@ -403,16 +412,18 @@ def warmup(op: str | None = None, dtype=None) -> float:
     cache while the others wait and then load it: no communication, so it cannot hang, and a
     lock whose holder died is released by the kernel.
     """
-    if op is None:
+    if op is None or (op, dtype) in _warm:
         return 0.0
     key = (kernel_name(op, dtype), storage(dtype))
     if key in _ready:
+        _warm.add((op, np.dtype(dtype)))
         return 0.0
     started = time.monotonic()
     array = types.Array(from_dtype(key[1]), 1, "C")
     with file_lock():
         KERNELS[key[0]].compile((array, array))
     _ready.add(key)
+    _warm.add((op, np.dtype(dtype)))
     return time.monotonic() - started
 
 
@@ -429,12 +440,21 @@ class file_lock:
         self.file.close()
 
 
+_chosen: dict = {}          # (op, dtype, MPICOLL_KERNELS) -> kernel
+
+
 def kernel(op: str, dtype):
     """The in-place kernel ``f(acc, x)`` for ``op`` on arrays of ``storage(dtype)`` (viewed with
     ``as_storage``), compiled if needed; ``MPICOLL_KERNELS=numpy`` picks numpy's ufunc. Raises
     TypeError for a pair MPI does not allow."""
-    check(op, dtype)
-    if settings.get("MPICOLL_KERNELS") == "numpy":
-        return numpy_kernel(op, dtype)
-    warmup(op, dtype)
-    return KERNELS[kernel_name(op, dtype)]
+    mode = settings.get("MPICOLL_KERNELS")
+    found = _chosen.get((op, dtype, mode))
+    if found is None:
+        check(op, dtype)
+        if mode == "numpy":
+            found = numpy_kernel(op, dtype)
+        else:
+            warmup(op, dtype)
+            found = KERNELS[kernel_name(op, dtype)]
+        _chosen[op, np.dtype(dtype), mode] = found
+    return found

@@ -144,6 +144,17 @@ def test_disallowed_pairs_raise_naming_the_allowed_ops(dtype):
         assert ", ".join(kernels.ops_for(dtype)) in text
 
 
+def test_refusal_message():
+    with pytest.raises(TypeError) as err:
+        kernels.check("band", np.float64)
+    assert str(err.value) == ("op 'band' does not apply to dtype float64 (MPI allows band on "
+                              "integer types; float64 is floating); ops for float64: sum, prod, "
+                              "max, min")
+    with pytest.raises(TypeError, match=r"allows sum on integer, floating and complex types; "
+                                        r"bool is logical\); ops for bool: land, lor, lxor$"):
+        kernels.check("sum", np.bool_)
+
+
 def test_rules_are_mpis():
     """MPI-4.1 §6.9.2, spelled out for one type of each class."""
     assert kernels.ops_for(np.int16) == kernels.OPS
