@@ -45,7 +45,8 @@ Compilation is lazy: a kernel is compiled (or loaded from numba's on-disk cache)
 first time ``kernel(op, dtype)`` is asked for it, under a file lock: numba's cache can race when
 many processes compile the same function at once, so one process per machine compiles and
 writes the cache while the others wait, then they load it. Set ``NUMBA_CACHE_DIR`` to give a job
-its own cache. ``MPICOLL_KERNELS=numpy`` swaps in numpy's ufuncs (for comparison; same bits).
+its own cache. ``MPICOLL_KERNELS=numpy`` swaps in numpy's ufuncs (for comparison; the same
+bits, but for complex products as said above).
 """
 
 from __future__ import annotations
@@ -98,8 +99,14 @@ def _class(dtype: np.dtype) -> str:
 
 def ops_for(dtype) -> tuple:
     """The ops MPI allows on ``dtype``, in ``OPS`` order."""
-    cls = _class(np.dtype(dtype))
-    return tuple(op for op in OPS if cls in RULES[op])
+    found = _OPS_FOR.get(dtype)
+    if found is None:
+        cls = _class(np.dtype(dtype))
+        found = tuple(op for op in OPS if cls in RULES[op])
+    return found
+
+
+_OPS_FOR: dict = {}
 
 
 def allowed(op: str, dtype) -> bool:
@@ -122,6 +129,7 @@ def check(op: str, dtype) -> None:
 _HALF = {np.dtype(np.float16): np.dtype(np.uint16), bfloat16: np.dtype(np.uint16)}
 
 
+_OPS_FOR.update((dtype, ops_for(dtype)) for dtype in DTYPES)
 _ALLOWED = {(op, dtype) for dtype in DTYPES for op in ops_for(dtype)}
 
 
