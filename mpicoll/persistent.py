@@ -211,7 +211,8 @@ def allgather_init(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeou
         st = call.open()
         if algo.library:
             request = st.comm.Allgather_init(      # bfloat16: as uint16
-                MPI.IN_PLACE if send is None else kernels.as_storage(send), kernels.as_storage(recv))
+                MPI.IN_PLACE if send is None else kernels.as_storage(send),
+                kernels.as_storage(recv))
             return Persistent(call, recv, request=request)
         flat = recv.reshape(-1)
         before = () if send is None else ((flat[rank * n:(rank + 1) * n], send.reshape(-1)),)
