@@ -254,7 +254,8 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
     execute = _execute or _choose_executor()        # MPICOLL_EXECUTOR
     sched, internode, _, _ = _scheduled(call, algo, count, options)
     op = op or kernels.ops_for(dtype)[0]            # nothing is reduced (allgather, bcast)
-    _warmup(call, op, dtype)
+    if execute is not compiled.execute:             # (the compiled loop compiles its own)
+        _warmup(call, op, dtype)
     return execute, sched, internode, op, call.open().scratch(dtype, sched.scratch_elements)
 
 
