@@ -116,3 +116,25 @@ def test_validate_fingerprints_every_dtype_and_op():
     assert len({tuple(r) for r in rows.values()}) == len(rows)
     for (dtype, op), row in rows.items():
         assert validate._show("dtype", row) == dtype and validate._show("op", row) == op
+
+
+def test_auto_never_runs_mpi_for_a_type_the_library_lacks(monkeypatch):
+    """Even where auto's table says ``mpi``, bfloat16 reductions go to mpicoll's own algorithm
+    (MPICH's classic rule); float32 still gets ``mpi`` (the control)."""
+    from mpi4py import MPI
+
+    import mpicoll
+    from mpicoll import api, select
+    monkeypatch.setattr(select, "choose", lambda *args, **kwargs: "mpi")
+    chosen, original = [], api._unless_library_lacks
+
+    def spy(*args):
+        chosen.append(original(*args).name)
+        return original(*args)
+
+    monkeypatch.setattr(api, "_unless_library_lacks", spy)
+    for dtype in (kernels.bfloat16, np.dtype(np.float32)):
+        x = np.arange(6).astype(dtype)
+        assert mpicoll.allreduce(x, comm=MPI.COMM_SELF).tobytes() == x.tobytes()
+        assert mpicoll.reduce_scatter_block(x, comm=MPI.COMM_SELF).tobytes() == x.tobytes()
+    assert chosen == ["recursive_doubling", "recursive_halving", "mpi", "mpi"]
