@@ -37,8 +37,17 @@ install() {   # install VENV EXTRAS: create the virtual environment and install 
 setup() {
     install "$VENV" "$EXTRAS"
     export PATH="$PWD/$VENV/bin:$PATH"
-    # numba compiles the kernels once here, so no MPI job starts with a cold cache.
-    python -c "import mpicoll.kernels as k; k.warmup()"
+    # numba compiles the float64/float32 kernels and the compiled executor's loop once here,
+    # so no MPI job starts with a cold cache (other dtypes compile on first use).
+    python - <<'PY'
+import numpy as np
+import mpicoll.kernels as kernels
+from mpicoll.executors import compiled
+for dtype in (np.dtype(np.float64), np.dtype(np.float32)):
+    kernels.warmup("sum", dtype)
+    if compiled.available() is None:
+        compiled.warmup(dtype)
+PY
 }
 
 case "${1:-}" in

@@ -61,10 +61,9 @@ def measure_mpi(sub: MPI.Intracomm, count: int) -> dict:
                           traffic["bytes_received"] - before["bytes_received"])
     sched = star(sub.rank, sub.size, count)
     buf, traffic = x.copy(), new_traffic()
-    kernels.warmup()
     dup = sub.Dup()
     try:
-        execute(sched, buf, dup, reduce_into=kernels.kernel("sum"), tag=1,
+        execute(sched, buf, dup, reduce_into=kernels.kernel("sum", buf.dtype), tag=1,
                 scratch=np.empty(sched.scratch_elements), traffic=traffic)
     finally:
         dup.Free()

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     size, count = args.world, args.count
     victim = size - 1 if args.victim is None else args.victim
     V = count * 8
-    kernels.warmup()                        # compiled once, inherited by the ranks
+    kernels.warmup("sum", np.float64)       # compiled once, inherited by the ranks
 
     reports, hung, _ = launch(size, count, FLAT)
     want = sum(inputs(r, count) for r in range(size))

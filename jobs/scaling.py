@@ -70,7 +70,6 @@ def main(argv=None) -> int:
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     algorithms = args.algorithms.split(",")
     out = outdir(args.outdir)
-    kernels.warmup()
     nodes_all = len(state(world).nodes())
 
     records = []

@@ -20,19 +20,22 @@ import functools
 
 import numpy as np
 from mpi4py import MPI
+from mpi4py.util import dtlib
 
 from . import compression, kernels, model, select, settings
 from ._runtime.call import Call
 from .algorithms import allreduce_shm
 from .executors import compiled
 from .executors.progress import Request, waitall
-from .registry import ALLREDUCE, Algorithm, lookup
+from .registry import ALLREDUCE, COLLECTIVES, Algorithm, lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
            "iallreduce", "ireduce_scatter_block", "iallgather", "ibcast", "waitall", "Request"]
 
 ALGORITHMS = tuple(ALLREDUCE)
-_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN,
+        "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR,
+        "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR}
 _DTYPE_NAMES = ", ".join(str(d) for d in kernels.DTYPES)
 
 
@@ -55,8 +58,51 @@ def _op_name(op) -> str:
             if op == mpi_op:
                 return name
     shown = _mpi_name(op) if isinstance(op, MPI.Op) else repr(op)
-    raise TypeError(f"unsupported op {shown}; expected MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN "
-                    f"or one of {sorted(_OPS)}")
+    if (op == MPI.MAXLOC or op == MPI.MINLOC) if isinstance(op, MPI.Op) else \
+            (isinstance(op, str) and op.lower() in ("maxloc", "minloc")):
+        best = "MAX" if "max" in shown.lower() else "MIN"
+        raise TypeError(
+            f"op {shown} is not supported: it reduces (value, index) pairs (MPI's pair types, "
+            f"MPI.DOUBLE_INT and the like), and mpicoll reduces arrays of one numeric dtype "
+            f"element-wise. Instead: m = allreduce(x, op=MPI.{best}), then allreduce("
+            f"np.where(x == m, index, big), op=MPI.MIN) gives the lowest index holding it "
+            f"(MPI's rule for ties); or mpi4py's comm.allreduce((value, index), op=MPI.{best}LOC)")
+    raise TypeError(f"unsupported op {shown}; expected one of MPI."
+                    f"{', MPI.'.join(name.upper() for name in _OPS)} or of {list(_OPS)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _library_has(dtype: np.dtype) -> bool:
+    """Whether the MPI library has a datatype for ``dtype`` (mpi4py's mapping; none for
+    bfloat16, nor for float16 in a library without MPIX_C_FLOAT16)."""
+    try:
+        return dtlib.from_numpy_dtype(dtype) != MPI.DATATYPE_NULL
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def _check_op(collective: str, op: str | None, dtype: np.dtype, algo: Algorithm | None) -> None:
+    """``op`` applies to ``dtype`` (MPI's rules, ``kernels.check``) and, when the MPI library
+    runs the reduction (``algorithm="mpi"``), the library has the type: else a TypeError on
+    this rank, before any communication."""
+    if op is None:
+        return
+    kernels.check(op, dtype)
+    if algo is not None and algo.library and not _library_has(dtype):
+        own = ", ".join(repr(name) for name, a in COLLECTIVES[collective].items()
+                        if not a.library)
+        raise TypeError(f"algorithm={algo.name!r}: the MPI library has no datatype for {dtype}, "
+                        f"so it can't reduce it; use 'auto' or one of mpicoll's own algorithms "
+                        f"({own})")
+
+
+def _unless_library_lacks(collective: str, algo: Algorithm, dtype: np.dtype, op: str,
+                          nbytes: int, size: int, count: int) -> Algorithm:
+    """``auto``'s choice ``algo``, unless it is the MPI library's and the library can't reduce
+    ``dtype``: then MPICH's classic rule, which names only mpicoll's own algorithms."""
+    if algo.library and not _library_has(dtype):
+        return lookup(collective, select.without_library(collective, nbytes, size, count))
+    return algo
 
 
 def _kind(x) -> str:
@@ -205,7 +251,7 @@ def _local_checks(algo: Algorithm | None, op: str | None, given: dict) -> None:
         for name in _AUTO_SETTINGS:
             settings.get(name)
     if op is not None and (algo is None or not algo.library):
-        kernels.kernel(op)                      # MPICOLL_KERNELS
+        settings.get("MPICOLL_KERNELS")
     for option in algo.options if algo is not None else ():
         value = given.get(option.name)
         if value is None and option.env:
@@ -249,11 +295,19 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
         return None
     execute = _execute or _choose_executor()        # MPICOLL_EXECUTOR
     sched, internode, _, _ = _scheduled(call, algo, count, options)
-    op = op or "sum"                                # nothing is reduced (allgather, bcast)
-    kernels.kernel(op)                              # MPICOLL_KERNELS
-    kernels.warmup()
+    op = op or kernels.ops_for(dtype)[0]            # nothing is reduced (allgather, bcast)
+    if execute is not compiled.execute:             # (the compiled loop compiles its own)
+        _warmup(call, op, dtype)
     scratch = call.open().scratch(dtype, compiled.scratch_elements(execute, sched, dtype.itemsize))
     return execute, sched, internode, op, scratch
+
+
+def _warmup(call: Call, op: str, dtype) -> None:
+    """Compile (or load) ``op``'s kernel for ``dtype`` (``kernels.warmup``), before the
+    agreement step; the time is local work, not charged to the call's deadline."""
+    spent = kernels.warmup(op, dtype)
+    if call.watch is not None:
+        call.watch.deadline += spent
 
 
 _execute = None         # the executor (MPICOLL_EXECUTOR), chosen at the first call
@@ -354,6 +408,7 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         algo = _algorithm("allreduce", algorithm)
         comm = call.comm
         send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
+        _check_op(call.collective, opname, recv.dtype, algo)
         given = {"inner": inner, "outer": outer, "order": order}
         auto = algo is None
         if auto and (inner or outer or order):
@@ -362,9 +417,10 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         _local_checks(algo, opname, given)
         size, count = comm.Get_size(), recv.size
         if auto:
-            algo = lookup("allreduce", select.allreduce(
+            algo = _unless_library_lacks("allreduce", lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
-                shared_memory=size > 1 and _shared_memory(call, opname, recv.dtype)))
+                shared_memory=size > 1 and _shared_memory(call, opname, recv.dtype))),
+                recv.dtype, opname, recv.nbytes, size, count)
         options = _options(call, algo, given, auto)
         prepared = _prepare(call, algo, count, recv.dtype, opname, options)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
@@ -400,11 +456,13 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
         comm = call.comm
         size = comm.Get_size()
         send, recv, total, n = _reduce_scatter_buffers(sendbuf, recvbuf, size)
+        _check_op(call.collective, opname, recv.dtype, algo)
         auto = algo is None
         _local_checks(algo, opname, {})
         if auto:
-            algo = lookup("reduce_scatter_block",
-                          select.reduce_scatter_block(total * recv.itemsize, size))
+            algo = _unless_library_lacks("reduce_scatter_block", lookup(
+                "reduce_scatter_block", select.reduce_scatter_block(total * recv.itemsize, size)),
+                recv.dtype, opname, total * recv.itemsize, size, total)
         options = _options(call, algo, {}, auto)
         prepared = _prepare(call, algo, total if n else 0, recv.dtype, opname, options)
         work = None
@@ -442,8 +500,9 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
         prepared = _prepare(call, algo, recv.size if n else 0, recv.dtype, None, options)
         call.agree(algo.name, dtype=recv.dtype, count=n)
         if algo.library:
-            call.mpi(MPI.Comm.Allgather, MPI.Comm.Iallgather,
-                     MPI.IN_PLACE if send is None else send, recv)
+            call.mpi(MPI.Comm.Allgather, MPI.Comm.Iallgather,       # bfloat16: as uint16
+                     MPI.IN_PLACE if send is None else kernels.as_storage(send),
+                     kernels.as_storage(recv))
             return recv
         flat = recv.reshape(-1)
         if send is not None:
@@ -469,7 +528,7 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
         prepared = _prepare(call, algo, buf.size, buf.dtype, None, options)
         call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
         if algo.library:
-            call.mpi(MPI.Comm.Bcast, MPI.Comm.Ibcast, buf, root=root)
+            call.mpi(MPI.Comm.Bcast, MPI.Comm.Ibcast, kernels.as_storage(buf), root=root)
             return buf
         if prepared is not None:
             _run(call, prepared, buf.reshape(-1))
@@ -478,21 +537,23 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
 
 # ----------------------------------------------------------------------------- nonblocking
 
-def _request(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict, *,
+def _request(call: Call, algo: Algorithm, flat: np.ndarray, op: str | None, options: dict, *,
              codec=None, on_done=None, result=None, what: str | None = None) -> Request:
     """A request that runs ``algo`` on ``flat`` in the progress executor
-    (``executors/progress.py``), not started yet."""
+    (``executors/progress.py``), not started yet (``op=None``: nothing is reduced). It runs
+    on the storage view of ``flat`` (``kernels.storage``: mpi4py can't send bfloat16)."""
     sched, _, options, nodes = _scheduled(call, algo, flat.size, options)
-    kernels.warmup()
+    op = op or kernels.ops_for(flat.dtype)[0]
+    _warmup(call, op, flat.dtype)
     if codec is not None:
         compression.warmup()
-    return Request(what or f"{call.collective} {algo.name}", sched, flat,
-                   reduce_into=kernels.kernel(op), codec=codec,
+    return Request(what or f"{call.collective} {algo.name}", sched, kernels.as_storage(flat),
+                   reduce_into=kernels.kernel(op, flat.dtype), codec=codec,
                    cuts=_cuts(algo, call.comm.Get_size(), flat.size, options, codec, nodes),
                    on_done=on_done, result=result)
 
 
-def _start(call: Call, algo: Algorithm, flat: np.ndarray, op: str, options: dict,
+def _start(call: Call, algo: Algorithm, flat: np.ndarray, op: str | None, options: dict,
            **kwargs) -> Request:
     """Start ``algo`` on ``flat`` in the progress executor."""
     return _request(call, algo, flat, op, options, **kwargs).start(call, call.open().traffic)
@@ -538,6 +599,7 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
         algo = _algorithm("allreduce", algorithm)
         comm = call.comm
         send, recv = _buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
+        _check_op(call.collective, opname, recv.dtype, algo)
         codec = compression.codec(compress)
         if error_feedback is not None and not isinstance(error_feedback,
                                                          compression.ErrorFeedback):
@@ -566,8 +628,9 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
         _local_checks(algo, opname, given)
         size, count = comm.Get_size(), recv.size
         if auto:
-            algo = lookup("allreduce", select.allreduce(
-                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None))
+            algo = _unless_library_lacks("allreduce", lookup("allreduce", select.allreduce(
+                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None)),
+                recv.dtype, opname, recv.nbytes, size, count)
             if algo.library and codec is not None:      # compression needs a schedule
                 algo = lookup("allreduce", "ring")
         options = _options(call, algo, given, auto)
@@ -597,10 +660,12 @@ def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto"
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
         send, recv, total, n = _reduce_scatter_buffers(sendbuf, recvbuf, size)
+        _check_op(call.collective, opname, recv.dtype, algo)
         _local_checks(algo, opname, {})
         if algo is None:
-            algo = lookup("reduce_scatter_block",
-                          select.reduce_scatter_block(total * recv.itemsize, size))
+            algo = _unless_library_lacks("reduce_scatter_block", lookup(
+                "reduce_scatter_block", select.reduce_scatter_block(total * recv.itemsize, size)),
+                recv.dtype, opname, total * recv.itemsize, size, total)
         options = _options(call, algo, {})
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
         if algo.library:
@@ -633,13 +698,14 @@ def iallgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=No
         call.agree(algo.name, dtype=recv.dtype, count=n)
         if algo.library:
             return _start_library(call, algo, MPI.Comm.Iallgather,
-                                  MPI.IN_PLACE if send is None else send, recv, result=recv)
+                                  MPI.IN_PLACE if send is None else kernels.as_storage(send),
+                                  kernels.as_storage(recv), result=recv)
         flat = recv.reshape(-1)
         if send is not None:
             np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
         if size == 1 or n == 0:
             return Request("allgather", result=recv)
-        return _start(call, algo, flat, "sum", options, result=recv)
+        return _start(call, algo, flat, None, options, result=recv)
 
 
 def ibcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
@@ -657,7 +723,8 @@ def ibcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout
         options = {**_options(call, algo, {}), "root": root}
         call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
         if algo.library:
-            return _start_library(call, algo, MPI.Comm.Ibcast, buf, root=root, result=buf)
+            return _start_library(call, algo, MPI.Comm.Ibcast, kernels.as_storage(buf),
+                                  root=root, result=buf)
         if size == 1 or buf.size == 0:
             return Request("bcast", result=buf)
-        return _start(call, algo, buf.reshape(-1), "sum", options, result=buf)
+        return _start(call, algo, buf.reshape(-1), None, options, result=buf)

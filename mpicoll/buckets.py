@@ -48,6 +48,7 @@ class Buckets:
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive int, got {bucket_bytes!r}")
         self.op = _op_name(op)
+        kernels.check(self.op, next(iter(dtypes)))      # MPI's rule: e.g. no sum on bool
         if average and self.op != "sum":
             raise ValueError(f"average=True needs op='sum', got op={self.op!r}")
         self.comm = MPI.COMM_WORLD if comm is None else comm

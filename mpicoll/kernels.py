@@ -1,17 +1,52 @@
 """Reduction kernels: ``acc = op(acc, incoming)`` in place, over contiguous 1-D arrays.
 
-One numba kernel per op, compiled once per (op, dtype) and cached on disk. Each is a plain loop
-that gives the same bits as numpy's ufunc with ``out=acc`` -- ``np.add(acc, x, out=acc)`` and so
-on, NaN and infinities included (``tests/test_kernels.py`` proves it). MAX and MIN follow
-``np.maximum`` / ``np.minimum``: a NaN on either side wins (the left one if both are), and of
-two equal values (+0.0 and -0.0) the right one is kept. So op(a, b) and op(b, a) can differ in
+Which op applies to which dtype is MPI's rule (MPI-4.1 §6.9.2), kept in one table, ``RULES``;
+``check(op, dtype)`` raises a TypeError for any other pair. Every kernel is a plain numba loop
+that gives the same bits as numpy's ufunc with ``out=acc`` (``tests/unit/test_kernels.py``
+proves it, NaN, inf, -0.0 and integer wrap-around included):
+
+==========  ====================================  ===================================
+op          numpy                                 applies to (MPI's type classes)
+==========  ====================================  ===================================
+sum, prod   ``np.add``, ``np.multiply``           integer, floating, complex
+max, min    ``np.maximum``, ``np.minimum``        integer, floating
+land, lor,  ``np.logical_and/or/xor`` written     integer, logical (bool); the result
+lxor        back in the dtype                     is 0 or 1
+band, bor,  ``np.bitwise_and/or/xor``             integer
+bxor
+==========  ====================================  ===================================
+
+MAX and MIN follow ``np.maximum`` / ``np.minimum``: a NaN on either side wins (the left one if
+both are); of two equal values (+0.0 and -0.0) float32/float64/bfloat16 keep the right one and
+float16 the left one (numpy's half loop compares with >=). So op(a, b) and op(b, a) can differ in
 their bits, which is why ``Recv.left`` exists (see ``mpicoll.schedule``).
 
-numba's on-disk cache can race when many processes compile the same function at once, so
-``warmup()`` -- called before the first collective -- takes a file lock: one process per machine
-compiles and writes the cache while the others wait, then they load it. Set ``NUMBA_CACHE_DIR``
-to give a job its own cache.
-``MPICOLL_KERNELS=numpy`` swaps in numpy's ufuncs (for comparison; same bits).
+complex prod: ``(ar*br - ai*bi) + (ar*bi + ai*br)i`` with each part one fused multiply-add,
+``fma(ar, br, -(ai*bi))`` and ``fma(ar, bi, ai*br)``, as numpy's vector loop computes it on CPUs
+with FMA (x86 since Haswell, AVX-512, ARM). numpy's own ufunc computes a 1-element array
+without fusing, so it can differ from itself in the last bit; the kernel fuses always, so every
+element gets the same bits whatever slice it arrives in. Which NaN a NaN product carries is not
+even fixed in numpy (its vector body and its tail pick differently): the kernel picks as the
+body does -- the first NaN of (ar, br, bi, ai) for the real part, of (ar, bi, br, ai) for the
+imaginary part, quieted, else the NaN the operation made.
+
+float16 and bfloat16: numba has no half-precision arithmetic, so these kernels work on the bit
+patterns (the arrays viewed as uint16, ``storage(dtype)``). As numpy does for float16 and
+ml_dtypes for bfloat16, each operand is widened to float32 (exact), sum or product is computed
+in float32 and rounded back once, to nearest, ties to even: subnormal results are kept (not
+flushed), a result above the largest finite value rounds to +-inf, a NaN stays a NaN (float16:
+numpy's conversion, keeping the top 10 bits of the NaN's payload, at least one set; bfloat16:
+ml_dtypes' quiet NaN 0x7fc0 with the sign kept). MAX and MIN compare the widened values (exact)
+and keep one operand's bits. When both operands of a sum or product are NaNs, numpy's
+float16 loop and ml_dtypes' bfloat16 one return the second one's (quieted; for bfloat16 its
+sign): the kernels compute ``x + acc`` in float32 for that (x86 returns the first operand's).
+
+Compilation is lazy: a kernel is compiled (or loaded from numba's on-disk cache) for a dtype the
+first time ``kernel(op, dtype)`` is asked for it, under a file lock: numba's cache can race when
+many processes compile the same function at once, so one process per machine compiles and
+writes the cache while the others wait, then they load it. Set ``NUMBA_CACHE_DIR`` to give a job
+its own cache. ``MPICOLL_KERNELS=numpy`` swaps in numpy's ufuncs (for comparison; the same
+bits, but for complex products as said above).
 """
 
 from __future__ import annotations
@@ -19,17 +54,98 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 
+import ml_dtypes
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import from_dtype, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from . import settings
 
-__all__ = ["sum_into", "prod_into", "max_into", "min_into", "KERNELS", "NUMPY_KERNELS",
-           "DTYPES", "OPS", "kernel", "warmup"]
+__all__ = ["DTYPES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
+           "as_storage", "kernel_name", "kernel", "warmup", "numpy_kernel",
+           "sum_into", "prod_into", "max_into", "min_into"]
 
-DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32), np.dtype(np.int64))
-OPS = ("sum", "prod", "max", "min")
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = tuple(np.dtype(t) for t in (
+    np.float32, np.float64, np.int32, np.int64,         # the first four: mpicoll's originals
+    np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, bfloat16, np.complex64, np.complex128, np.bool_))
+OPS = ("sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor")
+
+# MPI-4.1 §6.9.2 "Predefined Reduction Operations": the type classes each op applies to.
+# (MPI also lets BAND/BOR/BXOR reduce MPI_BYTE: here that is uint8, an integer.)
+RULES = {
+    "sum": ("integer", "floating", "complex"),
+    "prod": ("integer", "floating", "complex"),
+    "max": ("integer", "floating"),
+    "min": ("integer", "floating"),
+    "land": ("integer", "logical"),
+    "lor": ("integer", "logical"),
+    "lxor": ("integer", "logical"),
+    "band": ("integer",),
+    "bor": ("integer",),
+    "bxor": ("integer",),
+}
+_CLASS = {"i": "integer", "u": "integer", "f": "floating", "c": "complex", "b": "logical"}
+
+
+def _class(dtype: np.dtype) -> str:
+    return "floating" if dtype == bfloat16 else _CLASS[dtype.kind]
+
+
+def ops_for(dtype) -> tuple:
+    """The ops MPI allows on ``dtype``, in ``OPS`` order."""
+    found = _OPS_FOR.get(dtype)
+    if found is None:
+        cls = _class(np.dtype(dtype))
+        found = tuple(op for op in OPS if cls in RULES[op])
+    return found
+
+
+_OPS_FOR: dict = {}
+
+
+def allowed(op: str, dtype) -> bool:
+    """Whether MPI allows ``op`` on ``dtype`` (one of ``DTYPES``)."""
+    return _class(np.dtype(dtype)) in RULES[op]
+
+
+def check(op: str, dtype) -> None:
+    """Raise TypeError unless MPI allows ``op`` on ``dtype``, naming the ops it allows."""
+    if (op, dtype) in _ALLOWED:
+        return
+    dtype = np.dtype(dtype)
+    if not allowed(op, dtype):
+        classes = ", ".join(RULES[op][:-1]) + " and " if len(RULES[op]) > 1 else ""
+        raise TypeError(f"op {op!r} does not apply to dtype {dtype} (MPI allows {op} on "
+                        f"{classes}{RULES[op][-1]} types; {dtype} is {_class(dtype)}); "
+                        f"ops for {dtype}: {', '.join(ops_for(dtype))}")
+
+
+_HALF = {np.dtype(np.float16): np.dtype(np.uint16), bfloat16: np.dtype(np.uint16)}
+
+
+_OPS_FOR.update((dtype, ops_for(dtype)) for dtype in DTYPES)
+_ALLOWED = {(op, dtype) for dtype in DTYPES for op in ops_for(dtype)}
+
+
+def storage(dtype) -> np.dtype:
+    """The dtype the kernels (and the executors' messages) see: uint16 for the half types."""
+    dtype = np.dtype(dtype)
+    return _HALF.get(dtype, dtype)
+
+
+def as_storage(a: np.ndarray) -> np.ndarray:
+    """``a`` viewed as ``storage(a.dtype)`` (the same memory; ``a`` itself for most dtypes)."""
+    s = _HALF.get(a.dtype)
+    return a if s is None else a.view(s)
+
+
+# ----------------------------------------------------------------------------- native kernels
 
 
 @njit(cache=True, nogil=True)
@@ -60,40 +176,293 @@ def min_into(acc, x):
             acc[i] = b
 
 
-KERNELS = {"sum": sum_into, "prod": prod_into, "max": max_into, "min": min_into}
-NUMPY_KERNELS = {
-    "sum": lambda acc, x: np.add(acc, x, out=acc),
-    "prod": lambda acc, x: np.multiply(acc, x, out=acc),
-    "max": lambda acc, x: np.maximum(acc, x, out=acc),
-    "min": lambda acc, x: np.minimum(acc, x, out=acc),
+@njit(cache=True, nogil=True)
+def land_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = acc[i] != 0 and x[i] != 0
+
+
+@njit(cache=True, nogil=True)
+def lor_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = acc[i] != 0 or x[i] != 0
+
+
+@njit(cache=True, nogil=True)
+def lxor_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = (acc[i] != 0) != (x[i] != 0)
+
+
+@njit(cache=True, nogil=True)
+def band_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = acc[i] & x[i]
+
+
+@njit(cache=True, nogil=True)
+def bor_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = acc[i] | x[i]
+
+
+@njit(cache=True, nogil=True)
+def bxor_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = acc[i] ^ x[i]
+
+
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (LLVM's llvm.fma)."""
+    def codegen(context, builder, signature, args):
+        ty = args[0].type
+        name = "llvm.fma.f32" if ty == ir.FloatType() else "llvm.fma.f64"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty] * 3), name)
+        return builder.call(fn, args)
+    return a(a, b, c), codegen
+
+
+@njit(cache=True, nogil=True)
+def _nan_of(p, q, fallback):
+    """The first NaN of p, q, quieted (as x86 returns an operand's NaN), else ``fallback``."""
+    if p != p:
+        return p + p
+    if q != q:
+        return q + q
+    return fallback
+
+
+@njit(cache=True, nogil=True)
+def complex_prod_into(acc, x):
+    for i in range(acc.shape[0]):
+        a, b = acc[i], x[i]
+        ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+        re_c, im_c = ai * bi, ai * br
+        re = _fma(ar, br, -re_c)
+        im = _fma(ar, bi, im_c)
+        if re != re:        # which NaN: as numpy's vector loop (see the module's doc)
+            re = _nan_of(ar, br, _nan_of(bi, ai, re_c if re_c != re_c else re))
+        if im != im:
+            im = _nan_of(ar, bi, _nan_of(br, ai, im_c if im_c != im_c else im))
+        acc[i] = complex(re, im)
+
+
+# ----------------------------------------------------------------------------- half types
+
+
+@njit(cache=True, nogil=True)
+def _f16_to_f32(h):
+    """float16 bits -> float32, exact (numpy's npy_halfbits_to_floatbits)."""
+    h = np.uint32(h)
+    sign = (h & 0x8000) << 16
+    exp, sig = h & 0x7c00, h & 0x03ff
+    if exp == 0x7c00:                                   # inf or NaN: the payload shifted
+        bits = sign | 0x7f800000 | (sig << 13)
+    elif exp != 0:                                      # normal
+        bits = sign | (((h & 0x7fff) + 0x1c000) << 13)
+    elif sig == 0:                                      # signed zero
+        bits = sign
+    else:                                               # subnormal: normalise
+        e = 0
+        sig <<= 1
+        while (sig & 0x0400) == 0:
+            sig <<= 1
+            e += 1
+        bits = sign | ((127 - 15 - e) << 23) | ((sig & 0x03ff) << 13)
+    return np.uint32(bits).view(np.float32)
+
+
+@njit(cache=True, nogil=True)
+def _f32_to_f16(f):
+    """float32 -> float16 bits, to nearest, ties to even (numpy's npy_floatbits_to_halfbits)."""
+    b = np.int64(np.float32(f).view(np.uint32))
+    sign = (b >> 16) & 0x8000
+    exp = b & 0x7f800000
+    if exp >= 0x47800000:                               # overflow, inf or NaN
+        sig = b & 0x007fffff
+        if exp == 0x7f800000 and sig != 0:              # NaN: keep the payload's top bits
+            h = 0x7c00 + (sig >> 13)
+            return np.uint16(sign + (h + 1 if h == 0x7c00 else h))
+        return np.uint16(sign + 0x7c00)                 # inf, or overflow to inf
+    if exp <= 0x38000000:                               # subnormal half or signed zero
+        if exp < 0x33000000:
+            return np.uint16(sign)
+        e = exp >> 23
+        sig = 0x00800000 + (b & 0x007fffff)
+        sig >>= 113 - e
+        if (sig & 0x3fff) != 0x1000 or (b & 0x7ff) != 0:   # round half to even
+            sig += 0x1000
+        return np.uint16(sign + (sig >> 13))
+    h_exp = (exp - 0x38000000) >> 13
+    sig = b & 0x007fffff
+    if (sig & 0x3fff) != 0x1000:                        # round half to even
+        sig += 0x1000
+    return np.uint16(sign + h_exp + (sig >> 13))        # a carry may reach inf: correct
+
+
+@njit(cache=True, nogil=True)
+def _bf16_to_f32(h):
+    """bfloat16 bits -> float32, exact."""
+    return np.uint32(np.uint32(h) << 16).view(np.float32)
+
+
+@njit(cache=True, nogil=True)
+def _f32_to_bf16(f):
+    """float32 -> bfloat16 bits, to nearest, ties to even; NaN -> 0x7fc0 with its sign (as
+    ml_dtypes / Eigen)."""
+    b = np.int64(np.float32(f).view(np.uint32))
+    if f != f:
+        return np.uint16(0xffc0 if b >> 31 else 0x7fc0)
+    return np.uint16((b + 0x7fff + ((b >> 16) & 1)) >> 16)
+
+
+@njit(cache=True, nogil=True)
+def float16_sum_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = _f32_to_f16(_f16_to_f32(x[i]) + _f16_to_f32(acc[i]))   # x first: see above
+
+
+@njit(cache=True, nogil=True)
+def float16_prod_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = _f32_to_f16(_f16_to_f32(x[i]) * _f16_to_f32(acc[i]))
+
+
+@njit(cache=True, nogil=True)
+def float16_max_into(acc, x):
+    for i in range(acc.shape[0]):
+        a, b = _f16_to_f32(acc[i]), _f16_to_f32(x[i])
+        if not (a >= b or a != a):      # numpy's half loop: keep a if a >= b or a is NaN
+            acc[i] = x[i]
+
+
+@njit(cache=True, nogil=True)
+def float16_min_into(acc, x):
+    for i in range(acc.shape[0]):
+        a, b = _f16_to_f32(acc[i]), _f16_to_f32(x[i])
+        if not (a <= b or a != a):
+            acc[i] = x[i]
+
+
+@njit(cache=True, nogil=True)
+def bfloat16_sum_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = _f32_to_bf16(_bf16_to_f32(x[i]) + _bf16_to_f32(acc[i]))   # x first: see above
+
+
+@njit(cache=True, nogil=True)
+def bfloat16_prod_into(acc, x):
+    for i in range(acc.shape[0]):
+        acc[i] = _f32_to_bf16(_bf16_to_f32(x[i]) * _bf16_to_f32(acc[i]))
+
+
+@njit(cache=True, nogil=True)
+def bfloat16_max_into(acc, x):
+    for i in range(acc.shape[0]):
+        a, b = _bf16_to_f32(acc[i]), _bf16_to_f32(x[i])
+        if not (a > b or a != a):       # ml_dtypes: keep a if a > b or a is NaN
+            acc[i] = x[i]
+
+
+@njit(cache=True, nogil=True)
+def bfloat16_min_into(acc, x):
+    for i in range(acc.shape[0]):
+        a, b = _bf16_to_f32(acc[i]), _bf16_to_f32(x[i])
+        if not (a < b or a != a):
+            acc[i] = x[i]
+
+
+# ----------------------------------------------------------------------------- lookup
+
+KERNELS = {
+    "sum": sum_into, "prod": prod_into, "max": max_into, "min": min_into,
+    "land": land_into, "lor": lor_into, "lxor": lxor_into,
+    "band": band_into, "bor": bor_into, "bxor": bxor_into,
+    "complex_prod": complex_prod_into,
+    "float16_sum": float16_sum_into, "float16_prod": float16_prod_into,
+    "float16_max": float16_max_into, "float16_min": float16_min_into,
+    "bfloat16_sum": bfloat16_sum_into, "bfloat16_prod": bfloat16_prod_into,
+    "bfloat16_max": bfloat16_max_into, "bfloat16_min": bfloat16_min_into,
 }
-
-_compiled = False
-
-
-def kernel(op: str):
-    """The in-place kernel for ``op`` (``MPICOLL_KERNELS=numpy`` picks numpy's)."""
-    return (NUMPY_KERNELS if settings.get("MPICOLL_KERNELS") == "numpy" else KERNELS)[op]
+_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+           "land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor,
+           "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
 
 
-def warmup() -> None:
-    """Compile (or load from the disk cache) every (op, dtype) kernel, once per process.
+def kernel_name(op: str, dtype) -> str:
+    """The name in ``KERNELS`` of ``op``'s kernel for ``dtype`` (an allowed pair)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16 or dtype == bfloat16:
+        return f"{dtype}_{op}"
+    if op == "prod" and dtype.kind == "c":
+        return "complex_prod"
+    return op
+
+
+def numpy_kernel(op: str, dtype):
+    """numpy's ufunc for ``op`` with ``out=acc``, on arrays of ``storage(dtype)``."""
+    ufunc, dtype = _UFUNCS[op], np.dtype(dtype)
+    if storage(dtype) == dtype:
+        return lambda acc, x: ufunc(acc, x, out=acc)
+    return lambda acc, x: ufunc(acc.view(dtype), x.view(dtype), out=acc.view(dtype))
+
+
+_ready: set = set()         # (kernel name, storage dtype) compiled or loaded in this process
+_warm: set = set()          # (op, dtype) whose kernel is in _ready (the fast path)
+
+
+def warmup(op: str | None = None, dtype=None) -> float:
+    """Compile (or load from the disk cache) ``op``'s kernel for ``dtype``, once per process;
+    return the seconds spent (0.0 if it was ready; nothing to do without arguments).
 
     Processes on one machine take turns under a file lock, so the first compiles and writes the
     cache while the others wait and then load it: no communication, so it cannot hang, and a
     lock whose holder died is released by the kernel.
     """
-    global _compiled
-    if _compiled:
-        return
-    lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            for dtype in DTYPES:
-                acc, x = np.ones(2, dtype), np.ones(2, dtype)
-                for fn in KERNELS.values():
-                    fn(acc, x)
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-    _compiled = True
+    if op is None or (op, dtype) in _warm:
+        return 0.0
+    key = (kernel_name(op, dtype), storage(dtype))
+    if key in _ready:
+        _warm.add((op, np.dtype(dtype)))
+        return 0.0
+    started = time.monotonic()
+    array = types.Array(from_dtype(key[1]), 1, "C")
+    with file_lock():
+        KERNELS[key[0]].compile((array, array))
+    _ready.add(key)
+    _warm.add((op, np.dtype(dtype)))
+    return time.monotonic() - started
+
+
+class file_lock:
+    """The machine-wide lock under which numba compiles mpicoll's functions."""
+
+    def __enter__(self):
+        self.file = open(os.path.join(tempfile.gettempdir(),
+                                      f"mpicoll-numba-{os.getuid()}.lock"), "a")
+        fcntl.flock(self.file, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.file, fcntl.LOCK_UN)
+        self.file.close()
+
+
+_chosen: dict = {}          # (op, dtype, MPICOLL_KERNELS) -> kernel
+
+
+def kernel(op: str, dtype):
+    """The in-place kernel ``f(acc, x)`` for ``op`` on arrays of ``storage(dtype)`` (viewed with
+    ``as_storage``), compiled if needed; ``MPICOLL_KERNELS=numpy`` picks numpy's ufunc. Raises
+    TypeError for a pair MPI does not allow."""
+    mode = settings.get("MPICOLL_KERNELS")
+    found = _chosen.get((op, dtype, mode))
+    if found is None:
+        check(op, dtype)
+        if mode == "numpy":
+            found = numpy_kernel(op, dtype)
+        else:
+            warmup(op, dtype)
+            found = KERNELS[kernel_name(op, dtype)]
+        _chosen[op, np.dtype(dtype), mode] = found
+    return found

@@ -28,7 +28,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import api, select
+from . import api, kernels, select
 from ._runtime.call import Call
 from .errors import ArgumentMismatch, CollectiveTimeout
 from .executors import compiled
@@ -102,8 +102,10 @@ class Persistent:
         return f"<persistent {self.collective} on {self.result.size} elements>"
 
 
-def _runner(call: Call, algo, flat: np.ndarray, op: str, options: dict):
-    """``run(watch)``: the schedule of ``algo`` on ``flat``, bound once to everything it uses."""
+def _runner(call: Call, algo, flat: np.ndarray, op: str | None, options: dict):
+    """``run(watch)``: the schedule of ``algo`` on ``flat``, bound once to everything it uses
+    (``op=None``: nothing is reduced)."""
+    op = op or kernels.ops_for(flat.dtype)[0]
     st = call.open()
     sched, internode, _, _ = api._scheduled(call, algo, flat.size, options)
     execute = api._execute or api._choose_executor()
@@ -141,11 +143,13 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
             raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
                              "not to 'auto'")
         size, count = comm.Get_size(), recv.size
+        api._check_op(call.collective, opname, recv.dtype, algo)
         api._local_checks(algo, opname, given)
         if algo is None:
-            algo = lookup("allreduce", select.allreduce(
+            algo = api._unless_library_lacks("allreduce", lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
-                shared_memory=size > 1 and api._shared_memory(call, opname, recv.dtype)))
+                shared_memory=size > 1 and api._shared_memory(call, opname, recv.dtype))),
+                recv.dtype, opname, recv.nbytes, size, count)
         options = api._options(call, algo, given, auto)
         shared = api._prepare(call, algo, count, recv.dtype, opname, options) \
             if algo.has("shared-memory") else None         # checked before agreeing
@@ -180,10 +184,12 @@ def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="a
         comm = call.comm
         size, rank = comm.Get_size(), comm.Get_rank()
         send, recv, total, n = api._reduce_scatter_buffers(sendbuf, recvbuf, size)
+        api._check_op(call.collective, opname, recv.dtype, algo)
         api._local_checks(algo, opname, {})
         if algo is None:
-            algo = lookup("reduce_scatter_block",
-                          select.reduce_scatter_block(total * recv.itemsize, size))
+            algo = api._unless_library_lacks("reduce_scatter_block", lookup(
+                "reduce_scatter_block", select.reduce_scatter_block(total * recv.itemsize, size)),
+                recv.dtype, opname, total * recv.itemsize, size, total)
         options = api._options(call, algo, {})
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
         st = call.open()
@@ -214,11 +220,13 @@ def allgather_init(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeou
         call.agree(algo.name, dtype=recv.dtype, count=n)
         st = call.open()
         if algo.library:
-            request = st.comm.Allgather_init(MPI.IN_PLACE if send is None else send, recv)
+            request = st.comm.Allgather_init(      # bfloat16: as uint16
+                MPI.IN_PLACE if send is None else kernels.as_storage(send),
+                kernels.as_storage(recv))
             return Persistent(call, recv, request=request)
         flat = recv.reshape(-1)
         before = () if send is None else ((flat[rank * n:(rank + 1) * n], send.reshape(-1)),)
-        run = _runner(call, algo, flat, "sum", options) if size > 1 and n > 0 else None
+        run = _runner(call, algo, flat, None, options) if size > 1 and n > 0 else None
         return Persistent(call, recv, before=before, run=run)
 
 
@@ -238,7 +246,8 @@ def bcast_init(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_tim
         call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
         st = call.open()
         if algo.library:
-            return Persistent(call, buf, request=st.comm.Bcast_init(buf, root=root))
-        run = _runner(call, algo, buf.reshape(-1), "sum", options) \
+            return Persistent(call, buf, request=st.comm.Bcast_init(kernels.as_storage(buf),
+                                                                    root=root))
+        run = _runner(call, algo, buf.reshape(-1), None, options) \
             if size > 1 and buf.size > 0 else None
         return Persistent(call, buf, run=run)

@@ -37,7 +37,7 @@ from . import model, settings
 from .registry import lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
-           "reload", "SHORT_MSG", "SHM_MIN_BYTES", "DEFAULT_TUNING"]
+           "without_library", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "DEFAULT_TUNING"]
 
 SHORT_MSG = 8192
 SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
@@ -133,6 +133,12 @@ def allgather(nbytes: int, size: int) -> str:
 
 def bcast(nbytes: int, size: int) -> str:
     return choose("bcast", nbytes, size, nbytes)
+
+
+def without_library(collective: str, nbytes: int, size: int, count: int) -> str:
+    """``auto``'s choice where the MPI library can't run the call (a type it has no datatype
+    for, e.g. bfloat16): MPICH's classic rule, which names only mpicoll's own algorithms."""
+    return _classic(collective, nbytes, size, count)
 
 
 def ring_order(nodes) -> str | None:

@@ -10,9 +10,10 @@ deadline, ``settings.DEFAULT_TIMEOUT``; ``0``: none),
 ``MPICOLL_ON_TIMEOUT`` (``exception`` or ``abort``), ``MPICOLL_VALIDATE`` (``0`` or ``1``), read
 once, at the first call (``mpicoll.settings``; ``settings.reload()`` reads them again).
 
-With a timeout, the numba kernels are loaded first (once per process: local work under a file
-lock, no other rank involved) and then the clock starts: the deadline covers everything after,
-the creation of mpicoll's duplicate communicator (first call) included.
+With a timeout the clock starts here: the deadline covers everything after, the creation of
+mpicoll's duplicate communicator (first call) included, except the time spent compiling or
+loading a numba kernel (local work under a file lock, no other rank involved: ``api._warmup``
+adds it to the deadline).
 
 The call's tag is its number on the communicator folded with a hash of its arguments (``tags``):
 ``open`` takes the number, ``agree`` -- which every collective calls, with its arguments, before
@@ -46,7 +47,7 @@ from typing import NoReturn
 import numpy as np
 from mpi4py import MPI
 
-from .. import kernels, settings
+from .. import settings
 from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 from . import tags, validate
 from .context import CommState, attach
@@ -84,10 +85,6 @@ class Call:
         except ValueError as error:
             self.error = self.error or error
         if self.timeout is not None and not self.alone:      # alone, nothing waits
-            try:
-                kernels.warmup()
-            except Exception as error:      # noqa: BLE001 - raised by __enter__, after agreeing
-                self.error = self.error or error
             self.watch = Watch(self.timeout, f"{collective} {algorithm}", comm)
 
     def open(self) -> CommState:

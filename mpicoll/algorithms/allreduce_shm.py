@@ -83,9 +83,7 @@ Bytes each rank sends: 0.
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import os
-import tempfile
 
 import numpy as np
 from mpi4py import MPI
@@ -432,18 +430,12 @@ _ready: set = set()
 
 def warmup(dtype: np.dtype, readonly: bool = False) -> None:
     """Compile (or load from numba's disk cache) ``_allreduce`` for ``dtype`` (and a read-only
-    input: numba types it apart), under the file lock of ``kernels.warmup``."""
+    input: numba types it apart), under ``kernels.file_lock``."""
     if (dtype, readonly) in _ready:
         return
-    kernels.warmup()
-    lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
-            src.flags.writeable = not readonly
-            _allreduce(src, dst, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
-                       0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0, 0)
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with kernels.file_lock():
+        src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
+        src.flags.writeable = not readonly
+        _allreduce(src, dst, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
+                   0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0, 0)
     _ready.add((dtype, readonly))

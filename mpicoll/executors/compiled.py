@@ -50,6 +50,7 @@ import time
 
 import numpy as np
 from mpi4py import MPI
+from mpi4py.util import dtlib
 
 from .. import kernels, settings
 from ..schedule import Schedule
@@ -103,6 +104,8 @@ def _library_version(lib: ctypes.CDLL) -> str:
 _unavailable = _setup()
 
 from numba import from_dtype, njit, types  # noqa: E402  (after the symbols exist)
+from numba.extending import overload  # noqa: E402
+from numba.np.numpy_support import as_dtype  # noqa: E402
 
 _h = types.int32 if HANDLE.itemsize == 4 else types.intp   # MPI_Comm, MPI_Datatype
 _i, _p = types.int32, types.intp                           # int, any pointer
@@ -113,15 +116,82 @@ _testall = types.ExternalFunction(_SYMBOL.format("MPI_Testall"), _i(_i, _p, _p, 
 _wtime = types.ExternalFunction(_SYMBOL.format("MPI_Wtime"), types.float64())
 _sched_yield = types.ExternalFunction(_SYMBOL.format("sched_yield"), _i())    # libc's
 
-sum_into, prod_into = kernels.sum_into, kernels.prod_into
-max_into, min_into = kernels.max_into, kernels.min_into
 
 _SIZE_T = (1 << 64) - 1   # mpi4py takes handles as size_t (MPICH's sign-extended)
 DONE = -1               # _loop's result when every step is complete; >= 0: a pending step's row
 SPIN_SECONDS = 0.01     # with a deadline: poll this long in the loop, then let the Watch poll
 BUSY_POLLS = 64         # ... the first polls of a step back to back (as MPI_Waitall), then yielding
 CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
-OPS = {name: i for i, name in enumerate(kernels.OPS)}     # the op codes of _loop
+OPS = {name: i for i, name in enumerate(kernels.KERNELS)}     # _loop's op codes: a kernel's
+
+# ----------------------------------------------------------------------------- the op dispatch
+
+
+def _reduce(op, acc, x):
+    """``kernels.KERNELS``' kernel number ``op`` on ``acc``, ``x`` (compiled: see below)."""
+    list(kernels.KERNELS.values())[op](acc, x)
+
+
+def _nothing(acc, x):
+    pass
+
+
+_nothing_jit = njit(cache=True, nogil=True)(_nothing)
+
+
+@overload(_reduce, jit_options={"cache": True})
+def _reduce_typed(op, acc, x):
+    """The op dispatch compiled into ``_loop`` for one storage dtype: only the kernels that
+    apply to it are compiled in (``kernels.kernel_name``: e.g. float64's sum, prod, max, min;
+    uint16's ten integer ops and float16's and bfloat16's four); any other code does nothing --
+    the API refused those pairs before any communication (``kernels.check``)."""
+    dtype = np.dtype(as_dtype(acc.dtype))
+    names = {kernels.kernel_name(o, d) for d in kernels.DTYPES if kernels.storage(d) == dtype
+             for o in kernels.ops_for(d)}
+    (k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14, k15, k16, k17,
+     k18) = [fn if name in names else _nothing_jit for name, fn in kernels.KERNELS.items()]
+
+    def impl(op, acc, x):
+        if op == 0:
+            k0(acc, x)
+        elif op == 1:
+            k1(acc, x)
+        elif op == 2:
+            k2(acc, x)
+        elif op == 3:
+            k3(acc, x)
+        elif op == 4:
+            k4(acc, x)
+        elif op == 5:
+            k5(acc, x)
+        elif op == 6:
+            k6(acc, x)
+        elif op == 7:
+            k7(acc, x)
+        elif op == 8:
+            k8(acc, x)
+        elif op == 9:
+            k9(acc, x)
+        elif op == 10:
+            k10(acc, x)
+        elif op == 11:
+            k11(acc, x)
+        elif op == 12:
+            k12(acc, x)
+        elif op == 13:
+            k13(acc, x)
+        elif op == 14:
+            k14(acc, x)
+        elif op == 15:
+            k15(acc, x)
+        elif op == 16:
+            k16(acc, x)
+        elif op == 17:
+            k17(acc, x)
+        elif op == 18:
+            k18(acc, x)
+    return impl
+
 
 # ----------------------------------------------------------------------------- the loop
 
@@ -203,14 +273,7 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                 a, b = incoming, acc
             else:
                 a, b = acc, incoming
-            if op == 0:
-                sum_into(a, b)
-            elif op == 1:
-                prod_into(a, b)
-            elif op == 2:
-                max_into(a, b)
-            else:
-                min_into(a, b)
+            _reduce(op, a, b)
             if kind == 3:
                 acc[:] = incoming
         i = end
@@ -224,16 +287,13 @@ _notice_given = False
 
 
 def warmup(dtype: np.dtype) -> None:
-    """Compile (or load from numba's disk cache) ``_loop`` for ``dtype``, under the file lock
-    of ``kernels.warmup`` (one process per machine compiles, the others then load).
-
-    ``kernels.warmup()`` runs first, as on the Python executor's path: a later call with a
-    timeout warms the kernels up before its clock starts (``_runtime.call``), and ranks that
-    did it at different moments -- one after the other, under the lock -- would start their
-    clocks staggered by it."""
+    """Compile (or load from numba's disk cache) ``_loop`` for the storage dtype ``dtype``
+    (``kernels.storage``), under the file lock of ``kernels.warmup`` (one process per machine
+    compiles, the others then load). Each dtype's loop holds the kernels of every op that
+    applies to it (``_reduce_typed``); a call's compile time is not charged to its deadline
+    (``execute``)."""
     if dtype in _ready:
         return
-    kernels.warmup()        # as the Python executor does: a call with a timeout then finds them
     lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
     with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -274,10 +334,27 @@ _datatypes = {}
 
 
 def _datatype(dtype: np.dtype) -> int:
+    """The MPI datatype handle of the storage dtype ``dtype`` (mpi4py's own mapping; the half
+    types travel as uint16, ``kernels.storage``: MPI never reduces them here)."""
     h = _datatypes.get(dtype)
     if h is None:
-        h = _datatypes[dtype] = _handle(MPI._typedict[dtype.char])
+        h = _datatypes[dtype] = _handle(dtlib.from_numpy_dtype(dtype))
     return h
+
+
+_op_codes = {}
+
+
+def _op_code(op: str, dtype: np.dtype) -> tuple:
+    """``_loop``'s op code for ``op`` on ``dtype``, and the storage dtype to view the buffers
+    as (None: the dtype itself); TypeError for a pair MPI does not allow."""
+    found = _op_codes.get((op, dtype))
+    if found is None:
+        kernels.check(op, dtype)
+        store = kernels.storage(dtype)
+        found = _op_codes[op, dtype] = (OPS[kernels.kernel_name(op, dtype)],
+                                        None if store == dtype else store)
+    return found
 
 
 _requests = np.empty(0, HANDLE)     # grown to the widest table seen (one call at a time)
@@ -316,6 +393,9 @@ class Bound:
 
     def __init__(self, schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
                  scratch: np.ndarray, traffic: dict):
+        code, view = _op_code(op, buf.dtype)
+        if view is not None:
+            buf, scratch = buf.view(view), scratch.view(view)
         warmup(buf.dtype)
         plan = segments.plan(schedule, buf.itemsize)
         _check_scratch(scratch, plan)
@@ -324,7 +404,7 @@ class Bound:
         work = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
         self.schedule, self.traffic = schedule, traffic
         self.args = (buf, scratch if scratch.size else np.empty(1, buf.dtype), table, requests,
-                     work, _handle(comm), _datatype(buf.dtype), tag, OPS[op])
+                     work, _handle(comm), _datatype(buf.dtype), tag, code)
         sent, received, self.messages = schedule.totals
         self.sent, self.received = sent * buf.itemsize, received * buf.itemsize
 
@@ -400,6 +480,9 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
             scratch: np.ndarray, traffic: dict, watch=None) -> None:
     """Run ``schedule`` on the flat array ``buf`` over ``comm`` (as ``executors.mpi.execute``,
     the op by name); add to the ``traffic`` counters."""
+    code, view = _op_code(op, buf.dtype)
+    if view is not None:
+        buf, scratch = buf.view(view), scratch.view(view)
     if buf.dtype not in _ready:
         started = time.monotonic()
         warmup(buf.dtype)                   # local work: not charged to the call's deadline
@@ -414,8 +497,7 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
     requests, work = _buffers(plan)
     if scratch.size == 0:
         scratch = buf[:0]
-    args = (buf, scratch, table, requests, work, _handle(comm), _datatype(buf.dtype), tag,
-            OPS[op])
+    args = (buf, scratch, table, requests, work, _handle(comm), _datatype(buf.dtype), tag, code)
     if watch is not None:
         return _run_watched(schedule, watch, traffic, *args)
     result = _loop(*args[:3], -1, *args[3:], 0.0)
@@ -429,7 +511,11 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
 
 def execute_python(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
                    scratch: np.ndarray, traffic: dict, watch=None) -> None:
-    """``executors.mpi.execute`` with the op by name (the signature of ``execute``)."""
-    kernels.warmup()
-    python_executor.execute(schedule, buf, comm, reduce_into=kernels.kernel(op), tag=tag,
-                            scratch=scratch, traffic=traffic, watch=watch)
+    """``executors.mpi.execute`` with the op by name (the signature of ``execute``), on the
+    storage views of the buffers (``kernels.storage``: mpi4py can't send bfloat16)."""
+    spent = kernels.warmup(op, buf.dtype)       # local work: not charged to the call's deadline
+    if watch is not None:
+        watch.deadline += spent
+    python_executor.execute(schedule, kernels.as_storage(buf), comm,
+                            reduce_into=kernels.kernel(op, buf.dtype), tag=tag,
+                            scratch=kernels.as_storage(scratch), traffic=traffic, watch=watch)

@@ -99,15 +99,17 @@ def step_seconds(step, itemsize: int, alpha: float, beta: float, gamma: float) -
     return alpha + itemsize * (beta * max(sent, received) + gamma * reduced)
 
 
-def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str = "sum",
+def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum",
         *, trace: bool = False, clock: tuple[float, float, float] | None = None) -> Result:
     """Run one schedule per virtual rank on its buffer (modified in place).
 
-    ``clock=(alpha, beta, gamma)`` also times the run on the alpha-beta-gamma clock.
+    ``op=None``: the schedules reduce nothing (all-gather, broadcast). ``clock=(alpha, beta,
+    gamma)`` also times the run on the alpha-beta-gamma clock.
     """
     size = len(scheds)
     links = _link(scheds)
-    reduce_into = kernels.kernel(op)
+    reduce_into = None if op is None or not buffers else kernels.kernel(op, buffers[0].dtype)
+    buffers = [kernels.as_storage(b) for b in buffers]     # the same memory (half types: uint16)
     pc = [0] * size                 # the step each rank has entered (posted)
     start = [0] * size              # logical round at which that step was entered
     entered_at: dict = {}           # (rank, step) -> round
@@ -217,12 +219,12 @@ def allgather(inputs, algorithm="ring") -> list[np.ndarray]:
     bufs = [np.zeros(size * n, np.asarray(inputs[0]).dtype) for _ in range(size)]
     for r, x in enumerate(inputs):
         bufs[r][r * n:(r + 1) * n] = np.asarray(x).reshape(-1)
-    run(schedules("allgather", algorithm, size, size * n), bufs, "sum")
+    run(schedules("allgather", algorithm, size, size * n), bufs, None)
     return bufs
 
 
 def bcast(inputs, root=0, algorithm="binomial") -> list[np.ndarray]:
     """Every rank gets the root's array."""
     bufs = [np.array(x).reshape(-1).copy() for x in inputs]
-    run(schedules("bcast", algorithm, len(bufs), bufs[0].size, root=root), bufs, "sum")
+    run(schedules("bcast", algorithm, len(bufs), bufs[0].size, root=root), bufs, None)
     return bufs

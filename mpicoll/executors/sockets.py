@@ -132,9 +132,10 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: SocketComm, *, op: str = 
 
     ``scratch`` (``schedule.scratch_elements`` of ``buf``'s dtype) is allocated if not given.
     """
-    reduce_into = kernels.kernel(op)
+    reduce_into = kernels.kernel(op, buf.dtype)
     if scratch is None:
         scratch = np.empty(schedule.scratch_elements, buf.dtype)
+    buf, scratch = kernels.as_storage(buf), kernels.as_storage(scratch)   # half types: uint16
     raw = lambda a: memoryview(a).cast("B")          # noqa: E731 - bytes of an array slice
     nsteps = len(schedule.plan)
     for index, (recvs, sends) in enumerate(schedule.plan):

@@ -57,7 +57,23 @@ from .sizes import parse_size, size_arg, sizes_from
 __all__ = ["main", "run", "parse_args", "Case", "BUS_FACTOR"]
 
 COLLECTIVE_NAMES = ("allreduce", "reduce_scatter_block", "allgather", "bcast")
-DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
+DTYPES = ("float32", "float64", "int32", "int64", "int8", "int16", "uint8", "uint16", "uint32",
+          "uint64", "float16", "bfloat16", "complex64", "complex128", "bool")  # kernels.DTYPES
+OPS = ("sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor")  # kernels.OPS
+
+
+def _dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _reference(collective: str, dtype: np.dtype) -> bool:
+    """Whether the MPI library can run the collective on ``dtype`` (``mpi``, the reference):
+    it reduces only types it has a datatype for (not bfloat16); it moves any type's bytes."""
+    from ..api import _library_has
+    return collective not in ("allreduce", "reduce_scatter_block") or _library_has(dtype)
 VOLUME = 64 << 20
 
 
@@ -79,10 +95,11 @@ def parse_args(argv):
                     help="timed iterations (default: a 64 MiB volume per size, 5 to 200)")
     ap.add_argument("-w", "--warmup", type=nonnegative_int, default=5, help="untimed calls")
     ap.add_argument("-a", "--algorithms", help="comma list (default: all, auto and mpi)")
-    ap.add_argument("-d", "--dtype", default="float32", choices=list(DTYPES),
+    ap.add_argument("-d", "--dtype", default="float32", choices=DTYPES,
                     help="element type")
-    ap.add_argument("--op", default="sum", choices=["sum", "prod", "max", "min"],
-                    help="reduction")
+    ap.add_argument("--op", default="sum", choices=OPS,
+                    help="reduction (MPI's rules: e.g. max/min not on complex, land/lor/lxor on "
+                         "integers and bool, band/bor/bxor on integers)")
     ap.add_argument("--inplace", action="store_true", help="time in-place calls")
     ap.add_argument("--outofplace", action="store_true",
                     help="time out-of-place calls (default; give both flags for both)")
@@ -116,8 +133,18 @@ def parse_args(argv):
     if not sizes_from(args.minbytes, args.maxbytes, args.stepfactor):
         ap.error(f"empty size range: the smallest size ({args.minbytes} B) is above the largest "
                  f"({args.maxbytes} B)")
+    from ..kernels import check
+    reduces = args.collective in ("allreduce", "reduce_scatter_block")
+    try:
+        if reduces:
+            check(args.op, _dtype(args.dtype))
+    except TypeError as e:
+        ap.error(f"argument --op: {e}")
     table = COLLECTIVES[args.collective]
     names = args.algorithms.split(",") if args.algorithms is not None else []
+    if "mpi" in names and not _reference(args.collective, _dtype(args.dtype)):
+        ap.error(f"argument -a/--algorithms: the MPI library has no datatype for "
+                 f"{args.dtype}, so 'mpi' can't reduce it")
     unknown = [a for a in names if a != "auto" and a not in table]
     if unknown:
         ap.error(f"unknown {args.collective} algorithm(s) {unknown}; expected a comma list of "
@@ -246,7 +273,10 @@ class Case:
         """The MPI library's own collective, called straight through mpi4py."""
         from mpi4py import MPI
         c, comm, out = self.collective, self.comm, self.out
-        op = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[self.op]
+        from ..kernels import as_storage
+        op = getattr(MPI, self.op.upper())          # MPI.SUM ... MPI.BXOR
+        send = send if send is MPI.IN_PLACE else as_storage(send)     # bfloat16: as uint16
+        out = as_storage(out)
         if c == "allreduce":
             comm.Allreduce(send, out, op=op)
         elif c == "reduce_scatter_block":
@@ -296,12 +326,17 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     from ..registry import COLLECTIVES
 
     rank, size = comm.Get_rank(), comm.Get_size()
-    kernels.warmup()
+    reduces = args.collective in ("allreduce", "reduce_scatter_block")
+    dtype = _dtype(args.dtype)
+    kernels.warmup(args.op if reduces else kernels.ops_for(dtype)[0], dtype)
     nodes = state(comm).nodes()
     table = COLLECTIVES[args.collective]
     algorithms = (args.algorithms.split(",") if args.algorithms
                   else [a for a in table if a != "mpi"] + ["auto", "mpi"])
-    if "mpi" not in algorithms:
+    reference = _reference(args.collective, _dtype(args.dtype))
+    if not reference:                       # no MPI datatype (bfloat16): no vs_mpi column
+        algorithms = [a for a in algorithms if a != "mpi"]
+    elif "mpi" not in algorithms:
         algorithms.append("mpi")            # vs_mpi needs the reference in the same run
     real_nodes = len(state(comm).real_nodes)
     unshared = [a for a in algorithms if a not in ("auto", "mpi") and real_nodes > 1
@@ -343,7 +378,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
 
     for si, nbytes in enumerate(sizes):
         for inplace in places:
-            case = Case(args.collective, comm, nbytes, DTYPES[args.dtype], args.op, inplace)
+            case = Case(args.collective, comm, nbytes, _dtype(args.dtype), args.op, inplace)
             iters = args.iters or int(min(200, max(5, VOLUME // max(case.nbytes, 1))))
             chosen = auto_choice(args.collective, comm, case.nbytes, case.count, args.op,
                                  DTYPES[args.dtype])
@@ -388,7 +423,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                 comm.Allreduce(MPI.IN_PLACE, times[a], op=MPI.MAX)   # the slowest rank
             if progress:
                 print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
-            mpi_time = float(np.median(times["mpi"]))
+            mpi_time = float(np.median(times["mpi"])) if reference else None
             for a in algorithms:
                 st = stats(times[a])
                 runs = chosen if a == "auto" else a
@@ -400,7 +435,8 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                        "count": case.count, "dtype": args.dtype, "op": args.op,
                        "inplace": inplace, **st, "iters": iters,
                        "algbw": case.nbytes / t / 1e9, "busbw": case.nbytes / t / 1e9 * factor,
-                       "wrong": wrong[a], "vs_mpi": mpi_time / float(np.median(times[a])),
+                       "wrong": wrong[a],
+                       "vs_mpi": mpi_time / float(np.median(times[a])) if mpi_time else None,
                        "bytes_sent": sent[a] if a != "mpi" else None,
                        "predicted_us": pred * 1e6 if pred is not None else None,
                        "auto_choice": chosen if a == "auto" else None}
@@ -415,10 +451,11 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                                   case.nbytes else f"{'-':>9}")
                     pred_s = f"{rec['predicted_us']:>9.1f}" if pred is not None else f"{'-':>9}"
                     wrong_s = "-" if wrong[a] is None else wrong[a]
+                    vs_mpi = f"{'-':>6}" if rec["vs_mpi"] is None else f"{rec['vs_mpi']:>6.2f}"
                     print(f"{case.nbytes:>10} {case.count:>9} {args.dtype:>7} {args.op:>5} "
                           f"{name:>18} {'in' if inplace else 'out':>5} | {st['time_us']:>10.1f} "
                           f"{rec['algbw']:>7.3f} {rec['busbw']:>7.3f} {wrong_s:>6} | "
-                          f"{rec['vs_mpi']:>6.2f} {pred_s} {sent_ratio}{extra}", flush=True)
+                          f"{vs_mpi} {pred_s} {sent_ratio}{extra}", flush=True)
     if rank == 0:
         verdict = ("results not checked (--no-check)" if args.no_check else
                    "all results correct" if total_wrong == 0 else f"{total_wrong} WRONG elements")

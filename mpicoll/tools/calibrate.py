@@ -54,7 +54,7 @@ def pingpong(comm, a: int, b: int, nbytes: int, iters: int) -> float | None:
 def kernel_gamma() -> float:
     """Seconds per byte of the float32 SUM kernel (best of several runs at 1..16 MiB)."""
     from ..kernels import sum_into, warmup
-    warmup()
+    warmup("sum", np.float32)
     rates = []
     for mib in (1, 4, 16):
         n = mib * (1 << 20) // 4

@@ -121,8 +121,11 @@ def _aliased():
 
 # name -> (a bad call on this rank, the exception, its message)
 BAD = {
-    "wrong dtype": (lambda comm, **o: mpicoll.allreduce(np.arange(3, dtype=np.int16), comm=comm,
-                                                        **o), TypeError, "unsupported dtype int16"),
+    "wrong dtype": (lambda comm, **o: mpicoll.allreduce(np.array(["a", "b"]), comm=comm,
+                                                        **o), TypeError, "unsupported dtype <U1"),
+    "op MPI forbids on the dtype": (lambda comm, **o: mpicoll.allreduce(
+        np.zeros(3, np.complex64), op="max", comm=comm, **o), TypeError,
+        "op 'max' does not apply to dtype complex64"),
     "non-contiguous": (lambda comm, **o: mpicoll.allreduce(np.arange(6.0)[::2], comm=comm, **o),
                        ValueError, "must be C-contiguous"),
     "size mismatch": (lambda comm, **o: mpicoll.allreduce(np.zeros(3), np.zeros(4), comm=comm,

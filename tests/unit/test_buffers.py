@@ -88,13 +88,14 @@ def test_array_array_of_an_unsupported_type_says_so(code):
 
 @pytest.mark.parametrize("dtype", _memoryview_dtypes(), ids=str)
 def test_memoryview_keeps_format_and_shape(dtype):
+    op = kernels.ops_for(dtype)[0]          # bool has no sum: its first op
     base = np.zeros((2, 3), dtype)
     src = values(dtype).reshape(2, 3)
-    out = mpicoll.allreduce(memoryview(src), memoryview(base), comm=COMM)
+    out = mpicoll.allreduce(memoryview(src), memoryview(base), op=op, comm=COMM)
     assert out.shape == (2, 3) and out.dtype == dtype
     assert np.shares_memory(out, base)
     assert np.array_equal(base, src)
-    new = mpicoll.allreduce(memoryview(src), comm=COMM)    # recvbuf=None: a new numpy array
+    new = mpicoll.allreduce(memoryview(src), op=op, comm=COMM)    # recvbuf=None: a new numpy array
     assert type(new) is np.ndarray and not np.shares_memory(new, src)
     assert np.array_equal(new, src)
 
@@ -117,30 +118,32 @@ def test_bytearray_is_uint8_and_bytes_is_send_only():
 
 @pytest.mark.parametrize("dtype", kernels.DTYPES, ids=str)
 def test_array_interface_only_object(dtype):
+    op = kernels.ops_for(dtype)[0]          # bool has no sum: its first op
     base = np.zeros(6, dtype)
     if np.asarray(ArrayInterfaceOnly(base)).dtype != dtype:    # bfloat16's typestr is '<V2'
         with pytest.raises(TypeError, match=r"sendbuf has unsupported dtype \|V"):
-            mpicoll.allreduce(ArrayInterfaceOnly(values(dtype)), comm=COMM)
+            mpicoll.allreduce(ArrayInterfaceOnly(values(dtype)), op=op, comm=COMM)
         return
     out = mpicoll.allreduce(ArrayInterfaceOnly(values(dtype)), ArrayInterfaceOnly(base),
-                            comm=COMM)
+                            op=op, comm=COMM)
     assert np.shares_memory(out, base) and np.array_equal(base, values(dtype))
 
 
 @pytest.mark.parametrize("dtype", kernels.DTYPES, ids=str)
 def test_dlpack_only_object(dtype):
+    op = kernels.ops_for(dtype)[0]          # bool has no sum: its first op
     base = np.zeros(6, dtype)
     try:
         base.__dlpack__()
     except BufferError:         # DLPack has no such type (bfloat16 in numpy): a clear error
         with pytest.raises(TypeError, match=r"sendbuf \(test_buffers.DLPackOnly\) cannot be "
                                             r"read through DLPack without a copy: "):
-            mpicoll.allreduce(DLPackOnly(values(dtype)), comm=COMM)
+            mpicoll.allreduce(DLPackOnly(values(dtype)), op=op, comm=COMM)
         return
-    out = mpicoll.allreduce(DLPackOnly(values(dtype)), DLPackOnly(base), comm=COMM)
+    out = mpicoll.allreduce(DLPackOnly(values(dtype)), DLPackOnly(base), op=op, comm=COMM)
     assert np.shares_memory(out, base) and np.array_equal(base, values(dtype))
     inplace = values(dtype)
-    out = mpicoll.allreduce(MPI.IN_PLACE, DLPackOnly(inplace), comm=COMM)
+    out = mpicoll.allreduce(MPI.IN_PLACE, DLPackOnly(inplace), op=op, comm=COMM)
     assert np.shares_memory(out, inplace)
 
 

@@ -142,6 +142,14 @@ def test_commands_without_communication_do_not_initialise_mpi(tmp_path):
     (["-o", "sum"], "unrecognized arguments: -o sum"),
     (["--profile", "/nonexistent.json"], "/nonexistent.json: no such profile file"),
     (["--timeout", "-1"], "--timeout: must be a number >= 0"),
+    (["-d", "complex64", "--op", "max"], "argument --op: op 'max' does not apply to dtype "
+                                         "complex64 (MPI allows max on integer and floating "
+                                         "types; complex64 is complex); ops for complex64: "
+                                         "sum, prod"),
+    (["-d", "bool"], "argument --op: op 'sum' does not apply to dtype bool"),
+    (["-d", "bfloat16", "-a", "ring,mpi"], "the MPI library has no datatype for bfloat16"),
+    (["-d", "float8"], "argument -d/--dtype: invalid choice: 'float8'"),
+    (["--op", "maxloc"], "argument --op: invalid choice: 'maxloc'"),
 ])
 def test_bench_misuse(capsys, argv, says):
     line = usage_error(capsys, "bench", *argv)
@@ -287,3 +295,12 @@ def test_calibrate_fit():
     assert "does not grow" in calibrate.fit(sizes, falling)[2][0]
     noisy = line[:-3] + [2e-4, 1e-5, 2.5e-4]             # 128K slower than 512K
     assert "far from a line (R^2 = 0.26 < 0.9)" in calibrate.fit(sizes, noisy)[2][0]
+
+
+def test_bench_offers_every_dtype_and_op():
+    """-d and --op list what the kernels have (kept as names there, so --help needs no numba)."""
+    from mpicoll import kernels
+    from mpicoll.tools import bench
+    assert bench.DTYPES == tuple(str(d) for d in kernels.DTYPES)
+    assert bench.OPS == kernels.OPS
+    assert all(bench._dtype(name) == d for name, d in zip(bench.DTYPES, kernels.DTYPES))
