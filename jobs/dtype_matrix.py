@@ -34,6 +34,7 @@ from mpi4py import MPI
 import mpicoll
 from mpicoll import kernels, simulate
 from mpicoll._runtime.context import state
+from mpicoll.algorithms import allreduce_shm
 from mpicoll.registry import ALLREDUCE
 from mpicoll.testing import environment, exact_input, exact_result
 
@@ -178,6 +179,9 @@ def main(argv=None) -> int:
                     for algorithm in algorithms:
                         if ALLREDUCE[algorithm].library and not mpicoll.api._library_has(dtype):
                             continue
+                        if (ALLREDUCE[algorithm].has("shared-memory")
+                                and not allreduce_shm.supports(op, dtype)):
+                            continue        # refused by shm's own check (tests/mpi/test_shm.py)
                         problems += check_pair(comm, dtype, op, algorithm, counts, args.seed,
                                                nodes)
                         pairs += 1

@@ -341,6 +341,11 @@ def size_class(nbytes: int) -> int:
     return min(CHUNK_BYTES, max(MIN_BYTES, 1 << max(0, nbytes - 1).bit_length()))
 
 
+def supports(op: str, dtype) -> bool:
+    """Whether ``shm`` reduces ``op`` on ``dtype`` (``check`` refuses the others)."""
+    return op in OPS and np.dtype(dtype) in DTYPES
+
+
 def check(st, op: str, dtype: np.dtype) -> None:
     """Raise ``ValueError`` unless ``shm`` can run on ``st``'s communicator with ``op`` and
     ``dtype`` (every rank gets the same answer: the layout is the same everywhere)."""

@@ -13,13 +13,14 @@ import pytest
 import mpicoll
 from mpicoll import kernels
 from mpicoll._runtime.context import state
+from mpicoll.registry import ALLREDUCE
 from mpicoll.testing import agree, environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 import dtype_matrix  # noqa: E402
 
 pytestmark = pytest.mark.mpi
-OWN = [a for a in mpicoll.ALGORITHMS if a != "mpi"]
+OWN = [a for a in mpicoll.ALGORITHMS if ALLREDUCE[a].scheduled]     # shm: tests/mpi/test_shm.py
 
 
 @pytest.mark.parametrize("executor", ["compiled", "python"])
