@@ -207,8 +207,9 @@ def _step(recvs, sends, itemsize: int, rule: SegmentRule) -> list:
         streams[stream] = base[-1] + len(displs) - 1
     rounds = max((n for (_, send), n in streams.items() if not send), default=1)
     mode = "one round"
-    if rounds > 1 and any(kind >= 2 for *_, kind in messages):
-        if _sends_apart(messages):
+    split = any(len(displs) > 2 for displs in splits)     # else: exactly the unsegmented step
+    if split and rounds > 1 and any(kind >= 2 for *_, kind in messages):
+        if _sends_apart(messages) and _keeps_order(messages, splits, base, sends=False):
             mode = "sends up front"
         elif _keeps_order(messages, splits, base):
             mode = "lockstep"
@@ -249,15 +250,19 @@ def _sends_apart(messages) -> bool:
     return True
 
 
-def _keeps_order(messages, splits, base) -> bool:
+def _keeps_order(messages, splits, base, sends: bool = True) -> bool:
     """Whether rounds in lockstep (each round's sends waited for with its receives) leave every
     element's operations in plan order (module docstring): checked at every segment edge inside
-    each overlap of two messages."""
+    each overlap of two messages. ``sends=False``: only the receives' order (the sends are
+    posted up front, apart from every receive: ``_sends_apart``) -- two reduced receives into
+    one element, e.g. from a tree's two children, must be applied in plan order."""
     for a, (_, alo, ahi, akind) in enumerate(messages):
         for b in range(a + 1, len(messages)):
             _, blo, bhi, bkind = messages[b]
             lo, hi = max(alo, blo), min(ahi, bhi)
             if lo >= hi or (akind == SEND and bkind == SEND):
+                continue
+            if not sends and SEND in (akind, bkind):
                 continue
             if akind == COPY or bkind == COPY:
                 return False
