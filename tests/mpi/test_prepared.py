@@ -1,0 +1,179 @@
+"""Prepared calls (``api.Prepared``): a plain allreduce that comes again with the same arguments
+reuses the first call's decisions. It must still give exact answers, raise the same errors on
+bad buffers, hash its arguments into the tag (a mismatch is caught), mark the communicator
+broken after a failure, agree every call with validate, start afresh after settings.reload()
+and on a new communicator, and keep a bounded table."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll import api, settings
+from mpicoll._runtime import context
+from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
+
+pytestmark = pytest.mark.mpi
+
+ALGORITHMS = ["auto", "ring", "recursive_doubling", "rabenseifner", "binomial"]
+
+
+def _table(comm):
+    return context.attach(comm).prepared
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("timeout", [None, 60.0, float("inf")])
+def test_repeated_calls_are_exact(comm, algorithm, timeout):
+    """The same buffers, new values each call, out of place, in place and allocated: every call
+    exact, and the calls after the first served by a prepared call where one is kept."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    n = 1001
+    send, recv, inplace = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    bad = []
+    for i in range(4):
+        send[:] = exact_input(rank, n, np.int64, "sum") + i
+        want = exact_result(size, n, np.int64, "sum") + size * i
+        mpicoll.allreduce(send, recv, algorithm=algorithm, comm=comm, timeout=timeout)
+        inplace[:] = send
+        mpicoll.allreduce(MPI.IN_PLACE, inplace, algorithm=algorithm, comm=comm, timeout=timeout)
+        fresh = mpicoll.allreduce(send, algorithm=algorithm, comm=comm, timeout=timeout)
+        bad += [f"call {i} {form}" for form, got in
+                (("out of place", recv), ("in place", inplace), ("allocated", fresh))
+                if not np.array_equal(got, want)]
+    agree(comm, not bad, bad)
+    kept = [p for p in _table(comm).values() if p.run is not None]
+    agree(comm, size == 1 or algorithm == "auto" or len(kept) == 3,
+          f"{len(kept)} prepared calls that run a schedule")
+
+
+def test_bad_buffers_after_a_prepared_call(comm):
+    """A call whose key matches a prepared one still raises the full path's error, on every
+    rank, before any communication: non-contiguous, read-only, aliased, overlapping."""
+    base = np.zeros(8)
+    for _ in range(2):
+        mpicoll.allreduce(np.zeros(4), np.zeros(4), comm=comm)
+        mpicoll.allreduce(MPI.IN_PLACE, np.zeros(4), comm=comm)
+    read_only = np.zeros(4)
+    read_only.flags.writeable = False
+    x = np.zeros(4)
+    cases = [
+        ((np.arange(8.0)[::2], np.zeros(4)), ValueError, "sendbuf must be C-contiguous"),
+        ((np.zeros(4), np.zeros(8)[::2]), ValueError, "recvbuf must be C-contiguous"),
+        ((np.zeros(4), read_only), ValueError, "recvbuf is read-only"),
+        ((MPI.IN_PLACE, read_only), ValueError, "recvbuf is read-only"),
+        ((x, x), ValueError, "overlap"),
+        ((base[:4], base[2:6]), ValueError, "overlap"),
+        ((np.zeros(4), np.zeros(5)), ValueError, "recvbuf has 5 elements, expected 4"),
+    ]
+    for args, exc, match in cases:
+        raises_everywhere(comm, exc, mpicoll.allreduce, *args, comm=comm, match=match)
+    out = mpicoll.allreduce(base[:4] + 1, base[4:], comm=comm)     # views, disjoint: fine
+    agree(comm, np.array_equal(out, np.full(4, comm.size)), out)
+
+
+def test_mismatch_on_a_prepared_call(comm):
+    """The tag of a prepared call carries its arguments' hash: a rank that passes another count
+    (full path) never matches the prepared call of the others; at the deadline every rank
+    raises ArgumentMismatch naming both counts (the Watch made late, on the prepared call);
+    then CommunicatorBroken, on the prepared call too."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    last = comm.size - 1
+    for _ in range(2):
+        mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm, timeout=1.0)
+    agree(comm, len(_table(comm)) == 1, "one prepared call")
+    n = 10 + 10 * (comm.rank == last)
+    exc = raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.allreduce, np.ones(n),
+                            algorithm="ring", comm=comm, timeout=1.0,
+                            match=rf"count: 10 on rank\(s\) \[0.*\], 20 on rank\(s\) \[{last}\]")
+    agree(comm, exc.in_flight, exc)
+    raises_everywhere(comm, mpicoll.CommunicatorBroken, mpicoll.allreduce, np.ones(10),
+                      algorithm="ring", comm=comm, timeout=1.0)
+
+
+def test_timeout_on_a_prepared_call(comm):
+    """A rank missing from a prepared call: the others raise CollectiveTimeout naming it, and
+    the communicator is broken for them."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    last = comm.size - 1
+    for _ in range(2):
+        mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm, timeout=1.0)
+    if comm.rank != last:
+        try:
+            mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm, timeout=0.5)
+            got = None
+        except mpicoll.CollectiveTimeout as error:
+            got = error
+        ok = got is not None and last in got.missing
+        try:
+            mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm, timeout=0.5)
+            ok = False
+        except mpicoll.CommunicatorBroken:
+            pass
+    else:
+        ok, got = True, None
+    agree(comm, ok, got)
+
+
+def test_validate_agrees_every_call(comm):
+    """validate=True is never served by a prepared call: a count that differs on the third
+    call is still an ArgumentMismatch on every rank, found by the agreement step."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    last = comm.size - 1
+    for _ in range(2):
+        mpicoll.allreduce(np.ones(10), comm=comm, validate=True, timeout=30.0)
+    agree(comm, not _table(comm), "nothing kept under validate")
+    raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.allreduce,
+                      np.ones(10 + (comm.rank == last)), comm=comm, validate=True, timeout=30.0,
+                      match="count")
+    with environment(MPICOLL_VALIDATE="1"):
+        mpicoll.allreduce(np.ones(10), comm=comm)
+        raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.allreduce,
+                          np.ones(10 + (comm.rank == last)), comm=comm, timeout=30.0,
+                          match="count")
+
+
+def test_reload_starts_afresh(comm):
+    """settings.reload() (here through ``environment``) makes the next call decide again: the
+    deadline it keeps is the new MPICOLL_TIMEOUT's."""
+    if comm.size == 1:
+        pytest.skip("no deadline on one rank")
+    mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
+    default = settings.get("MPICOLL_TIMEOUT")
+    before = context.attach(comm).last_prepared.timeout
+    with environment(MPICOLL_TIMEOUT="7"):
+        mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
+        during = context.attach(comm).last_prepared.timeout
+    with environment(MPICOLL_TIMEOUT="0"):
+        mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
+        off = context.attach(comm).last_prepared.timeout
+    agree(comm, (before, during, off) == (default, 7.0, None), (before, during, off))
+
+
+def test_a_new_communicator_starts_empty(comm):
+    """Prepared calls live in the communicator's state: a communicator freed and another made
+    (MPI may give it the same handle) has none."""
+    dup = comm.Dup()
+    mpicoll.allreduce(np.ones(3), comm=dup)
+    mpicoll.allreduce(np.ones(3), comm=dup)
+    old = context.attach(dup)
+    dup.Free()
+    again = comm.Dup()
+    try:
+        st = context.known(again)
+        agree(comm, st is None or (st is not old and not st.prepared), "a stale state")
+        out = mpicoll.allreduce(np.ones(3), comm=again)
+        agree(comm, np.array_equal(out, np.full(3, comm.size)), out)
+    finally:
+        again.Free()
+
+
+def test_table_is_bounded(comm):
+    """More distinct calls than the table holds: it keeps the most recent ones only."""
+    for n in range(1, api.PREPARED_PER_COMM + 21):
+        mpicoll.allreduce(np.ones(n), algorithm="ring", comm=comm)
+    counts = [key[5] for key in _table(comm)]
+    agree(comm, counts == list(range(21, api.PREPARED_PER_COMM + 21)), counts[:3])
