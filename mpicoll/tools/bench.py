@@ -381,7 +381,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             case = Case(args.collective, comm, nbytes, _dtype(args.dtype), args.op, inplace)
             iters = args.iters or int(min(200, max(5, VOLUME // max(case.nbytes, 1))))
             chosen = auto_choice(args.collective, comm, case.nbytes, case.count, args.op,
-                                 DTYPES[args.dtype])
+                                 _dtype(args.dtype))
             wrong, sent = {}, {}
             traffic = state(comm).traffic     # the executor's counters on this communicator
             persistent = {a: args.persistent and a != "mpi" for a in algorithms}
