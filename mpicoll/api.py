@@ -421,10 +421,10 @@ class Prepared:
     """A plain call's decisions, for a call with the same key (see above)."""
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
-                 "on_timeout", "run", "internode_bytes")
+                 "on_timeout", "run", "internode_bytes", "rank", "block")
 
-    def __init__(self, call: Call, prepared, dtype: np.dtype):
-        self.collective = call.collective
+    def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0):
+        self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), block
         self.numbered = call._state is not None         # the call took a number (and a tag)
         sig = call.signature
         self.offset = 0 if sig is None else sig.offset
@@ -470,14 +470,15 @@ class Prepared:
             st.traffic["internode_bytes"] += self.internode_bytes
 
 
-def _remember(call: Call, key, prepared, dtype: np.dtype) -> None:
-    """Keep the decisions of ``call`` (done) for calls with ``key`` (None: not kept)."""
+def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0) -> None:
+    """Keep the decisions of ``call`` (done) for calls with ``key`` (None: not kept);
+    ``block``: the elements of one rank's block (reduce_scatter_block, allgather)."""
     if key is None or call.validate or (prepared is not None
                                         and prepared[0] is not compiled.execute):
         return
     st = context.attach(call.comm)
     table = st.prepared
-    table[key] = st.last_prepared = Prepared(call, prepared, dtype)
+    table[key] = st.last_prepared = Prepared(call, prepared, dtype, block)
     st.last_key = key
     if len(table) > PREPARED_PER_COMM:
         table.popitem(last=False)
@@ -505,14 +506,15 @@ def _prepared(comm, key):
     return st, entry
 
 
-def _allreduce_key(sendbuf, recvbuf, op, algorithm, inner, outer, order, timeout, on_timeout,
-                   validate):
-    """The key of an allreduce's decisions, or None (not one a prepared call serves): exact
-    numpy arrays (or IN_PLACE; or recvbuf=None), a predefined op, options of the types that
-    are valid (so that ``True == 1`` or ``np.int64(5) == 5`` cannot pass for another)."""
+def _key(collective: str, sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeout,
+         validate):
+    """The key of a call's decisions, or None (not one a prepared call serves): exact numpy
+    arrays (sendbuf may be IN_PLACE; allreduce's recvbuf None), a predefined op (``""``: the
+    collective has none), options and reliability options of the types that are valid (so
+    that ``True == 1`` or ``np.int64(5) == 5`` cannot pass for another)."""
     if type(recvbuf) is np.ndarray:
         recv = recvbuf.dtype, recvbuf.size
-    elif recvbuf is None:
+    elif recvbuf is None and collective == "allreduce":
         recv = None, None
     else:
         return None
@@ -525,14 +527,28 @@ def _allreduce_key(sendbuf, recvbuf, op, algorithm, inner, outer, order, timeout
     opkey = op if type(op) is str else _OP_KEYS.get(id(op))
     if opkey is None:
         return None
-    key = ("allreduce", _epoch, algorithm, opkey, *send, *recv)
-    if inner is None and outer is None and order is None and timeout is None and \
-            on_timeout is None and validate is None:
+    key = (collective, _epoch, algorithm, opkey, *send, *recv, *options)
+    if timeout is None and on_timeout is None and validate is None:
         return key
     if (timeout is not None and type(timeout) is not float and type(timeout) is not int) or \
             (validate is not None and type(validate) is not bool):
         return None
-    return key + (inner, outer, order, timeout, on_timeout, validate)
+    return key + (timeout, on_timeout, validate)
+
+
+def _checked(sendbuf, recvbuf):
+    """The checks of ``_buffers`` that depend on the buffers themselves, for a call whose key
+    matched (dtypes and sizes are in the key): True when they pass, else False (the full path
+    then raises the error)."""
+    flags = recvbuf.flags
+    if not (flags.c_contiguous and flags.writeable):
+        return False
+    if sendbuf is MPI.IN_PLACE:
+        return True
+    sflags = sendbuf.flags
+    # two arrays that own their memory are two allocations: they can't overlap
+    return sflags.c_contiguous and (flags.owndata and sflags.owndata and sendbuf is not recvbuf
+                                    or not np.may_share_memory(sendbuf, recvbuf))
 
 
 def _fast_allreduce(key, sendbuf, recvbuf, comm):
@@ -541,32 +557,19 @@ def _fast_allreduce(key, sendbuf, recvbuf, comm):
     st, entry = _prepared(comm, key)
     if entry is None:
         return None
-    if sendbuf is MPI.IN_PLACE:
-        flags = recvbuf.flags
-        if not (flags.c_contiguous and flags.writeable):
+    if recvbuf is None:
+        if not sendbuf.flags.c_contiguous:
             return None
-        recv = recvbuf
-    else:
-        sflags = sendbuf.flags
-        if not sflags.c_contiguous:
-            return None
-        if recvbuf is None:
-            recv = np.empty(sendbuf.shape, sendbuf.dtype)
-        else:
-            flags = recvbuf.flags
-            if not (flags.c_contiguous and flags.writeable):
-                return None
-            # two arrays that own their memory are two allocations: they can't overlap
-            if not (flags.owndata and sflags.owndata and sendbuf is not recvbuf) and \
-                    np.may_share_memory(sendbuf, recvbuf):
-                return None
-            recv = recvbuf
-        if recv.shape == sendbuf.shape:
-            recv[...] = sendbuf
+        recvbuf = np.empty(sendbuf.shape, sendbuf.dtype)
+    elif not _checked(sendbuf, recvbuf):
+        return None
+    if sendbuf is not MPI.IN_PLACE:
+        if recvbuf.shape == sendbuf.shape:
+            recvbuf[...] = sendbuf
         else:                       # same element count, any shape: the flat views
-            np.copyto(recv.reshape(-1), sendbuf.reshape(-1))
-    entry(st, recv)
-    return recv
+            np.copyto(recvbuf.reshape(-1), sendbuf.reshape(-1))
+    entry(st, recvbuf)
+    return recvbuf
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -589,8 +592,8 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                           outer=outer, order=order, timeout=timeout, on_timeout=on_timeout,
                           validate=validate, compress=compress,
                           error_feedback=error_feedback).wait()
-    key = _allreduce_key(sendbuf, recvbuf, op, algorithm, inner, outer, order, timeout,
-                         on_timeout, validate)
+    key = _key("allreduce", sendbuf, recvbuf, op, algorithm, (inner, outer, order), timeout,
+               on_timeout, validate)
     if key is not None:
         done = _fast_allreduce(key, sendbuf, recvbuf, comm)
         if done is not None:
@@ -643,6 +646,16 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
     block. A new ``recvbuf`` has shape ``sendbuf.shape[1:]`` when ``sendbuf.shape[0]`` equals the
     communicator size, else it is flat.
     """
+    key = _key("reduce_scatter_block", sendbuf, recvbuf, op, algorithm, (), timeout, on_timeout,
+               validate)
+    if key is not None:
+        st, entry = _prepared(comm, key)
+        if entry is not None and _checked(sendbuf, recvbuf):
+            n, rank = entry.block, entry.rank
+            work = recvbuf.reshape(-1) if sendbuf is MPI.IN_PLACE else sendbuf.reshape(-1).copy()
+            entry(st, work)
+            np.copyto(recvbuf.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
+            return recvbuf
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         opname = _op_name(op)
         algo = _algorithm("reduce_scatter_block", algorithm)
@@ -670,6 +683,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
             _run(call, prepared, work)
         rank = comm.Get_rank()
         np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
+        _remember(call, key, prepared, recv.dtype, n)
         return recv
 
 
@@ -680,6 +694,16 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
     With ``MPI.IN_PLACE`` rank r's input is block r of ``recvbuf``. A new ``recvbuf`` has shape
     ``(comm.size,) + sendbuf.shape``.
     """
+    key = _key("allgather", sendbuf, recvbuf, "", algorithm, (), timeout, on_timeout, validate)
+    if key is not None:
+        st, entry = _prepared(comm, key)
+        if entry is not None and _checked(sendbuf, recvbuf):
+            n, rank = entry.block, entry.rank
+            flat = recvbuf.reshape(-1)
+            if sendbuf is not MPI.IN_PLACE:
+                np.copyto(flat[rank * n:(rank + 1) * n], sendbuf.reshape(-1))
+            entry(st, flat)
+            return recvbuf
     with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
         algo = _algorithm("allgather", algorithm)
         comm = call.comm
@@ -702,12 +726,20 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
             np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
         if prepared is not None:
             _run(call, prepared, flat)
+        _remember(call, key, prepared, recv.dtype, n)
         return recv
 
 
 def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
           validate=None):
     """Broadcast ``buf`` from ``root`` to every rank, in place. Returns ``buf``."""
+    key = None if type(root) is not int else _key(
+        "bcast", MPI.IN_PLACE, buf, "", algorithm, (root,), timeout, on_timeout, validate)
+    if key is not None:
+        st, entry = _prepared(comm, key)
+        if entry is not None and _checked(MPI.IN_PLACE, buf):
+            entry(st, buf)
+            return buf
     with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
         algo = _algorithm("bcast", algorithm)
         comm = call.comm
@@ -725,6 +757,7 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
             return buf
         if prepared is not None:
             _run(call, prepared, buf.reshape(-1))
+        _remember(call, key, prepared, buf.dtype)
         return buf
 
 

@@ -177,3 +177,93 @@ def test_table_is_bounded(comm):
         mpicoll.allreduce(np.ones(n), algorithm="ring", comm=comm)
     counts = [key[5] for key in _table(comm)]
     agree(comm, counts == list(range(21, api.PREPARED_PER_COMM + 21)), counts[:3])
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling", "binomial"])
+@pytest.mark.parametrize("collective", ["reduce_scatter_block", "allgather", "bcast"])
+def test_other_collectives_repeated(comm, collective, algorithm, inplace):
+    """reduce_scatter_block, allgather and bcast: the same buffers, new values each call, every
+    call exact (the calls after the first served by a prepared call where one is kept)."""
+    from mpicoll.registry import COLLECTIVES
+    if algorithm != "auto" and algorithm not in COLLECTIVES[collective]:
+        pytest.skip(f"no {collective} {algorithm}")
+    if collective == "bcast" and inplace:
+        pytest.skip("bcast is in place")
+    size, rank, n = comm.Get_size(), comm.Get_rank(), 37
+    bad = []
+    if collective == "reduce_scatter_block":
+        send, out = np.empty(n * size, np.int64), np.empty(n * (size if inplace else 1), np.int64)
+    elif collective == "allgather":
+        send, out = np.empty(n, np.int64), np.empty(n * size, np.int64)
+    else:
+        out = np.empty(n, np.int64)
+    for i in range(4):
+        if collective == "reduce_scatter_block":
+            send[:] = exact_input(rank, n * size, np.int64, "sum") + i
+            want = (exact_result(size, n * size, np.int64, "sum") + size * i)[rank * n:][:n]
+            if inplace:
+                out[:] = send
+            mpicoll.reduce_scatter_block(MPI.IN_PLACE if inplace else send, out,
+                                         algorithm=algorithm, comm=comm)
+            got = out[:n]
+        elif collective == "allgather":
+            send[:] = exact_input(rank, n, np.int64, "sum") + i
+            want = np.concatenate([exact_input(r, n, np.int64, "sum") + i for r in range(size)])
+            if inplace:
+                out[rank * n:(rank + 1) * n] = send
+            mpicoll.allgather(MPI.IN_PLACE if inplace else send, out, algorithm=algorithm,
+                              comm=comm)
+            got = out
+        else:
+            root = i % size
+            want = exact_input(root, n, np.int64, "sum") + i
+            out[:] = want if rank == root else 0
+            mpicoll.bcast(out, root, algorithm=algorithm, comm=comm)
+            got = out
+        if not np.array_equal(got, want):
+            bad.append(f"call {i}")
+    agree(comm, not bad, bad)
+    kept = [key for key in _table(comm) if key[0] == collective]
+    agree(comm, algorithm == "auto" or len(kept) == (size if collective == "bcast" and size < 4
+                                                     else min(size, 4) if collective == "bcast"
+                                                     else 1), f"{len(kept)} kept")
+
+
+def test_other_collectives_bad_buffers(comm):
+    """After prepared calls, a read-only or non-contiguous buffer, or overlapping buffers,
+    still raise the full path's error on every rank."""
+    size = comm.Get_size()
+    for _ in range(2):
+        mpicoll.bcast(np.zeros(4), 0, comm=comm)
+        mpicoll.allgather(np.zeros(4), np.zeros(4 * size), comm=comm)
+        mpicoll.reduce_scatter_block(np.zeros(4 * size), np.zeros(4), comm=comm)
+    read_only = np.zeros(4)
+    read_only.flags.writeable = False
+    whole = np.zeros(8 * size)
+    raises_everywhere(comm, ValueError, mpicoll.bcast, read_only, 0, comm=comm,
+                      match="buf is read-only")
+    raises_everywhere(comm, ValueError, mpicoll.bcast, np.zeros(8)[::2], 0, comm=comm,
+                      match="must be C-contiguous")
+    raises_everywhere(comm, ValueError, mpicoll.allgather, whole[:4], whole[:4 * size],
+                      comm=comm, match="overlap")
+    raises_everywhere(comm, ValueError, mpicoll.reduce_scatter_block, whole[:4 * size],
+                      read_only, comm=comm, match="recvbuf is read-only")
+
+
+def test_bcast_count_mismatch_on_a_prepared_call(comm):
+    """bcast's count is in the key and in the tag's hash: the last rank passing another count
+    than the others' prepared call never takes its sender's message: at the deadline it raises
+    ArgumentMismatch (the ranks whose own calls matched may complete without it)."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    last = comm.size - 1
+    for _ in range(2):
+        mpicoll.bcast(np.zeros(10), 0, algorithm="binomial", comm=comm, timeout=1.0)
+    try:
+        mpicoll.bcast(np.zeros(20 if comm.rank == last else 10), 0, algorithm="binomial",
+                      comm=comm, timeout=1.0)
+        got = None
+    except mpicoll.ArgumentMismatch as error:
+        got = error
+    agree(comm, comm.rank != last or got is not None, "returned")
