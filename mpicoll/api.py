@@ -478,8 +478,8 @@ def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0) -> Non
         return
     st = context.attach(call.comm)
     table = st.prepared
-    table[key] = st.last_prepared = Prepared(call, prepared, dtype, block)
-    st.last_key = key
+    entry = table[key] = Prepared(call, prepared, dtype, block)
+    st.last_prepared = key, entry
     if len(table) > PREPARED_PER_COMM:
         table.popitem(last=False)
 
@@ -497,12 +497,16 @@ def _prepared(comm, key):
         return None, None
     if st is None:
         return None, None
-    if key == st.last_key:
-        return st, st.last_prepared
+    last = st.last_prepared                 # (key, entry), replaced whole: thread-safe
+    if key == last[0]:
+        return st, last[1]
     entry = st.prepared.get(key)
     if entry is not None:
-        st.prepared.move_to_end(key)
-        st.last_key, st.last_prepared = key, entry
+        try:
+            st.prepared.move_to_end(key)
+        except KeyError:                    # another thread dropped it meanwhile
+            pass
+        st.last_prepared = key, entry
     return st, entry
 
 

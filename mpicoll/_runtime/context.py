@@ -48,7 +48,7 @@ class CommState:
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
         self.shared = None                      # allreduce_shm's node communicator and window
         self.prepared = OrderedDict()           # api.Prepared: plain calls' decisions, LRU
-        self.last_key = self.last_prepared = None   # the most recently used of them
+        self.last_prepared = (None, None)       # the most recently used: (key, entry)
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""

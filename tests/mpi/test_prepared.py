@@ -143,13 +143,13 @@ def test_reload_starts_afresh(comm):
         pytest.skip("no deadline on one rank")
     mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
     default = settings.get("MPICOLL_TIMEOUT")
-    before = context.attach(comm).last_prepared.timeout
+    before = context.attach(comm).last_prepared[1].timeout
     with environment(MPICOLL_TIMEOUT="7"):
         mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
-        during = context.attach(comm).last_prepared.timeout
+        during = context.attach(comm).last_prepared[1].timeout
     with environment(MPICOLL_TIMEOUT="0"):
         mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
-        off = context.attach(comm).last_prepared.timeout
+        off = context.attach(comm).last_prepared[1].timeout
     agree(comm, (before, during, off) == (default, 7.0, None), (before, during, off))
 
 
