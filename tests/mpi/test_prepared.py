@@ -267,3 +267,30 @@ def test_bcast_count_mismatch_on_a_prepared_call(comm):
     except mpicoll.ArgumentMismatch as error:
         got = error
     agree(comm, comm.rank != last or got is not None, "returned")
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "rabenseifner"])
+def test_watch_made_late_gives_exact_results(comm, monkeypatch, algorithm):
+    """With no spin (``SPIN_SECONDS = 0``) every pending round of a prepared call under a
+    deadline goes to a Watch made then, and the loop is re-entered after it: still exact."""
+    from mpicoll.executors import compiled
+    monkeypatch.setattr(compiled, "SPIN_SECONDS", 0.0)
+    late, run_watched = [], compiled._run_watched
+
+    def counted(*args):
+        if len(args) == 13:         # resume: the pending row a prepared call handed over
+            late.append(args[-1])
+        return run_watched(*args)
+    monkeypatch.setattr(compiled, "_run_watched", counted)
+    size, rank, n = comm.Get_size(), comm.Get_rank(), 100003
+    send, out = np.empty(n, np.int64), np.empty(n, np.int64)
+    bad = []
+    for i in range(3):
+        send[:] = exact_input(rank, n, np.int64, "sum") - i
+        mpicoll.allreduce(send, out, algorithm=algorithm, comm=comm, timeout=60.0)
+        if not np.array_equal(out, exact_result(size, n, np.int64, "sum") - size * i):
+            bad.append(i)
+    agree(comm, not bad, bad)
+    if size > 1:        # the calls after the first: a Watch made late, at least once somewhere
+        handed = comm.allreduce(sum(1 for r in late if r >= 0))
+        agree(comm, handed > 0, "no prepared call handed a round to a Watch")
