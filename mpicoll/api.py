@@ -17,13 +17,17 @@ count, dtype, op, algorithm and root, raising ``ArgumentMismatch`` on every rank
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from . import compression, kernels, model, select, settings
-from ._runtime.call import Call
+from ._runtime import context
+from ._runtime.call import Call, failed
+from ._runtime.watch import Watch
+from .errors import ArgumentMismatch, CollectiveTimeout
 from .algorithms import allreduce_shm
 from .executors import compiled
 from .executors.progress import Request, waitall
@@ -383,6 +387,195 @@ def _nodes(call: Call, algo: Algorithm):
     return call.open().nodes() if algo.has("node-layout") else None
 
 
+# ----------------------------------------------------------------------------- prepared calls
+#
+# A plain call that comes again with the same arguments -- the same communicator, algorithm,
+# op, dtype, count, in place or not, options, reliability options -- would make the same
+# decisions again: the checks of the op and dtype, the settings, ``auto``'s choice, the options,
+# the schedule, the executor's arguments, the signature hashed into the tag. The first such call
+# (the full path above) keeps them as a ``Prepared`` in the communicator's state (``CommState``:
+# a communicator freed, and its handle reused, starts empty), in a least-recently-used table of
+# ``PREPARED_PER_COMM`` entries; its key holds ``_epoch``, which ``settings.reload()`` bumps. A
+# later call with the same key then does only what depends on the buffers themselves -- exact
+# numpy arrays, C-contiguous, recvbuf writable, no overlap -- and, when any check fails, takes
+# the full path, which raises the same error as ever. Then the broken-communicator check, the
+# call number and tag, the copy and the run; under a deadline, the deadline is a time of
+# ``MPI_Wtime`` and a ``Watch`` is made only if a round outlasts the compiled loop's spin
+# (``compiled.Reusable``). Kept only for the compiled executor's schedules, and never with
+# ``validate`` (which agrees every call): other calls take the full path every time.
+
+PREPARED_PER_COMM = 64
+_epoch = 0
+
+
+@settings.on_reload
+def _new_epoch() -> None:
+    global _epoch
+    _epoch += 1
+
+
+_OP_KEYS = {id(mpi_op): name for name, mpi_op in _OPS.items()}     # MPI.SUM ... live forever
+
+
+class Prepared:
+    """A plain call's decisions, for a call with the same key (see above)."""
+
+    __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
+                 "on_timeout", "run", "internode_bytes", "rank", "block")
+
+    def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0):
+        self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), block
+        self.numbered = call._state is not None         # the call took a number (and a tag)
+        sig = call.signature
+        self.offset = 0 if sig is None else sig.offset
+        self.signature = "" if sig is None else sig.text
+        self.what = call.watch.what if call.watch is not None else call.collective
+        self.timeout, self.on_timeout = call.timeout, call.on_timeout
+        self.run, self.internode_bytes = None, 0
+        if prepared is not None:
+            _, sched, internode, op, scratch = prepared
+            st = call.open()
+            self.run = compiled.Reusable(sched, dtype, st.comm, op=op, scratch=scratch,
+                                         traffic=st.traffic)
+            self.internode_bytes = internode * dtype.itemsize
+
+    def __call__(self, st, buf: np.ndarray) -> None:
+        """Run on ``buf`` (the input copied in already) as a new call on ``st``."""
+        if st.broken:
+            st.check(self.collective)
+        number = st.next_number() if self.numbered else 0
+        run = self.run
+        if run is None:
+            return
+        flat = buf.reshape(-1)
+        watch = None
+        try:
+            if self.timeout is None:
+                run.run(flat, number + self.offset)
+            else:
+                def make_watch(left: float) -> Watch:
+                    nonlocal watch
+                    watch = Watch(self.timeout, self.what, st.comm)
+                    watch.deadline = time.monotonic() + left
+                    watch.tag, watch.number, watch.calls = number + self.offset, number, \
+                        st.tags.calls
+                    watch.signature = self.signature
+                    return watch
+                run.run(flat, number + self.offset, MPI.Wtime() + self.timeout, make_watch)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
+                failed(st, watch, self.on_timeout, st.parent, exc)
+            raise
+        if self.internode_bytes:
+            st.traffic["internode_bytes"] += self.internode_bytes
+
+
+def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0) -> None:
+    """Keep the decisions of ``call`` (done) for calls with ``key`` (None: not kept);
+    ``block``: the elements of one rank's block (reduce_scatter_block, allgather)."""
+    if key is None or call.validate or (prepared is not None
+                                        and prepared[0] is not compiled.execute):
+        return
+    st = context.attach(call.comm)
+    table = st.prepared
+    entry = table[key] = Prepared(call, prepared, dtype, block)
+    st.last_prepared = key, entry
+    if len(table) > PREPARED_PER_COMM:
+        table.popitem(last=False)
+
+
+def _prepared(comm, key):
+    """The prepared call of ``key`` on ``comm``, or None (the full path). The table is a
+    least-recently-used one: a hit moves its entry last, unless it is the last one already."""
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    elif not isinstance(comm, MPI.Intracomm):
+        return None, None
+    try:
+        st = context.known(comm)
+    except MPI.Exception:           # a freed communicator: the full path names it
+        return None, None
+    if st is None:
+        return None, None
+    last = st.last_prepared                 # (key, entry), replaced whole: thread-safe
+    if key == last[0]:
+        return st, last[1]
+    entry = st.prepared.get(key)
+    if entry is not None:
+        try:
+            st.prepared.move_to_end(key)
+        except KeyError:                    # another thread dropped it meanwhile
+            pass
+        st.last_prepared = key, entry
+    return st, entry
+
+
+def _key(collective: str, sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeout,
+         validate):
+    """The key of a call's decisions, or None (not one a prepared call serves): exact numpy
+    arrays (sendbuf may be IN_PLACE; allreduce's recvbuf None), a predefined op (``""``: the
+    collective has none), options and reliability options of the types that are valid (so
+    that ``True == 1`` or ``np.int64(5) == 5`` cannot pass for another)."""
+    if type(recvbuf) is np.ndarray:
+        recv = recvbuf.dtype, recvbuf.size
+    elif recvbuf is None and collective == "allreduce":
+        recv = None, None
+    else:
+        return None
+    if type(sendbuf) is np.ndarray:
+        send = sendbuf.dtype, sendbuf.size
+    elif sendbuf is MPI.IN_PLACE and recvbuf is not None:
+        send = None, None
+    else:
+        return None
+    opkey = op if type(op) is str else _OP_KEYS.get(id(op))
+    if opkey is None:
+        return None
+    key = (collective, _epoch, algorithm, opkey, *send, *recv, *options)
+    if timeout is None and on_timeout is None and validate is None:
+        return key
+    if (timeout is not None and type(timeout) is not float and type(timeout) is not int) or \
+            (validate is not None and type(validate) is not bool):
+        return None
+    return key + (timeout, on_timeout, validate)
+
+
+def _checked(sendbuf, recvbuf):
+    """The checks of ``_buffers`` that depend on the buffers themselves, for a call whose key
+    matched (dtypes and sizes are in the key): True when they pass, else False (the full path
+    then raises the error)."""
+    flags = recvbuf.flags
+    if not (flags.c_contiguous and flags.writeable):
+        return False
+    if sendbuf is MPI.IN_PLACE:
+        return True
+    sflags = sendbuf.flags
+    # two arrays that own their memory are two allocations: they can't overlap
+    return sflags.c_contiguous and (flags.owndata and sflags.owndata and sendbuf is not recvbuf
+                                    or not np.may_share_memory(sendbuf, recvbuf))
+
+
+def _fast_allreduce(key, sendbuf, recvbuf, comm):
+    """``allreduce`` by its prepared call, or None (the full path: no prepared call, or a
+    check of the buffers fails, which the full path reports)."""
+    st, entry = _prepared(comm, key)
+    if entry is None:
+        return None
+    if recvbuf is None:
+        if not sendbuf.flags.c_contiguous:
+            return None
+        recvbuf = np.empty(sendbuf.shape, sendbuf.dtype)
+    elif not _checked(sendbuf, recvbuf):
+        return None
+    if sendbuf is not MPI.IN_PLACE:
+        if recvbuf.shape == sendbuf.shape:
+            recvbuf[...] = sendbuf
+        else:                       # same element count, any shape: the flat views
+            np.copyto(recvbuf.reshape(-1), sendbuf.reshape(-1))
+    entry(st, recvbuf)
+    return recvbuf
+
+
 # ----------------------------------------------------------------------------- collectives
 
 def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
@@ -403,6 +596,12 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                           outer=outer, order=order, timeout=timeout, on_timeout=on_timeout,
                           validate=validate, compress=compress,
                           error_feedback=error_feedback).wait()
+    key = _key("allreduce", sendbuf, recvbuf, op, algorithm, (inner, outer, order), timeout,
+               on_timeout, validate)
+    if key is not None:
+        done = _fast_allreduce(key, sendbuf, recvbuf, comm)
+        if done is not None:
+            return done
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         opname = _op_name(op)
         algo = _algorithm("allreduce", algorithm)
@@ -439,6 +638,7 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
             np.copyto(recv.reshape(-1), send.reshape(-1))
         if prepared is not None:
             _run(call, prepared, recv.reshape(-1))
+        _remember(call, key, prepared, recv.dtype)
         return recv
 
 
@@ -450,6 +650,16 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
     block. A new ``recvbuf`` has shape ``sendbuf.shape[1:]`` when ``sendbuf.shape[0]`` equals the
     communicator size, else it is flat.
     """
+    key = _key("reduce_scatter_block", sendbuf, recvbuf, op, algorithm, (), timeout, on_timeout,
+               validate)
+    if key is not None:
+        st, entry = _prepared(comm, key)
+        if entry is not None and _checked(sendbuf, recvbuf):
+            n, rank = entry.block, entry.rank
+            work = recvbuf.reshape(-1) if sendbuf is MPI.IN_PLACE else sendbuf.reshape(-1).copy()
+            entry(st, work)
+            np.copyto(recvbuf.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
+            return recvbuf
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         opname = _op_name(op)
         algo = _algorithm("reduce_scatter_block", algorithm)
@@ -477,6 +687,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
             _run(call, prepared, work)
         rank = comm.Get_rank()
         np.copyto(recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
+        _remember(call, key, prepared, recv.dtype, n)
         return recv
 
 
@@ -487,6 +698,16 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
     With ``MPI.IN_PLACE`` rank r's input is block r of ``recvbuf``. A new ``recvbuf`` has shape
     ``(comm.size,) + sendbuf.shape``.
     """
+    key = _key("allgather", sendbuf, recvbuf, "", algorithm, (), timeout, on_timeout, validate)
+    if key is not None:
+        st, entry = _prepared(comm, key)
+        if entry is not None and _checked(sendbuf, recvbuf):
+            n, rank = entry.block, entry.rank
+            flat = recvbuf.reshape(-1)
+            if sendbuf is not MPI.IN_PLACE:
+                np.copyto(flat[rank * n:(rank + 1) * n], sendbuf.reshape(-1))
+            entry(st, flat)
+            return recvbuf
     with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
         algo = _algorithm("allgather", algorithm)
         comm = call.comm
@@ -509,12 +730,20 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
             np.copyto(flat[rank * n:(rank + 1) * n], send.reshape(-1))
         if prepared is not None:
             _run(call, prepared, flat)
+        _remember(call, key, prepared, recv.dtype, n)
         return recv
 
 
 def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
           validate=None):
     """Broadcast ``buf`` from ``root`` to every rank, in place. Returns ``buf``."""
+    key = None if type(root) is not int else _key(
+        "bcast", MPI.IN_PLACE, buf, "", algorithm, (root,), timeout, on_timeout, validate)
+    if key is not None:
+        st, entry = _prepared(comm, key)
+        if entry is not None and _checked(MPI.IN_PLACE, buf):
+            entry(st, buf)
+            return buf
     with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
         algo = _algorithm("bcast", algorithm)
         comm = call.comm
@@ -532,6 +761,7 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
             return buf
         if prepared is not None:
             _run(call, prepared, buf.reshape(-1))
+        _remember(call, key, prepared, buf.dtype)
         return buf
 
 

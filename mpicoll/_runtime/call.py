@@ -53,7 +53,7 @@ from . import tags, validate
 from .context import CommState, attach
 from .watch import Watch
 
-__all__ = ["Call", "ABORT_CODE"]
+__all__ = ["Call", "ABORT_CODE", "failed"]
 
 ABORT_CODE = 124        # the job's MPI_Abort error code after a timeout (as timeout(1) exits)
 
@@ -209,13 +209,20 @@ class Call:
 
     def _failed(self, exc: BaseException) -> None:
         """Mark the communicator broken after a call that failed mid-way; abort if asked to."""
-        if self._state is not None:
-            self._state.broken = f"{type(exc).__name__}: {exc}"
-            if self.watch is not None:
-                self._state.abandoned += self.watch.abandoned
-        if self.on_timeout == "abort" and (isinstance(exc, CollectiveTimeout) or (
-                isinstance(exc, ArgumentMismatch) and exc.in_flight)):
-            abort(self.comm, exc)
+        failed(self._state, self.watch, self.on_timeout, self.comm, exc)
+
+
+def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
+           exc: BaseException) -> None:
+    """``state``'s communicator broken after a call that failed mid-way with ``exc`` (the
+    requests ``watch`` abandoned kept alive); ``MPI_Abort`` with ``on_timeout="abort"``."""
+    if state is not None:
+        state.broken = f"{type(exc).__name__}: {exc}"
+        if watch is not None:
+            state.abandoned += watch.abandoned
+    if on_timeout == "abort" and (isinstance(exc, CollectiveTimeout) or (
+            isinstance(exc, ArgumentMismatch) and exc.in_flight)):
+        abort(comm, exc)
 
 
 def abort(comm: MPI.Comm, exc: BaseException) -> NoReturn:

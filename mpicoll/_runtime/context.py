@@ -20,6 +20,8 @@ calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is fre
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 from mpi4py import MPI
 
@@ -30,7 +32,7 @@ from ..topology import virtual_nodes
 from .tags import layout
 from .watch import roll_call_tag
 
-__all__ = ["state", "attach", "CommState", "node_layout"]
+__all__ = ["state", "attach", "known", "CommState", "node_layout"]
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
@@ -45,6 +47,8 @@ class CommState:
         self._nodes: dict = {}
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
         self.shared = None                      # allreduce_shm's node communicator and window
+        self.prepared = OrderedDict()           # api.Prepared: plain calls' decisions, LRU
+        self.last_prepared = (None, None)       # the most recently used: (key, entry)
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
@@ -200,6 +204,11 @@ def attach(comm: MPI.Intracomm) -> CommState:
         st = CommState(comm)
         comm.Set_attr(_keyval, st)
     return st
+
+
+def known(comm: MPI.Intracomm) -> CommState | None:
+    """The mpicoll state of ``comm`` if it has one (no check, no creation)."""
+    return None if _keyval is None else comm.Get_attr(_keyval)
 
 
 def state(comm: MPI.Intracomm) -> CommState:

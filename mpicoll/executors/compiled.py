@@ -57,7 +57,8 @@ from ..schedule import Schedule
 from . import mpi as python_executor
 from . import segments
 
-__all__ = ["execute", "execute_python", "choose", "available", "Bound", "scratch_elements"]
+__all__ = ["execute", "execute_python", "choose", "available", "Bound", "Reusable",
+           "scratch_elements"]
 
 # ----------------------------------------------------------------------------- libmpi
 
@@ -422,29 +423,82 @@ class Bound:
         traffic["messages_sent"] += self.messages
 
 
-def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, comm, datatype,
-                 tag, op) -> None:
-    """``_loop`` under ``watch``'s deadline: a step still pending after the spin goes to the
-    Watch (which raises CollectiveTimeout past the deadline), then the loop goes on."""
-    nsteps, result = len(schedule.plan), -1
-    offset = MPI.Wtime() - time.monotonic()        # the Watch's clock to MPI_Wtime's
-    while True:
-        deadline = watch.deadline + offset
-        spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
-        result = _loop(buf, scratch, table, result, requests, work, comm, datatype, tag, op,
-                       spin_until)
-        if result >= 0 and MPI.Wtime() >= deadline:
-            # past the deadline by MPI_Wtime: make sure the Watch's clock agrees (the two were
-            # matched to a microsecond or so), so it reports its own timeout, not another's
-            watch.deadline = min(watch.deadline, time.monotonic() - 1e-6)
+class Reusable:
+    """One schedule bound to everything but its buffer and tag -- the op, the scratch, the
+    communicator, the request and status arrays -- for a plain call that comes again with the
+    same arguments (``api.Prepared`` keeps one): ``run`` is then the loop and the counters.
+
+    Under a deadline no ``Watch`` is made unless a round outlasts the loop's spin: the deadline
+    is a time of ``MPI_Wtime``'s clock, and ``make_watch(seconds_left)`` makes the Watch only
+    then, which ``_run_watched`` hands the pending round to."""
+
+    __slots__ = ("schedule", "view", "scratch", "rest", "code", "traffic", "totals")
+
+    def __init__(self, schedule: Schedule, dtype: np.dtype, comm: MPI.Comm, *, op: str,
+                 scratch: np.ndarray, traffic: dict):
+        code, view = _op_code(op, dtype)
+        if view is not None:
+            scratch = scratch.view(view)
+        dtype = scratch.dtype
+        warmup(dtype)
+        plan = segments.plan(schedule, dtype.itemsize)
+        _check_scratch(scratch, plan)
+        requests = np.empty(max(plan.requests, 1), HANDLE)
+        work = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
+        self.schedule, self.view, self.code, self.traffic = schedule, view, code, traffic
+        self.scratch = scratch if scratch.size else np.empty(1, dtype)
+        self.rest = (plan.table, requests, work, _handle(comm), _datatype(dtype))
+        self.totals = tuple(n * dtype.itemsize for n in schedule.totals[:2]) + (
+            schedule.totals[2],)
+
+    def run(self, buf: np.ndarray, tag: int, deadline: float | None = None,
+            make_watch=None) -> None:
+        """Run the schedule on ``buf`` with ``tag``; ``deadline`` (``MPI_Wtime``) or None."""
+        if self.view is not None:
+            buf = buf.view(self.view)
+        table, requests, work, comm, datatype = self.rest
+        result = _loop(buf, self.scratch, table, -1, requests, work, comm, datatype, tag,
+                       self.code, 0.0 if deadline is None else
+                       min(MPI.Wtime() + SPIN_SECONDS, deadline))
         if result == DONE:
-            sent, received, messages = schedule.totals
-            traffic["bytes_sent"] += sent * buf.itemsize
-            traffic["bytes_received"] += received * buf.itemsize
+            sent, received, messages = self.totals
+            traffic = self.traffic
+            traffic["bytes_sent"] += sent
+            traffic["bytes_received"] += received
             traffic["messages_sent"] += messages
             return
         if result < DONE:
             raise MPI.Exception(-2 - result)
+        _run_watched(self.schedule, make_watch(deadline - MPI.Wtime()), self.traffic, buf,
+                     self.scratch, *self.rest[:3], comm, datatype, tag, self.code, result)
+
+
+def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, comm, datatype,
+                 tag, op, resume=-1) -> None:
+    """``_loop`` under ``watch``'s deadline: a step still pending after the spin goes to the
+    Watch (which raises CollectiveTimeout past the deadline), then the loop goes on.
+    ``resume`` >= 0: the loop already ran and left that row's round pending (``Reusable``)."""
+    nsteps, result = len(schedule.plan), resume
+    offset = MPI.Wtime() - time.monotonic()        # the Watch's clock to MPI_Wtime's
+    while True:
+        if resume < 0:
+            deadline = watch.deadline + offset
+            spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
+            result = _loop(buf, scratch, table, result, requests, work, comm, datatype, tag, op,
+                           spin_until)
+            if result >= 0 and MPI.Wtime() >= deadline:
+                # past the deadline by MPI_Wtime: make sure the Watch's clock agrees (the two
+                # were matched to a microsecond or so), so it reports its own timeout
+                watch.deadline = min(watch.deadline, time.monotonic() - 1e-6)
+            if result == DONE:
+                sent, received, messages = schedule.totals
+                traffic["bytes_sent"] += sent * buf.itemsize
+                traffic["bytes_received"] += received * buf.itemsize
+                traffic["messages_sent"] += messages
+                return
+            if result < DONE:
+                raise MPI.Exception(-2 - result)
+        resume = -1
         step, rnd = int(table[result, 0]), table[result, 6]
         end = result
         while end < len(table) and table[end, 0] == step and table[end, 6] == rnd:
