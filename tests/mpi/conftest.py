@@ -8,6 +8,8 @@
   ``mpicoll.testing.agree``, so all ranks fail the same test together);
 * the ``comm`` fixture hands each test a fresh duplicate of COMM_WORLD, so nothing left over
   from one test can be matched by the next.
+Tests of a shared-memory algorithm (``shm``) are skipped when the ranks span several nodes
+(the Slurm runs); its refusal there is tested in ``test_shm.py``.
 Ranks other than 0 report tersely (``-qq --tb=line``) unless ``MPICOLL_TEST_VERBOSE=1``.
 """
 
@@ -22,6 +24,28 @@ def pytest_configure(config):
     if world.Get_rank() != 0 and not os.environ.get("MPICOLL_TEST_VERBOSE"):
         config.option.verbose = -2
         config.option.tbstyle = "line"
+
+
+def one_node() -> bool:
+    """Whether every rank of COMM_WORLD shares one node (collective: call it on every rank)."""
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return MPI.COMM_WORLD.allreduce(local.Get_size() == MPI.COMM_WORLD.Get_size(), MPI.LAND)
+    finally:
+        local.Free()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the parametrized cases of a shared-memory algorithm across nodes."""
+    if one_node():
+        return
+    from mpicoll.registry import ALLREDUCE
+    skip = pytest.mark.skip(reason="shm runs on one node only (its refusal: test_shm.py)")
+    for item in items:
+        algorithm = getattr(item, "callspec", None) and item.callspec.params.get("algorithm")
+        if isinstance(algorithm, str) and algorithm in ALLREDUCE \
+                and ALLREDUCE[algorithm].has("shared-memory"):
+            item.add_marker(skip)
 
 
 def pytest_sessionstart(session):

@@ -22,6 +22,7 @@ import mpicoll
 from mpicoll import kernels
 from mpicoll.algorithms import allreduce_shm
 from mpicoll.comm import Request
+from mpicoll._runtime.context import state
 from mpicoll.registry import COLLECTIVES
 from mpicoll.testing import agree, exact_input, exact_result, raises_everywhere
 
@@ -123,7 +124,8 @@ def _cases(comm, collective, ops=kernels.OPS):
                 spec, algorithm = names[i % len(names)], algorithms[i % len(algorithms)]
                 if algorithm == "mpi" and datatype is None:
                     algorithm = "auto"              # MPI has no such datatype
-                if algorithm == "shm" and not allreduce_shm.supports(opname, dtype):
+                if algorithm == "shm" and (not allreduce_shm.supports(opname, dtype)
+                                           or len(state(comm).real_nodes) > 1):
                     algorithm = "auto"              # shm's own refusal: tests/mpi/test_shm.py
                 i += 1
                 yield (dtype, datatype, opname, count, SPECS[spec], algorithm,
@@ -263,7 +265,9 @@ def test_iallreduce_and_waitall_with_mpi_requests_mixed_in(comm):
 def test_allreduce_init_start_wait(comm):
     size, rank = comm.Get_size(), comm.Get_rank()
     mc = mpicoll.Comm(comm)
-    for algorithm in ["auto"] + list(COLLECTIVES["allreduce"]):
+    for algorithm in ["auto"] + [a for a, algo in COLLECTIVES["allreduce"].items()
+                                 if not algo.has("shared-memory")
+                                 or len(state(comm).real_nodes) == 1]:
         mc.algorithm = algorithm
         send, recv = np.zeros(64, np.int64), array.array("q", [0] * 64)
         request = mc.Allreduce_init([send, MPI.INT64_T], [recv, MPI.INT64_T], op=MPI.SUM)
