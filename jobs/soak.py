@@ -24,6 +24,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import kernels
+from mpicoll._runtime.context import state
 from mpicoll.registry import COLLECTIVES
 
 MPI_OP = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
@@ -53,7 +54,9 @@ def one_call(comm, ref, rng, data_rng):
     """Draw and run one call; return a description if the result differs from MPI's, else None."""
     size, rank = comm.Get_size(), comm.Get_rank()
     collective = rng.choice(list(WEIGHTS), p=list(WEIGHTS.values()))
-    algorithm = rng.choice(list(COLLECTIVES[collective]) + ["auto"])
+    one_node = len(state(comm).real_nodes) == 1          # shm runs on one node only
+    algorithm = rng.choice([a for a, algo in COLLECTIVES[collective].items()
+                            if one_node or not algo.has("shared-memory")] + ["auto"])
     n = int(np.exp(rng.uniform(0, np.log(65537)))) - 1
     dtype = DTYPES[rng.integers(len(DTYPES))]
     op = OPS[rng.integers(len(OPS))]
