@@ -24,6 +24,15 @@ from mpicoll.schedule import block_displs
 from mpicoll.testing import agree, raises_everywhere
 
 pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(autouse=True)
+def one_node(request, comm):
+    """shm runs where every rank shares one node: elsewhere (the Slurm runs) only its refusal
+    is tested (``test_shm_refuses_what_it_cannot_do``)."""
+    refusal = request.function is test_shm_refuses_what_it_cannot_do
+    if len(state(comm).real_nodes) > 1 and not refusal:
+        pytest.skip("the ranks span several nodes: shm refuses (tested)")
 UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
