@@ -42,10 +42,7 @@ where it can be set up, else the Python one with a one-line notice.
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -289,22 +286,17 @@ _notice_given = False
 
 def warmup(dtype: np.dtype) -> None:
     """Compile (or load from numba's disk cache) ``_loop`` for the storage dtype ``dtype``
-    (``kernels.storage``), under the file lock of ``kernels.warmup`` (one process per machine
+    (``kernels.storage``), under ``kernels.file_lock`` (one process per machine
     compiles, the others then load). Each dtype's loop holds the kernels of every op that
     applies to it (``_reduce_typed``); a call's compile time is not charged to its deadline
     (``execute``)."""
     if dtype in _ready:
         return
-    lock = os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}.lock")
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            _loop.compile((types.Array(from_dtype(dtype), 1, "C"),) * 2 + (
-                types.Array(types.int64, 2, "C"), types.int64,
-                types.Array(from_dtype(HANDLE), 1, "C"), types.Array(types.int64, 1, "C"),
-                types.int64, types.int64, types.int64, types.int64, types.float64))
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with kernels.file_lock():
+        _loop.compile((types.Array(from_dtype(dtype), 1, "C"),) * 2 + (
+            types.Array(types.int64, 2, "C"), types.int64,
+            types.Array(from_dtype(HANDLE), 1, "C"), types.Array(types.int64, 1, "C"),
+            types.int64, types.int64, types.int64, types.int64, types.float64))
     _ready.add(dtype)
 
 
