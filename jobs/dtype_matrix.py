@@ -115,7 +115,11 @@ def check_pair(comm, dtype, op, algorithm, counts, seed, nodes) -> list:
         label = f"{dtype} {op} {algorithm} n={n}"
         if out.dtype != dtype:
             problems.append(f"{label}: result dtype {out.dtype}")
-        if out.tobytes() != want.tobytes():
+        # the MPI library's own complex product may sign a zero imaginary part otherwise than
+        # numpy's fused multiply-add (MPICH at N = 8: 1+0j against 1-0j): equal in value
+        library_complex_prod = algo.library and dtype.kind == "c" and op == "prod"
+        if out.tobytes() != want.tobytes() and not (library_complex_prod
+                                                    and np.array_equal(out, want)):
             bad = np.flatnonzero((out.view(np.uint8) != want.view(np.uint8)).reshape(n, -1)
                                  .any(axis=1)) if n else []
             problems.append(f"{label}: {len(bad)} element(s) differ from the "
