@@ -19,9 +19,10 @@ rank counts alike (one per chunk, per window):
                        j's segment into its output, for every j != r.
 
 Each slice is reduced once, by one rank, in the fixed order 0..p-1, and then copied: every
-rank ends with the same bits, and they are the bits of numpy's ``op.reduce`` over the inputs
-stacked in rank order (``np.add.reduce(np.stack([x_0, ..., x_(p-1)]), axis=0)``: the same
-left-to-right fold -- tests/mpi/test_shm.py checks exactly that). A schedule cannot express it
+rank ends with the same bits, and they are the bits of numpy's ufunc applied left to right
+in rank order (``acc = x_0; np.add(acc, x_j, out=acc)`` for j = 1 .. p-1 -- not
+``np.add.reduce``, which sums 8 or more inputs pairwise; tests/mpi/test_shm.py checks exactly
+that). A schedule cannot express it
 (a received vector is always reduced into the rank's own, see ``allreduce_naive``), so ``shm``
 has no schedule: restriction ``shared-memory``. It is MPICH's POSIX "release_gather" and
 Open MPI's ``coll/sm`` idea cut down to one level: Intel MPI's ``I_MPI_ADJUST_ALLREDUCE`` 15

@@ -51,8 +51,12 @@ def inputs(size, n, dtype, seed):
 
 
 def rank_order(xs, op, dtype):
-    """op over the inputs in rank order, left to right: ((x0 op x1) op x2) ..."""
-    return UFUNC[op].reduce(np.stack(xs), axis=0, dtype=dtype)
+    """op over the inputs in rank order, left to right: ((x0 op x1) op x2) ... (a loop, not
+    ``ufunc.reduce``: from 8 inputs numpy's add.reduce may sum pairwise)."""
+    acc = np.array(xs[0], dtype=dtype)
+    for x in xs[1:]:
+        UFUNC[op](acc, x, out=acc)
+    return acc
 
 
 def counts(p):
