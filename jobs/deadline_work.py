@@ -46,18 +46,7 @@ def measure(comm, n: int, batches: int = 21, calls: int = 2000) -> None:
         compiled.execute(sched, buf, comm, op="sum", tag=5, scratch=scratch, traffic=traffic,
                          watch=Watch(600.0, "allreduce", comm))
 
-    forms = {"blocking": blocking, "deadline": deadline}
-    for form in forms.values():
-        for _ in range(calls):
-            form()
-    times = {name: [] for name in forms}
-    for _ in range(batches):
-        for name, form in forms.items():
-            t0 = time.process_time()
-            for _ in range(calls):
-                form()
-            times[name].append((time.process_time() - t0) / calls * 1e6)
-    off, on = (float(np.median(times[name])) for name in forms)
+    off, on = _interleaved({"blocking": blocking, "deadline": deadline}, batches, calls)
     print(f"{n * 8:>6} B step to itself: blocking {off:.2f} us, under a deadline {on:.2f} us "
           f"(+{on - off:.2f} us, the Watch included)", flush=True)
     reusable = compiled.Reusable(sched, buf.dtype, comm, op="sum", scratch=scratch,
