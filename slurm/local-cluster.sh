@@ -213,6 +213,13 @@ stop_munge() {
 # ---------------------------------------------------------------------------
 # 3. slurm.conf
 # ---------------------------------------------------------------------------
+# A first job id that differs between "up"s: the seconds since 2026 modulo
+# 50 million (Slurm's ids stop at 67,043,328), so ids of an earlier cluster
+# are not reused unless it submitted more jobs than seconds have passed since.
+first_job_id() {
+    echo $(((($(date +%s) - 1767225600) % 50000000 + 50000000) % 50000000 + 1))
+}
+
 render_conf() {
     local host addr comm
     # The name Slurm itself finds for this machine; slurmctld only starts if
@@ -237,6 +244,8 @@ render_conf() {
         -e "s|@CPUS@|$CPUS|g" \
         -e "s|@MIN_JOB_AGE@|$MIN_JOB_AGE|g" \
         -e "s|@COMM_PARAMS@|$comm|g" \
+        -e "s|@FIRST_JOB_ID@|$(first_job_id)|g" \
+        -e "s|@EPILOG@|$HERE/local/epilog.sh|g" \
         "$TEMPLATE" >"$CONF"
 
     # What a shell (or a CI step, or a test) needs to use the cluster.
