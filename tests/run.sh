@@ -36,15 +36,32 @@ record() {   # record NAME LOG RC: add the pytest counts of one run to the total
     fi
 }
 
+# MPICH names a node's shared-memory segment after the launcher's key-value space
+# (Hydra: "kvs_<mpiexec pid>_0"; srun: "<job>.<step>"), and a killed rank leaves it in
+# /dev/shm. A later mpiexec that gets the same pid (pid_max is often 32768) opens that stale
+# segment and MPI_Init fails "Out of memory". Before each stage, remove this user's MPICH
+# segments that no running process has mapped (the tests kill ranks on purpose).
+clean_stale_shm() {
+    local mapped f
+    mapped=$(cat /proc/[0-9]*/maps 2>/dev/null | grep -o '/dev/shm/mpich_[^ ]*' | sort -u)
+    for f in /dev/shm/mpich_shm_* /dev/shm/mpich_vci_*; do
+        [ -O "$f" ] || continue
+        grep -qxF "$f" <<<"$mapped" || rm -f "$f"
+    done
+}
+
+clean_stale_shm
 echo "== unit tests (serial, one process)"
 python -m pytest tests/unit -q "$@" 2>&1 | tee "$LOGDIR/unit.log"
 record unit "$LOGDIR/unit.log" "${PIPESTATUS[0]}"
 
+clean_stale_shm
 echo "== job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
 timeout -k 15 1800 python -m pytest tests/jobs -q "$@" 2>&1 | tee "$LOGDIR/jobs.log"
 record jobs "$LOGDIR/jobs.log" "${PIPESTATUS[0]}"
 
 for n in $RANKS; do
+    clean_stale_shm
     echo "== MPI tests, mpiexec -n $n"
     timeout -k 15 1800 mpiexec -n "$n" python -m mpi4py -m pytest tests/mpi --with-mpi -x -q \
         --timeout=600 --timeout-method=thread "$@" 2>&1 | tee "$LOGDIR/mpi-$n.log"
