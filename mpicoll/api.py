@@ -25,7 +25,7 @@ from mpi4py.util import dtlib
 
 from . import compression, kernels, model, select, settings
 from ._runtime import context
-from ._runtime.call import Call, failed
+from ._runtime.call import Call, disagree, failed
 from ._runtime.watch import Watch
 from .errors import ArgumentMismatch, CollectiveTimeout
 from .algorithms import allreduce_shm
@@ -295,6 +295,11 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
         allreduce_shm.check(call.open(), op, np.dtype(dtype))
         allreduce_shm.warmup(np.dtype(dtype))
         return allreduce_shm if comm.Get_size() > 1 and count > 0 else None
+    if options.get("inner") == "shm":   # node phases in shared memory (hierarchical's option)
+        _check_node_phases(call.open(), op, np.dtype(dtype))
+        allreduce_shm.warmup(np.dtype(dtype))
+        return NodePhases(call, algo, np.dtype(dtype), op, options["outer"]) \
+            if comm.Get_size() > 1 and count > 0 else None
     if algo.library or comm.Get_size() == 1 or count == 0:
         return None
     execute = _execute or _choose_executor()        # MPICOLL_EXECUTOR
@@ -304,6 +309,73 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
         _warmup(call, op, dtype)
     scratch = call.open().scratch(dtype, compiled.scratch_elements(execute, sched, dtype.itemsize))
     return execute, sched, internode, op, scratch
+
+
+def _check_node_phases(st, op: str, dtype: np.dtype) -> None:
+    """Raise ``ValueError`` unless hierarchical's shm node phases can run: every node of the
+    layout inside one real node (ranks that share memory), an op and dtype ``shm`` reduces."""
+    real = [set(r) for r in st.real_nodes]
+    outside = [list(n) for n in st.nodes() if not any(set(n) <= r for r in real)]
+    if outside:
+        raise ValueError(f"hierarchical inner='shm' needs every node inside one real node (it "
+                         f"shares a memory window); nodes {outside} span several: "
+                         f"{[list(r) for r in st.real_nodes]}")
+    if not allreduce_shm.supports(op, dtype):
+        raise ValueError(f"hierarchical inner='shm' supports op {', '.join(allreduce_shm.OPS)} "
+                         f"on dtype {', '.join(map(str, allreduce_shm.DTYPES))}, not {op!r} on "
+                         f"{dtype}")
+
+
+def _node_phases_by_default(call: Call, inner, op: str, dtype: np.dtype, nbytes: int) -> bool:
+    """Whether a blocking ``hierarchical`` call whose inner was not chosen (by argument or
+    ``MPICOLL_HIER_INNER``) runs its node phases in shared memory: from ``select.SHM_MIN_BYTES``
+    on (where ``shm`` wins on one node), when every node has the same number (> 1) of ranks,
+    inside one real node, and ``shm`` reduces the op and dtype."""
+    if inner is not None or settings.get("MPICOLL_HIER_INNER") is not None or \
+            nbytes < select.SHM_MIN_BYTES or not allreduce_shm.supports(op, dtype):
+        return False
+    st = call.open()
+    nodes, real = st.nodes(), [set(r) for r in st.real_nodes]
+    return (len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1
+            and all(any(set(n) <= r for r in real) for n in nodes))
+
+
+class NodePhases:
+    """An algorithm with node phases and ``inner="shm"`` (hierarchical) on this rank:
+    ``allreduce_shm``'s window of its node as the node phases, and between them the ``outer``
+    all-reduce of its shard of each chunk with the same local rank of every other node (the
+    executor ``MPICOLL_EXECUTOR`` chooses, on the call's tag and deadline)."""
+
+    def __init__(self, call: Call, algo: Algorithm, dtype: np.dtype, op: str, outer: str):
+        self.st = st = call.open()
+        self.nodes, self.op = st.nodes(), op
+        rank = st.comm.Get_rank()
+        self.node = next(j for j, members in enumerate(self.nodes) if rank in members)
+        local = self.nodes[self.node].index(rank)
+        self.peers = [members[local] for members in self.nodes]
+        self.outer = algo.module.OUTER[outer]
+        self.execute = _execute or _choose_executor()
+        if self.execute is not compiled.execute and len(self.nodes) > 1:
+            _warmup(call, op, dtype)
+        self._schedules: dict = {}
+
+    def run(self, src: np.ndarray, dst: np.ndarray, tag: int, watch, signature: int,
+            mismatch) -> None:
+        st = self.st
+
+        def between(part: np.ndarray) -> None:      # all-reduce my shard across the nodes
+            sched = self._schedules.get(part.size)
+            if sched is None:
+                sched = self._schedules[part.size] = self.outer.schedule(
+                    self.node, len(self.nodes), part.size).remap(self.peers)
+            scratch = st.scratch(part.dtype, compiled.scratch_elements(self.execute, sched,
+                                                                       part.itemsize))
+            self.execute(sched, part, st.comm, op=self.op, tag=tag, scratch=scratch,
+                         traffic=st.traffic, watch=watch)
+            st.traffic["internode_bytes"] += sched.totals[0] * part.itemsize  # all off-node
+        allreduce_shm.allreduce(st, src, dst, self.op, watch, signature, mismatch,
+                                nodes=self.nodes,
+                                between=between if len(self.nodes) > 1 else None)
 
 
 def _warmup(call: Call, op: str, dtype) -> None:
@@ -401,7 +473,8 @@ def _nodes(call: Call, algo: Algorithm):
 # the full path, which raises the same error as ever. Then the broken-communicator check, the
 # call number and tag, the copy and the run; under a deadline, the deadline is a time of
 # ``MPI_Wtime`` and a ``Watch`` is made only if a round outlasts the compiled loop's spin
-# (``compiled.Reusable``). Kept only for the compiled executor's schedules, and never with
+# (``compiled.Reusable``). Kept only for the compiled executor's schedules and for ``shm`` (whose
+# deadline's ``Watch`` is likewise made only if a wait outlasts a spin), and never with
 # ``validate`` (which agrees every call): other calls take the full path every time.
 
 PREPARED_PER_COMM = 64
@@ -421,9 +494,11 @@ class Prepared:
     """A plain call's decisions, for a call with the same key (see above)."""
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
-                 "on_timeout", "run", "internode_bytes", "rank", "block")
+                 "on_timeout", "run", "internode_bytes", "rank", "block", "shm_op", "hashed",
+                 "agreed")
 
-    def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0):
+    def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0,
+                 op: str | None = None):
         self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), block
         self.numbered = call._state is not None         # the call took a number (and a tag)
         sig = call.signature
@@ -432,7 +507,10 @@ class Prepared:
         self.what = call.watch.what if call.watch is not None else call.collective
         self.timeout, self.on_timeout = call.timeout, call.on_timeout
         self.run, self.internode_bytes = None, 0
-        if prepared is not None:
+        self.shm_op = None              # shm: the op (it runs by ``shared``, not ``__call__``)
+        if prepared is allreduce_shm:
+            self.shm_op, self.hashed, self.agreed = op, sig.hashed, call._agreed_on
+        elif prepared is not None:
             _, sched, internode, op, scratch = prepared
             st = call.open()
             self.run = compiled.Reusable(sched, dtype, st.comm, op=op, scratch=scratch,
@@ -455,11 +533,7 @@ class Prepared:
             else:
                 def make_watch(left: float) -> Watch:
                     nonlocal watch
-                    watch = Watch(self.timeout, self.what, st.comm)
-                    watch.deadline = time.monotonic() + left
-                    watch.tag, watch.number, watch.calls = number + self.offset, number, \
-                        st.tags.calls
-                    watch.signature = self.signature
+                    watch = self._watch(st, number, left)
                     return watch
                 run.run(flat, number + self.offset, MPI.Wtime() + self.timeout, make_watch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
@@ -469,16 +543,50 @@ class Prepared:
         if self.internode_bytes:
             st.traffic["internode_bytes"] += self.internode_bytes
 
+    def shared(self, st, src: np.ndarray, dst: np.ndarray) -> None:
+        """Run ``shm`` from ``src`` (flat; may be ``dst``) into ``dst`` as a new call on ``st``."""
+        if st.broken:
+            st.check(self.collective)
+        number = st.next_number() if self.numbered else 0
+        start, watch = time.monotonic(), None
 
-def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0) -> None:
+        def get_watch():                # made when first needed, with the call's deadline
+            nonlocal watch
+            if watch is None and self.timeout is not None:
+                watch = self._watch(st, number, start + self.timeout - time.monotonic())
+            return watch
+
+        def mismatch():
+            disagree(st.comm, self.collective, self.agreed, self.timeout is not None,
+                     get_watch(), "the argument check of the shared-memory all-reduce (the "
+                     "ranks' hashes differ)")
+        try:
+            allreduce_shm.allreduce(st, src, dst, self.shm_op, get_watch, self.hashed, mismatch)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
+                failed(st, watch, self.on_timeout, st.parent, exc)
+            raise
+
+    def _watch(self, st, number: int, left: float) -> Watch:
+        """The deadline of call ``number``, ``left`` seconds from now, as the full path's."""
+        watch = Watch(self.timeout, self.what, st.comm)
+        watch.deadline = time.monotonic() + left
+        watch.tag, watch.number, watch.calls = number + self.offset, number, st.tags.calls
+        watch.signature = self.signature
+        return watch
+
+
+def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0,
+              op: str | None = None) -> None:
     """Keep the decisions of ``call`` (done) for calls with ``key`` (None: not kept);
-    ``block``: the elements of one rank's block (reduce_scatter_block, allgather)."""
-    if key is None or call.validate or (prepared is not None
+    ``block``: the elements of one rank's block (reduce_scatter_block, allgather); ``op``:
+    ``shm``'s."""
+    if key is None or call.validate or (prepared is not None and prepared is not allreduce_shm
                                         and prepared[0] is not compiled.execute):
         return
     st = context.attach(call.comm)
     table = st.prepared
-    entry = table[key] = Prepared(call, prepared, dtype, block)
+    entry = table[key] = Prepared(call, prepared, dtype, block, op)
     st.last_prepared = key, entry
     if len(table) > PREPARED_PER_COMM:
         table.popitem(last=False)
@@ -567,6 +675,10 @@ def _fast_allreduce(key, sendbuf, recvbuf, comm):
         recvbuf = np.empty(sendbuf.shape, sendbuf.dtype)
     elif not _checked(sendbuf, recvbuf):
         return None
+    if entry.shm_op is not None:    # shm reads sendbuf itself
+        entry.shared(st, (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1),
+                     recvbuf.reshape(-1))
+        return recvbuf
     if sendbuf is not MPI.IN_PLACE:
         if recvbuf.shape == sendbuf.shape:
             recvbuf[...] = sendbuf
@@ -621,6 +733,9 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                 shared_memory=size > 1 and _shared_memory(call, opname, recv.dtype))),
                 recv.dtype, opname, recv.nbytes, size, count)
         options = _options(call, algo, given, auto)
+        if "inner" in options and size > 1 and _node_phases_by_default(
+                call, inner, opname, recv.dtype, recv.nbytes):
+            options = {**options, "inner": "shm"}
         prepared = _prepare(call, algo, count, recv.dtype, opname, options)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
                    inner=options.get("inner"), outer=options.get("outer"),
@@ -633,6 +748,11 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
             allreduce_shm.allreduce(call.open(), (recv if send is None else send).reshape(-1),
                                     recv.reshape(-1), opname, call.watch,
                                     *_shm_signature(call))
+            _remember(call, key, prepared, recv.dtype, op=opname)
+            return recv
+        if isinstance(prepared, NodePhases):
+            prepared.run((recv if send is None else send).reshape(-1), recv.reshape(-1),
+                         call.tag, call.watch, *_shm_signature(call))
             return recv
         if send is not None:        # same element count, any shape: copy over the flat views
             np.copyto(recv.reshape(-1), send.reshape(-1))
@@ -854,6 +974,9 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
                              "not to 'auto'")
         if algo is not None and algo.has("shared-memory"):
             raise ValueError(f"algorithm={algo.name!r} has no nonblocking form; call allreduce "
+                             "or allreduce_init")
+        if inner == "shm":
+            raise ValueError("hierarchical inner='shm' has no nonblocking form; call allreduce "
                              "or allreduce_init")
         _local_checks(algo, opname, given)
         size, count = comm.Get_size(), recv.size

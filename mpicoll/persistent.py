@@ -151,8 +151,9 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
                 shared_memory=size > 1 and api._shared_memory(call, opname, recv.dtype))),
                 recv.dtype, opname, recv.nbytes, size, count)
         options = api._options(call, algo, given, auto)
+        node_phases = options.get("inner") == "shm"         # hierarchical's, in shared memory
         shared = api._prepare(call, algo, count, recv.dtype, opname, options) \
-            if algo.has("shared-memory") else None         # checked before agreeing
+            if algo.has("shared-memory") or node_phases else None  # checked before agreeing
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
                    inner=options.get("inner"), outer=options.get("outer"),
                    order=options.get("order"), nodes=api._nodes(call, algo))
@@ -161,11 +162,14 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
             request = st.comm.Allreduce_init(MPI.IN_PLACE if send is None else send, recv,
                                              op=api._OPS[opname])
             return Persistent(call, recv, request=request)
-        if algo.has("shared-memory"):       # from sendbuf (or recvbuf, in place) to recvbuf
+        if algo.has("shared-memory") or node_phases:    # from sendbuf (or recvbuf) to recvbuf
             src, dst = (recv if send is None else send).reshape(-1), recv.reshape(-1)
             if shared is None:              # one rank, or nothing to reduce
                 return Persistent(call, recv, before=() if send is None else ((dst, src),))
             signed = api._shm_signature(call)
+            if node_phases:
+                return Persistent(call, recv, run=lambda watch: shared.run(
+                    src, dst, call.tag, watch, *signed))
             return Persistent(call, recv, run=lambda watch: shared.allreduce(
                 st, src, dst, opname, watch, *signed))
         before = () if send is None else ((recv, send.reshape(recv.shape)),)

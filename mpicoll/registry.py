@@ -62,6 +62,13 @@ class Option:
     default: Any                    # a value, or a function of the node layout
     choices: tuple
     doc: str
+    mpi_only: tuple = ()            # choices with no schedule: only the MPI path runs them
+
+    @property
+    def scheduled_choices(self) -> tuple:
+        """The choices a schedule exists for (what the simulators, traces and tests of
+        schedules can run)."""
+        return tuple(c for c in self.choices if c not in self.mpi_only)
 
     def value(self, given, nodes=None):
         """``given``, else the environment's value, else the default; checked."""
@@ -138,9 +145,10 @@ def _table(*algorithms: Algorithm) -> dict[str, Algorithm]:
 
 _HIERARCHICAL_OPTIONS = (
     Option("inner", "MPICOLL_HIER_INNER", allreduce_hierarchical.default_inner,
-           tuple(allreduce_hierarchical.INNER),
-           "node-local algorithm: ring/recursive_halving (shard, equal nodes) or binomial "
-           "(leader)"),
+           allreduce_hierarchical.INNERS,
+           "node-local algorithm: ring/recursive_halving (shard, equal nodes), binomial "
+           "(leader) or shm (shard, the node phases in a shared-memory window: MPI path only)",
+           mpi_only=(allreduce_hierarchical.SHM,)),
     Option("outer", "MPICOLL_HIER_OUTER", "recursive_doubling",
            tuple(allreduce_hierarchical.OUTER), "the inter-node all-reduce"),
 )

@@ -53,7 +53,7 @@ from . import tags, validate
 from .context import CommState, attach
 from .watch import Watch
 
-__all__ = ["Call", "ABORT_CODE", "failed"]
+__all__ = ["Call", "ABORT_CODE", "failed", "disagree"]
 
 ABORT_CODE = 124        # the job's MPI_Abort error code after a timeout (as timeout(1) exits)
 
@@ -160,12 +160,8 @@ class Call:
         """The ranks' signature hashes differ (every rank found out, so this is collective):
         exchange the fingerprints of ``agree``'s fields and raise ``ArgumentMismatch`` naming
         who passed what."""
-        algorithm, fields = self._agreed_on
-        validate.check(self.open().comm, validate.fingerprint(
-            self.collective, algorithm, timeout=self.timeout is not None, **fields),
-            self.watch, step)
-        raise ArgumentMismatch(f"{self.collective} {algorithm}: the ranks called it with "
-                               "different arguments (their hashes differ)")
+        disagree(self.open().comm, self.collective, self._agreed_on, self.timeout is not None,
+                 self.watch, step)
 
     def mpi(self, blocking, nonblocking, *args, **kwargs) -> None:
         """The MPI library's own collective on mpicoll's duplicate: ``blocking`` (e.g.
@@ -210,6 +206,17 @@ class Call:
     def _failed(self, exc: BaseException) -> None:
         """Mark the communicator broken after a call that failed mid-way; abort if asked to."""
         failed(self._state, self.watch, self.on_timeout, self.comm, exc)
+
+
+def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool, watch,
+             step: str) -> NoReturn:
+    """``Call.disagree`` for a call that agreed on ``agreed_on`` (algorithm, fields) -- also a
+    prepared call's (``api.Prepared``), which keeps them."""
+    algorithm, fields = agreed_on
+    validate.check(comm, validate.fingerprint(collective, algorithm, timeout=timed, **fields),
+                   watch, step)
+    raise ArgumentMismatch(f"{collective} {algorithm}: the ranks called it with "
+                           "different arguments (their hashes differ)")
 
 
 def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,

@@ -47,6 +47,7 @@ class CommState:
         self._nodes: dict = {}
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
         self.shared = None                      # allreduce_shm's node communicator and window
+        self.node_shared: dict = {}             # the same per node layout (hierarchical's)
         self.prepared = OrderedDict()           # api.Prepared: plain calls' decisions, LRU
         self.last_prepared = (None, None)       # the most recently used: (key, entry)
 
@@ -125,8 +126,10 @@ class CommState:
         builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
         if not builtin:
             drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
-        if self.shared is not None and not self.broken:    # collective: not after a failure
-            self.shared.free()
+        if not self.broken:                     # collective: not after a failure
+            for shared in ([self.shared] if self.shared is not None else []) + \
+                    list(self.node_shared.values()):
+                shared.free()
         if self.made and self.comm != MPI.COMM_NULL:
             if not builtin:     # mpicoll's own: every tag (a failed call's data messages too)
                 drain(self.comm, (MPI.ANY_TAG,))

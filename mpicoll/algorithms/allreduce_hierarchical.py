@@ -11,6 +11,13 @@ consecutive ranks with ``MPICOLL_RANKS_PER_NODE=k``). Two compositions:
 * leader (``inner="binomial"``; any node sizes) -- MPICH's ``smp``. Phase 1: binomial reduce
   to the node's first rank. Phase 2: the leaders all-reduce the whole vector with ``outer``.
   Phase 3: binomial broadcast inside each node.
+* shared memory (``inner="shm"``; the same number of ranks on every node, each node inside one
+  real node) -- the shard shape with ``shm``'s window (``allreduce_shm``) as the node phases,
+  as MPICH's and Open MPI's shared-memory node phases do. Phase 1: each rank copies its input
+  into the node's window and reduces its shard of all the node's inputs straight from it.
+  Phase 2: as in shard, chunk by chunk. Phase 3: each rank copies the others' shards out of
+  the window. No message inside a node; no schedule either (so the in-process executor, the
+  simulators and the traces can't run it: they take ``ring``); only the MPI path runs it.
 
 Every element of the result is computed once and copied, so all ranks end with the same bits.
 
@@ -21,6 +28,8 @@ Cost, n bytes, L ranks per node, M nodes, intra-node alpha_l/beta_l, inter-node 
     shard:  T = 2(L-1).alpha_l + 2.n.((L-1)/L).beta_l + n.((L-1)/L).gamma   (ring inner)
                 + T_outer(M, n/L; alpha, beta, gamma)
     leader: T = 2.ceil(lg L).(alpha_l + n.beta_l) + ceil(lg L).n.gamma + T_outer(M, n)
+    shm:    T = 2.alpha_l + (3L-2)/L.n.beta_l + ((L-1)/L).n.gamma + T_outer(M, n/L)
+            (``allreduce_shm.cost`` on the node, with the intra-node link's alpha and beta)
 Bytes each rank sends: what it sends in the three phases -- its inner phases' bytes on its node,
 plus the outer all-reduce's bytes for its shard (n/L; shard) or, on the leaders, for the whole
 vector (leader).
@@ -38,6 +47,8 @@ INNER = {
     "recursive_halving": (reduce_scatter_recursive_halving, allgather_recursive_doubling),
     "binomial": (reduce_binomial, bcast_binomial),
 }
+SHM = "shm"     # the shared-memory node phases (no schedule: api runs them, allreduce_shm)
+INNERS = (*INNER, SHM)
 # outer name -> the all-reduce the nodes (or their shards) run between them
 OUTER = {
     "ring": allreduce_ring,
@@ -54,9 +65,9 @@ def default_inner(nodes) -> str:
 
 def check_options(nodes, inner: str, outer: str) -> None:
     """Raise ``ValueError`` unless ``inner`` and ``outer`` can run on ``nodes``."""
-    if inner not in INNER:
+    if inner not in INNERS:
         raise ValueError(f"unknown hierarchical inner algorithm {inner!r}; "
-                         f"expected one of {sorted(INNER)}")
+                         f"expected one of {sorted(INNERS)}")
     if outer not in OUTER:
         raise ValueError(f"unknown hierarchical outer algorithm {outer!r}; "
                          f"expected one of {list(OUTER)}")
@@ -72,6 +83,10 @@ def schedule(rank: int, size: int, count: int, *, nodes, inner: str | None = Non
              outer: str = "recursive_doubling") -> Schedule:
     inner = inner or default_inner(nodes)
     check_options(nodes, inner, outer)
+    if inner == SHM:
+        raise ValueError("hierarchical inner='shm' reduces in a shared-memory window: it has "
+                         "no schedule, so only the MPI path runs it (not the in-process "
+                         "executor, the simulators or traces: use inner='ring' there)")
     node = next(j for j, members in enumerate(nodes) if rank in members)
     members = list(nodes[node])
     local, L = members.index(rank), len(members)
@@ -100,8 +115,11 @@ def cost(p: int, n: float, alpha: float, beta: float, gamma: float, *, ranks_per
     M = -(-p // L)
     al = alpha if alpha_intra is None else alpha_intra
     bl = beta if beta_intra is None else beta_intra
-    first, last = INNER[inner]
     outer_cost = OUTER[outer].cost
+    if inner == SHM:
+        node = 2 * al + (3 * L - 2) / L * n * bl + (L - 1) / L * n * gamma if L > 1 else 0.0
+        return node + outer_cost(M, n / L, alpha, beta, gamma)
+    first, last = INNER[inner]
     node = first.cost(L, n, al, bl, gamma) + last.cost(L, n, al, bl, gamma)
     if inner == "binomial":
         return node + outer_cost(M, n, alpha, beta, gamma)
@@ -113,6 +131,8 @@ def bytes_sent(rank: int, p: int, n: float, *, nodes, inner: str | None = None,
     inner = inner or default_inner(nodes)
     node = next(j for j, members in enumerate(nodes) if rank in members)
     local, L = nodes[node].index(rank), len(nodes[node])
+    if inner == SHM:                # nothing is sent inside a node
+        return OUTER[outer].bytes_sent(node, len(nodes), n / L)
     first, last = INNER[inner]
     if inner == "binomial":
         middle = OUTER[outer].bytes_sent(node, len(nodes), n) if local == 0 else 0

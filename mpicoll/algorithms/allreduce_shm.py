@@ -92,7 +92,7 @@ from mpi4py import MPI
 from .. import kernels
 
 __all__ = ["cost", "bytes_sent", "OPS", "DTYPES", "CHUNK_BYTES", "check", "allreduce",
-           "Window", "warmup"]
+           "Window", "warmup", "window_rank"]
 
 OPS = ("sum", "prod", "max", "min")             # the op codes of _allreduce, in this order
 DTYPES = tuple(d for d in kernels.DTYPES if d.kind in "iuf" and d.itemsize >= 4)
@@ -103,6 +103,7 @@ LINE = 16                   # int64s per flag: each flag alone in 128 bytes (two
 ARRIVED, REDUCED = 0, 1     # the two flags of each rank
 DONE = -1                   # _allreduce: every chunk is complete
 MISMATCH = -2               # _allreduce: a rank published another call signature's hash
+BETWEEN = -3                # _allreduce: my slice is reduced; all-reduce it across the nodes
 SIGNATURE = 1               # where in its ARRIVED line a rank publishes that hash
 SPIN_SECONDS = 0.01         # a wait returns to Python this often (the Watch, or Ctrl-C)
 YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
@@ -223,13 +224,15 @@ def _reduce_into(op, acc, x):
 
 @njit(cache=True, nogil=True)
 def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until, yield_after,
-               signature):
+               signature, between):
     """Phases 1-3 of every chunk of ``src`` (may be ``dst``: in place) into ``dst``, from
     ``resume`` (chunk * 4 + phase) on. ``data[b, j]`` is rank j's segment in buffer b, ``acc``
     BLOCK elements of scratch. Returns (DONE, -1), or (where to resume, the rank waited for)
     when a wait outlasts ``spin_until``, or (MISMATCH, j) when rank j's inputs carry another
     ``signature`` (the hash of the call's arguments: published with them, checked before any
-    of them is read)."""
+    of them is read). ``between`` (hierarchical's node phases): after Phase 2, return (where
+    to resume, BETWEEN) with my reduced slice in ``dst`` only; the caller all-reduces it
+    across the nodes, writes it into my segment and resumes, and Phase 3 publishes it."""
     count, size, chunk = dst.shape[0], data.shape[1], data.shape[2]
     k, phase = resume // 4, resume % 4
     while k * chunk < count:
@@ -266,11 +269,16 @@ def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until, y
                         _reduce_into(op, out, src[at + b:at + e])
                     else:
                         _reduce_into(op, out, buf[j, b:e])
-                buf[rank, b:e] = out
+                if not between:
+                    buf[rank, b:e] = out
                 dst[at + b:at + e] = out
+            if between:
+                return k * 4 + 3, BETWEEN
             _store_release(flags, (2 * rank + REDUCED) * LINE, seq)
             phase = 3
         if phase == 3:      # Phase 3: copy out every other rank's reduced slice
+            if between:     # publish the slice the caller wrote (again, on a resume: harmless)
+                _store_release(flags, (2 * rank + REDUCED) * LINE, seq)
             j = _missing(flags, REDUCED, seq, rank, size, spin_until, yield_after)
             if j >= 0:
                 return k * 4 + 3, j
@@ -362,18 +370,25 @@ def check(st, op: str, dtype: np.dtype) -> None:
                          f"not {dtype}")
 
 
-def _window(st, nbytes: int, watch) -> Window:
+def _window(st, nbytes: int, get_watch, nodes=None) -> Window:
     """The communicator's window, large enough for ``nbytes`` (first use of a size class:
-    collective on the node, after every rank is known to have come when there is a deadline)."""
-    shared = st.shared
+    collective on the node, after every rank is known to have come when there is a deadline).
+    ``nodes``: a node layout whose every node lies in one real node (hierarchical's): the
+    window of this rank's node of it (the ranks of a node in the layout's order)."""
+    shared = st.shared if nodes is None else st.node_shared.get(nodes)
     capacity = size_class(nbytes)
     if shared is not None and shared.window is not None and shared.window.capacity >= capacity:
         return shared.window
+    watch = get_watch()
     if watch is not None:
         watch.wait([st.comm.Ibarrier()], "the shared window's allocation (every rank comes)")
-    if shared is None:
+    if shared is None and nodes is None:
         shared = st.shared = Shared(st.comm.Split_type(MPI.COMM_TYPE_SHARED))
         assert shared.node.Get_size() == st.comm.Get_size(), "shm needs one node (checked)"
+    elif shared is None:
+        rank = st.comm.Get_rank()
+        mine = next(j for j, members in enumerate(nodes) if rank in members)
+        shared = st.node_shared[nodes] = Shared(st.comm.Split(mine, nodes[mine].index(rank)))
     if shared.window is not None:
         shared.window.free()
         shared.window = None
@@ -382,38 +397,68 @@ def _window(st, nbytes: int, watch) -> Window:
 
 
 def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signature: int = 0,
-              mismatch=None) -> None:
+              mismatch=None, *, nodes=None, between=None) -> None:
     """All-reduce ``src`` (flat; may be ``dst``) into ``dst`` on ``st``'s communicator
     (``check`` passed on every rank). ``watch``: the call's deadline. ``signature``: the hash
     of the call's arguments (``_runtime.tags``), published beside each rank's input; when the
     ranks' differ, nothing is reduced and every rank calls ``mismatch()``, which raises
-    (every rank sees some other rank's hash differ from its own)."""
+    (every rank sees some other rank's hash differ from its own). ``watch`` may also be a
+    function that makes the deadline's ``Watch`` (or returns None), called only when one is
+    needed (a prepared call: ``api.Prepared``).
+
+    Hierarchical's node phases: ``nodes`` a node layout whose every node lies in one real node,
+    ``between(part)`` a function that all-reduces ``part`` in place across the nodes (with the
+    same local rank of every node). The window is then the node's, Phases 1 and 2 a
+    reduce-scatter inside each node, ``between`` the inter-node phase on my slice of each chunk,
+    Phase 3 an all-gather inside each node."""
     if not src.flags.writeable:             # a read-only sendbuf: its own compiled code
         warmup(src.dtype, readonly=True)
-    window = _window(st, dst.nbytes, watch)
+    get_watch = watch if callable(watch) else lambda: watch
+    window = _window(st, dst.nbytes, get_watch, nodes)
     data, acc = window.views(dst.dtype)
-    chunk = data.shape[2]
+    size, chunk = data.shape[1], data.shape[2]
     nchunks = -(-dst.size // chunk)
-    seq0, rank, code = window.seq + 1, st.comm.Get_rank(), OPS.index(op)
+    rank = st.comm.Get_rank() if nodes is None else window_rank(st, nodes)
+    seq0, code = window.seq + 1, OPS.index(op)
     window.seq += nchunks
     resume = 0
     while True:
         resume, waiting = _allreduce(src, dst, data, window.flags, rank, seq0, resume, code,
                                      acc, MPI.Wtime() + SPIN_SECONDS, window.yield_after,
-                                     signature)
+                                     signature, between is not None)
         if resume == DONE:
             break
         if resume == MISMATCH:
             mismatch()
             raise AssertionError("mismatch() must raise")
+        if waiting == BETWEEN:              # my reduced slice of chunk k: across the nodes
+            k = resume // 4
+            at = k * chunk
+            lo, hi = _slice(min(chunk, dst.size - at), size, rank)
+            part = dst[at + lo:at + hi]
+            if hi > lo:                     # (every node's rank of my index has the same)
+                between(part)
+            data[(seq0 + k) % 2, rank, lo:hi] = part
+            continue
+        watch = get_watch()
         if watch is not None:
             k, phase = divmod(resume, 4)
             waiting_on = _short(window.flags, ARRIVED if phase == 1 else REDUCED, seq0 + k,
-                                rank)
+                                rank) or [waiting]
+            if nodes is not None:           # window ranks -> the communicator's
+                members = next(m for m in nodes if st.comm.Get_rank() in m)
+                waiting_on = [members[j] for j in waiting_on]
             watch.overdue(f"chunk {k + 1} of {nchunks}, waiting for "
                           f"{'the inputs' if phase == 1 else 'the reduced slices'} in the "
-                          f"shared window", nchunks, waiting_on or [waiting])
-    st.traffic["shared_bytes"] += (dst.size - _own_elements(dst.size, chunk, st)) * dst.itemsize
+                          f"shared window", nchunks, waiting_on)
+    st.traffic["shared_bytes"] += (dst.size - _own_elements(dst.size, chunk, size, rank)) * \
+        dst.itemsize
+
+
+def window_rank(st, nodes) -> int:
+    """This rank's index in its node of ``nodes`` (its rank in that node's window)."""
+    rank = st.comm.Get_rank()
+    return next(members.index(rank) for members in nodes if rank in members)
 
 
 def _short(flags: np.ndarray, which: int, seq: int, rank: int) -> list:
@@ -422,10 +467,9 @@ def _short(flags: np.ndarray, which: int, seq: int, rank: int) -> list:
     return [j for j in range(size) if j != rank and flags[(2 * j + which) * LINE] < seq]
 
 
-def _own_elements(count: int, chunk: int, st) -> int:
+def _own_elements(count: int, chunk: int, size: int, rank: int) -> int:
     """Elements of my own slices (not copied into the window), over every chunk: slice
     ``rank`` of ``block_displs`` has n // size elements, one more if rank < n % size."""
-    size, rank = st.comm.Get_size(), st.comm.Get_rank()
     full, last = divmod(count, chunk)
     return (full * (chunk // size + (rank < chunk % size))
             + (last // size + (rank < last % size) if last else 0))
@@ -443,5 +487,5 @@ def warmup(dtype: np.dtype, readonly: bool = False) -> None:
         src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
         src.flags.writeable = not readonly
         _allreduce(src, dst, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
-                   0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0, 0)
+                   0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0, 0, False)
     _ready.add((dtype, readonly))

@@ -42,7 +42,7 @@ def _option_help(name: str) -> str:
     option = next(o for table in COLLECTIVES.values() for algo in table.values()
                   for o in algo.options if o.name == name)
     default = "set by the node layout" if callable(option.default) else option.default
-    return (f"{option.doc}; one of {', '.join(option.choices)} (default: ${option.env} if set, "
+    return (f"{option.doc}; one of {', '.join(option.scheduled_choices)} (default: ${option.env} if set, "
             f"else {default})")
 
 

@@ -7,6 +7,7 @@ from mpi4py import MPI
 import mpicoll
 from mpicoll import kernels, simulate
 from mpicoll._runtime.context import state
+from mpicoll.algorithms import allreduce_shm
 from mpicoll.executors import inprocess
 from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK, lookup
 from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
@@ -61,14 +62,18 @@ def test_allreduce_random_floats_match_simulator(comm, algorithm):
     """Random floats: the MPI executor gives the in-process executor's bits, and MPI's within
     the rounding of a different order."""
     problems = []
-    nodes = state(comm).nodes() if lookup("allreduce", algorithm).has("node-layout") else None
+    algo = lookup("allreduce", algorithm)
+    nodes = state(comm).nodes() if algo.has("node-layout") else None
+    # hierarchical's default inner on the MPI path may be "shm" (no schedule to simulate; its
+    # bits: test_hierarchical_shm_node_phases): the scheduled default, named
+    given = {o.name: o.value(None, nodes) for o in algo.options if o.name == "inner"}
     for n in (1, comm.size + 1, 4099):
         for dtype in (np.float32, np.float64):
             inputs = [np.random.default_rng([r, n]).standard_normal(n).astype(dtype)
                       for r in range(comm.size)]
-            out = mpicoll.allreduce(inputs[comm.rank], algorithm=algorithm, comm=comm)
+            out = mpicoll.allreduce(inputs[comm.rank], algorithm=algorithm, comm=comm, **given)
             options = {"nodes": nodes} if nodes else {}
-            sim = simulate.allreduce(inputs, "sum", algorithm, **options)[comm.rank]
+            sim = simulate.allreduce(inputs, "sum", algorithm, **options, **given)[comm.rank]
             ref = np.empty_like(out)
             comm.Allreduce(inputs[comm.rank], ref)
             if out.tobytes() != sim.tobytes():
@@ -250,3 +255,70 @@ def test_user_communicator_is_untouched(comm):
     comm.Recv(got, (comm.rank - 1) % comm.size, tag=1)
     req.Wait()
     agree(comm, got[0] == (comm.rank - 1) % comm.size, f"got {got[0]}")
+
+
+@pytest.mark.parametrize("ranks_per_node", [None, "1", "2"])
+def test_hierarchical_shm_node_phases(comm, ranks_per_node):
+    """hierarchical(inner="shm"): the node phases in a shared-memory window around the outer
+    all-reduce of each shard. Random floats give, on every rank, each node's rank-order fold
+    (per shard) all-reduced across the nodes by the outer schedule -- the simulator's bits for
+    the node sums as inputs; in place, chunked (past 4 MiB), exact integers too. By default
+    (inner not chosen) a large enough call runs it (no message inside a node)."""
+    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
+        st = state(comm)
+        nodes = st.nodes()
+        usable = (len({len(n) for n in nodes}) == 1 and all(
+            any(set(n) <= set(r) for r in st.real_nodes) for n in nodes))
+        if not usable:
+            raises_everywhere(comm, ValueError, mpicoll.allreduce, np.ones(8),
+                              algorithm="hierarchical", inner="shm", comm=comm,
+                              match="same number of ranks|inside one real node")
+            return
+        problems = []
+        for n in (1, comm.size + 1, 4099, (4 << 20) // 8 + 3):
+            inputs = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
+            out = mpicoll.allreduce(inputs[comm.rank], algorithm="hierarchical", inner="shm",
+                                    comm=comm)
+            inplace = inputs[comm.rank].copy()
+            mpicoll.allreduce(MPI.IN_PLACE, inplace, algorithm="hierarchical", inner="shm",
+                              comm=comm)
+            node_sums = []
+            for members in nodes:
+                acc = inputs[members[0]].copy()
+                for r in members[1:]:
+                    np.add(acc, inputs[r], out=acc)
+                node_sums.append(acc)
+            L, chunk = len(nodes[0]), allreduce_shm.CHUNK_BYTES // 8
+            want = np.empty(n)
+            for at in range(0, n, chunk):       # each chunk's shards across the nodes
+                size = min(chunk, n - at)
+                for i in range(L):
+                    lo, hi = allreduce_shm._slice(size, L, i)
+                    if hi > lo:
+                        parts = [s[at + lo:at + hi] for s in node_sums]
+                        want[at + lo:at + hi] = simulate.allreduce(
+                            parts, "sum", "recursive_doubling")[0] if len(nodes) > 1 \
+                            else parts[0]
+            if out.tobytes() != want.tobytes():
+                problems.append(f"n={n}: not the node folds all-reduced across nodes")
+            if inplace.tobytes() != out.tobytes():
+                problems.append(f"n={n}: in place differs")
+            x = exact_input(comm.rank, n, np.int64, "sum")
+            ref = np.empty_like(x)
+            comm.Allreduce(x, ref)
+            got = mpicoll.allreduce(x, algorithm="hierarchical", inner="shm", comm=comm)
+            if not np.array_equal(got, ref):
+                problems.append(f"n={n} int64: differs from MPI_Allreduce")
+        agree(comm, not problems, problems[:5])
+        agree(comm, same_bits_everywhere(comm, out), "ranks differ")
+        if comm.size > 1 and len(nodes[0]) > 1:
+            before = dict(st.traffic)
+            mpicoll.allreduce(np.ones(1 << 14), algorithm="hierarchical", comm=comm)
+            sent = st.traffic["bytes_sent"] - before["bytes_sent"]
+            shared = st.traffic["shared_bytes"] - before["shared_bytes"]
+            node = next(j for j, m in enumerate(nodes) if comm.rank in m)
+            lo, hi = allreduce_shm._slice(1 << 14, len(nodes[0]), nodes[node].index(comm.rank))
+            outer = lookup("allreduce", "recursive_doubling").module.bytes_sent(
+                node, len(nodes), (hi - lo) * 8) if len(nodes) > 1 else 0
+            agree(comm, shared > 0 and sent == outer,
+                  f"default inner: shared {shared} B, sent {sent} B (the outer phase: {outer})")

@@ -188,14 +188,21 @@ def test_shm_refuses_what_it_cannot_do(comm):
         st._nodes[None] = real
 
 
-def test_absent_rank_is_named(comm):
+@pytest.mark.parametrize("prepared", [False, True], ids=["full-path", "prepared"])
+def test_absent_rank_is_named(comm, prepared):
     """The last rank does not come: the others raise CollectiveTimeout naming it, after about
     the timeout (the spin-waits honour the deadline); it then comes late, finds their roll call
-    and raises too, so no rank later frees the window alone (collective)."""
+    and raises too, so no rank later frees the window alone (collective). ``prepared``: the
+    others' call is a prepared one (an earlier call had the same arguments), whose deadline's
+    Watch is made only when the wait outlasts a spin."""
     if comm.size == 1:
         pytest.skip("needs two ranks")
     absent = comm.size - 1
-    mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm)     # the window exists
+    mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm,     # the window exists
+                      **({"timeout": 1.0} if prepared else {}))
+    if prepared:
+        agree(comm, any(e.shm_op == "sum" for e in state(comm).prepared.values()),
+              "the first call left no prepared shm call")
     world = MPI.COMM_WORLD
     error, elapsed = None, 0.0
     if comm.rank != absent:
@@ -233,3 +240,49 @@ def test_mismatched_counts_raise_at_once(comm, timeout):
                             algorithm="shm", comm=comm, timeout=timeout, match="count")
     agree(comm, "10" in str(exc) and "20" in str(exc), f"names both counts: {exc}")
     agree(comm, time.monotonic() - start < 10, "raised at once, not at a deadline")
+
+
+def test_prepared_calls_run_shm(comm):
+    """A call with the same arguments as an earlier one runs shm by its prepared decisions
+    (``api.Prepared``): in and out of place, into a given recvbuf or a new one, the right sums,
+    the input untouched, the counters counting every call."""
+    if comm.size == 1:
+        pytest.skip("one rank: shm has nothing to run")
+    st = state(comm)
+    n = 3001
+    x = np.arange(n, dtype=np.float64) * (comm.rank + 1)
+    want = np.arange(n, dtype=np.float64) * (comm.size * (comm.size + 1) // 2)
+    problems = []
+    for k in range(3):
+        before = st.traffic["shared_bytes"]
+        out = mpicoll.allreduce(x, algorithm="shm", comm=comm)
+        recv = np.empty(n)
+        mpicoll.allreduce(x, recv, algorithm="shm", comm=comm)
+        inplace = x.copy()
+        mpicoll.allreduce(MPI.IN_PLACE, inplace, algorithm="shm", comm=comm)
+        for name, got in (("new recvbuf", out), ("recvbuf", recv), ("in place", inplace)):
+            if not np.array_equal(got, want):
+                problems.append(f"call {k} {name}: wrong sum")
+        if st.traffic["shared_bytes"] - before <= 0:
+            problems.append(f"call {k}: shared_bytes did not grow")
+    if not np.array_equal(x, np.arange(n, dtype=np.float64) * (comm.rank + 1)):
+        problems.append("sendbuf was modified")
+    shm_entries = [e for e in st.prepared.values() if e.shm_op == "sum"]
+    if len(shm_entries) != 3:
+        problems.append(f"{len(shm_entries)} prepared shm calls, expected 3 (new recvbuf, "
+                        "recvbuf, in place)")
+    agree(comm, not problems, problems)
+
+
+def test_prepared_calls_that_mismatch_raise(comm):
+    """Both counts ran before (prepared on every rank); then rank 0 passes 10 elements and the
+    others 20: each rank takes its prepared call, sees another hash beside another rank's input
+    and raises ArgumentMismatch naming both counts."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    for count in (10, 20):
+        mpicoll.allreduce(np.ones(count), algorithm="shm", comm=comm)
+    count = 10 if comm.rank == 0 else 20
+    exc = raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce, np.ones(count),
+                            algorithm="shm", comm=comm, match="count")
+    agree(comm, "10" in str(exc) and "20" in str(exc), f"names both counts: {exc}")

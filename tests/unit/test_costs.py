@@ -43,7 +43,7 @@ def cases(collective, name):
         for nodes in layouts:
             L, M = (max(map(len, nodes)), len(nodes)) if nodes else (p, 1)
             unit = math.lcm(p * pof2, L * M * (1 << (M.bit_length() - 1)))
-            for values in itertools.product(*(o.choices for o in algo.options)):
+            for values in itertools.product(*(o.scheduled_choices for o in algo.options)):
                 options = dict(zip((o.name for o in algo.options), values))
                 try:
                     algo.resolve(options, nodes)

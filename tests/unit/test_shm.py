@@ -39,7 +39,7 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0):
                 while True:
                     resume, _ = shm._allreduce(inputs[r], dst, data, flags, r, seq0, resume,
                                                shm.OPS.index(op), acc, MPI.Wtime() + 0.01,
-                                               yield_after, 7)
+                                               yield_after, 7, False)
                     if resume == shm.DONE:
                         break
                 outs[r][k] = dst
@@ -94,12 +94,91 @@ def test_flags_are_acquire_loads_and_release_stores():
     wait.compile((flags, i64, i64, i64, i64, types.float64, types.float64))
     run = njit(shm._allreduce.py_func)
     run.compile((f64, f64, types.Array(types.float64, 3, "C"), flags, i64, i64, i64, i64, f64,
-                 types.float64, types.float64, i64))
+                 types.float64, types.float64, i64, types.boolean))
     loads = "\n".join(wait.inspect_llvm().values())
     stores = "\n".join(run.inspect_llvm().values())
     assert re.search(r"load atomic i64, (ptr|i64\*) %\S+ acquire", loads), "no acquire load"
     assert re.search(r"store atomic i64 %\S+, (ptr|i64\*) %\S+ release", stores), \
         "no release store"
+
+
+def run_nodes(inputs, nodes, chunk, calls):
+    """hierarchical's shared-memory node phases with threads as ranks: ``nodes`` regions (one
+    per node) of ``len(inputs) // nodes`` threads each; ``between`` -- what the inter-node
+    all-reduce does -- is a left fold over the nodes of the same local rank's slices, in node
+    order, met at a barrier. The outputs."""
+    p, dtype = len(inputs), inputs[0].dtype
+    L = p // nodes
+    regions = [(np.zeros(2 * L * shm.LINE, np.int64), np.zeros((2, L, chunk), dtype))
+               for _ in range(nodes)]
+    meet = [threading.Barrier(nodes) for _ in range(L)]
+    slots = {}
+    outs = [[None] * calls for _ in range(p)]
+    errors = []
+    nchunks = max(1, -(-inputs[0].size // chunk))
+
+    def rank(r):
+        node, local = divmod(r, L)
+        flags, data = regions[node]
+        try:
+            acc = np.empty(shm.BLOCK, dtype)
+            for k in range(calls):
+                dst = np.empty_like(inputs[r])
+                seq0, resume = 1 + k * nchunks, 0
+                while True:
+                    resume, waiting = shm._allreduce(inputs[r], dst, data, flags, local, seq0,
+                                                     resume, 0, acc, MPI.Wtime() + 0.01, 0.0,
+                                                     7, True)
+                    if resume == shm.DONE:
+                        break
+                    if waiting == shm.BETWEEN:
+                        c = resume // 4
+                        at = c * chunk
+                        lo, hi = shm._slice(min(chunk, dst.size - at), L, local)
+                        part = dst[at + lo:at + hi]
+                        slots[node, local] = part.copy()
+                        meet[local].wait(60)
+                        total = slots[0, local].copy()
+                        for j in range(1, nodes):
+                            np.add(total, slots[j, local], out=total)
+                        meet[local].wait(60)        # every node has read every slot
+                        part[:] = total
+                        data[(seq0 + c) % 2, local, lo:hi] = part
+                outs[r][k] = dst
+        except Exception as exc:        # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(p)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return outs
+
+
+@pytest.mark.parametrize("nodes, L", [(2, 1), (2, 2), (3, 2), (2, 3)])
+def test_node_phases_around_a_between_phase(nodes, L):
+    """hierarchical(inner="shm"): Phases 1-2 reduce my slice inside the node, ``between``
+    all-reduces it across the nodes, Phase 3 gathers: every rank gets the fold over nodes of
+    each node's rank-order fold, chunk after chunk, call after call."""
+    rng = np.random.default_rng([nodes, L])
+    p = nodes * L
+    for count in (1, L + 1, 1000):
+        inputs = [rng.standard_normal(count) for _ in range(p)]
+        node_sums = []
+        for node in range(nodes):
+            acc = inputs[node * L].copy()
+            for j in range(1, L):
+                np.add(acc, inputs[node * L + j], out=acc)
+            node_sums.append(acc)
+        want = node_sums[0].copy()
+        for node in range(1, nodes):
+            np.add(want, node_sums[node], out=want)
+        outs = run_nodes(inputs, nodes, chunk=7 + p, calls=3)
+        for r in range(p):
+            for k in range(3):
+                assert outs[r][k].tobytes() == want.tobytes(), f"count={count} rank {r} call {k}"
 
 
 def test_size_classes():

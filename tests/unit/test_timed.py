@@ -146,8 +146,8 @@ def test_node_layout_all_ranks_form_is_its_schedule(n, L):
     algo = lookup("allreduce", "smp")                  # the node-layout all-reduce
     nodes = virtual_nodes(n, L)
     inner_opt, outer_opt = algo.options
-    for inner in inner_opt.choices:
-        for outer in outer_opt.choices:
+    for inner in inner_opt.scheduled_choices:
+        for outer in outer_opt.scheduled_choices:
             if n > 32 and (inner, outer) != ("ring", "recursive_doubling") and L != 8:
                 continue
             for count in (0, 5, 1000 + n):
