@@ -361,6 +361,8 @@ class NodePhases:
 
     def run(self, src: np.ndarray, dst: np.ndarray, tag: int, watch, signature: int,
             mismatch) -> None:
+        """``watch``: the call's ``Watch`` (or None), or a function that makes it (a prepared
+        call's, ``Prepared.shared``)."""
         st = self.st
 
         def between(part: np.ndarray) -> None:      # all-reduce my shard across the nodes
@@ -371,7 +373,7 @@ class NodePhases:
             scratch = st.scratch(part.dtype, compiled.scratch_elements(self.execute, sched,
                                                                        part.itemsize))
             self.execute(sched, part, st.comm, op=self.op, tag=tag, scratch=scratch,
-                         traffic=st.traffic, watch=watch)
+                         traffic=st.traffic, watch=watch() if callable(watch) else watch)
             st.traffic["internode_bytes"] += sched.totals[0] * part.itemsize  # all off-node
         allreduce_shm.allreduce(st, src, dst, self.op, watch, signature, mismatch,
                                 nodes=self.nodes,
@@ -495,7 +497,7 @@ class Prepared:
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
                  "on_timeout", "run", "internode_bytes", "rank", "block", "shm_op", "hashed",
-                 "agreed")
+                 "agreed", "node_phases")
 
     def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0,
                  op: str | None = None):
@@ -508,7 +510,8 @@ class Prepared:
         self.timeout, self.on_timeout = call.timeout, call.on_timeout
         self.run, self.internode_bytes = None, 0
         self.shm_op = None              # shm: the op (it runs by ``shared``, not ``__call__``)
-        if prepared is allreduce_shm:
+        self.node_phases = prepared if isinstance(prepared, NodePhases) else None
+        if prepared is allreduce_shm or self.node_phases is not None:
             self.shm_op, self.hashed, self.agreed = op, sig.hashed, call._agreed_on
         elif prepared is not None:
             _, sched, internode, op, scratch = prepared
@@ -544,7 +547,8 @@ class Prepared:
             st.traffic["internode_bytes"] += self.internode_bytes
 
     def shared(self, st, src: np.ndarray, dst: np.ndarray) -> None:
-        """Run ``shm`` from ``src`` (flat; may be ``dst``) into ``dst`` as a new call on ``st``."""
+        """Run ``shm`` (or hierarchical's shm node phases) from ``src`` (flat; may be ``dst``)
+        into ``dst`` as a new call on ``st``."""
         if st.broken:
             st.check(self.collective)
         number = st.next_number() if self.numbered else 0
@@ -561,7 +565,12 @@ class Prepared:
                      get_watch(), "the argument check of the shared-memory all-reduce (the "
                      "ranks' hashes differ)")
         try:
-            allreduce_shm.allreduce(st, src, dst, self.shm_op, get_watch, self.hashed, mismatch)
+            if self.node_phases is not None:
+                self.node_phases.run(src, dst, number + self.offset, get_watch, self.hashed,
+                                     mismatch)
+            else:
+                allreduce_shm.allreduce(st, src, dst, self.shm_op, get_watch, self.hashed,
+                                        mismatch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
@@ -581,8 +590,9 @@ def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0,
     """Keep the decisions of ``call`` (done) for calls with ``key`` (None: not kept);
     ``block``: the elements of one rank's block (reduce_scatter_block, allgather); ``op``:
     ``shm``'s."""
-    if key is None or call.validate or (prepared is not None and prepared is not allreduce_shm
-                                        and prepared[0] is not compiled.execute):
+    if key is None or call.validate or (
+            prepared is not None and prepared is not allreduce_shm
+            and not isinstance(prepared, NodePhases) and prepared[0] is not compiled.execute):
         return
     st = context.attach(call.comm)
     table = st.prepared
@@ -753,6 +763,7 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         if isinstance(prepared, NodePhases):
             prepared.run((recv if send is None else send).reshape(-1), recv.reshape(-1),
                          call.tag, call.watch, *_shm_signature(call))
+            _remember(call, key, prepared, recv.dtype, op=opname)
             return recv
         if send is not None:        # same element count, any shape: copy over the flat views
             np.copyto(recv.reshape(-1), send.reshape(-1))

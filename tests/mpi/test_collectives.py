@@ -262,7 +262,8 @@ def test_hierarchical_shm_node_phases(comm, ranks_per_node):
     """hierarchical(inner="shm"): the node phases in a shared-memory window around the outer
     all-reduce of each shard. Random floats give, on every rank, each node's rank-order fold
     (per shard) all-reduced across the nodes by the outer schedule -- the simulator's bits for
-    the node sums as inputs; in place, chunked (past 4 MiB), exact integers too. By default
+    the node sums as inputs; again by the prepared call; in place, chunked (past 4 MiB), exact
+    integers too. By default
     (inner not chosen) a large enough call runs it (no message inside a node)."""
     with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
         st = state(comm)
@@ -279,6 +280,10 @@ def test_hierarchical_shm_node_phases(comm, ranks_per_node):
             inputs = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
             out = mpicoll.allreduce(inputs[comm.rank], algorithm="hierarchical", inner="shm",
                                     comm=comm)
+            again = mpicoll.allreduce(inputs[comm.rank], algorithm="hierarchical", inner="shm",
+                                      comm=comm)        # a prepared call (api.Prepared)
+            if again.tobytes() != out.tobytes():
+                problems.append(f"n={n}: the prepared call gave other bits")
             inplace = inputs[comm.rank].copy()
             mpicoll.allreduce(MPI.IN_PLACE, inplace, algorithm="hierarchical", inner="shm",
                               comm=comm)
