@@ -17,6 +17,7 @@ count, dtype, op, algorithm and root, raising ``ArgumentMismatch`` on every rank
 from __future__ import annotations
 
 import functools
+import os
 import time
 
 import numpy as np
@@ -328,16 +329,19 @@ def _check_node_phases(st, op: str, dtype: np.dtype) -> None:
 
 def _node_phases_by_default(call: Call, inner, op: str, dtype: np.dtype, nbytes: int) -> bool:
     """Whether a blocking ``hierarchical`` call whose inner was not chosen (by argument or
-    ``MPICOLL_HIER_INNER``) runs its node phases in shared memory: from ``select.SHM_MIN_BYTES``
-    on (where ``shm`` wins on one node), when every node has the same number (> 1) of ranks,
-    inside one real node, and ``shm`` reduces the op and dtype."""
+    ``MPICOLL_HIER_INNER``) runs its node phases in shared memory: where ``auto`` would run
+    ``shm`` on one node of the node's ranks (``select.shm_wins``: each node's size, and the
+    ranks of its real node against its cores), when every node has the same number (> 1) of
+    ranks, inside one real node, and ``shm`` reduces the op and dtype."""
     if inner is not None or settings.get("MPICOLL_HIER_INNER") is not None or \
             nbytes < select.SHM_MIN_BYTES or not allreduce_shm.supports(op, dtype):
         return False
     st = call.open()
     nodes, real = st.nodes(), [set(r) for r in st.real_nodes]
     return (len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1
-            and all(any(set(n) <= r for r in real) for n in nodes))
+            and all(any(set(n) <= r for r in real) for n in nodes)
+            and select.shm_wins(nbytes, len(nodes[0]), max(1, (os.cpu_count() or 1)
+                                * len(nodes[0]) // max(len(r) for r in real))))
 
 
 class NodePhases:

@@ -14,10 +14,15 @@ In order, the first that has an answer decides:
 
 Before all of them, an all-reduce whose ranks all share one node (the caller says so:
 ``shared_memory=True``, for a blocking or persistent call whose op and dtype ``shm`` reduces)
-runs ``shm`` from ``SHM_MIN_BYTES`` on: measured on this machine, under load
-(docs/performance.md, "shm"), it was there the fastest mpicoll all-reduce in the runs that
-compared them, 0.7-1.4x MPI's own at N = 2 (at a lower load) and 1.9-2.1x at N = 4; below
-16 KiB recursive doubling did about as well. The decision table and the cost model never
+runs ``shm`` from ``SHM_MIN_BYTES`` on -- up to ``SHM_MAX_BYTES`` when the node has a core for
+every rank, at every size when it has fewer (``shm_wins``). Measured on this machine
+(docs/performance.md, "shm"; medians of three interleaved bench runs): at N = 2 on 2 cores shm
+was the fastest mpicoll all-reduce from 16 KiB to 64 KiB (1.2-1.4x MPI's own), level with the
+ring at 128 KiB and behind it from 256 KiB (0.86-1.0x against the ring's 1.15-1.2x: with a core
+each, the ring's messages, which MPICH copies once between the processes, beat shm's copy in,
+reduce and copy out); with more ranks than cores (N = 3 and 4 on 2 cores) it won at every
+size from 64 KiB, 1.1-2.8x MPI's own, where every message-passing step waits for a core.
+Below 16 KiB recursive doubling did about as well. The decision table and the cost model never
 choose it (it runs only on one node, and not in every form of call).
 
 When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
@@ -32,15 +37,17 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 from . import model, settings
 from .registry import lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
-           "without_library", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "DEFAULT_TUNING"]
+           "without_library", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES", "DEFAULT_TUNING", "shm_wins"]
 
 SHORT_MSG = 8192
 SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
+SHM_MAX_BYTES = 131072      # ... and up to this size when the node has a core for every rank
 DEFAULT_TUNING = settings.PROFILES / "tuning.json"
 
 
@@ -115,10 +122,19 @@ def reload() -> None:
         cached.cache_clear()
 
 
+def shm_wins(nbytes: int, ranks: int, cores: int | None = None) -> bool:
+    """Whether ``shm`` is ``auto``'s all-reduce of ``nbytes`` on ``ranks`` ranks sharing a node of
+    ``cores`` cores (None: ``os.cpu_count()``, the machine's, the same on every rank of it): from
+    ``SHM_MIN_BYTES``, and up to ``SHM_MAX_BYTES`` unless the ranks outnumber the cores."""
+    if ranks < 2 or nbytes < SHM_MIN_BYTES:
+        return False
+    return nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
+
+
 def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None,
               shared_memory: bool = False) -> str:
     """``shared_memory``: every rank is on one node and the call can run ``shm``."""
-    if shared_memory and size > 1 and nbytes >= SHM_MIN_BYTES:
+    if shared_memory and shm_wins(nbytes, size):
         return "shm"
     return choose("allreduce", nbytes, size, count, ranks_per_node)
 

@@ -9,6 +9,7 @@ against MPI_Allreduce: tests/mpi/test_collectives.py, which runs every algorithm
 
 import hashlib
 import math
+import os
 import time
 
 import numpy as np
@@ -145,18 +146,23 @@ def test_counters_say_no_network(comm):
 
 
 def test_auto_runs_shm_on_one_node(comm):
-    """auto: shm from select.SHM_MIN_BYTES on (no byte sent), not below; never across nodes."""
+    """auto: shm from select.SHM_MIN_BYTES on (no byte sent), not below; above
+    select.SHM_MAX_BYTES only when the ranks outnumber the cores (``select.shm_wins``); never
+    across nodes."""
     if comm.size == 1:
         pytest.skip("one rank: nothing to choose")
     traffic = state(comm).traffic
     small, large = select.SHM_MIN_BYTES // 8 - 1, select.SHM_MIN_BYTES // 8
+    larger = 2 * select.SHM_MAX_BYTES // 8
     shared = []
-    for n in (small, large):
+    for n in (small, large, larger):
         before = traffic["shared_bytes"]
         out = mpicoll.allreduce(np.ones(n), comm=comm)
         shared.append(traffic["shared_bytes"] > before)
         agree(comm, np.array_equal(out, np.full(n, float(comm.size))), f"n={n}: wrong sum")
-    agree(comm, shared == [False, True], f"shm ran at ({small}, {large}) elements: {shared}")
+    want = [False, True, comm.size > os.cpu_count()]
+    agree(comm, shared == want, f"shm ran at ({small}, {large}, {larger}) elements: {shared}, "
+          f"expected {want} ({comm.size} ranks, {os.cpu_count()} cores)")
     assert select.allreduce(1 << 20, comm.size, 1 << 17, None, shared_memory=False) != "shm"
 
 
