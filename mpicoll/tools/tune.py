@@ -39,7 +39,10 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
         table = COLLECTIVES[key[0]]
         skip = {"mpi", "auto"} | ({a for a, algo in table.items() if algo.has("node-phases")}
                                   if res.get("nodes") == 1 else set()) \
-            | {a for a, algo in table.items() if algo.has("own-rounding")}   # auto: same bits
+            | {a for a, algo in table.items() if algo.has("own-rounding")} \
+            | {a for a, algo in table.items() if algo.has("shared-memory")}
+        # (auto: the same bits on every rank; shm runs on one node only, and select.shm_wins,
+        # not the table, decides where)
         for r in records:
             if r["inplace"] == inplace and r["algorithm"] not in skip:
                 pooled.setdefault(key, {}).setdefault((r["size"], r["algorithm"]), []).append(

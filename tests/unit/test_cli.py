@@ -253,6 +253,16 @@ def test_tune_stops_at_the_largest_measured_size(tmp_path, capsys):
     assert "binomial up to 65536 B; above 65536 B (not measured) auto asks the cost model" in out
 
 
+def test_tune_never_records_shm(tmp_path):
+    """shm won the sweep (one node), but the table also serves calls across nodes, where shm
+    can't run: auto's shm decision is select.shm_wins', and the table names the runner-up."""
+    path = bench_results(tmp_path / "r.json", [
+        (65536, "shm", 20.0), (65536, "ring", 50.0), (65536, "binomial", 90.0)])
+    assert status_of("tune", str(path), "-o", str(tmp_path / "t.json")) == 0
+    ranges = json.loads((tmp_path / "t.json").read_text())["allreduce"]["4"]
+    assert ranges == [{"max_bytes": 65536, "algorithm": "ring"}]
+
+
 def test_select_asks_the_model_beyond_the_table(tmp_path, monkeypatch):
     table = {"allreduce": {"4": [{"max_bytes": 65536, "algorithm": "binomial"}]}}
     (tmp_path / "t.json").write_text(json.dumps(table))
