@@ -1,0 +1,100 @@
+"""The all-reduce tables of docs/performance.md: medians of several bench runs, against MPI.
+
+    python jobs/perf_tables.py --runs DIR/np2-{1,2,3}.json \
+        --persistent DIR/np2-persistent-{1,2,3}.json
+
+Each run is ``mpicoll bench --json`` (plain calls) and, optionally, ``--persistent`` runs of the
+same sizes. Every column is a ratio vs_mpi (MPI's time over mpicoll's, in the same run; above 1
+is faster than ``MPI_Allreduce``) and the median over the runs of that ratio: per algorithm
+first, then the best algorithm by its median, so one lucky run can't pick the winner. "MPI" is
+the median of MPI's own times (µs). "auto runs" lists auto's ratio in each run, the spread the
+median hides; "shm" is ``algorithm="shm"`` (one node only). Goals (issue 12): the best plain
+call >= 1.0 at every size, auto >= 0.95; the rows that miss one are marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+
+
+def ratios(paths: list[str]) -> tuple[dict, dict, int]:
+    """``(vs[size][algorithm] -> [ratio per run], mpi[size] -> [µs per run], nranks)``, out of
+    place only."""
+    vs: dict = defaultdict(lambda: defaultdict(list))
+    mpi: dict = defaultdict(list)
+    nranks = 0
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        nranks = run["nranks"]
+        for r in run["records"]:
+            if r.get("inplace"):
+                continue
+            if r["algorithm"] == "mpi":
+                mpi[r["size"]].append(r["time_us"])
+            elif r["vs_mpi"] is not None:
+                name = "auto" if r["algorithm"].startswith("auto") else r["algorithm"]
+                vs[r["size"]][name].append(r["vs_mpi"])
+    return vs, mpi, nranks
+
+
+def size_label(size: int) -> str:
+    for unit, k in (("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if size >= k and size % k == 0:
+            return f"{size // k} {unit}"
+    return str(size)
+
+
+def best(row: dict) -> tuple[str, float] | tuple[None, None]:
+    """The algorithm with the highest median ratio (auto left out), and that median."""
+    own = {a: statistics.median(v) for a, v in row.items() if a != "auto"}
+    if not own:
+        return None, None
+    name = max(own, key=own.get)
+    return name, own[name]
+
+
+def table(runs: list[str], persistent: list[str]) -> str:
+    vs, mpi, nranks = ratios(runs)
+    pvs = ratios(persistent)[0] if persistent else {}
+    lines = [f"N = {nranks}: medians of {len(runs)} runs"
+             + (f" (persistent: {len(persistent)} runs)" if persistent else ""), "",
+             "| size (B) | MPI (µs) | best plain call | its algorithm | `auto` | auto runs "
+             "| `shm` | best persistent | goal |",
+             "|---:|---:|---:|---|---:|---|---:|---:|---|"]
+    for size in sorted(vs):
+        row = vs[size]
+        name, ratio = best(row)
+        auto = statistics.median(row["auto"]) if row.get("auto") else None
+        shm = statistics.median(row["shm"]) if row.get("shm") else None
+        pname, pratio = best(pvs.get(size, {}))
+        misses = []
+        if ratio is not None and ratio < 1.0:
+            misses.append("best < 1.0")
+        if auto is not None and auto < 0.95:
+            misses.append("auto < 0.95")
+        lines.append(
+            f"| {size_label(size)} | {statistics.median(mpi[size]):.1f} | "
+            f"{ratio:.2f} | {name} | "
+            + (f"{auto:.2f}" if auto is not None else "-") + " | "
+            + " / ".join(f"{x:.2f}" for x in row.get("auto", [])) + " | "
+            + (f"{shm:.2f}" if shm is not None else "-") + " | "
+            + (f"{pratio:.2f} ({pname})" if pratio is not None else "-") + " | "
+            + (", ".join(misses) or "met") + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", nargs="+", required=True, help="mpicoll bench --json files")
+    ap.add_argument("--persistent", nargs="*", default=[],
+                    help="mpicoll bench --persistent --json files of the same sizes")
+    args = ap.parse_args(argv)
+    print(table(args.runs, args.persistent))
+
+
+if __name__ == "__main__":
+    main()
