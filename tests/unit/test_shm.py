@@ -21,27 +21,53 @@ from mpicoll.algorithms import allreduce_shm as shm
 UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def run_ranks(inputs, op, chunk, calls, yield_after=0.0):
-    """``calls`` all-reduces of ``inputs`` (one per thread-rank), on one region; the outputs."""
+def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None):
+    """``calls`` all-reduces of ``inputs`` (one per thread-rank), on one region; the outputs.
+
+    ``nodes``: hierarchical's shared-memory node phases instead -- that many regions (one per
+    node) of ``len(inputs) // nodes`` threads each, and ``between`` (what the inter-node
+    all-reduce does) a left fold over the nodes of the same local rank's slices, in node order,
+    met at a barrier."""
     p, dtype = len(inputs), inputs[0].dtype
-    flags = np.zeros(2 * p * shm.LINE, np.int64)
-    data = np.zeros((2, p, chunk), dtype)
+    L = p // (nodes or 1)
+    regions = [(np.zeros(2 * L * shm.LINE, np.int64), np.zeros((2, L, chunk), dtype))
+               for _ in range(nodes or 1)]
+    meet = [threading.Barrier(nodes or 1) for _ in range(L)]
+    slots = {}
     outs = [[None] * calls for _ in range(p)]
     errors = []
     nchunks = max(1, -(-inputs[0].size // chunk))
 
+    def between(node, local, dst, resume, data, seq0):
+        c = resume // 4
+        at = c * chunk
+        lo, hi = shm._slice(min(chunk, dst.size - at), L, local)
+        part = dst[at + lo:at + hi]
+        slots[node, local] = part.copy()
+        meet[local].wait(60)
+        total = slots[0, local].copy()
+        for j in range(1, nodes):
+            np.add(total, slots[j, local], out=total)
+        meet[local].wait(60)        # every node has read every slot
+        part[:] = total
+        data[(seq0 + c) % 2, local, lo:hi] = part
+
     def rank(r):
+        node, local = divmod(r, L)
+        flags, data = regions[node]
         try:
             acc = np.empty(shm.BLOCK, dtype)
             for k in range(calls):
                 dst = np.empty_like(inputs[r])
                 seq0, resume = 1 + k * nchunks, 0
                 while True:
-                    resume, _ = shm._allreduce(inputs[r], dst, data, flags, r, seq0, resume,
-                                               shm.OPS.index(op), acc, MPI.Wtime() + 0.01,
-                                               yield_after, 7, False)
+                    resume, waiting = shm._allreduce(
+                        inputs[r], dst, data, flags, local, seq0, resume, shm.OPS.index(op),
+                        acc, MPI.Wtime() + 0.01, yield_after, 7, nodes is not None)
                     if resume == shm.DONE:
                         break
+                    if waiting == shm.BETWEEN:
+                        between(node, local, dst, resume, data, seq0)
                 outs[r][k] = dst
         except Exception as exc:        # noqa: BLE001 - reported by the test
             errors.append(exc)
@@ -102,61 +128,6 @@ def test_flags_are_acquire_loads_and_release_stores():
         "no release store"
 
 
-def run_nodes(inputs, nodes, chunk, calls):
-    """hierarchical's shared-memory node phases with threads as ranks: ``nodes`` regions (one
-    per node) of ``len(inputs) // nodes`` threads each; ``between`` -- what the inter-node
-    all-reduce does -- is a left fold over the nodes of the same local rank's slices, in node
-    order, met at a barrier. The outputs."""
-    p, dtype = len(inputs), inputs[0].dtype
-    L = p // nodes
-    regions = [(np.zeros(2 * L * shm.LINE, np.int64), np.zeros((2, L, chunk), dtype))
-               for _ in range(nodes)]
-    meet = [threading.Barrier(nodes) for _ in range(L)]
-    slots = {}
-    outs = [[None] * calls for _ in range(p)]
-    errors = []
-    nchunks = max(1, -(-inputs[0].size // chunk))
-
-    def rank(r):
-        node, local = divmod(r, L)
-        flags, data = regions[node]
-        try:
-            acc = np.empty(shm.BLOCK, dtype)
-            for k in range(calls):
-                dst = np.empty_like(inputs[r])
-                seq0, resume = 1 + k * nchunks, 0
-                while True:
-                    resume, waiting = shm._allreduce(inputs[r], dst, data, flags, local, seq0,
-                                                     resume, 0, acc, MPI.Wtime() + 0.01, 0.0,
-                                                     7, True)
-                    if resume == shm.DONE:
-                        break
-                    if waiting == shm.BETWEEN:
-                        c = resume // 4
-                        at = c * chunk
-                        lo, hi = shm._slice(min(chunk, dst.size - at), L, local)
-                        part = dst[at + lo:at + hi]
-                        slots[node, local] = part.copy()
-                        meet[local].wait(60)
-                        total = slots[0, local].copy()
-                        for j in range(1, nodes):
-                            np.add(total, slots[j, local], out=total)
-                        meet[local].wait(60)        # every node has read every slot
-                        part[:] = total
-                        data[(seq0 + c) % 2, local, lo:hi] = part
-                outs[r][k] = dst
-        except Exception as exc:        # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(p)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return outs
-
-
 @pytest.mark.parametrize("nodes, L", [(2, 1), (2, 2), (3, 2), (2, 3)])
 def test_node_phases_around_a_between_phase(nodes, L):
     """hierarchical(inner="shm"): Phases 1-2 reduce my slice inside the node, ``between``
@@ -175,7 +146,7 @@ def test_node_phases_around_a_between_phase(nodes, L):
         want = node_sums[0].copy()
         for node in range(1, nodes):
             np.add(want, node_sums[node], out=want)
-        outs = run_nodes(inputs, nodes, chunk=7 + p, calls=3)
+        outs = run_ranks(inputs, "sum", chunk=7 + p, calls=3, nodes=nodes)
         for r in range(p):
             for k in range(3):
                 assert outs[r][k].tobytes() == want.tobytes(), f"count={count} rank {r} call {k}"
