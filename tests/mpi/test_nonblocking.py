@@ -124,7 +124,11 @@ def test_compressed_allreduce_same_bits_everywhere_and_fewer_bytes(comm, compres
     traffic = state(comm).traffic
     before = traffic["bytes_sent"]
     with environment(MPICOLL_RANKS_PER_NODE="2"):
-        plain = mpicoll.allreduce(x, algorithm=algorithm, comm=comm)
+        # the scheduled default inner, named: a plain hierarchical call may otherwise run its
+        # node phases in shared memory, sending nothing inside a node
+        algo, nodes = lookup("allreduce", algorithm), state(comm).nodes()
+        given = {o.name: o.value(None, nodes) for o in algo.options if o.name == "inner"}
+        plain = mpicoll.allreduce(x, algorithm=algorithm, comm=comm, **given)
         middle = traffic["bytes_sent"]
         messages_before = traffic["messages_sent"]
         out = mpicoll.allreduce(x, algorithm=algorithm, comm=comm, compress=compress)
