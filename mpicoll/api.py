@@ -542,7 +542,7 @@ class Prepared:
                     nonlocal watch
                     watch = self._watch(st, number, left)
                     return watch
-                run.run(flat, number + self.offset, MPI.Wtime() + self.timeout, make_watch)
+                run.run(flat, number + self.offset, self.timeout, make_watch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)

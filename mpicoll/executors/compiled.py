@@ -420,9 +420,10 @@ class Reusable:
     communicator, the request and status arrays -- for a plain call that comes again with the
     same arguments (``api.Prepared`` keeps one): ``run`` is then the loop and the counters.
 
-    Under a deadline no ``Watch`` is made unless a round outlasts the loop's spin: the deadline
-    is a time of ``MPI_Wtime``'s clock, and ``make_watch(seconds_left)`` makes the Watch only
-    then, which ``_run_watched`` hands the pending round to."""
+    Under a deadline (``timeout`` seconds from the call) no ``Watch`` is made unless a round
+    outlasts the loop's spin: the deadline is a time of ``MPI_Wtime``'s clock, read once, and
+    ``make_watch(seconds_left)`` makes the Watch only then, which ``_run_watched`` hands the
+    pending round to."""
 
     __slots__ = ("schedule", "view", "scratch", "rest", "code", "traffic", "totals")
 
@@ -443,15 +444,19 @@ class Reusable:
         self.totals = tuple(n * dtype.itemsize for n in schedule.totals[:2]) + (
             schedule.totals[2],)
 
-    def run(self, buf: np.ndarray, tag: int, deadline: float | None = None,
+    def run(self, buf: np.ndarray, tag: int, timeout: float | None = None,
             make_watch=None) -> None:
-        """Run the schedule on ``buf`` with ``tag``; ``deadline`` (``MPI_Wtime``) or None."""
+        """Run the schedule on ``buf`` with ``tag``; ``timeout`` (seconds) or None."""
         if self.view is not None:
             buf = buf.view(self.view)
         table, requests, work, comm, datatype = self.rest
+        if timeout is None:
+            spin_until = 0.0
+        else:
+            start = MPI.Wtime()
+            spin_until = start + (SPIN_SECONDS if SPIN_SECONDS < timeout else timeout)
         result = _loop(buf, self.scratch, table, -1, requests, work, comm, datatype, tag,
-                       self.code, 0.0 if deadline is None else
-                       min(MPI.Wtime() + SPIN_SECONDS, deadline))
+                       self.code, spin_until)
         if result == DONE:
             sent, received, messages = self.totals
             traffic = self.traffic
@@ -461,7 +466,7 @@ class Reusable:
             return
         if result < DONE:
             raise MPI.Exception(-2 - result)
-        _run_watched(self.schedule, make_watch(deadline - MPI.Wtime()), self.traffic, buf,
+        _run_watched(self.schedule, make_watch(start + timeout - MPI.Wtime()), self.traffic, buf,
                      self.scratch, *self.rest[:3], comm, datatype, tag, self.code, result)
 
 
