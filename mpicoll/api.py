@@ -295,11 +295,12 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
     if algo.has("shared-memory"):       # no schedule: checked and compiled here, run by the call
         allreduce_shm.check(call.open(), op, np.dtype(dtype))
         allreduce_shm.warmup(np.dtype(dtype))
-        return allreduce_shm if comm.Get_size() > 1 and count > 0 else None
+        return SharedMemory(call, np.dtype(dtype), op) \
+            if comm.Get_size() > 1 and count > 0 else None
     if options.get("inner") == "shm":   # node phases in shared memory (hierarchical's option)
         _check_node_phases(call.open(), op, np.dtype(dtype))
         allreduce_shm.warmup(np.dtype(dtype))
-        return NodePhases(call, algo, np.dtype(dtype), op, options["outer"]) \
+        return SharedMemory(call, np.dtype(dtype), op, algo, options["outer"]) \
             if comm.Get_size() > 1 and count > 0 else None
     if algo.library or comm.Get_size() == 1 or count == 0:
         return None
@@ -312,11 +313,17 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
     return execute, sched, internode, op, scratch
 
 
+def _outside_real_nodes(st) -> list:
+    """The nodes of the layout (``st.nodes()``) that do not lie inside one real node: ranks
+    that can't share one memory window."""
+    real = [set(r) for r in st.real_nodes]
+    return [list(n) for n in st.nodes() if not any(set(n) <= r for r in real)]
+
+
 def _check_node_phases(st, op: str, dtype: np.dtype) -> None:
     """Raise ``ValueError`` unless hierarchical's shm node phases can run: every node of the
     layout inside one real node (ranks that share memory), an op and dtype ``shm`` reduces."""
-    real = [set(r) for r in st.real_nodes]
-    outside = [list(n) for n in st.nodes() if not any(set(n) <= r for r in real)]
+    outside = _outside_real_nodes(st)
     if outside:
         raise ValueError(f"hierarchical inner='shm' needs every node inside one real node (it "
                          f"shares a memory window); nodes {outside} span several: "
@@ -337,22 +344,28 @@ def _node_phases_by_default(call: Call, inner, op: str, dtype: np.dtype, nbytes:
             nbytes < select.SHM_MIN_BYTES or not allreduce_shm.supports(op, dtype):
         return False
     st = call.open()
-    nodes, real = st.nodes(), [set(r) for r in st.real_nodes]
+    nodes = st.nodes()
     return (len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1
-            and all(any(set(n) <= r for r in real) for n in nodes)
+            and not _outside_real_nodes(st)
             and select.shm_wins(nbytes, len(nodes[0]), max(1, (os.cpu_count() or 1)
-                                * len(nodes[0]) // max(len(r) for r in real))))
+                                * len(nodes[0]) // max(len(r) for r in st.real_nodes))))
 
 
-class NodePhases:
-    """An algorithm with node phases and ``inner="shm"`` (hierarchical) on this rank:
-    ``allreduce_shm``'s window of its node as the node phases, and between them the ``outer``
-    all-reduce of its shard of each chunk with the same local rank of every other node (the
-    executor ``MPICOLL_EXECUTOR`` chooses, on the call's tag and deadline)."""
+class SharedMemory:
+    """A blocking or persistent all-reduce in ``allreduce_shm``'s window, on this rank: ``shm``
+    itself (every rank on one node), or -- with ``algo`` and ``outer`` -- an algorithm's node
+    phases with ``inner="shm"`` (hierarchical): the window of this rank's node, and between the
+    node phases the ``outer`` all-reduce of its shard of each chunk with the same local rank of
+    every other node (the executor ``MPICOLL_EXECUTOR`` chooses, on the call's tag and
+    deadline)."""
 
-    def __init__(self, call: Call, algo: Algorithm, dtype: np.dtype, op: str, outer: str):
+    def __init__(self, call: Call, dtype: np.dtype, op: str, algo: Algorithm | None = None,
+                 outer: str | None = None):
         self.st = st = call.open()
-        self.nodes, self.op = st.nodes(), op
+        self.op, self.nodes = op, None
+        if outer is None:
+            return
+        self.nodes = st.nodes()
         rank = st.comm.Get_rank()
         self.node = next(j for j, members in enumerate(self.nodes) if rank in members)
         local = self.nodes[self.node].index(rank)
@@ -365,8 +378,12 @@ class NodePhases:
 
     def run(self, src: np.ndarray, dst: np.ndarray, tag: int, watch, signature: int,
             mismatch) -> None:
-        """``watch``: the call's ``Watch`` (or None), or a function that makes it (a prepared
-        call's, ``Prepared.shared``)."""
+        """From ``src`` (flat; may be ``dst``: in place) into ``dst``. ``watch``: the call's
+        ``Watch`` (or None), or a function that makes it (a prepared call's,
+        ``Prepared.shared``); ``signature``, ``mismatch``: ``allreduce_shm.allreduce``'s."""
+        if self.nodes is None:
+            allreduce_shm.allreduce(self.st, src, dst, self.op, watch, signature, mismatch)
+            return
         st = self.st
 
         def between(part: np.ndarray) -> None:      # all-reduce my shard across the nodes
@@ -500,11 +517,10 @@ class Prepared:
     """A plain call's decisions, for a call with the same key (see above)."""
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
-                 "on_timeout", "run", "internode_bytes", "rank", "block", "shm_op", "hashed",
-                 "agreed", "node_phases")
+                 "on_timeout", "run", "internode_bytes", "rank", "block", "shared_memory",
+                 "hashed", "agreed")
 
-    def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0,
-                 op: str | None = None):
+    def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0):
         self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), block
         self.numbered = call._state is not None         # the call took a number (and a tag)
         sig = call.signature
@@ -513,10 +529,10 @@ class Prepared:
         self.what = call.watch.what if call.watch is not None else call.collective
         self.timeout, self.on_timeout = call.timeout, call.on_timeout
         self.run, self.internode_bytes = None, 0
-        self.shm_op = None              # shm: the op (it runs by ``shared``, not ``__call__``)
-        self.node_phases = prepared if isinstance(prepared, NodePhases) else None
-        if prepared is allreduce_shm or self.node_phases is not None:
-            self.shm_op, self.hashed, self.agreed = op, sig.hashed, call._agreed_on
+        # shm and the node phases in shared memory run by ``shared``, not ``__call__``
+        self.shared_memory = prepared if isinstance(prepared, SharedMemory) else None
+        if self.shared_memory is not None:
+            self.hashed, self.agreed = sig.hashed, call._agreed_on
         elif prepared is not None:
             _, sched, internode, op, scratch = prepared
             st = call.open()
@@ -569,12 +585,8 @@ class Prepared:
                      get_watch(), "the argument check of the shared-memory all-reduce (the "
                      "ranks' hashes differ)")
         try:
-            if self.node_phases is not None:
-                self.node_phases.run(src, dst, number + self.offset, get_watch, self.hashed,
-                                     mismatch)
-            else:
-                allreduce_shm.allreduce(st, src, dst, self.shm_op, get_watch, self.hashed,
-                                        mismatch)
+            self.shared_memory.run(src, dst, number + self.offset, get_watch, self.hashed,
+                                   mismatch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
@@ -589,18 +601,16 @@ class Prepared:
         return watch
 
 
-def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0,
-              op: str | None = None) -> None:
+def _remember(call: Call, key, prepared, dtype: np.dtype, block: int = 0) -> None:
     """Keep the decisions of ``call`` (done) for calls with ``key`` (None: not kept);
-    ``block``: the elements of one rank's block (reduce_scatter_block, allgather); ``op``:
-    ``shm``'s."""
-    if key is None or call.validate or (
-            prepared is not None and prepared is not allreduce_shm
-            and not isinstance(prepared, NodePhases) and prepared[0] is not compiled.execute):
+    ``block``: the elements of one rank's block (reduce_scatter_block, allgather)."""
+    if key is None or call.validate or (prepared is not None
+                                        and not isinstance(prepared, SharedMemory)
+                                        and prepared[0] is not compiled.execute):
         return
     st = context.attach(call.comm)
     table = st.prepared
-    entry = table[key] = Prepared(call, prepared, dtype, block, op)
+    entry = table[key] = Prepared(call, prepared, dtype, block)
     st.last_prepared = key, entry
     if len(table) > PREPARED_PER_COMM:
         table.popitem(last=False)
@@ -689,7 +699,7 @@ def _fast_allreduce(key, sendbuf, recvbuf, comm):
         recvbuf = np.empty(sendbuf.shape, sendbuf.dtype)
     elif not _checked(sendbuf, recvbuf):
         return None
-    if entry.shm_op is not None:    # shm reads sendbuf itself
+    if entry.shared_memory is not None:     # it reads sendbuf itself
         entry.shared(st, (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1),
                      recvbuf.reshape(-1))
         return recvbuf
@@ -758,16 +768,10 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
             call.mpi(MPI.Comm.Allreduce, MPI.Comm.Iallreduce,
                      MPI.IN_PLACE if send is None else send, recv, op=_OPS[opname])
             return recv
-        if prepared is allreduce_shm:       # from sendbuf (or recvbuf, in place) to recvbuf
-            allreduce_shm.allreduce(call.open(), (recv if send is None else send).reshape(-1),
-                                    recv.reshape(-1), opname, call.watch,
-                                    *_shm_signature(call))
-            _remember(call, key, prepared, recv.dtype, op=opname)
-            return recv
-        if isinstance(prepared, NodePhases):
+        if isinstance(prepared, SharedMemory):  # from sendbuf (or recvbuf, in place) to recvbuf
             prepared.run((recv if send is None else send).reshape(-1), recv.reshape(-1),
                          call.tag, call.watch, *_shm_signature(call))
-            _remember(call, key, prepared, recv.dtype, op=opname)
+            _remember(call, key, prepared, recv.dtype)
             return recv
         if send is not None:        # same element count, any shape: copy over the flat views
             np.copyto(recv.reshape(-1), send.reshape(-1))

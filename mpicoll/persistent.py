@@ -167,11 +167,8 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
             if shared is None:              # one rank, or nothing to reduce
                 return Persistent(call, recv, before=() if send is None else ((dst, src),))
             signed = api._shm_signature(call)
-            if node_phases:
-                return Persistent(call, recv, run=lambda watch: shared.run(
-                    src, dst, call.tag, watch, *signed))
-            return Persistent(call, recv, run=lambda watch: shared.allreduce(
-                st, src, dst, opname, watch, *signed))
+            return Persistent(call, recv, run=lambda watch: shared.run(
+                src, dst, call.tag, watch, *signed))
         before = () if send is None else ((recv, send.reshape(recv.shape)),)
         run = _runner(call, algo, recv.reshape(-1), opname, options) \
             if size > 1 and count > 0 else None

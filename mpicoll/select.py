@@ -20,8 +20,8 @@ every rank, at every size when it has fewer (``shm_wins``). Measured on this mac
 was the fastest mpicoll all-reduce from 16 KiB to 64 KiB (1.2-1.4x MPI's own), level with the
 ring at 128 KiB and behind it from 256 KiB (0.86-1.0x against the ring's 1.15-1.2x: with a core
 each, shm's reads of what the other core has just written into the window cost more than the
-ring's two messages; docs/performance.md, "shm"); with more ranks than cores (N = 3 and 4 on 2 cores) it won at every
-size from 64 KiB, 1.1-2.8x MPI's own, where every message-passing step waits for a core.
+ring's two messages); with more ranks than cores (N = 3 and 4 on 2 cores) it won at every size
+from 64 KiB, 1.1-2.8x MPI's own, where every message-passing step waits for a core.
 Below 16 KiB recursive doubling did about as well. The decision table and the cost model never
 choose it (it runs only on one node, and not in every form of call).
 
@@ -43,7 +43,8 @@ from . import model, settings
 from .registry import lookup
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
-           "without_library", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES", "DEFAULT_TUNING", "shm_wins"]
+           "without_library", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES",
+           "DEFAULT_TUNING", "shm_wins"]
 
 SHORT_MSG = 8192
 SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)

@@ -386,9 +386,9 @@ def _window(st, nbytes: int, get_watch, nodes=None) -> Window:
         shared = st.shared = Shared(st.comm.Split_type(MPI.COMM_TYPE_SHARED))
         assert shared.node.Get_size() == st.comm.Get_size(), "shm needs one node (checked)"
     elif shared is None:
-        rank = st.comm.Get_rank()
-        mine = next(j for j, members in enumerate(nodes) if rank in members)
-        shared = st.node_shared[nodes] = Shared(st.comm.Split(mine, nodes[mine].index(rank)))
+        members = _my_node(st, nodes)
+        shared = st.node_shared[nodes] = Shared(st.comm.Split(
+            nodes.index(members), members.index(st.comm.Get_rank())))
     if shared.window is not None:
         shared.window.free()
         shared.window = None
@@ -446,7 +446,7 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
             waiting_on = _short(window.flags, ARRIVED if phase == 1 else REDUCED, seq0 + k,
                                 rank) or [waiting]
             if nodes is not None:           # window ranks -> the communicator's
-                members = next(m for m in nodes if st.comm.Get_rank() in m)
+                members = _my_node(st, nodes)
                 waiting_on = [members[j] for j in waiting_on]
             watch.overdue(f"chunk {k + 1} of {nchunks}, waiting for "
                           f"{'the inputs' if phase == 1 else 'the reduced slices'} in the "
@@ -455,10 +455,15 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
         dst.itemsize
 
 
+def _my_node(st, nodes) -> tuple:
+    """This rank's node of ``nodes`` (its ranks in ``st.comm``, in the layout's order)."""
+    rank = st.comm.Get_rank()
+    return next(members for members in nodes if rank in members)
+
+
 def window_rank(st, nodes) -> int:
     """This rank's index in its node of ``nodes`` (its rank in that node's window)."""
-    rank = st.comm.Get_rank()
-    return next(members.index(rank) for members in nodes if rank in members)
+    return _my_node(st, nodes).index(st.comm.Get_rank())
 
 
 def _short(flags: np.ndarray, which: int, seq: int, rank: int) -> list:

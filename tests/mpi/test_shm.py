@@ -207,7 +207,8 @@ def test_absent_rank_is_named(comm, prepared):
     mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm,     # the window exists
                       **({"timeout": 1.0} if prepared else {}))
     if prepared:
-        agree(comm, any(e.shm_op == "sum" for e in state(comm).prepared.values()),
+        agree(comm, any(e.shared_memory is not None and e.shared_memory.op == "sum"
+                  for e in state(comm).prepared.values()),
               "the first call left no prepared shm call")
     world = MPI.COMM_WORLD
     error, elapsed = None, 0.0
@@ -273,7 +274,8 @@ def test_prepared_calls_run_shm(comm):
             problems.append(f"call {k}: shared_bytes did not grow")
     if not np.array_equal(x, np.arange(n, dtype=np.float64) * (comm.rank + 1)):
         problems.append("sendbuf was modified")
-    shm_entries = [e for e in st.prepared.values() if e.shm_op == "sum"]
+    shm_entries = [e for e in st.prepared.values()
+                   if e.shared_memory is not None and e.shared_memory.op == "sum"]
     if len(shm_entries) != 3:
         problems.append(f"{len(shm_entries)} prepared shm calls, expected 3 (new recvbuf, "
                         "recvbuf, in place)")
