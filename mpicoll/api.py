@@ -345,10 +345,12 @@ def _node_phases_by_default(call: Call, inner, op: str, dtype: np.dtype, nbytes:
         return False
     st = call.open()
     nodes = st.nodes()
+    cores = max(1, (os.cpu_count() or 1) * len(nodes[0]) // max(len(r) for r in st.real_nodes))
     return (len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1
             and not _outside_real_nodes(st)
-            and select.shm_wins(nbytes, len(nodes[0]), max(1, (os.cpu_count() or 1)
-                                * len(nodes[0]) // max(len(r) for r in st.real_nodes))))
+            and select.shm_wins(nbytes, len(nodes[0]), cores,
+                                single_copy=allreduce_shm.single_copy_expected(len(nodes[0]),
+                                                                               cores)))
 
 
 class SharedMemory:
@@ -754,7 +756,8 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         if auto:
             algo = _unless_library_lacks("allreduce", lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
-                shared_memory=size > 1 and _shared_memory(call, opname, recv.dtype))),
+                shared_memory=size > 1 and _shared_memory(call, opname, recv.dtype),
+                single_copy=allreduce_shm.single_copy_expected(size))),
                 recv.dtype, opname, recv.nbytes, size, count)
         options = _options(call, algo, given, auto)
         if "inner" in options and size > 1 and _node_phases_by_default(

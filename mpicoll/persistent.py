@@ -29,6 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import api, kernels, select
+from .algorithms import allreduce_shm
 from ._runtime.call import Call
 from .errors import ArgumentMismatch, CollectiveTimeout
 from .executors import compiled
@@ -148,7 +149,8 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
         if algo is None:
             algo = api._unless_library_lacks("allreduce", lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
-                shared_memory=size > 1 and api._shared_memory(call, opname, recv.dtype))),
+                shared_memory=size > 1 and api._shared_memory(call, opname, recv.dtype),
+                single_copy=allreduce_shm.single_copy_expected(size))),
                 recv.dtype, opname, recv.nbytes, size, count)
         options = api._options(call, algo, given, auto)
         node_phases = options.get("inner") == "shm"         # hierarchical's, in shared memory

@@ -14,16 +14,18 @@ In order, the first that has an answer decides:
 
 Before all of them, an all-reduce whose ranks all share one node (the caller says so:
 ``shared_memory=True``, for a blocking or persistent call whose op and dtype ``shm`` reduces)
-runs ``shm`` from ``SHM_MIN_BYTES`` on -- up to ``SHM_MAX_BYTES`` when the node has a core for
-every rank, at every size when it has fewer (``shm_wins``). Measured on this machine
-(docs/performance.md, "shm"; medians of three interleaved bench runs): at N = 2 on 2 cores shm
-was the fastest mpicoll all-reduce from 16 KiB to 64 KiB (1.2-1.4x MPI's own), level with the
-ring at 128 KiB and behind it from 256 KiB (0.86-1.0x against the ring's 1.15-1.2x: with a core
-each, shm's reads of what the other core has just written into the window cost more than the
-ring's two messages); with more ranks than cores (N = 3 and 4 on 2 cores) it won at every size
-from 64 KiB, 1.1-2.8x MPI's own, where every message-passing step waits for a core.
-Below 16 KiB recursive doubling did about as well. The decision table and the cost model never
-choose it (it runs only on one node, and not in every form of call).
+runs ``shm`` from ``SHM_MIN_BYTES`` on (``shm_wins``): at every size where ``shm`` reads the
+other ranks' buffers in place (``single_copy``: ``allreduce_shm.single_copy_expected``, a core
+per rank on Linux) or the node has fewer cores than ranks; else -- copying through its window
+with a core per rank -- up to ``SHM_MAX_BYTES``. Measured on this machine (docs/performance.md,
+"shm"; interleaved bench runs): at N = 2 on 2 cores, reading in place, shm was the fastest
+mpicoll all-reduce from 16 KiB to 64 MiB (1.2-1.5x MPI's own up to 4 MiB, 1.2-3.3x above,
+against the ring's 0.9-1.2x and 2.1-2.3x); copying through the window it led only up to 64 KiB,
+level with the ring at 128 KiB and behind it from 256 KiB; with more ranks than cores (N = 3
+and 4 on 2 cores) it won at every size from 64 KiB, 1.1-2.8x MPI's own, where every
+message-passing step waits for a core. Below 16 KiB recursive doubling did about as well. The
+decision table and the cost model never choose it (it runs only on one node, and not in every
+form of call).
 
 When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
 order (``ring_order``: one hop per node boundary leaves a node, whatever the placement), unless
@@ -48,7 +50,7 @@ __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", 
 
 SHORT_MSG = 8192
 SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
-SHM_MAX_BYTES = 131072      # ... and up to this size when the node has a core for every rank
+SHM_MAX_BYTES = 131072      # ... up to this size copying through its window, a core per rank
 DEFAULT_TUNING = settings.PROFILES / "tuning.json"
 
 
@@ -123,19 +125,23 @@ def reload() -> None:
         cached.cache_clear()
 
 
-def shm_wins(nbytes: int, ranks: int, cores: int | None = None) -> bool:
+def shm_wins(nbytes: int, ranks: int, cores: int | None = None,
+             single_copy: bool = False) -> bool:
     """Whether ``shm`` is ``auto``'s all-reduce of ``nbytes`` on ``ranks`` ranks sharing a node of
     ``cores`` cores (None: ``os.cpu_count()``, the machine's, the same on every rank of it): from
-    ``SHM_MIN_BYTES``, and up to ``SHM_MAX_BYTES`` unless the ranks outnumber the cores."""
+    ``SHM_MIN_BYTES``; at every size when it reads in place (``single_copy``:
+    ``allreduce_shm.single_copy_expected``) or the ranks outnumber the cores, else up to
+    ``SHM_MAX_BYTES``."""
     if ranks < 2 or nbytes < SHM_MIN_BYTES:
         return False
-    return nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
+    return single_copy or nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
 
 
 def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None,
-              shared_memory: bool = False) -> str:
-    """``shared_memory``: every rank is on one node and the call can run ``shm``."""
-    if shared_memory and shm_wins(nbytes, size):
+              shared_memory: bool = False, single_copy: bool = False) -> str:
+    """``shared_memory``: every rank is on one node and the call can run ``shm``;
+    ``single_copy``: ``shm`` would read in place there (``shm_wins``)."""
+    if shared_memory and shm_wins(nbytes, size, single_copy=single_copy):
         return "shm"
     return choose("allreduce", nbytes, size, count, ranks_per_node)
 

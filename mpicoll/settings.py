@@ -155,6 +155,11 @@ LIBRARY = (
     Setting("MPICOLL_KERNELS", "numba | numpy", "numba",
             "the reduction kernels: numba's (default) or numpy's ufuncs (same bits)",
             "first reduction", _choice("numba", "numpy")),
+    Setting("MPICOLL_SHM_SINGLE_COPY", "auto | on | off", "auto",
+            "`shm` from 16 KiB reads the other ranks' buffers where they are (Linux "
+            "`process_vm_readv`) if every rank can (a probe when the window is made): `on` "
+            "always, `auto` when the node has a core per rank, `off` never (copies through the "
+            "window)", "each new `shm` window", _choice("auto", "on", "off")),
     Setting("MPICOLL_PROGRESS", "auto | thread | caller", "auto",
             "who moves nonblocking collectives: a progress thread (needs `MPI_THREAD_MULTIPLE`; "
             "`auto` picks it when the MPI library gives that level) or the caller, in `test`/`wait`",

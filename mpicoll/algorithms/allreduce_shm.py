@@ -2,10 +2,11 @@
 
 No message is sent. The ranks share an MPI-3 window (``MPI_Win_allocate_shared`` on the node
 communicator, the ``COMM_TYPE_SHARED`` split of mpicoll's private duplicate) that holds, for
-each rank, a *segment* as long as the vector (a chunk of it, for long vectors) and a pair of
-flags. The vector is cut into p slices (``schedule.block_displs``: the first count % p one
-element longer); rank r owns slice r. Per chunk, with a sequence number ``seq`` that every
-rank counts alike (one per chunk, per window):
+each rank, a *segment* as long as the vector (a chunk of it, for long vectors) and three
+flags (the third for the single copy below). The vector is cut into p slices
+(``schedule.block_displs``: the first count % p one element longer); rank r owns slice r.
+Per chunk, with a sequence number ``seq`` that every rank counts alike (one per chunk, per
+window):
 
     Phase 1 (copy in)  rank r copies its input into its segment -- all but slice r, which
                        only r reads -- and publishes ``arrived[r] = seq``;
@@ -28,10 +29,45 @@ has no schedule: restriction ``shared-memory``. It is MPICH's POSIX "release_gat
 Open MPI's ``coll/sm`` idea cut down to one level: Intel MPI's ``I_MPI_ADJUST_ALLREDUCE`` 15
 ("N-reduce"), each rank reducing its 1/p of the vector from all p buffers.
 
-Synchronisation and memory ordering. Two counters per rank, each alone in a 128-byte line,
-and no barrier: a rank waits only for the flags it needs. The segments are double-buffered by
-the parity of ``seq``, which makes a third wait unnecessary: before rank r writes buffer
-``seq % 2`` again (chunk seq), every rank j must have finished reading it in chunk seq - 2.
+Single copy (from ``SINGLE_COPY_MIN_BYTES``, 16 KiB). Phase 1 copies every input once more
+than a message would need, and Phases 2 and 3 then read what another core has just written.
+Where the node allows it, each rank instead publishes the addresses of its input and output
+(and its pid, once) and the others read them *where they are*, with Linux's cross-memory
+attach (``process_vm_readv``: the kernel copies from the other process's pages, as MPICH's
+and Open MPI's single-copy transports do for large messages). One sequence number per call:
+
+    Phase 1 (publish)  rank r writes its buffers' addresses beside its flag, ``arrived[r]``;
+    Phase 2 (reduce)   rank r reads its slice of every other input, a piece of PIECE_BYTES at
+                       a time, into scratch, and reduces it in rank order into its output
+                       (``x_0 op x_1`` in one pass, ``_combine``; the same bits as above);
+                       publishes ``reduced[r]``;
+    Phase 3 (gather)   rank r reads slice j of rank j's output into its own, every j != r;
+    Phase 4 (release)  publishes ``gathered[r]`` and waits for every rank's: until then another
+                       rank may still be reading r's buffers, which the caller owns again on
+                       return.
+
+At 2 ranks and up to WHOLE_MAX_BYTES, each rank reads the other's whole input and reduces the
+whole vector (no Phase 3): nobody then reads what another core wrote in this call. Measured
+here, a core's write to a line the other core has just read costs 4x a plain write (the line
+must be taken back from the other cache), which is what Phase 3 leaves for the next call; the
+whole vector's extra reduction costs less than that up to a few hundred KiB. Whole needs every
+rank's input apart from its output (each rank publishes whether it is; one in-place rank puts
+all on slices). In place, a rank reduces through ``acc`` (its input is still to be read), and
+the other ranks read only slices it does not write before they are done.
+
+When is it used: ``MPICOLL_SHM_SINGLE_COPY`` (``single_copy_expected``): ``auto`` when the node
+has a core per rank (its fourth phase costs a wait, and waits cost a context switch when ranks
+take turns on a core), ``on``, ``off``; and only if a probe when the window is made (each rank
+reads a word from every other) works on every rank: a Yama ptrace scope of 1 is widened with
+``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` as Open MPI's CMA component does; a seccomp
+profile may still refuse, and then ``shm`` copies through the window. The node agrees on the
+answer (``MPI_Allreduce``), so every rank takes the same path.
+
+Synchronisation and memory ordering. Two counters per rank (a third for the single copy), each
+alone in a 128-byte line, and no barrier: a rank waits only for the flags it needs. The
+segments are double-buffered by the parity of ``seq``, which makes a third wait unnecessary:
+before rank r writes buffer ``seq % 2`` again (chunk seq), every rank j must have finished
+reading it in chunk seq - 2.
 Rank j published ``arrived[j] = seq - 1`` after it finished chunk seq - 2 (in program order),
 and rank r waited for that flag in chunk seq - 1: its reads happen before r's writes.
 MPI-3's unified memory model (MPI 4.1, 12.7) leaves the order in which another process sees
@@ -68,7 +104,7 @@ Restrictions: every rank on one node (``shared-memory``; the MPI library's ``COM
 split decides, not ``MPICOLL_RANKS_PER_NODE``); the ops of ``OPS``, the dtypes of ``DTYPES``;
 blocking calls and persistent ones (no nonblocking form). Traffic: no byte crosses the
 network; the byte counters count 0 bytes sent and add the bytes written into the window
-(``shared_bytes``).
+(``shared_bytes``), or with the single copy the bytes read from the other ranks' memory.
 
 Cost, n bytes, p ranks on one node -- alpha is the time for a flag store to reach a waiting
 core (a cache-line transfer), beta the time to copy a byte through memory, gamma to reduce one;
@@ -78,6 +114,9 @@ a phase ends when its slowest rank does, so each wait costs one alpha:
 (copy in (p-1)/p of the vector, read n/p from each of p inputs, copy out (p-1)/p). The cost
 model (``mpicoll.model``) evaluates it with the intra-node link's alpha and beta, an upper
 bound: MPI's intra-node beta includes MPI's own two copies through its shared-memory cells.
+With the single copy: T = 3.alpha + ((p-1)/p).n.beta + ((p-1)/p).n.gamma + ((p-1)/p).n.beta
+(read (p-1) slices of n/p, reduce, read (p-1)/p of the outputs; the whole vector at 2 ranks:
+2.alpha + n.beta + n.gamma); ``cost`` keeps the window's formula, the upper bound.
 Bytes each rank sends: 0.
 """
 
@@ -89,10 +128,10 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from .. import kernels
+from .. import kernels, settings
 
 __all__ = ["cost", "bytes_sent", "OPS", "DTYPES", "CHUNK_BYTES", "check", "allreduce",
-           "Window", "warmup", "window_rank"]
+           "Window", "warmup", "window_rank", "single_copy_expected"]
 
 OPS = ("sum", "prod", "max", "min")             # the op codes of _allreduce, in this order
 DTYPES = tuple(d for d in kernels.DTYPES if d.kind in "iuf" and d.itemsize >= 4)
@@ -100,11 +139,18 @@ CHUNK_BYTES = 4 << 20       # the largest segment: longer vectors go through in 
 MIN_BYTES = 4 << 10         # the smallest size class
 BLOCK = 2048                # elements reduced per block (the block of out stays in L1)
 LINE = 16                   # int64s per flag: each flag alone in 128 bytes (two cache lines)
-ARRIVED, REDUCED = 0, 1     # the two flags of each rank
+ARRIVED, REDUCED, GATHERED = 0, 1, 2    # the flags of each rank (GATHERED: single copy only)
+FLAGS = 3
 DONE = -1                   # _allreduce: every chunk is complete
 MISMATCH = -2               # _allreduce: a rank published another call signature's hash
 BETWEEN = -3                # _allreduce: my slice is reduced; all-reduce it across the nodes
 SIGNATURE = 1               # where in its ARRIVED line a rank publishes that hash
+PID, SRC, DST = 2, 3, 4     # ... its process id and its buffers' addresses (single copy)
+WHOLE = 5                   # ... and whether it can reduce the whole vector (single copy)
+UNREADABLE = -4             # _allreduce_single: reading rank j's memory failed
+SINGLE_COPY_MIN_BYTES = 16 << 10    # single copy from this size (when the node allows it)
+PIECE_BYTES = 256 << 10     # single copy: scratch for the other ranks' pieces of my slice
+WHOLE_MAX_BYTES = 256 << 10     # single copy, 2 ranks: each reduces the whole vector up to this
 SPIN_SECONDS = 0.01         # a wait returns to Python this often (the Watch, or Ctrl-C)
 YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
                             # (at once when the node has more ranks than this rank has cores)
@@ -127,8 +173,11 @@ def _register() -> None:
     name (as ``executors.compiled`` does: the same names, the same addresses), so numba's disk
     cache holds no address."""
     import llvmlite.binding as llvm
-    llvm.add_symbol("mpicoll_sched_yield",
-                    ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value)
+    libc = ctypes.CDLL(None)
+    llvm.add_symbol("mpicoll_sched_yield", ctypes.cast(libc.sched_yield, ctypes.c_void_p).value)
+    readv = getattr(libc, "process_vm_readv", None)       # Linux (glibc >= 2.15, musl)
+    llvm.add_symbol("mpicoll_process_vm_readv",
+                    ctypes.cast(readv, ctypes.c_void_p).value if readv else 0)
     llvm.add_symbol("mpicoll_MPI_Wtime",
                     ctypes.cast(ctypes.CDLL(MPI.__file__).MPI_Wtime, ctypes.c_void_p).value)
 
@@ -141,6 +190,10 @@ from numba.extending import intrinsic  # noqa: E402
 
 _sched_yield = types.ExternalFunction("mpicoll_sched_yield", types.int32())
 _wtime = types.ExternalFunction("mpicoll_MPI_Wtime", types.float64())
+# ssize_t process_vm_readv(pid_t, const struct iovec *local, unsigned long liovcnt,
+#                          const struct iovec *remote, unsigned long riovcnt, unsigned long flags)
+_process_vm_readv = types.ExternalFunction("mpicoll_process_vm_readv", types.int64(
+    types.int32, types.intp, types.uint64, types.intp, types.uint64, types.uint64))
 sum_into, prod_into = kernels.sum_into, kernels.prod_into
 max_into, min_into = kernels.max_into, kernels.min_into
 
@@ -197,7 +250,7 @@ def _missing(flags, which, seq, rank, size, spin_until, yield_after):
         if j == rank:
             continue
         polls = 0
-        while _load_acquire(flags, (2 * j + which) * LINE) < seq:
+        while _load_acquire(flags, (FLAGS * j + which) * LINE) < seq:
             polls += 1
             if polls % 64 == 0:
                 now = _wtime()
@@ -245,15 +298,15 @@ def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until, y
             mine = buf[rank]
             mine[:lo] = src[at:at + lo]
             mine[hi:n] = src[at + hi:at + n]
-            flags[(2 * rank + ARRIVED) * LINE + SIGNATURE] = signature   # released with arrived
-            _store_release(flags, (2 * rank + ARRIVED) * LINE, seq)
+            flags[(FLAGS * rank + ARRIVED) * LINE + SIGNATURE] = signature   # released with arrived
+            _store_release(flags, (FLAGS * rank + ARRIVED) * LINE, seq)
             phase = 1
         if phase == 1:      # wait for every input
             j = _missing(flags, ARRIVED, seq, rank, size, spin_until, yield_after)
             if j >= 0:
                 return k * 4 + 1, j
             for j in range(size):   # read after the acquire loads of the flags
-                if flags[(2 * j + ARRIVED) * LINE + SIGNATURE] != signature:
+                if flags[(FLAGS * j + ARRIVED) * LINE + SIGNATURE] != signature:
                     return MISMATCH, j
             phase = 2
         if phase == 2:      # Phase 2: reduce my slice of all inputs, in rank order; publish
@@ -274,11 +327,11 @@ def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until, y
                 dst[at + b:at + e] = out
             if between:
                 return k * 4 + 3, BETWEEN
-            _store_release(flags, (2 * rank + REDUCED) * LINE, seq)
+            _store_release(flags, (FLAGS * rank + REDUCED) * LINE, seq)
             phase = 3
         if phase == 3:      # Phase 3: copy out every other rank's reduced slice
             if between:     # publish the slice the caller wrote (again, on a resume: harmless)
-                _store_release(flags, (2 * rank + REDUCED) * LINE, seq)
+                _store_release(flags, (FLAGS * rank + REDUCED) * LINE, seq)
             j = _missing(flags, REDUCED, seq, rank, size, spin_until, yield_after)
             if j >= 0:
                 return k * 4 + 3, j
@@ -290,18 +343,141 @@ def _allreduce(src, dst, data, flags, rank, seq0, resume, op, acc, spin_until, y
     return DONE, -1
 
 
+@njit(cache=True, nogil=True)
+def _read(pid, address, into, iov):
+    """Copy ``into.size`` elements from ``address`` in process ``pid`` into ``into``: one
+    ``process_vm_readv`` (Linux's cross-memory attach: the kernel copies from the other
+    process's pages, no shared mapping needed). ``iov``: 4 int64s of scratch, two ``struct
+    iovec``. False when the kernel moved fewer bytes (EPERM, EFAULT, ESRCH)."""
+    nbytes = into.size * into.itemsize
+    if nbytes == 0:
+        return True
+    iov[0], iov[1], iov[2], iov[3] = into.ctypes.data, nbytes, address, nbytes
+    base = iov.ctypes.data
+    return _process_vm_readv(pid, base, 1, base + 16, 1, 0) == nbytes
+
+
+@njit(cache=True, nogil=True)
+def _combine(op, out, a, b):
+    """``out = op(a, b)`` in one pass: the bits of ``out[:] = a`` then ``_reduce_into(op, out,
+    b)`` (the kernels' NaN rule for max and min), without the second pass over ``out``."""
+    if op == 0:
+        for i in range(out.shape[0]):
+            out[i] = a[i] + b[i]
+    elif op == 1:
+        for i in range(out.shape[0]):
+            out[i] = a[i] * b[i]
+    elif op == 2:
+        for i in range(out.shape[0]):
+            x, y = a[i], b[i]
+            out[i] = x if (x > y or x != x) else y
+    else:
+        for i in range(out.shape[0]):
+            x, y = a[i], b[i]
+            out[i] = x if (x < y or x != x) else y
+
+
+@njit(cache=True, nogil=True)
+def _allreduce_single(src, dst, flags, rank, seq, resume, op, acc, scratch, piece, iov,
+                      spin_until, yield_after, signature, whole, between):
+    """Single copy: all-reduce ``src`` into ``dst`` reading the other ranks' buffers where they
+    are, from phase ``resume``; returns as ``_allreduce`` does (resume = the phase; also
+    (UNREADABLE, j)). ``whole``: every rank reduces the whole vector (needs ``src`` apart from
+    ``dst`` on every rank: nobody writes what the others read); else rank r reduces slice r
+    and reads the others' from their outputs. ``scratch`` holds ``piece`` elements per other
+    rank, ``acc`` BLOCK elements; the window carries only the flags. Returns (DONE, whole):
+    whether the whole vector was reduced here."""
+    count, size, item = dst.shape[0], flags.shape[0] // (FLAGS * LINE), dst.itemsize
+    me = FLAGS * rank * LINE
+    apart = src.ctypes.data != dst.ctypes.data
+    phase = resume
+    if phase == 0:      # Phase 1: publish where my input and output are
+        flags[me + SIGNATURE] = signature           # (released with arrived)
+        flags[me + SRC] = src.ctypes.data
+        flags[me + DST] = dst.ctypes.data
+        flags[me + WHOLE] = 1 if whole and apart and not between else 0
+        _store_release(flags, me + ARRIVED * LINE, seq)
+        phase = 1
+    if phase == 1:
+        j = _missing(flags, ARRIVED, seq, rank, size, spin_until, yield_after)
+        if j >= 0:
+            return 1, j
+        for j in range(size):   # read after the acquire loads of the flags
+            if flags[FLAGS * j * LINE + SIGNATURE] != signature:
+                return MISMATCH, j
+        phase = 2
+    # whole only if every rank can (one in place, and the others would read what it writes);
+    # nobody publishes again before I publish GATHERED (Phase 4), so a resume sees the same
+    for j in range(size):
+        whole = whole and flags[FLAGS * j * LINE + WHOLE] == 1
+    lo, hi = (0, count) if whole else _slice(count, size, rank)
+    if phase == 2:      # Phase 2: read my part of every other input, reduce in rank order
+        for b in range(lo, hi, piece):
+            e = min(b + piece, hi)
+            for j in range(size):
+                if j != rank:
+                    t = (j - (j > rank)) * piece
+                    if not _read(flags[FLAGS * j * LINE + PID],
+                                 flags[FLAGS * j * LINE + SRC] + b * item, scratch[t:t + e - b],
+                                 iov):
+                        return UNREADABLE, j
+            for c in range(b, e, BLOCK):
+                f = min(c + BLOCK, e)
+                # x_0 op x_1 in one pass, then x_2 ... x_(p-1); into dst itself unless dst is
+                # my input (in place: then through acc, my input is still to be read)
+                out = dst[c:f] if apart else acc[:f - c]
+                if size == 1:
+                    out[:] = src[c:f]
+                elif rank == 0:
+                    _combine(op, out, src[c:f], scratch[c - b:f - b])
+                elif rank == 1:
+                    _combine(op, out, scratch[c - b:f - b], src[c:f])
+                else:
+                    _combine(op, out, scratch[c - b:f - b], scratch[piece + c - b:piece + f - b])
+                for j in range(2, size):
+                    if j == rank:
+                        _reduce_into(op, out, src[c:f])
+                    else:
+                        t = (j - (j > rank)) * piece
+                        _reduce_into(op, out, scratch[t + c - b:t + f - b])
+                if not apart:
+                    dst[c:f] = out
+        if between:
+            return 3, BETWEEN
+        phase = 4 if whole else 3
+    if phase == 3:      # Phase 3: read every other rank's reduced slice from its output
+        _store_release(flags, me + REDUCED * LINE, seq)     # (again on a resume: harmless)
+        j = _missing(flags, REDUCED, seq, rank, size, spin_until, yield_after)
+        if j >= 0:
+            return 3, j
+        for j in range(size):
+            if j != rank:
+                jlo, jhi = _slice(count, size, j)
+                if not _read(flags[FLAGS * j * LINE + PID],
+                             flags[FLAGS * j * LINE + DST] + jlo * item, dst[jlo:jhi], iov):
+                    return UNREADABLE, j
+        phase = 4
+    if phase == 4:      # nobody reads my buffers any more: the caller may have them back
+        _store_release(flags, me + GATHERED * LINE, seq)    # (again on a resume: harmless)
+        j = _missing(flags, GATHERED, seq, rank, size, spin_until, yield_after)
+        if j >= 0:
+            return 4, j
+    return DONE, 1 if whole else 0
+
+
 # ----------------------------------------------------------------------------- Python side
 
 class Window:
-    """The shared window of one communicator: 2 x size segments of ``capacity`` bytes and two
-    flags per rank, ``seq`` the last sequence number used."""
+    """The shared window of one communicator: 2 x size segments of ``capacity`` bytes and three
+    flags per rank, ``seq`` the last sequence number used. ``sharing``: the ranks on this real
+    node (0: the window's), against its cores for ``single_copy``."""
 
-    def __init__(self, node: MPI.Intracomm, capacity: int):
-        size = node.Get_size()
-        self.capacity, self.seq, self._views = capacity, 0, {}
+    def __init__(self, node: MPI.Intracomm, capacity: int, sharing: int = 0):
+        size, rank = node.Get_size(), node.Get_rank()
+        self.capacity, self.seq, self._views, self._scratch = capacity, 0, {}, {}
         # more ranks than cores: the rank waited for may need this core, yield at once
         self.yield_after = 0.0 if size > len(os.sched_getaffinity(0)) else YIELD_AFTER
-        header = 2 * size * LINE * 8
+        header = FLAGS * size * LINE * 8
         total = header + 2 * size * capacity
         # rank 0 allocates it all (one contiguous region), the others nothing
         self.win = MPI.Win.Allocate_shared(total if node.Get_rank() == 0 else 0, 1, comm=node)
@@ -310,27 +486,104 @@ class Window:
         region = np.frombuffer(memory, np.uint8, total)
         self.flags = region[:header].view(np.int64)
         self.data = region[header:]
-        if node.Get_rank() == 0:
+        if rank == 0:
             self.flags[:] = 0
         self.win.Sync()             # MPI-3's idiom: publish the zeroed flags to every rank
         node.Barrier()
         self.win.Sync()
+        self.flags[FLAGS * rank * LINE + PID] = os.getpid()
+        self.single_copy = size > 1 and _can_read_each_other(
+            node, self, single_copy_expected(max(size, sharing)))
+        self.iov = np.zeros(4, np.int64)
 
     def views(self, dtype: np.dtype):
         """``(data, acc)``: the segments as ``data[buffer, rank, element]`` of ``dtype``, and
         BLOCK elements of scratch (made once per dtype)."""
         got = self._views.get(dtype)
         if got is None:
-            size = self.flags.size // (2 * LINE)
+            size = self.flags.size // (FLAGS * LINE)
             got = self._views[dtype] = (
                 self.data.view(dtype).reshape(2, size, self.capacity // dtype.itemsize),
                 np.empty(BLOCK, dtype))
         return got
 
+    def scratch(self, dtype: np.dtype, count: int) -> tuple:
+        """Single copy: ``(scratch, piece)``, room for ``piece`` elements of each other rank --
+        as much of ``count`` as PIECE_BYTES allows (kept per dtype, grown when a longer vector
+        needs more)."""
+        size = self.flags.size // (FLAGS * LINE)
+        piece = max(1, min(count, PIECE_BYTES // (size - 1) // dtype.itemsize))
+        got = self._scratch.get(dtype)
+        if got is None or got.size < piece * (size - 1):
+            got = self._scratch[dtype] = np.empty(piece * (size - 1), dtype)
+        return got, got.size // (size - 1)
+
     def free(self) -> None:
         """Collective on the node communicator."""
         self.win.Unlock_all()
         self.win.Free()
+
+
+def single_copy_expected(ranks: int, cores: int | None = None) -> bool:
+    """Whether ``shm`` on a node of ``ranks`` ranks and ``cores`` cores (None: the machine's)
+    reads in place (``Window.single_copy``; a probe when the window is made has the last
+    word): ``MPICOLL_SHM_SINGLE_COPY=on``, or ``auto`` with a core per rank -- its third wait
+    costs more than the copy saves when ranks take turns on a core -- and a libc with
+    ``process_vm_readv``. ``select`` asks it too, for ``auto``'s band."""
+    mode = settings.get("MPICOLL_SHM_SINGLE_COPY")
+    return _HAVE_READV and ranks > 1 and (
+        mode == "on" or (mode == "auto" and ranks <= (cores or os.cpu_count() or 1)))
+
+
+_HAVE_READV = hasattr(ctypes.CDLL(None), "process_vm_readv")
+_PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)
+_ptracer_set = False
+
+
+def _allow_reads_by_any() -> None:
+    """With Yama's ptrace_scope 1 (Ubuntu's default) only a process's ancestors may read its
+    memory, so sibling ranks may not: allow any process of this user, as Open MPI's CMA
+    component does (``opal/mca/smsc/cma``: ``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``)."""
+    global _ptracer_set
+    if _ptracer_set:
+        return
+    _ptracer_set = True
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            scope = f.read().strip()
+    except OSError:
+        return                      # no Yama: the usual same-user rule applies
+    if scope != "0":
+        ctypes.CDLL(None).prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)
+
+
+def _can_read_each_other(node: MPI.Intracomm, window: "Window", wanted: bool) -> bool:
+    """Whether every rank of ``node`` wants single copy and can read every other's memory with
+    process_vm_readv (Linux, same user, a ptrace scope and seccomp profile that allow it): each
+    rank reads a word the others published, and the node agrees (one answer everywhere: the
+    ranks must all take the same path)."""
+    size, rank = node.Get_size(), node.Get_rank()
+    word = np.array([0x6D7069636F6C6C00 + rank], np.int64)     # kept alive until all have read
+    try:
+        _allow_reads_by_any()
+        window.flags[FLAGS * rank * LINE + SRC] = word.ctypes.data
+    except (OSError, AttributeError):
+        pass
+    window.win.Sync()
+    node.Barrier()
+    window.win.Sync()
+    readv = getattr(ctypes.CDLL(None), "process_vm_readv", None)
+    ok = wanted and readv is not None
+    got = np.zeros(1, np.int64)
+    iov = np.array([got.ctypes.data, 8, 0, 8], np.int64)     # two struct iovec
+    for j in range(size if ok else 0):
+        if j != rank:
+            got[0], iov[2] = 0, window.flags[FLAGS * j * LINE + SRC]
+            moved = readv(int(window.flags[FLAGS * j * LINE + PID]),
+                          ctypes.c_void_p(iov.ctypes.data), 1,
+                          ctypes.c_void_p(iov.ctypes.data + 16), 1, 0)
+            ok = ok and moved == 8 and got[0] == 0x6D7069636F6C6C00 + j
+    return bool(node.allreduce(ok, op=MPI.LAND))
 
 
 class Shared:
@@ -392,7 +645,9 @@ def _window(st, nbytes: int, get_watch, nodes=None) -> Window:
     if shared.window is not None:
         shared.window.free()
         shared.window = None
-    shared.window = Window(shared.node, capacity)
+    rank = st.comm.Get_rank()
+    shared.window = Window(shared.node, capacity,
+                           next(len(r) for r in st.real_nodes if rank in r))
     return shared.window
 
 
@@ -410,11 +665,20 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
     ``between(part)`` a function that all-reduces ``part`` in place across the nodes (with the
     same local rank of every node). The window is then the node's, Phases 1 and 2 a
     reduce-scatter inside each node, ``between`` the inter-node phase on my slice of each chunk,
-    Phase 3 an all-gather inside each node."""
+    Phase 3 an all-gather inside each node.
+
+    From SINGLE_COPY_MIN_BYTES, where the node lets the ranks read each other's memory
+    (``Window.single_copy``), the whole vector goes through ``_allreduce_single`` instead."""
     if not src.flags.writeable:             # a read-only sendbuf: its own compiled code
         warmup(src.dtype, readonly=True)
     get_watch = watch if callable(watch) else lambda: watch
-    window = _window(st, dst.nbytes, get_watch, nodes)
+    single = dst.nbytes >= SINGLE_COPY_MIN_BYTES
+    window = _window(st, 0 if single else dst.nbytes, get_watch, nodes)
+    if single and window.single_copy:
+        _single_copy(st, window, src, dst, op, get_watch, signature, mismatch, nodes, between)
+        return
+    if single:
+        window = _window(st, dst.nbytes, get_watch, nodes)
     data, acc = window.views(dst.dtype)
     size, chunk = data.shape[1], data.shape[2]
     nchunks = -(-dst.size // chunk)
@@ -455,6 +719,51 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
         dst.itemsize
 
 
+def _single_copy(st, window: Window, src, dst, op: str, get_watch, signature: int, mismatch,
+                 nodes, between) -> None:
+    """``allreduce`` by ``_allreduce_single``: one sequence number, three flag waits."""
+    size = window.flags.size // (FLAGS * LINE)
+    rank = st.comm.Get_rank() if nodes is None else window_rank(st, nodes)
+    acc = window.views(dst.dtype)[1]
+    scratch, piece = window.scratch(dst.dtype, dst.size)
+    window.seq += 1
+    seq, code, resume = window.seq, OPS.index(op), 0
+    whole = size == 2 and dst.nbytes <= WHOLE_MAX_BYTES     # if both ranks can (the kernel)
+    while True:
+        resume, waiting = _allreduce_single(src, dst, window.flags, rank, seq, resume, code, acc,
+                                            scratch, piece, window.iov,
+                                            MPI.Wtime() + SPIN_SECONDS, window.yield_after,
+                                            signature, whole, between is not None)
+        if resume == DONE:
+            whole = waiting == 1
+            break
+        if resume == MISMATCH:
+            mismatch()
+            raise AssertionError("mismatch() must raise")
+        if resume == UNREADABLE:
+            peer = waiting if nodes is None else _my_node(st, nodes)[waiting]
+            raise RuntimeError(f"shm: reading rank {peer}'s memory (process_vm_readv) failed "
+                               "after it had worked when the window was made; set "
+                               "MPICOLL_SHM_SINGLE_COPY=off to copy through the window instead")
+        if waiting == BETWEEN:              # my reduced slice: all-reduce it across the nodes
+            lo, hi = _slice(dst.size, size, rank)
+            if hi > lo:
+                between(dst[lo:hi])
+            continue
+        watch = get_watch()
+        if watch is not None:
+            which = {1: ARRIVED, 3: REDUCED, 4: GATHERED}[resume]
+            waiting_on = _short(window.flags, which, seq, rank) or [waiting]
+            if nodes is not None:           # window ranks -> the communicator's
+                members = _my_node(st, nodes)
+                waiting_on = [members[j] for j in waiting_on]
+            what = {ARRIVED: "the inputs' addresses", REDUCED: "the reduced slices",
+                    GATHERED: "the other ranks to finish reading my buffers"}[which]
+            watch.overdue(f"single copy, waiting for {what} in shared memory", 1, waiting_on)
+    lo, hi = (0, dst.size) if whole else _slice(dst.size, size, rank)
+    st.traffic["shared_bytes"] += ((size - 1) * (hi - lo) + dst.size - (hi - lo)) * dst.itemsize
+
+
 def _my_node(st, nodes) -> tuple:
     """This rank's node of ``nodes`` (its ranks in ``st.comm``, in the layout's order)."""
     rank = st.comm.Get_rank()
@@ -468,8 +777,8 @@ def window_rank(st, nodes) -> int:
 
 def _short(flags: np.ndarray, which: int, seq: int, rank: int) -> list:
     """The ranks whose flag ``which`` has not reached ``seq`` (a diagnosis; a plain read)."""
-    size = flags.size // (2 * LINE)
-    return [j for j in range(size) if j != rank and flags[(2 * j + which) * LINE] < seq]
+    size = flags.size // (FLAGS * LINE)
+    return [j for j in range(size) if j != rank and flags[(FLAGS * j + which) * LINE] < seq]
 
 
 def _own_elements(count: int, chunk: int, size: int, rank: int) -> int:
@@ -491,6 +800,9 @@ def warmup(dtype: np.dtype, readonly: bool = False) -> None:
     with kernels.file_lock():
         src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
         src.flags.writeable = not readonly
-        _allreduce(src, dst, np.zeros((2, 1, 4), dtype), np.zeros(2 * LINE, np.int64),
-                   0, 1, 0, 0, np.empty(BLOCK, dtype), 0.0, 0.0, 0, False)
+        flags = np.zeros(FLAGS * LINE, np.int64)
+        _allreduce(src, dst, np.zeros((2, 1, 4), dtype), flags, 0, 1, 0, 0,
+                   np.empty(BLOCK, dtype), 0.0, 0.0, 0, False)
+        _allreduce_single(src, dst, flags, 0, 1, 0, 0, np.empty(BLOCK, dtype),
+                          np.empty(1, dtype), 1, np.zeros(4, np.int64), 0.0, 0.0, 0, True, False)
     _ready.add((dtype, readonly))

@@ -53,9 +53,12 @@ __all__ = ["Request", "waitall", "mode"]
 _ALIGN = 8                      # wire slots start at multiples of 8 bytes
 _YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
 _SLEEP_MIN, _SLEEP_MAX = 1e-5, 2e-4
+GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 
 _lock = threading.Lock()        # held while any request is advanced or started
 _wake = threading.Condition(_lock)
+_callers = 0                    # callers' threads inside mpicoll (see priority)
+_callers_lock = threading.Lock()
 _active: list = []
 _thread: threading.Thread | None = None
 _stopping = False
@@ -91,7 +94,8 @@ class Request:
                  result=None):
         self.what, self.result, self._buf, self._cuts = what, result, buf, cuts
         self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
-        self._steps = () if schedule is None else self._prepare(schedule, buf)
+        with priority():                # local work: the progress thread gives way
+            self._steps = () if schedule is None else self._prepare(schedule, buf)
         self._nsteps = 1 if library is not None else len(self._steps)
         self._finished = threading.Event()
         self._finished.set()
@@ -163,7 +167,7 @@ class Request:
         """Start (again) on ``call``'s communicator and tag, under its deadline; returns self."""
         progress = mode()
         st = call.open()
-        with _lock:
+        with _turn():                   # (the posts below are local: nonblocking calls)
             if not self._finished.is_set():
                 raise RuntimeError(f"{self.what}: start() while the request is still in flight")
             self._call, self._state, self._traffic = call, st, traffic
@@ -192,7 +196,7 @@ class Request:
     def test(self) -> bool:
         """Advance (in ``caller`` mode) and say whether the request is done; raises its error."""
         if not self._finished.is_set() and mode() == "caller":
-            with _lock:
+            with _turn():
                 _progress()
         if self._error is not None:
             raise self._error
@@ -209,7 +213,7 @@ class Request:
             self._tighten(timeout)
         pause, looks = _SLEEP_MIN, 0
         while not self._finished.is_set():
-            with _lock:                 # the caller helps: it would only sleep otherwise
+            with _turn():               # the caller helps: it would only sleep otherwise
                 moved = _progress()
             if self._finished.is_set():
                 break
@@ -231,7 +235,7 @@ class Request:
         seconds = _timeout(timeout, "timeout")
         if seconds is None:
             return
-        with _lock:
+        with _turn():
             if self._finished.is_set():
                 return
             if self._watch is None:
@@ -336,6 +340,48 @@ def waitall(requests) -> list:
 
 # ----------------------------------------------------------------------------- the engine
 
+class priority:
+    """``with priority():`` -- the caller's thread does local work for a request (makes it,
+    starts it, takes ``_lock``) and the progress thread keeps off the GIL and ``_lock`` for up to
+    GIVE_WAY seconds after each of its passes, until the caller is done.
+
+    Why: the progress thread runs Python between MPI calls. While requests keep moving it holds
+    the GIL almost all the time, and a caller's thread that lets the GIL go (every mpi4py call,
+    every large numpy operation) waits up to the interpreter's switch interval (5 ms) to get it
+    back; ``threading.Lock`` is not fair either, so the thread retakes ``_lock`` the instant it
+    lets go. On an oversubscribed node (4 ranks on 2 cores under Slurm) that kept one rank's
+    ``iallreduce`` calls in start() for tens of seconds while the other ranks waited on it.
+    Only local work takes it (never a wait for other ranks: their requests may need this
+    thread's passes), and the give-way is bounded all the same. Nested uses count.
+    """
+
+    def __enter__(self):
+        global _callers
+        with _callers_lock:
+            _callers += 1
+
+    def __exit__(self, *exc) -> None:
+        global _callers
+        with _callers_lock:
+            _callers -= 1
+
+
+class _turn(priority):
+    """``with _turn():`` -- ``_lock``, taken by a caller's thread, with ``priority``."""
+
+    def __enter__(self):
+        super().__enter__()
+        try:
+            _lock.acquire()
+        except BaseException:           # (a KeyboardInterrupt while waiting for it)
+            super().__exit__()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        _lock.release()
+        super().__exit__()
+
+
 def _progress() -> bool:
     """Advance every active request once (lock held); drop the finished ones."""
     moved = False
@@ -359,6 +405,9 @@ def _loop() -> None:
             if _stopping:
                 return
             moved = _progress()
+        give_way_until = time.monotonic() + GIVE_WAY
+        while _callers and time.monotonic() < give_way_until:   # a caller works: let it
+            time.sleep(_SLEEP_MIN)
         if moved:
             pause, looks = _SLEEP_MIN, 0
         elif looks < _YIELDS:

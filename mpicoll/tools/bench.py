@@ -214,6 +214,17 @@ class Case:
             self.input = exact_input(0, count, dtype, "sum")
             self.answer = self.input.copy()
             self.out = np.empty(count, dtype)
+        self._outs = {}
+
+    def use(self, algorithm):
+        """Make ``out`` ``algorithm``'s own output buffer. Each algorithm writes its own: a
+        buffer that another algorithm's transfers just left in the other core's cache (MPI's
+        single-copy reads of it) would charge the first writes of the next algorithm for
+        invalidating those lines (4x a local write here, docs/performance.md)."""
+        out = self._outs.get(algorithm)
+        if out is None:
+            out = self._outs[algorithm] = np.empty_like(self.out)
+        self.out = out
 
     def reset(self):
         """Put the input back where an in-place call (or bcast) reads it; untimed."""
@@ -303,7 +314,8 @@ def auto_choice(collective, comm, nbytes, count, op="sum", dtype=np.float32) -> 
         st = state(comm)
         shared = (size > 1 and len(st.real_nodes) == 1 and op in allreduce_shm.OPS
                   and np.dtype(dtype) in allreduce_shm.DTYPES)
-        return select.allreduce(nbytes, size, count, st.ranks_per_node, shared_memory=shared)
+        return select.allreduce(nbytes, size, count, st.ranks_per_node, shared_memory=shared,
+                                single_copy=allreduce_shm.single_copy_expected(size))
     return getattr(select, collective)(nbytes, size)
 
 
@@ -386,6 +398,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             traffic = state(comm).traffic     # the executor's counters on this communicator
             persistent = {a: args.persistent and a != "mpi" for a in algorithms}
             for a in algorithms:            # validation, byte counts and warm-up, untimed
+                case.use(a)
                 case.reset()
                 before = traffic["bytes_sent"]
                 case.call(a, args.timeout)
@@ -406,6 +419,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             order = np.random.default_rng([args.seed, si, int(inplace)])
             for it in range(iters):
                 for a in order.permutation(algorithms):
+                    case.use(a)
                     case.reset()
                     comm.Barrier()
                     if persistent[a]:

@@ -257,15 +257,18 @@ def test_user_communicator_is_untouched(comm):
     agree(comm, got[0] == (comm.rank - 1) % comm.size, f"got {got[0]}")
 
 
+@pytest.mark.parametrize("single_copy", ["off", "on"])
 @pytest.mark.parametrize("ranks_per_node", [None, "1", "2"])
-def test_hierarchical_shm_node_phases(comm, ranks_per_node):
+def test_hierarchical_shm_node_phases(comm, ranks_per_node, single_copy):
     """hierarchical(inner="shm"): the node phases in a shared-memory window around the outer
     all-reduce of each shard. Random floats give, on every rank, each node's rank-order fold
     (per shard) all-reduced across the nodes by the outer schedule -- the simulator's bits for
     the node sums as inputs; again by the prepared call; in place, chunked (past 4 MiB), exact
-    integers too. By default
-    (inner not chosen) a large enough call runs it (no message inside a node)."""
-    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
+    integers too; copying through the window, or reading the node's buffers in place from
+    16 KiB (``single_copy``: whole-vector shards, the outer recursive doubling's bits are the
+    same per element). By default (inner not chosen) a large enough call runs it (no message
+    inside a node)."""
+    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node, MPICOLL_SHM_SINGLE_COPY=single_copy):
         st = state(comm)
         nodes = st.nodes()
         usable = (len({len(n) for n in nodes}) == 1 and all(

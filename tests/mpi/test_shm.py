@@ -22,7 +22,7 @@ from mpicoll._runtime.context import state
 from mpicoll.algorithms import allreduce_shm
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout
 from mpicoll.schedule import block_displs
-from mpicoll.testing import agree, raises_everywhere
+from mpicoll.testing import agree, environment, raises_everywhere
 
 pytestmark = pytest.mark.mpi
 
@@ -103,13 +103,15 @@ def test_shm_gives_the_rank_order_bits(comm):
 
 
 def test_window_is_reused_and_grows(comm):
-    """Repeated calls reuse one window (one sequence number per chunk); a larger size class
-    replaces it; shrinking keeps the larger one. Every result is right."""
+    """Copying through the window (single copy off): repeated calls reuse one window (one
+    sequence number per chunk); a larger size class replaces it; shrinking keeps the larger
+    one. Every result is right."""
     st = state(comm)
     problems, windows = [], []
     for n in (10, 10, 3000, 10, 40_000, 10, 2_000_000, 1000, 2_000_000):
         x = np.full(n, comm.rank + 1.0)
-        out = mpicoll.allreduce(x, algorithm="shm", comm=comm)
+        with environment(MPICOLL_SHM_SINGLE_COPY="off"):
+            out = mpicoll.allreduce(x, algorithm="shm", comm=comm)
         if comm.size > 1:
             windows.append((id(st.shared.window), st.shared.window.capacity,
                             st.shared.window.seq))
@@ -147,8 +149,8 @@ def test_counters_say_no_network(comm):
 
 def test_auto_runs_shm_on_one_node(comm):
     """auto: shm from select.SHM_MIN_BYTES on (no byte sent), not below; above
-    select.SHM_MAX_BYTES only when the ranks outnumber the cores (``select.shm_wins``); never
-    across nodes."""
+    select.SHM_MAX_BYTES only when the ranks outnumber the cores or shm reads in place
+    (``select.shm_wins``); never across nodes."""
     if comm.size == 1:
         pytest.skip("one rank: nothing to choose")
     traffic = state(comm).traffic
@@ -160,7 +162,8 @@ def test_auto_runs_shm_on_one_node(comm):
         out = mpicoll.allreduce(np.ones(n), comm=comm)
         shared.append(traffic["shared_bytes"] > before)
         agree(comm, np.array_equal(out, np.full(n, float(comm.size))), f"n={n}: wrong sum")
-    want = [False, True, comm.size > os.cpu_count()]
+    want = [False, True, comm.size > os.cpu_count()
+            or allreduce_shm.single_copy_expected(comm.size)]
     agree(comm, shared == want, f"shm ran at ({small}, {large}, {larger}) elements: {shared}, "
           f"expected {want} ({comm.size} ranks, {os.cpu_count()} cores)")
     assert select.allreduce(1 << 20, comm.size, 1 << 17, None, shared_memory=False) != "shm"
@@ -294,3 +297,127 @@ def test_prepared_calls_that_mismatch_raise(comm):
     exc = raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce, np.ones(count),
                             algorithm="shm", comm=comm, match="count")
     agree(comm, "10" in str(exc) and "20" in str(exc), f"names both counts: {exc}")
+
+
+def single_copy_window(comm):
+    """``MPICOLL_SHM_SINGLE_COPY=on``'s window on ``comm`` (made by a first call), or a skip
+    where the ranks may not read each other's memory (a seccomp profile or ptrace policy
+    that refuses process_vm_readv: then ``shm`` copies through the window, tested above)."""
+    mpicoll.allreduce(np.ones(8), algorithm="shm", comm=comm)
+    window = state(comm).shared.window
+    agree(comm, len(set(comm.allgather(window.single_copy))) == 1, "the ranks disagree")
+    if not window.single_copy:
+        pytest.skip("process_vm_readv between these ranks is not allowed here")
+    return window
+
+
+def test_single_copy_gives_the_rank_order_bits(comm):
+    """Reading the other ranks' buffers in place (``_allreduce_single``), forced on at any
+    rank count: every op and dtype, at the sizes where N = 2 reduces the whole vector and where
+    each rank reduces its slice, out of place, in place, and mixed (rank 0 in place, the others
+    not: every rank then takes slices); numpy's rank-order bits, the input untouched, one
+    sequence number per call, and ``shared_bytes`` = what each rank read."""
+    if comm.size == 1:
+        pytest.skip("one rank: nothing to read")
+    with environment(MPICOLL_SHM_SINGLE_COPY="on"):
+        window = single_copy_window(comm)
+        st, p, problems = state(comm), comm.size, []
+        whole_max = allreduce_shm.WHOLE_MAX_BYTES
+        for dtype in allreduce_shm.DTYPES:
+            for nbytes in (allreduce_shm.SINGLE_COPY_MIN_BYTES, whole_max, whole_max + 8,
+                           3 * allreduce_shm.PIECE_BYTES + 24):
+                n = nbytes // dtype.itemsize + (p - 1)
+                xs = inputs(p, n, dtype, 2)
+                for op in allreduce_shm.OPS:
+                    xs_op = [np.where(np.isnan(x), x, np.sign(x)) for x in xs] \
+                        if op == "prod" and dtype.kind == "f" else xs
+                    want = rank_order(xs_op, op, dtype).tobytes()
+                    mine = xs_op[comm.rank].copy()
+                    for place in ("out", "in", "mixed"):
+                        inplace = place == "in" or (place == "mixed" and comm.rank == 0)
+                        seq, shared = window.seq, st.traffic["shared_bytes"]
+                        if inplace:
+                            got = mine.copy()
+                            mpicoll.allreduce(MPI.IN_PLACE, got, op=op, algorithm="shm",
+                                              comm=comm)
+                        else:
+                            got = mpicoll.allreduce(mine, op=op, algorithm="shm", comm=comm)
+                        label = f"{dtype} n={n} {op} {place}"
+                        if got.tobytes() != want:
+                            problems.append(f"{label}: not the rank-order bits")
+                        if mine.tobytes() != xs_op[comm.rank].tobytes():
+                            problems.append(f"{label}: the input changed")
+                        if window.seq != seq + 1:
+                            problems.append(f"{label}: {window.seq - seq} sequence numbers")
+                        whole = p == 2 and place == "out" and n * dtype.itemsize <= whole_max
+                        lo, hi = (0, n) if whole else \
+                            block_displs(n, p)[comm.rank:comm.rank + 2]
+                        read = ((p - 1) * (hi - lo) + n - (hi - lo)) * dtype.itemsize
+                        if st.traffic["shared_bytes"] - shared != read:
+                            problems.append(f"{label}: shared_bytes grew by "
+                                            f"{st.traffic['shared_bytes'] - shared}, read {read}")
+        agree(comm, not problems, problems[:5])
+
+
+def test_single_copy_and_window_copy_take_turns(comm):
+    """Calls below SINGLE_COPY_MIN_BYTES copy through the window, calls above read in place:
+    taking turns, on one window and one sequence, every sum is right."""
+    if comm.size == 1:
+        pytest.skip("one rank: nothing to read")
+    with environment(MPICOLL_SHM_SINGLE_COPY="on"):
+        single_copy_window(comm)
+        ok = True
+        for k, n in enumerate((100, 5000, 3000, 40_000, 100, 1 << 20, 7)):
+            out = mpicoll.allreduce(np.full(n, comm.rank + k, np.float32), algorithm="shm",
+                                    comm=comm)
+            ok &= np.array_equal(out, np.full(n, sum(r + k for r in range(comm.size)),
+                                              np.float32))
+        agree(comm, ok, "a wrong sum")
+
+
+@pytest.mark.parametrize("counts", [(5000, 6000), (1000, 6000)], ids=["both-single", "one-each"])
+def test_single_copy_mismatch_raises_at_once(comm, counts):
+    """Rank 0 passes one count, the others another: both above SINGLE_COPY_MIN_BYTES, or one
+    below it (rank 0 copies through the window, the others would read in place). Every rank
+    sees another rank's hash beside its flag and raises ArgumentMismatch before reading
+    anything."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    with environment(MPICOLL_SHM_SINGLE_COPY="on"):
+        single_copy_window(comm)
+        count = counts[0] if comm.rank == 0 else counts[1]
+        start = time.monotonic()
+        exc = raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce,
+                                np.ones(count, np.float32), algorithm="shm", comm=comm,
+                                timeout=30.0, match="count")
+        agree(comm, all(str(c) in str(exc) for c in counts), f"names both counts: {exc}")
+        agree(comm, time.monotonic() - start < 10, "raised at once, not at a deadline")
+
+
+def test_single_copy_absent_rank_is_named(comm):
+    """The last rank does not come to a single-copy call: the others raise CollectiveTimeout
+    naming it after about the timeout; it comes late and raises too."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    with environment(MPICOLL_SHM_SINGLE_COPY="on"):
+        single_copy_window(comm)
+        absent, n = comm.size - 1, allreduce_shm.SINGLE_COPY_MIN_BYTES
+        error, elapsed = None, 0.0
+        if comm.rank != absent:
+            start = time.monotonic()
+            try:
+                mpicoll.allreduce(np.ones(n), algorithm="shm", comm=comm, timeout=1.0)
+            except CollectiveTimeout as exc:
+                error = exc
+            elapsed = time.monotonic() - start
+        MPI.COMM_WORLD.Barrier()
+        if comm.rank == absent:
+            try:
+                mpicoll.allreduce(np.ones(n), algorithm="shm", comm=comm, timeout=30.0)
+            except CollectiveTimeout as exc:
+                error = exc
+        if comm.rank != absent:
+            agree(comm, error is not None and error.peers == [absent] and elapsed < 4.0,
+                  f"{error!r} after {elapsed:.2f} s")
+        else:
+            agree(comm, error is not None and error.gave_up, f"late rank: {error!r}")

@@ -4,10 +4,14 @@
 as the window is (flags, then 2 x p segments): the same protocol, the same flags, the same
 double buffering, with a chunk of a few elements so that one call goes through dozens of chunks
 and both buffers are reused again and again while other threads still read them. Every call
-must give every thread numpy's rank-order bits. Also checked: the flags are atomic acquire
-loads and release stores in the compiled code (the memory-ordering argument of the module).
+must give every thread numpy's rank-order bits. The single-copy core (``_allreduce_single``)
+runs the same way: every thread publishes this process's pid, so its ``process_vm_readv``
+reads the other threads' buffers through the kernel as it reads another process's. Also
+checked: the flags are atomic acquire loads and release stores in the compiled code (the
+memory-ordering argument of the module).
 """
 
+import os
 import re
 import threading
 
@@ -21,17 +25,22 @@ from mpicoll.algorithms import allreduce_shm as shm
 UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None):
+def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None,
+              inplace=False):
     """``calls`` all-reduces of ``inputs`` (one per thread-rank), on one region; the outputs.
 
     ``nodes``: hierarchical's shared-memory node phases instead -- that many regions (one per
     node) of ``len(inputs) // nodes`` threads each, and ``between`` (what the inter-node
     all-reduce does) a left fold over the nodes of the same local rank's slices, in node order,
-    met at a barrier."""
+    met at a barrier. ``single``: the single-copy core instead, ``"whole"`` or ``"slice"``
+    (``chunk``: the elements per other rank of its scratch); ``inplace``: each thread's input
+    is its output."""
     p, dtype = len(inputs), inputs[0].dtype
     L = p // (nodes or 1)
-    regions = [(np.zeros(2 * L * shm.LINE, np.int64), np.zeros((2, L, chunk), dtype))
+    regions = [(np.zeros(shm.FLAGS * L * shm.LINE, np.int64), np.zeros((2, L, chunk), dtype))
                for _ in range(nodes or 1)]
+    for flags, _ in regions:
+        flags[shm.PID::shm.FLAGS * shm.LINE] = os.getpid()
     meet = [threading.Barrier(nodes or 1) for _ in range(L)]
     slots = {}
     outs = [[None] * calls for _ in range(p)]
@@ -41,8 +50,12 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None):
     def between(node, local, dst, resume, data, seq0):
         c = resume // 4
         at = c * chunk
-        lo, hi = shm._slice(min(chunk, dst.size - at), L, local)
-        part = dst[at + lo:at + hi]
+        if single:          # one "chunk": the whole vector
+            lo, hi = shm._slice(dst.size, L, local)
+            part = dst[lo:hi]
+        else:
+            lo, hi = shm._slice(min(chunk, dst.size - at), L, local)
+            part = dst[at + lo:at + hi]
         slots[node, local] = part.copy()
         meet[local].wait(60)
         total = slots[0, local].copy()
@@ -50,25 +63,35 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None):
             np.add(total, slots[j, local], out=total)
         meet[local].wait(60)        # every node has read every slot
         part[:] = total
-        data[(seq0 + c) % 2, local, lo:hi] = part
+        if not single:
+            data[(seq0 + c) % 2, local, lo:hi] = part
 
     def rank(r):
         node, local = divmod(r, L)
         flags, data = regions[node]
         try:
             acc = np.empty(shm.BLOCK, dtype)
+            scratch, iov = np.empty(chunk * max(1, L - 1), dtype), np.zeros(4, np.int64)
             for k in range(calls):
-                dst = np.empty_like(inputs[r])
+                dst = inputs[r].copy() if inplace else np.empty_like(inputs[r])
+                src = dst if inplace else inputs[r]
                 seq0, resume = 1 + k * nchunks, 0
                 while True:
-                    resume, waiting = shm._allreduce(
-                        inputs[r], dst, data, flags, local, seq0, resume, shm.OPS.index(op),
-                        acc, MPI.Wtime() + 0.01, yield_after, 7, nodes is not None)
+                    if single:
+                        resume, waiting = shm._allreduce_single(
+                            src, dst, flags, local, 1 + k, resume, shm.OPS.index(op), acc,
+                            scratch, chunk, iov, MPI.Wtime() + 0.01, yield_after, 7,
+                            single == "whole", nodes is not None)
+                    else:
+                        resume, waiting = shm._allreduce(
+                            src, dst, data, flags, local, seq0, resume, shm.OPS.index(op),
+                            acc, MPI.Wtime() + 0.01, yield_after, 7, nodes is not None)
                     if resume == shm.DONE:
                         break
+                    assert resume >= 0, (resume, waiting)
                     if waiting == shm.BETWEEN:
                         between(node, local, dst, resume, data, seq0)
-                outs[r][k] = dst
+                outs[r][k] = dst.copy()
         except Exception as exc:        # noqa: BLE001 - reported by the test
             errors.append(exc)
 
@@ -81,23 +104,41 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None):
     return outs
 
 
+def rank_order(inputs, op):
+    """numpy's left fold in rank order: ``acc = x_0; ufunc(acc, x_j, out=acc)``."""
+    want = inputs[0].copy()
+    for x in inputs[1:]:
+        UFUNC[op](want, x, out=want)
+    return want
+
+
+@pytest.mark.parametrize("single", [None, "slice", "whole"])
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
 @pytest.mark.parametrize("op", shm.OPS)
-def test_threads_as_ranks_get_rank_order_bits(p, op):
+def test_threads_as_ranks_get_rank_order_bits(p, op, single):
+    """Every dtype, counts around p and a long one, out of place and in place (the single
+    copy's whole mode falls back to slices in place): numpy's rank-order bits everywhere, NaNs
+    included for max and min."""
     rng = np.random.default_rng(p)
     for dtype in shm.DTYPES:
         for count in sorted({0, 1, p - 1, p + 1, 7, 1000}):
             if np.dtype(dtype).kind == "f":
                 inputs = [(rng.standard_normal(count) * (1 if op == "prod" else 1e3))
                           .astype(dtype) for _ in range(p)]
+                if op in ("max", "min") and count > 3:
+                    for r, x in enumerate(inputs):
+                        x[r % count] = np.nan       # NaN against numbers, NaN against NaN
+                        x[3] = np.nan
             else:
                 inputs = [rng.integers(-3, 4, count).astype(dtype) for _ in range(p)]
-            want = UFUNC[op].reduce(np.stack(inputs), axis=0, dtype=dtype)
-            outs = run_ranks(inputs, op, chunk=5 + p, calls=3)
-            for r in range(p):
-                for k in range(3):
-                    assert outs[r][k].tobytes() == want.tobytes(), \
-                        f"{dtype} count={count} rank {r} call {k}"
+            want = rank_order(inputs, op)
+            for inplace in (False, True):
+                outs = run_ranks(inputs, op, chunk=5 + p, calls=3, single=single,
+                                 inplace=inplace)
+                for r in range(p):
+                    for k in range(3):
+                        assert outs[r][k].tobytes() == want.tobytes(), \
+                            f"{dtype} count={count} rank {r} call {k} in place {inplace}"
 
 
 def test_many_chunks_both_yield_policies():
@@ -128,8 +169,9 @@ def test_flags_are_acquire_loads_and_release_stores():
         "no release store"
 
 
+@pytest.mark.parametrize("single", [None, "slice"])
 @pytest.mark.parametrize("nodes, L", [(2, 1), (2, 2), (3, 2), (2, 3)])
-def test_node_phases_around_a_between_phase(nodes, L):
+def test_node_phases_around_a_between_phase(nodes, L, single):
     """hierarchical(inner="shm"): Phases 1-2 reduce my slice inside the node, ``between``
     all-reduces it across the nodes, Phase 3 gathers: every rank gets the fold over nodes of
     each node's rank-order fold, chunk after chunk, call after call."""
@@ -146,7 +188,7 @@ def test_node_phases_around_a_between_phase(nodes, L):
         want = node_sums[0].copy()
         for node in range(1, nodes):
             np.add(want, node_sums[node], out=want)
-        outs = run_ranks(inputs, "sum", chunk=7 + p, calls=3, nodes=nodes)
+        outs = run_ranks(inputs, "sum", chunk=7 + p, calls=3, nodes=nodes, single=single)
         for r in range(p):
             for k in range(3):
                 assert outs[r][k].tobytes() == want.tobytes(), f"count={count} rank {r} call {k}"
