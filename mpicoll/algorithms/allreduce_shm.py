@@ -405,11 +405,15 @@ def _allreduce_single(src, dst, flags, rank, seq, resume, op, acc, scratch, piec
         for j in range(size):   # read after the acquire loads of the flags
             if flags[FLAGS * j * LINE + SIGNATURE] != signature:
                 return MISMATCH, j
+        # whole only if every rank can (were one in place, the others would read what it
+        # writes). My slot keeps the decision for a resume: the others' AND of the slots is
+        # the same with it (it is that AND), and nobody else writes it
+        for j in range(size):
+            whole = whole and flags[FLAGS * j * LINE + WHOLE] == 1
+        flags[me + WHOLE] = 1 if whole else 0
         phase = 2
-    # whole only if every rank can (one in place, and the others would read what it writes);
-    # nobody publishes again before I publish GATHERED (Phase 4), so a resume sees the same
-    for j in range(size):
-        whole = whole and flags[FLAGS * j * LINE + WHOLE] == 1
+    else:
+        whole = flags[me + WHOLE] == 1
     lo, hi = (0, count) if whole else _slice(count, size, rank)
     if phase == 2:      # Phase 2: read my part of every other input, reduce in rank order
         for b in range(lo, hi, piece):
@@ -564,11 +568,9 @@ def _can_read_each_other(node: MPI.Intracomm, window: "Window", wanted: bool) ->
     ranks must all take the same path)."""
     size, rank = node.Get_size(), node.Get_rank()
     word = np.array([0x6D7069636F6C6C00 + rank], np.int64)     # kept alive until all have read
-    try:
+    if wanted:
         _allow_reads_by_any()
-        window.flags[FLAGS * rank * LINE + SRC] = word.ctypes.data
-    except (OSError, AttributeError):
-        pass
+    window.flags[FLAGS * rank * LINE + SRC] = word.ctypes.data
     window.win.Sync()
     node.Barrier()
     window.win.Sync()
