@@ -18,14 +18,15 @@ runs ``shm`` from ``SHM_MIN_BYTES`` on (``shm_wins``): at every size where ``shm
 other ranks' buffers in place (``single_copy``: ``allreduce_shm.single_copy_expected``, a core
 per rank on Linux) or the node has fewer cores than ranks; else -- copying through its window
 with a core per rank -- up to ``SHM_MAX_BYTES``. Measured on this machine (docs/performance.md,
-"shm"; interleaved bench runs): at N = 2 on 2 cores, reading in place, shm was the fastest
-mpicoll all-reduce from 16 KiB to 64 MiB (1.2-1.5x MPI's own up to 4 MiB, 1.2-3.3x above,
-against the ring's 0.9-1.2x and 2.1-2.3x); copying through the window it led only up to 64 KiB,
-level with the ring at 128 KiB and behind it from 256 KiB; with more ranks than cores (N = 3
-and 4 on 2 cores) it won at every size from 64 KiB, 1.1-2.8x MPI's own, where every
-message-passing step waits for a core. Below 16 KiB recursive doubling did about as well. The
-decision table and the cost model never choose it (it runs only on one node, and not in every
-form of call).
+"shm"; interleaved bench runs): at N = 2 on 2 cores, reading in place, shm was 1.3-1.5x MPI's
+own from 16 KiB to 512 KiB and 1.0-1.3x at 1-4 MiB in the machine's quick state (the ring and
+Rabenseifner 1.1-1.2x, level with it from 2 MiB), 1.2-3.7x from 8 to 64 MiB, and in the
+three-run tables the fastest mpicoll all-reduce from 32 KiB to 32 MiB; copying through the window
+it led only up to 64 KiB, level with the ring at 128 KiB and behind it from 256 KiB; with more
+ranks than cores (N = 3 and 4 on 2 cores) it won at every size from 64 KiB, 1.1-2.8x MPI's own,
+where every message-passing step waits for a core. Below 16 KiB recursive doubling did about as
+well. The decision table and the cost model never choose it (it runs only on one node, and not
+in every form of call).
 
 When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
 order (``ring_order``: one hop per node boundary leaves a node, whatever the placement), unless
