@@ -168,16 +168,19 @@ def bytes_sent(rank: int, p: int, n: float) -> float:
 
 # ----------------------------------------------------------------------------- atomics, libc
 
+_LIBC = ctypes.CDLL(None)
+_READV = getattr(_LIBC, "process_vm_readv", None)      # Linux (glibc >= 2.15, musl)
+_HAVE_READV = _READV is not None
+
+
 def _register() -> None:
     """Make libc's ``sched_yield`` and libmpi's ``MPI_Wtime`` callable from compiled code by
     name (as ``executors.compiled`` does: the same names, the same addresses), so numba's disk
     cache holds no address."""
     import llvmlite.binding as llvm
-    libc = ctypes.CDLL(None)
-    llvm.add_symbol("mpicoll_sched_yield", ctypes.cast(libc.sched_yield, ctypes.c_void_p).value)
-    readv = getattr(libc, "process_vm_readv", None)       # Linux (glibc >= 2.15, musl)
+    llvm.add_symbol("mpicoll_sched_yield", ctypes.cast(_LIBC.sched_yield, ctypes.c_void_p).value)
     llvm.add_symbol("mpicoll_process_vm_readv",
-                    ctypes.cast(readv, ctypes.c_void_p).value if readv else 0)
+                    ctypes.cast(_READV, ctypes.c_void_p).value if _HAVE_READV else 0)
     llvm.add_symbol("mpicoll_MPI_Wtime",
                     ctypes.cast(ctypes.CDLL(MPI.__file__).MPI_Wtime, ctypes.c_void_p).value)
 
@@ -539,7 +542,6 @@ def single_copy_expected(ranks: int, cores: int | None = None) -> bool:
         mode == "on" or (mode == "auto" and ranks <= (cores or os.cpu_count() or 1)))
 
 
-_HAVE_READV = hasattr(ctypes.CDLL(None), "process_vm_readv")
 _PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)
 _ptracer_set = False
 
@@ -558,7 +560,7 @@ def _allow_reads_by_any() -> None:
     except OSError:
         return                      # no Yama: the usual same-user rule applies
     if scope != "0":
-        ctypes.CDLL(None).prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)
+        _LIBC.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)
 
 
 def _can_read_each_other(node: MPI.Intracomm, window: "Window", wanted: bool) -> bool:
@@ -574,16 +576,15 @@ def _can_read_each_other(node: MPI.Intracomm, window: "Window", wanted: bool) ->
     window.win.Sync()
     node.Barrier()
     window.win.Sync()
-    readv = getattr(ctypes.CDLL(None), "process_vm_readv", None)
-    ok = wanted and readv is not None
+    ok = wanted                     # (wanted: single_copy_expected, which needs _READV)
     got = np.zeros(1, np.int64)
     iov = np.array([got.ctypes.data, 8, 0, 8], np.int64)     # two struct iovec
     for j in range(size if ok else 0):
         if j != rank:
             got[0], iov[2] = 0, window.flags[FLAGS * j * LINE + SRC]
-            moved = readv(int(window.flags[FLAGS * j * LINE + PID]),
-                          ctypes.c_void_p(iov.ctypes.data), 1,
-                          ctypes.c_void_p(iov.ctypes.data + 16), 1, 0)
+            moved = _READV(int(window.flags[FLAGS * j * LINE + PID]),
+                           ctypes.c_void_p(iov.ctypes.data), 1,
+                           ctypes.c_void_p(iov.ctypes.data + 16), 1, 0)
             ok = ok and moved == 8 and got[0] == 0x6D7069636F6C6C00 + j
     return bool(node.allreduce(ok, op=MPI.LAND))
 
@@ -709,14 +710,10 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
         watch = get_watch()
         if watch is not None:
             k, phase = divmod(resume, 4)
-            waiting_on = _short(window.flags, ARRIVED if phase == 1 else REDUCED, seq0 + k,
-                                rank) or [waiting]
-            if nodes is not None:           # window ranks -> the communicator's
-                members = _my_node(st, nodes)
-                waiting_on = [members[j] for j in waiting_on]
-            watch.overdue(f"chunk {k + 1} of {nchunks}, waiting for "
-                          f"{'the inputs' if phase == 1 else 'the reduced slices'} in the "
-                          f"shared window", nchunks, waiting_on)
+            _overdue(st, watch, window.flags, ARRIVED if phase == 1 else REDUCED, seq0 + k, rank,
+                     waiting, nodes, f"chunk {k + 1} of {nchunks}, waiting for "
+                     f"{'the inputs' if phase == 1 else 'the reduced slices'} in the shared "
+                     "window", nchunks)
     st.traffic["shared_bytes"] += (dst.size - _own_elements(dst.size, chunk, size, rank)) * \
         dst.itemsize
 
@@ -755,15 +752,24 @@ def _single_copy(st, window: Window, src, dst, op: str, get_watch, signature: in
         watch = get_watch()
         if watch is not None:
             which = {1: ARRIVED, 3: REDUCED, 4: GATHERED}[resume]
-            waiting_on = _short(window.flags, which, seq, rank) or [waiting]
-            if nodes is not None:           # window ranks -> the communicator's
-                members = _my_node(st, nodes)
-                waiting_on = [members[j] for j in waiting_on]
             what = {ARRIVED: "the inputs' addresses", REDUCED: "the reduced slices",
                     GATHERED: "the other ranks to finish reading my buffers"}[which]
-            watch.overdue(f"single copy, waiting for {what} in shared memory", 1, waiting_on)
+            _overdue(st, watch, window.flags, which, seq, rank, waiting, nodes,
+                     f"single copy, waiting for {what} in shared memory", 1)
     lo, hi = (0, dst.size) if whole else _slice(dst.size, size, rank)
     st.traffic["shared_bytes"] += ((size - 1) * (hi - lo) + dst.size - (hi - lo)) * dst.itemsize
+
+
+def _overdue(st, watch, flags: np.ndarray, which: int, seq: int, rank: int, waiting: int, nodes,
+             step: str, nsteps: int) -> None:
+    """A flag wait outlasted its spin: ``watch.overdue`` (raises past the deadline or at a roll
+    call), naming in ``st.comm``'s ranks those whose flag ``which`` is short of ``seq``
+    (``waiting``, the rank the wait stopped at, if none is any more)."""
+    waiting_on = _short(flags, which, seq, rank) or [waiting]
+    if nodes is not None:                   # window ranks -> the communicator's
+        members = _my_node(st, nodes)
+        waiting_on = [members[j] for j in waiting_on]
+    watch.overdue(step, nsteps, waiting_on)
 
 
 def _my_node(st, nodes) -> tuple:
