@@ -12,7 +12,7 @@ the polling of a step that must wait (``jobs/reliability_cost.py``). docs/reliab
 quotes it.
 
 The second line of each size times the same step as a prepared plain call runs it
-(``compiled.Reusable``, kept by ``api.Prepared``): blocking, and under a deadline kept in
+(``compiled.Reusable``, kept by ``cache.Entry``): blocking, and under a deadline kept in
 ``MPI_Wtime``'s clock, with the ``Watch`` made only if the step outlasts the loop's spin (here
 never), the per-call closure that would make it included.
 """
@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from mpicoll._runtime.watch import Watch
 from mpicoll.executors import compiled
-from mpicoll.executors.mpi import new_traffic
+from mpicoll.executors.python import new_traffic
 from mpicoll.schedule import Recv, Schedule, Send
 
 

@@ -184,7 +184,7 @@ def main(argv=None) -> int:
                 problems, pairs = [], 0
                 for op in kernels.ops_for(dtype):
                     for algorithm in algorithms:
-                        if ALLREDUCE[algorithm].library and not mpicoll.api._library_has(dtype):
+                        if ALLREDUCE[algorithm].library and not mpicoll.ops.library_has(dtype):
                             continue
                         if (ALLREDUCE[algorithm].has("shared-memory")
                                 and not allreduce_shm.supports(op, dtype)):

@@ -31,7 +31,7 @@ import mpicoll
 from mpicoll import kernels
 from mpicoll._runtime.context import state
 from mpicoll.executors import inprocess
-from mpicoll.executors.mpi import execute, new_traffic
+from mpicoll.executors.python import execute, new_traffic
 from mpicoll.schedule import Recv, Schedule, Send, make_schedule
 
 COUNT = 840 * 32            # float64 elements: 215,040 bytes, divisible by every N in 2..8

@@ -30,6 +30,16 @@ from mpicoll.testing import exact_input, exact_result
 from mpicoll.topology import ORDERS, ring_order
 
 
+def auto_order(nodes) -> str | None:
+    """The order of ``auto``'s ring on ``nodes`` for a large all-gather (``select.decide``'s
+    order row; None: auto runs no ring there, or in the declared order)."""
+    from mpicoll.testing import Layout
+    auto, extra = select.decide("allgather", "auto", nbytes=1 << 26, count=1 << 23,
+                                size=sum(map(len, nodes)), dtype=np.dtype(np.float64),
+                                op=None, st=Layout(nodes), given={})
+    return extra.get("order") if auto.name == "ring" else None
+
+
 def internode_elements(sched, rank, where) -> int:
     return sum(hi - lo for _, sends in sched.plan for peer, lo, hi in sends
                if where[peer] != where[rank])
@@ -86,7 +96,7 @@ def main() -> None:
         write_json(out / "ring_order.json", {
             "nranks": size, "nodes": [list(n) for n in nodes], "hosts": hosts,
             "slurm_nodes": slurm_nodes,
-            "auto_order": select.ring_order(nodes), "records": records})
+            "auto_order": auto_order(nodes), "records": records})
 
 
 if __name__ == "__main__":

@@ -128,7 +128,8 @@ def train(comm=None, *, steps: int, batch: int, width: int = 512, lr: float = 0.
     else:
         one = mode == "blocking"
         buckets = mpicoll.Buckets(params, (1 << 62) if one else bucket_bytes, average=True,
-                                  comm=comm, compress=compress, error_feedback=error_feedback)
+                                  comm=comm, compress=compress, error_feedback=error_feedback,
+                                  gradient_as_bucket_view=True)
         grads = buckets.grads
     comm_time = 0.0
 

@@ -1,22 +1,38 @@
 """Gradient buckets: all-reduce gradients in groups while the backward pass is still running.
 
-    b = mpicoll.Buckets(params, bucket_bytes=25 << 20, op="sum", average=True)
+    b = mpicoll.Buckets(grads, bucket_bytes=25 << 20, op="sum", average=True)   # collective
     for step in ...:
-        ...backward, last layer first: write gradient i into b.grads[i], then b.ready(i)
-        b.wait()                      # b.grads[i] now hold the average over the ranks
+        ...backward, last layer first: write gradient i into grads[i], then b.ready(i)
+        b.wait()                      # grads[i] now hold the average over the ranks
 
-PyTorch DDP's design (``torch.nn.parallel.DistributedDataParallel``, "gradient as bucket
-view"): the arrays are assigned to buckets in *reverse* order (the backward pass produces the
-last layer's gradients first), each bucket is one flat, persistent buffer, and ``grads[i]`` is
-a view into it -- the gradient is computed in place, nothing is copied or allocated per step.
-When every array of a bucket is ready its all-reduce starts (a persistent ``Request`` of the
-progress executor, made once with its scratch and wire buffers), and it runs while the caller
-computes the next gradients. Buckets start in bucket order on every rank even if gradients
-become ready in another order (a finished bucket waits for the earlier ones), because every
-rank must start the same collectives in the same order.
+    b = mpicoll.Buckets(params, gradient_as_bucket_view=True)     # or: in place, no copies
+    ...write gradient i into b.grads[i] (a view into its bucket), then b.ready(i)
+
+PyTorch DDP's design (``torch.nn.parallel.DistributedDataParallel``): the arrays are assigned
+to buckets in *reverse* order (the backward pass produces the last layer's gradients first),
+one dtype per bucket, each bucket one flat, persistent buffer. When every array of a bucket is
+ready its all-reduce starts in the progress engine, and it runs while the caller computes the
+next gradients. Buckets start in bucket order on every rank even if gradients become ready in
+another order (a finished bucket waits for the earlier ones), because every rank must start the
+same collectives in the same order.
+
+The arrays given are the gradients: ``ready(i)`` copies array i into its bucket, ``wait()``
+copies the result back into it. ``b.grads`` is a read-only tuple of views into the buckets
+(rebinding ``b.grads[i]`` or writing into it raises). With ``gradient_as_bucket_view=True``
+(DDP's option of that name) ``b.grads[i]`` are writable views into the buckets instead: write
+each gradient there, in place, with no copy (the arrays given then only give the shapes, dtypes
+and initial values).
+
+The constructor is collective (as DDP's): it checks every argument and makes each bucket's plan
+(``mpicoll.plan``, the plain all-reduce's, with ``compress`` as given) and request once. A
+step that fails on one rank -- ``wait()`` with an array never marked ready -- still runs every
+bucket (so no rank waits for a missing one), and ``wait()`` then agrees, with one small
+all-reduce, whether every rank completed its step: if not, every rank raises ``ValueError``
+naming the ranks, and every rank's state is reset for the next step.
 
 ``compress`` and ``error_feedback`` apply per bucket (one ``ErrorFeedback`` residual each).
-``average=True`` divides by the number of ranks when a bucket's all-reduce completes.
+``average=True`` divides by the number of ranks when a bucket's all-reduce completes (sum of a
+floating or complex dtype only).
 """
 
 from __future__ import annotations
@@ -24,71 +40,85 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import compression, kernels, select
+from . import buffers, compression, kernels, ops, plan
 from ._runtime.call import Call
-from .api import _op_name, _options, _request
-from .executors.progress import Request
 from .registry import lookup
 
 __all__ = ["Buckets"]
 
 
 class Buckets:
-    """Flat gradient buckets over ``arrays``' shapes; ``grads[i]`` is array i's gradient."""
+    """Gradient buckets over ``arrays`` (the gradients); see the module's doc."""
 
     def __init__(self, arrays, bucket_bytes: int = 25 << 20, *, op="sum", average=True,
                  comm=None, algorithm="auto", compress=None, error_feedback=False,
-                 timeout=None, on_timeout=None, validate=None):
-        arrays = list(arrays)
+                 timeout=None, on_timeout=None, validate=None,
+                 gradient_as_bucket_view: bool = False):
+        arrays = [buffers.array(a, f"arrays[{i}]", writable=True)
+                  for i, a in enumerate(_sequence(arrays))]
         if not arrays:
             raise ValueError("Buckets needs at least one array")
-        dtypes = {np.dtype(a.dtype) for a in arrays}
-        if len(dtypes) != 1 or next(iter(dtypes)) not in kernels.DTYPES:
-            raise TypeError(f"Buckets needs arrays of one supported dtype, got {sorted(map(str, dtypes))}")
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive int, got {bucket_bytes!r}")
-        self.op = _op_name(op)
-        kernels.check(self.op, next(iter(dtypes)))      # MPI's rule: e.g. no sum on bool
+        self.op = ops.name(op)
+        for dtype in {a.dtype for a in arrays}:
+            kernels.check(self.op, dtype)               # MPI's rule: e.g. no sum on bool
+            if average and dtype.kind not in "fc" and dtype != kernels.bfloat16:
+                raise TypeError(f"average=True divides by the number of ranks: it needs "
+                                f"floating-point gradients, got {dtype}; pass average=False")
         if average and self.op != "sum":
             raise ValueError(f"average=True needs op='sum', got op={self.op!r}")
-        self.comm = MPI.COMM_WORLD if comm is None else comm
-        self.dtype = dtypes.pop()
         self.codec = compression.codec(compress)
-        if self.codec is not None and (self.dtype != np.float32 or self.op != "sum"):
-            raise ValueError(f"compress={compress!r} needs float32 arrays and op='sum'")
         if error_feedback and self.codec is None:
             raise ValueError("error_feedback=True needs a compress= mode")
+        if algorithm != "auto":
+            lookup("allreduce", algorithm)              # a name it knows, else ValueError
+        self.comm = MPI.COMM_WORLD if comm is None else comm
         self.average, self.algorithm, self.compress = average, algorithm, compress
         self._options = (timeout, on_timeout, validate)
+        self._arrays, self._as_view = tuple(arrays), bool(gradient_as_bucket_view)
 
-        # Phase 1: assign arrays to buckets, last array first (DDP's order).
+        # Phase 1: assign arrays to buckets, last array first (DDP's order), one dtype each.
         self.buckets: list[tuple] = []          # the array indices of each bucket, in order
-        current, nbytes = [], 0
+        open_bucket: dict = {}                  # dtype -> (indices, bytes) being filled
         for i in reversed(range(len(arrays))):
-            size = int(np.prod(arrays[i].shape)) * self.dtype.itemsize
-            if current and nbytes + size > bucket_bytes:
-                self.buckets.append(tuple(current))
-                current, nbytes = [], 0
-            current.append(i)
-            nbytes += size
-        self.buckets.append(tuple(current))
+            dtype = arrays[i].dtype
+            members, nbytes = open_bucket.get(dtype, ([], 0))
+            if members and nbytes + arrays[i].nbytes > bucket_bytes:
+                self.buckets.append(tuple(members))
+                members, nbytes = [], 0
+            open_bucket[dtype] = (members + [i], nbytes + arrays[i].nbytes)
+        self.buckets += [tuple(members) for members, _ in open_bucket.values()]
 
-        # Phase 2: one flat buffer per bucket; grads[i] is a view into it.
+        # Phase 2: one flat buffer per bucket; each array's slice of it.
         self.flat: list[np.ndarray] = []
-        self.grads: list = [None] * len(arrays)
+        self._slots: list = [None] * len(arrays)        # the bucket view of array i
         self._bucket_of = [0] * len(arrays)
         for k, members in enumerate(self.buckets):
-            counts = [int(np.prod(arrays[i].shape)) for i in members]
-            flat = np.zeros(sum(counts), self.dtype)
+            flat = np.zeros(sum(arrays[i].size for i in members), arrays[members[0]].dtype)
             self.flat.append(flat)
             offset = 0
-            for i, n in zip(members, counts):
-                self.grads[i] = flat[offset:offset + n].reshape(arrays[i].shape)
+            for i in members:
+                view = self._slots[i] = flat[offset:offset + arrays[i].size].reshape(
+                    arrays[i].shape)
+                view[...] = arrays[i]
                 self._bucket_of[i] = k
-                offset += n
+                offset += arrays[i].size
+        self.grads = tuple(self._slots) if self._as_view else tuple(map(_read_only,
+                                                                          self._slots))
         self.feedback = [compression.ErrorFeedback(f.size) if error_feedback else None
                          for f in self.flat]
-        self._requests: list = [None] * len(self.buckets)   # made at the first launch
+
+        # Phase 3: each bucket's plan and request, made once (collective).
+        self._plans, self._requests = [], []
+        for k, flat in enumerate(self.flat):
+            with self._call() as call:
+                layout = buffers.allreduce(MPI.IN_PLACE, flat)
+                p = plan.make(call, "allreduce", algorithm, layout, op=self.op,
+                              compress=compress, form="nonblocking")
+                on_done = self._averager(flat) if average else None
+                self._plans.append(p)
+                self._requests.append(plan.request(call, p, layout, on_done=on_done))
         self._ready = np.zeros(len(arrays), bool)
         self._missing = [len(m) for m in self.buckets]
         self._launched = 0
@@ -97,13 +127,28 @@ class Buckets:
         sizes = ", ".join(f"{f.nbytes}" for f in self.flat)
         return f"<Buckets: {len(self.grads)} arrays in {len(self.flat)} buckets of [{sizes}] bytes>"
 
+    def _call(self) -> Call:
+        timeout, on_timeout, validate = self._options
+        return Call("allreduce", self.algorithm, self.comm, timeout, on_timeout, validate)
+
+    def _averager(self, flat: np.ndarray):
+        size = self.comm.Get_size()
+        if size == 1:
+            return None
+
+        def average():
+            np.divide(flat, flat.dtype.type(size), out=flat)
+        return average
+
     def ready(self, i: int) -> None:
-        """Array ``i``'s gradient is in ``grads[i]``; start every bucket that is now complete
-        (in bucket order)."""
+        """Array ``i``'s gradient is written; start every bucket that is now complete (in
+        bucket order)."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < len(self.grads):
             raise ValueError(f"array index {i!r} out of range 0..{len(self.grads) - 1}")
         if self._ready[i]:
             raise ValueError(f"array {i} was already marked ready this step")
+        if not self._as_view:
+            np.copyto(self._slots[i], self._arrays[i])
         self._ready[i] = True
         self._missing[self._bucket_of[i]] -= 1
         while self._launched < len(self.buckets) and self._missing[self._launched] == 0:
@@ -111,59 +156,64 @@ class Buckets:
             self._launched += 1
 
     def wait(self) -> None:
-        """Finish every bucket's all-reduce (averaged if asked); then the next step may begin."""
-        if not self._ready.all():
-            raise ValueError(f"arrays {np.flatnonzero(~self._ready).tolist()} were not marked "
-                             "ready() this step")
+        """Finish every bucket's all-reduce (averaged if asked); then the next step may begin.
+
+        If an array was not marked ready on some rank, every rank raises ``ValueError`` (the
+        buckets still ran, with that rank's stale values: discard this step) and the next step
+        starts afresh."""
+        missing = np.flatnonzero(~self._ready).tolist()
         try:
+            while self._launched < len(self.buckets):      # run them all: no rank waits
+                self._launch(self._launched)
+                self._launched += 1
             for req in self._requests:
-                if req is not None:
-                    req.wait()
+                req.wait()
+            if not self._as_view:
+                for view, array in zip(self._slots, self._arrays):
+                    np.copyto(array, view)
+            self._agree_step(missing)
         finally:
             self._ready[:] = False
             self._missing = [len(m) for m in self.buckets]
             self._launched = 0
 
+    def _agree_step(self, missing: list) -> None:
+        """Raise ``ValueError`` on every rank if any rank missed a ``ready`` this step."""
+        if self.comm.Get_size() == 1 and not missing:
+            return
+        from .api import allreduce          # the plain call, on the library's own algorithm
+        timeout, on_timeout, _ = self._options
+        flags = np.zeros(self.comm.Get_size(), np.int32)
+        flags[self.comm.Get_rank()] = len(missing)
+        allreduce(MPI.IN_PLACE, flags, op=MPI.MAX, algorithm="mpi", comm=self.comm,
+                  timeout=timeout, on_timeout=on_timeout)
+        if flags.any():
+            mine = f"; here arrays {missing} were not marked ready()" if missing else ""
+            raise ValueError(f"Buckets: rank(s) {np.flatnonzero(flags).tolist()} did not mark "
+                             f"every array ready() this step: its results are not valid on any "
+                             f"rank{mine}")
+
     def _launch(self, k: int) -> None:
-        flat, codec = self.flat[k], self.codec
-        timeout, on_timeout, validate = self._options
-        with Call("allreduce", self.algorithm, self.comm, timeout, on_timeout, validate) as call:
-            comm = call.comm
-            size = comm.Get_size()
-            req = self._requests[k]
-            if req is None:
-                req = self._requests[k] = self._request(call, k)
-            call.agree(req.algorithm, op=self.op, dtype=flat.dtype, count=flat.size,
-                       compress=self.compress)
-            if size == 1 or flat.size == 0:
-                return
-            if self.feedback[k] is not None:
-                self.feedback[k].apply(codec, flat, req._cuts)
+        flat, p, req = self.flat[k], self._plans[k], self._requests[k]
+        with self._call() as call:
+            if p.kind in ("schedule", "shared") and self.feedback[k] is not None:
+                self.feedback[k].apply(self.codec, flat, req.cuts)
+            p.agree(call)
             req.start(call, call.open().traffic)
 
-    def _request(self, call, k: int) -> Request:
-        """Bucket k's persistent request: its schedule, scratch and wire buffers, once."""
-        flat, comm = self.flat[k], call.comm
-        size = comm.Get_size()
-        if self.algorithm == "auto":
-            name = select.allreduce(flat.nbytes, size, flat.size,
-                                    call.open().ranks_per_node if size > 1 else None)
-            algo = lookup("allreduce", name)
-            if not algo.scheduled:          # Buckets run schedules (compression, persistence)
-                algo = lookup("allreduce", "ring")
-        else:
-            algo = lookup("allreduce", self.algorithm)
-            if not algo.scheduled:
-                raise ValueError(f"Buckets run mpicoll's schedules; algorithm={algo.name!r} has "
-                                 "none")
-        on_done = None
-        if self.average and size > 1:
-            def on_done(flat=flat, size=size):
-                np.divide(flat, flat.dtype.type(size), out=flat)
-        if size == 1 or flat.size == 0:
-            req = Request(f"bucket {k}")
-        else:
-            req = _request(call, algo, flat, self.op, _options(call, algo, {}), codec=self.codec,
-                           on_done=on_done, what=f"allreduce {algo.name} (bucket {k})")
-        req.algorithm = algo.name
-        return req
+
+def _read_only(view: np.ndarray) -> np.ndarray:
+    """A read-only view of ``view``: where the arrays given are the gradients, writing into the
+    bucket directly would be overwritten by ``ready``'s copy, so it raises instead."""
+    out = view.view()
+    out.flags.writeable = False
+    return out
+
+
+def _sequence(arrays) -> list:
+    """``arrays`` as a list; a clear error for something that is not a sequence of arrays."""
+    try:
+        return list(arrays)
+    except TypeError:
+        raise TypeError(f"Buckets needs a sequence of arrays, got {type(arrays).__name__}") \
+            from None

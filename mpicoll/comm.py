@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import api, kernels, persistent
+from . import api, buffers, kernels, ops, persistent
 
 __all__ = ["Comm", "wrap", "Request", "Prequest"]
 
@@ -66,7 +66,7 @@ def _dtype(datatype, name: str) -> np.dtype:
                         f"dtype ({exc})") from None
     if dtype not in kernels.DTYPES:
         raise TypeError(f"{name}: MPI datatype {shown} (numpy {dtype}) is not one mpicoll "
-                        f"reduces; supported: {api._DTYPE_NAMES}")
+                        f"reduces; supported: {ops.DTYPE_NAMES}")
     if datatype.is_predefined:
         _PREDEFINED[datatype.handle] = dtype
     return dtype
@@ -103,11 +103,11 @@ def _message(msg, name: str, blocks: int = 1) -> np.ndarray:
                              f"displ, datatype]; got a {type(msg).__name__} of {len(msg)} items")
     else:
         buf = msg
-    arr = buf if isinstance(buf, np.ndarray) else api._view(buf, name)
+    arr = buf if isinstance(buf, np.ndarray) else buffers.view(buf, name)
     if count is None and displ is None and datatype is None:
         return arr                  # mpicoll checks it (dtype, contiguity, writability)
     if isinstance(arr, np.ma.MaskedArray) or not arr.flags.c_contiguous:
-        api._array(arr, name)       # its error: masked, or not contiguous
+        buffers.array(arr, name)       # its error: masked, or not contiguous
     dtype = arr.dtype if datatype is None else _dtype(datatype, name)
     extent, raw = dtype.itemsize, arr.reshape(-1).view(np.uint8)
     displ = _nonnegative(displ, "displacement", name)

@@ -49,7 +49,8 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["CODECS", "CHUNK", "Codec", "codec", "cuts", "schedule_cuts", "ErrorFeedback",
+__all__ = ["CODECS", "CHUNK", "Codec", "codec", "check_feedback", "cuts", "schedule_cuts",
+           "ErrorFeedback",
            "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode",
            "int8_encode", "int8_decode", "int8_round"]
 
@@ -313,6 +314,22 @@ def codec(compress) -> Codec | None:
     if compress not in CODECS:
         raise ValueError(f"compress must be None or one of {sorted(CODECS)}, got {compress!r}")
     return CODECS[compress]
+
+
+def check_feedback(error_feedback, compress, count: int) -> None:
+    """A call's ``error_feedback`` argument: None, or an ``ErrorFeedback`` of ``count``
+    elements beside a ``compress`` mode; else the error naming what is wrong."""
+    if error_feedback is None:
+        return
+    if not isinstance(error_feedback, ErrorFeedback):
+        raise TypeError(f"error_feedback must be an mpicoll.ErrorFeedback, got "
+                        f"{type(error_feedback).__name__}")
+    if compress is None:
+        raise ValueError("error_feedback needs a compress= mode (it keeps the rounding error)")
+    codec(compress)
+    if error_feedback.residual.size != count:
+        raise ValueError(f"error_feedback holds {error_feedback.residual.size} elements, "
+                         f"the buffer has {count}")
 
 
 def warmup() -> None:

@@ -1,5 +1,5 @@
-"""``mpicoll.executor``: the MPI executor, ``mpicoll.executors.mpi`` (this name is kept for the code
-and docs that use it)."""
+"""``mpicoll.executor``: the Python executor, ``mpicoll.executors.python`` (this name is kept for
+the code and docs that use it)."""
 
-from .executors.mpi import *            # noqa: F401,F403
-from .executors.mpi import __all__  # noqa: F401
+from .executors.python import *            # noqa: F401,F403
+from .executors.python import __all__      # noqa: F401

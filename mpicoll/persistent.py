@@ -1,131 +1,179 @@
-"""Persistent collectives, as MPI-4's ``MPI_Allreduce_init``: decide once, then only communicate.
+"""Persistent collectives, as MPI-4's ``MPI_Allreduce_init``: plan once, then only communicate.
 
     h = mpicoll.allreduce_init(sendbuf, recvbuf, op=MPI.SUM, algorithm="auto", comm=comm)
     for step in range(steps):
         ...                  # write sendbuf
-        h()                  # or h.start(); h.wait()  -- recvbuf holds the result
+        h()                  # run it now; or h.start() ... h.wait()  -- recvbuf holds the result
 
-The ``*_init`` call is collective and takes the arguments of the plain call. It does, once,
-everything the plain call does before communicating: the argument checks (and the
-``validate=True`` agreement), mpicoll's duplicate of the communicator and the call's tag, the
-algorithm choice (``auto``), the schedule, the scratch buffer, and the compiled executor's
-arguments (``executors.compiled.Bound``) -- or, for the MPI library's own algorithm (``mpi``),
-the library's persistent request (``MPI_Allreduce_init`` ...). A call then copies the input in
-(out of place), runs the transfers and reductions, copies the output out (reduce-scatter), and
-adds to the byte counters: no allocation, no lookup.
+The ``*_init`` call is collective and takes the arguments of the plain call. It makes the plain
+call's plan (``mpicoll.plan``: the checks, the ``validate=True`` agreement, ``auto``'s choice,
+the options, the executor) and binds it once to the buffers (``plan.bind``): the schedule, its
+own scratch, the compiled executor's arguments (``executors.compiled.Bound``) -- or the MPI
+library's persistent request (``MPI_Allreduce_init`` ...), or the shared-memory runner. A run
+then copies the input in (out of place), runs the transfers and reductions, copies the output
+out (reduce-scatter), and adds to the byte counters: no allocation, no lookup.
 
-As with MPI's persistent requests, every rank must start the same handles in the same order,
-and the buffers must stay the ones given (write into them, don't rebind them). ``start()`` runs
-the whole collective before it returns (there is no progress engine to run it in the
-background); ``wait()`` then returns the result at once. ``timeout``, ``on_timeout`` and
-``validate`` are fixed at init; a timeout covers each call separately.
+``h()`` runs the collective on the calling thread. ``h.start()`` returns at once: the same run
+goes to the progress engine (``executors.progress``: its thread where the MPI library gives
+``MPI_THREAD_MULTIPLE``, else the caller's ``test``/``wait``), and ``h.wait()`` completes it,
+so a rank may start a handle, then send to a rank that receives before it starts its own. As
+with MPI's persistent requests, every rank must start the same handles in the same order, and
+the buffers must stay the ones given (write into them, don't rebind them). ``timeout``,
+``on_timeout`` and ``validate`` are fixed at init; a timeout covers each run separately.
 """
 
 from __future__ import annotations
 
 import time
 
-import numpy as np
 from mpi4py import MPI
 
-from . import api, kernels, select
-from .algorithms import allreduce_shm
+from . import buffers, plan
 from ._runtime.call import Call
 from .errors import ArgumentMismatch, CollectiveTimeout
-from .executors import compiled
-from .registry import lookup
+from .executors import progress
+from .executors.progress import Request
 
-__all__ = ["Persistent", "allreduce_init", "reduce_scatter_block_init", "allgather_init",
+__all__ = ["Persistent", "bind", "allreduce_init", "reduce_scatter_block_init", "allgather_init",
            "bcast_init"]
 
 
 class Persistent:
-    """One collective bound to its buffers; call it (or ``start()`` then ``wait()``) to run it.
+    """One collective bound to its buffers (``plan.bind``): ``h()`` runs it; ``start()``,
+    ``test()``, ``wait()`` run it in the progress engine; ``free()`` drops it.
 
-    ``result`` is the output array (``recvbuf``, or ``buf`` for bcast)."""
+    ``result`` is the output array (``recvbuf``, or ``buf`` for bcast); ``plan`` the plan."""
 
-    __slots__ = ("result", "collective", "_call", "_state", "_before", "_run", "_after",
-                 "_request", "_active")
+    __slots__ = ("result", "collective", "plan", "_call", "_state", "_layout", "_run",
+                 "_library", "_request", "_copies", "_active", "_freed")
 
-    def __init__(self, call: Call, result: np.ndarray, *, before=(), run=None, after=(),
-                 request=None):
-        self.result, self.collective = result, call.collective
-        self._call, self._state = call, call.open()
-        self._before, self._run, self._after = tuple(before), run, tuple(after)
-        self._request, self._active = request, False
+    def __init__(self, call: Call, p, layout, *, request=None, run=None, copies: bool = True):
+        self.result, self.collective, self.plan = layout.result, call.collective, p
+        self._call, self._state, self._layout = call, call.open(), layout
+        self._run, self._library = run, request         # a schedule's or shm's run, MPI's
+        self._copies = copies and request is None
+        self._request: Request | None = None            # the progress engine's, at start()
+        self._active = self._freed = False
 
-    def __call__(self) -> np.ndarray:
-        """Run the collective once; returns ``result``."""
-        if self._state.broken:
-            self._state.check(self.collective)
-        for dst, src in self._before:
-            np.copyto(dst, src)
-        if self._call.watch is not None:
-            self._watched()
-        elif self._request is not None:
-            self._request.Start()
-            self._request.Wait()
-        elif self._run is not None:
-            self._run(None)
-        for dst, src in self._after:
-            np.copyto(dst, src)
+    def __call__(self):
+        """Run the collective once, now; returns ``result``."""
+        self._usable()
+        if self.plan.kind == "shared":
+            progress.finish_deferred(self._state)       # they share its window
+        self._once(self._rearm())
         return self.result
 
     def start(self) -> None:
-        """Start the collective (here: run it to completion; see the module's doc)."""
+        """Start the collective and return at once (see the module's doc)."""
+        self._usable()
+        self._rearm()
+        if self._library is not None:
+            self._library.Start()
+        else:
+            if self._request is None:
+                self._request = Request(f"persistent {self.plan.describe()}",
+                                        result=self.result, deferred=self._once)
+            self._request.start(self._call, self._state.traffic)
+        self._active = True
+
+    def test(self) -> bool:
+        """Whether the collective started is done (moves it on where the caller progresses)."""
+        if not self._active:
+            return True
+        done = self._library.Test() if self._library is not None else self._request.test()
+        if done:
+            self._active = False
+        return done
+
+    def wait(self):
+        """Complete the collective started by ``start()``; returns ``result`` (at once if none
+        is active, as for MPI's inactive persistent requests)."""
+        if not self._active:
+            return self.result
+        self._active = False
+        if self._library is None:
+            return self._request.wait()
+        watch = self._call.watch
+        try:
+            if watch is None:
+                self._library.Wait()
+            else:
+                watch.wait([self._library], f"MPI_{self.collective.capitalize()}_init")
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            self._call._failed(exc)
+            raise
+        return self.result
+
+    def free(self) -> None:
+        """Drop the handle (MPI's persistent request with ``algorithm="mpi"``); it can't run
+        again."""
+        if self._active:
+            raise RuntimeError(f"persistent {self.collective}: free() while started; wait() "
+                               "first")
+        if self._library is not None and self._library:
+            self._library.Free()
+        self._freed = True
+
+    def _usable(self) -> None:
+        if self._freed:
+            raise RuntimeError(f"persistent {self.collective}: the handle was freed")
         if self._active:
             raise RuntimeError(f"persistent {self.collective}: start() called again before "
                                "wait()")
-        self()
-        self._active = True
+        if self._state.broken:
+            self._state.check(self.collective)
 
-    def wait(self) -> np.ndarray:
-        """Complete the collective started by ``start()``; returns ``result``."""
-        self._active = False
-        return self.result
+    def _rearm(self):
+        """The init's ``Watch`` with a new deadline (None: no timeout)."""
+        watch = self._call.watch
+        if watch is not None:
+            watch.deadline = time.monotonic() + self._call.timeout
+        return watch
 
-    def _watched(self) -> None:
-        """One call under a fresh deadline; a timeout marks the communicator broken (and aborts
-        with ``on_timeout="abort"``), as a plain call does."""
-        call, watch = self._call, self._call.watch
-        watch.deadline = time.monotonic() + call.timeout    # the init's Watch, a new deadline
+    def _once(self, watch) -> None:
+        """One run under ``watch``: copies in, the collective, copies out; a timeout marks the
+        communicator broken (and aborts with ``on_timeout="abort"``), as a plain call's."""
+        layout = self._layout
+        if self._copies:
+            layout.copy_in()
         try:
-            if self._request is not None:
-                self._request.Start()
-                watch.wait([self._request], "MPI_" + self.collective.capitalize() + "_init")
+            if self._library is not None:
+                self._library.Start()
+                if watch is None:
+                    self._library.Wait()
+                else:
+                    watch.wait([self._library], f"MPI_{self.collective.capitalize()}_init")
             elif self._run is not None:
                 self._run(watch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
-            call._failed(exc)       # ArgumentMismatch: only the roll call's can come from here
+            self._call._failed(exc)
             raise
+        if self._copies:
+            layout.copy_out()
 
     def __repr__(self) -> str:
-        return f"<persistent {self.collective} on {self.result.size} elements>"
+        return f"<persistent {self.plan.describe()} on {self.result.size} elements>"
 
 
-def _runner(call: Call, algo, flat: np.ndarray, op: str | None, options: dict):
-    """``run(watch)``: the schedule of ``algo`` on ``flat``, bound once to everything it uses
-    (``op=None``: nothing is reduced)."""
-    op = op or kernels.ops_for(flat.dtype)[0]
-    st = call.open()
-    sched, internode, _, _ = api._scheduled(call, algo, flat.size, options)
-    execute = api._execute or api._choose_executor()
-    scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)
-    traffic, internode_bytes = st.traffic, internode * flat.itemsize
-    if execute is compiled.execute:
-        bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
-                               traffic=traffic).run
-
-        def run(watch):
-            bound(watch)
-            traffic["internode_bytes"] += internode_bytes
-        return run
-
-    def run(watch):
-        execute(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch, traffic=traffic,
-                watch=watch)
-        traffic["internode_bytes"] += internode_bytes
-    return run
+def bind(call: Call, p, layout) -> Persistent:
+    """A persistent handle running ``p`` on ``layout`` (``persistent.Persistent``)."""
+    kind = p.kind
+    prepared = plan.prepare(call, p)
+    if kind == "library":
+        p.agree(call)
+        args, kwargs = plan.library_args(p, layout)
+        return Persistent(call, p, layout, request=plan.LIBRARY[p.collective][2](
+            call.open().comm, *args, **kwargs))
+    if kind == "shared":
+        p.agree(call)
+        (src, dst), signed = plan.shared_buffers(layout), plan.shm_signature(call)
+        return Persistent(call, p, layout, run=lambda watch: prepared.run(
+            src, dst, call.tag, watch, *signed), copies=False)
+    run_once = None
+    if kind == "schedule":
+        run_once = plan.bound(call, p, prepared, layout.work)
+    p.agree(call)
+    return Persistent(call, p, layout, run=run_once)
 
 
 def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
@@ -134,47 +182,10 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
                    validate=None) -> Persistent:
     """A persistent ``allreduce`` (the arguments of ``mpicoll.allreduce``); collective."""
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
-        opname = api._op_name(op)
-        algo = api._algorithm("allreduce", algorithm)
-        comm = call.comm
-        send, recv = api._buffers(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
-        given = {"inner": inner, "outer": outer, "order": order}
-        auto = algo is None
-        if auto and (inner or outer or order):
-            raise ValueError("inner/outer/order apply only to an algorithm that declares them, "
-                             "not to 'auto'")
-        size, count = comm.Get_size(), recv.size
-        api._check_op(call.collective, opname, recv.dtype, algo)
-        api._local_checks(algo, opname, given)
-        if algo is None:
-            algo = api._unless_library_lacks("allreduce", lookup("allreduce", select.allreduce(
-                recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
-                shared_memory=size > 1 and api._shared_memory(call, opname, recv.dtype),
-                single_copy=allreduce_shm.single_copy_expected(size))),
-                recv.dtype, opname, recv.nbytes, size, count)
-        options = api._options(call, algo, given, auto)
-        node_phases = options.get("inner") == "shm"         # hierarchical's, in shared memory
-        shared = api._prepare(call, algo, count, recv.dtype, opname, options) \
-            if algo.has("shared-memory") or node_phases else None  # checked before agreeing
-        call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
-                   inner=options.get("inner"), outer=options.get("outer"),
-                   order=options.get("order"), nodes=api._nodes(call, algo))
-        st = call.open()
-        if algo.library:
-            request = st.comm.Allreduce_init(MPI.IN_PLACE if send is None else send, recv,
-                                             op=api._OPS[opname])
-            return Persistent(call, recv, request=request)
-        if algo.has("shared-memory") or node_phases:    # from sendbuf (or recvbuf) to recvbuf
-            src, dst = (recv if send is None else send).reshape(-1), recv.reshape(-1)
-            if shared is None:              # one rank, or nothing to reduce
-                return Persistent(call, recv, before=() if send is None else ((dst, src),))
-            signed = api._shm_signature(call)
-            return Persistent(call, recv, run=lambda watch: shared.run(
-                src, dst, call.tag, watch, *signed))
-        before = () if send is None else ((recv, send.reshape(recv.shape)),)
-        run = _runner(call, algo, recv.reshape(-1), opname, options) \
-            if size > 1 and count > 0 else None
-        return Persistent(call, recv, before=before, run=run)
+        layout = buffers.allreduce(sendbuf, recvbuf)
+        p = plan.make(call, "allreduce", algorithm, layout, op=op, form="persistent",
+                      given={"inner": inner, "outer": outer, "order": order})
+        return bind(call, p, layout)
 
 
 def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
@@ -182,75 +193,26 @@ def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="a
                               validate=None) -> Persistent:
     """A persistent ``reduce_scatter_block``; collective."""
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
-        opname = api._op_name(op)
-        algo = api._algorithm("reduce_scatter_block", algorithm)
-        comm = call.comm
-        size, rank = comm.Get_size(), comm.Get_rank()
-        send, recv, total, n = api._reduce_scatter_buffers(sendbuf, recvbuf, size)
-        api._check_op(call.collective, opname, recv.dtype, algo)
-        api._local_checks(algo, opname, {})
-        if algo is None:
-            algo = api._unless_library_lacks("reduce_scatter_block", lookup(
-                "reduce_scatter_block", select.reduce_scatter_block(total * recv.itemsize, size)),
-                recv.dtype, opname, total * recv.itemsize, size, total)
-        options = api._options(call, algo, {})
-        call.agree(algo.name, op=opname, dtype=recv.dtype, count=n)
-        st = call.open()
-        if algo.library:
-            request = st.comm.Reduce_scatter_block_init(
-                MPI.IN_PLACE if send is None else send, recv, op=api._OPS[opname])
-            return Persistent(call, recv, request=request)
-        out = recv.reshape(-1)
-        work = out if send is None else np.empty(total, recv.dtype)
-        before = () if send is None else ((work, send.reshape(-1)),)
-        after = ((out[:n], work[rank * n:(rank + 1) * n]),)
-        run = _runner(call, algo, work, opname, options) if size > 1 and n > 0 else None
-        return Persistent(call, recv, before=before, run=run, after=after)
+        layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
+                                              call.comm.Get_rank())
+        p = plan.make(call, "reduce_scatter_block", algorithm, layout, op=op, form="persistent")
+        return bind(call, p, layout)
 
 
 def allgather_init(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=None,
                    on_timeout=None, validate=None) -> Persistent:
     """A persistent ``allgather``; collective."""
     with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
-        algo = api._algorithm("allgather", algorithm)
-        comm = call.comm
-        size, rank = comm.Get_size(), comm.Get_rank()
-        send, recv, n = api._allgather_buffers(sendbuf, recvbuf, size)
-        api._local_checks(algo, None, {})
-        if algo is None:
-            algo = lookup("allgather", select.allgather(recv.nbytes, size))
-        options = api._options(call, algo, {})
-        call.agree(algo.name, dtype=recv.dtype, count=n)
-        st = call.open()
-        if algo.library:
-            request = st.comm.Allgather_init(      # bfloat16: as uint16
-                MPI.IN_PLACE if send is None else kernels.as_storage(send),
-                kernels.as_storage(recv))
-            return Persistent(call, recv, request=request)
-        flat = recv.reshape(-1)
-        before = () if send is None else ((flat[rank * n:(rank + 1) * n], send.reshape(-1)),)
-        run = _runner(call, algo, flat, None, options) if size > 1 and n > 0 else None
-        return Persistent(call, recv, before=before, run=run)
+        layout = buffers.allgather(sendbuf, recvbuf, call.comm.Get_size(), call.comm.Get_rank())
+        p = plan.make(call, "allgather", algorithm, layout, form="persistent")
+        return bind(call, p, layout)
 
 
 def bcast_init(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
                validate=None) -> Persistent:
     """A persistent ``bcast`` of ``buf`` from ``root``; collective."""
     with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
-        algo = api._algorithm("bcast", algorithm)
-        comm = call.comm
-        buf = api._array(buf, "buf", writable=True)
-        size = comm.Get_size()
-        root = api._root(root, size)
-        api._local_checks(algo, None, {})
-        if algo is None:
-            algo = lookup("bcast", select.bcast(buf.nbytes, size))
-        options = {**api._options(call, algo, {}), "root": root}
-        call.agree(algo.name, dtype=buf.dtype, count=buf.size, root=root)
-        st = call.open()
-        if algo.library:
-            return Persistent(call, buf, request=st.comm.Bcast_init(kernels.as_storage(buf),
-                                                                    root=root))
-        run = _runner(call, algo, buf.reshape(-1), None, options) \
-            if size > 1 and buf.size > 0 else None
-        return Persistent(call, buf, run=run)
+        layout = buffers.bcast(buf)
+        p = plan.make(call, "bcast", algorithm, layout,
+                      root=buffers.root(root, call.comm.Get_size()), form="persistent")
+        return bind(call, p, layout)

@@ -1,39 +1,47 @@
-"""``algorithm="auto"``: which algorithm to run for a message size and communicator size.
+"""Every decision a collective call makes about what runs: one function, ``decide``, and one
+decision table, which every form of every collective asks (blocking, nonblocking, persistent,
+``Buckets``, ``mpicoll.Comm``, the bench: through ``mpicoll.plan``). Its rows, first that
+applies wins:
 
-In order, the first that has an answer decides:
+=====  ============================================  ============================================
+row    when                                          then
+=====  ============================================  ============================================
+shm    ``auto`` all-reduce; every rank on one real   ``shm`` (``shm_wins``: from ``SHM_MIN_BYTES``;
+       node; shm reduces the op and dtype; the call  at every size where it reads in place or the
+       needs no schedule (no compression)            ranks outnumber the cores, else up to
+                                                     ``SHM_MAX_BYTES``)
+tuned  ``auto``; ``MPICOLL_TUNING``'s table          the measured winner for this N and size
+       (``mpicoll tune``; ``profiles/tuning.json``)  (none above the largest measured size)
+       has a row
+model  ``auto``; the cost model (``MPICOLL_PROFILE``)  the lowest predicted time among algorithms
+       predicts                                      that give every rank the same bits
+lib    the choice is the MPI library's and it has    MPICH's classic rule (below), which names
+       no datatype for the dtype (bfloat16), or the  only mpicoll's own schedules
+       call needs a schedule (compression) and the
+       choice has none
+order  ``auto`` chose a ring, the ranks span nodes,  ``order="node"``: one hop per node boundary
+       ``MPICOLL_RING_ORDER`` unset                  leaves a node, whatever the placement
+inner  ``hierarchical``; inner neither given nor     ``inner="shm"``: the node phases in a shared
+       set (``MPICOLL_HIER_INNER``); equal nodes of  window
+       > 1 rank inside real nodes; shm would win on
+       one node of that size (``shm_wins``); no
+       schedule needed
+=====  ============================================  ============================================
 
-1. a measured decision table (``MPICOLL_TUNING=path``, written by ``mpicoll tune`` from a bench
-   sweep; the one measured on this project's machine ships as ``profiles/tuning.json``): the
-   winner of the measured size range for this N (above the largest measured size the table
-   has no answer: nothing was measured there);
-2. the cost model (``MPICOLL_PROFILE=path``, else the shipped ``profiles/default.json``): the
-   algorithm with the lowest predicted time;
-3. MPICH's classic rule (``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE``): recursive doubling up to
-   ``MPICOLL_SHORT_MSG`` bytes (default 8192) or when count < N, then Rabenseifner on powers of
-   two and the ring otherwise.
+MPICH's classic rule (``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE``): recursive doubling up to
+``MPICOLL_SHORT_MSG`` bytes (default 8192) or when count < N, then Rabenseifner on powers of two
+and the ring otherwise; it is the ``lib`` row's answer, and the answer when the cost model has
+none (a profile that predicts no algorithm).
 
-Before all of them, an all-reduce whose ranks all share one node (the caller says so:
-``shared_memory=True``, for a blocking or persistent call whose op and dtype ``shm`` reduces)
-runs ``shm`` from ``SHM_MIN_BYTES`` on (``shm_wins``): at every size where ``shm`` reads the
-other ranks' buffers in place (``single_copy``: ``allreduce_shm.single_copy_expected``, a core
-per rank on Linux) or the node has fewer cores than ranks; else -- copying through its window
-with a core per rank -- up to ``SHM_MAX_BYTES``. Measured on this machine (docs/performance.md,
-"shm"; interleaved bench runs): at N = 2 on 2 cores, reading in place, shm was 1.3-1.5x MPI's
-own from 16 KiB to 512 KiB and 1.0-1.3x at 1-4 MiB in the machine's quick state (the ring and
-Rabenseifner 1.1-1.2x, level with it from 2 MiB), 1.2-3.7x from 8 to 64 MiB, and in the
-three-run tables the fastest mpicoll all-reduce from 32 KiB to 32 MiB; copying through the window
-it led only up to 64 KiB, level with the ring at 128 KiB and behind it from 256 KiB; with more
-ranks than cores (N = 3 and 4 on 2 cores) it won at every size from 64 KiB, 1.1-2.8x MPI's own,
-where every message-passing step waits for a core. Below 16 KiB recursive doubling did about as
-well. The decision table and the cost model never choose it (it runs only on one node, and not
-in every form of call).
+The shm band, measured on this machine (docs/performance.md, "shm"; interleaved bench runs): at
+N = 2 on 2 cores, reading in place, shm was 1.3-1.5x MPI's own from 16 KiB to 512 KiB and
+1.0-1.3x at 1-4 MiB, 1.2-3.7x from 8 to 64 MiB; copying through its window it led only up to
+64 KiB; with more ranks than cores (N = 3 and 4 on 2 cores) it won at every size from 64 KiB,
+1.1-2.8x MPI's own. The decision table and the cost model never choose it.
 
-When the ranks span several nodes and the chosen algorithm is a ring, ``auto`` runs it in node
-order (``ring_order``: one hop per node boundary leaves a node, whatever the placement), unless
-``MPICOLL_RING_ORDER`` says otherwise.
-
-Every choice is valid for any N and count (each algorithm here is), and all ranks pass the same
-arguments, so all ranks choose the same algorithm.
+Every choice is valid for any N and count, and depends only on arguments every rank passes and
+on what every rank sees alike (the node layout, the settings): all ranks decide alike, and the
+settings that could differ between ranks enter the call's signature (``mpicoll.plan``).
 """
 
 from __future__ import annotations
@@ -42,12 +50,12 @@ import functools
 import json
 import os
 
-from . import model, settings
-from .registry import lookup
+from . import model, ops, settings
+from .algorithms import allreduce_shm
+from .registry import Algorithm, lookup
 
-__all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
-           "without_library", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES",
-           "DEFAULT_TUNING", "shm_wins"]
+__all__ = ["decide", "choose", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES",
+           "DEFAULT_TUNING", "shm_wins", "outside_real_nodes"]
 
 SHORT_MSG = 8192
 SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
@@ -85,7 +93,7 @@ def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str 
     predicted = {name: t for name, t in predicted.items()     # auto gives every rank one result
                  if not lookup(collective, name).has("own-rounding")
                  and not lookup(collective, name).has("shared-memory")}    # see the module doc
-    return min(predicted, key=predicted.get)
+    return min(predicted, key=predicted.get) if predicted else None
 
 
 def _pof2(size: int) -> bool:
@@ -138,36 +146,56 @@ def shm_wins(nbytes: int, ranks: int, cores: int | None = None,
     return single_copy or nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
 
 
-def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None,
-              shared_memory: bool = False, single_copy: bool = False) -> str:
-    """``shared_memory``: every rank is on one node and the call can run ``shm``;
-    ``single_copy``: ``shm`` would read in place there (``shm_wins``)."""
-    if shared_memory and shm_wins(nbytes, size, single_copy=single_copy):
-        return "shm"
-    return choose("allreduce", nbytes, size, count, ranks_per_node)
+def outside_real_nodes(st) -> list:
+    """The nodes of the layout (``st.nodes()``) that do not lie inside one real node: ranks
+    that can't share one memory window."""
+    real = [set(r) for r in st.real_nodes]
+    return [list(n) for n in st.nodes() if not any(set(n) <= r for r in real)]
 
 
-def reduce_scatter_block(nbytes: int, size: int) -> str:
-    return choose("reduce_scatter_block", nbytes, size, nbytes)
+def _shm_row(st, op: str | None, dtype, nbytes: int, size: int) -> bool:
+    """The ``shm`` row: every rank on one real node, an op and dtype shm reduces, shm wins."""
+    return (op is not None and len(st.real_nodes) == 1 and allreduce_shm.supports(op, dtype)
+            and shm_wins(nbytes, size, single_copy=allreduce_shm.single_copy_expected(size)))
 
 
-def allgather(nbytes: int, size: int) -> str:
-    return choose("allgather", nbytes, size, nbytes)
+def _inner_row(st, op: str | None, dtype, nbytes: int) -> bool:
+    """The ``inner`` row: hierarchical's node phases in shared memory by default."""
+    if op is None or settings.get("MPICOLL_HIER_INNER") is not None or \
+            nbytes < SHM_MIN_BYTES or not allreduce_shm.supports(op, dtype):
+        return False
+    nodes = st.nodes()
+    per_node = len(nodes[0])
+    cores = max(1, (os.cpu_count() or 1) * per_node // max(len(r) for r in st.real_nodes))
+    return (len({len(n) for n in nodes}) == 1 and per_node > 1 and not outside_real_nodes(st)
+            and shm_wins(nbytes, per_node, cores,
+                         single_copy=allreduce_shm.single_copy_expected(per_node, cores)))
 
 
-def bcast(nbytes: int, size: int) -> str:
-    return choose("bcast", nbytes, size, nbytes)
-
-
-def without_library(collective: str, nbytes: int, size: int, count: int) -> str:
-    """``auto``'s choice where the MPI library can't run the call (a type it has no datatype
-    for, e.g. bfloat16): MPICH's classic rule, which names only mpicoll's own algorithms."""
-    return _classic(collective, nbytes, size, count)
-
-
-def ring_order(nodes) -> str | None:
-    """The ring order ``auto`` runs on ``nodes``: ``"node"`` when they are several, unless
-    ``MPICOLL_RING_ORDER`` is set (None: the declared default, or the variable, decides)."""
-    if settings.get("MPICOLL_RING_ORDER") is None and len(nodes) > 1:
-        return "node"
-    return None
+def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: int, dtype,
+           op: str | None, st, given: dict, scheduled: bool = False) -> tuple[Algorithm, dict]:
+    """The algorithm a call runs, and the options the table sets (the module's rows): for
+    ``algorithm`` (a declared name, or ``"auto"``), ``nbytes`` in ``count`` elements of
+    ``dtype`` (the whole vector), on ``size`` ranks whose communicator state is ``st``
+    (``CommState``, its node layout known; None when ``size`` is 1), ``given`` the options the
+    caller passed (None: not given), ``scheduled``: the call needs a schedule (compression)."""
+    auto = algorithm == "auto"
+    if not auto:
+        algo = lookup(collective, algorithm)
+    elif collective == "allreduce" and size > 1 and not scheduled and \
+            _shm_row(st, op, dtype, nbytes, size):
+        algo = lookup(collective, "shm")
+    else:
+        algo = lookup(collective, choose(collective, nbytes, size, count,
+                                         st.ranks_per_node if size > 1 else None))
+        if (algo.library and not ops.library_has(dtype)) or (scheduled and not algo.scheduled):
+            algo = lookup(collective, _classic(collective, nbytes, size, count))
+    names = {o.name for o in algo.options}
+    extra = {}
+    if auto and "order" in names and size > 1 and given.get("order") is None and \
+            settings.get("MPICOLL_RING_ORDER") is None and len(st.nodes()) > 1:
+        extra["order"] = "node"
+    if "inner" in names and size > 1 and not scheduled and given.get("inner") is None and \
+            _inner_row(st, op, dtype, nbytes):
+        extra["inner"] = "shm"
+    return algo, extra

@@ -90,3 +90,20 @@ def exact_result(size: int, count: int, dtype, op: str):
         for rank in range(1, size):
             ufunc(kernels.as_storage(acc), kernels.as_storage(exact_input(rank, count, dtype, op)))
     return acc
+
+
+class Layout:
+    """A stand-in for a communicator's state (``CommState``) as ``select.decide`` reads it: the
+    node layout ``nodes`` (tuples of ranks) and the real nodes (default: the same), for tests of
+    the decision table without MPI."""
+
+    def __init__(self, nodes, real_nodes=None):
+        self._layout = tuple(tuple(n) for n in nodes)
+        self.real_nodes = self._layout if real_nodes is None else tuple(map(tuple, real_nodes))
+
+    def nodes(self) -> tuple:
+        return self._layout
+
+    @property
+    def ranks_per_node(self):
+        return max(map(len, self._layout)) if len(self._layout) > 1 else None

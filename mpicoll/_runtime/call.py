@@ -12,7 +12,7 @@ once, at the first call (``mpicoll.settings``; ``settings.reload()`` reads them 
 
 With a timeout the clock starts here: the deadline covers everything after, the creation of
 mpicoll's duplicate communicator (first call) included, except the time spent compiling or
-loading a numba kernel (local work under a file lock, no other rank involved: ``api._warmup``
+loading a numba kernel (local work under a file lock, no other rank involved: ``plan._warmup``
 adds it to the deadline).
 
 The call's tag is its number on the communicator folded with a hash of its arguments (``tags``):
@@ -211,7 +211,7 @@ class Call:
 def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool, watch,
              step: str) -> NoReturn:
     """``Call.disagree`` for a call that agreed on ``agreed_on`` (algorithm, fields) -- also a
-    prepared call's (``api.Prepared``), which keeps them."""
+    prepared call's (``cache.Entry``), which keeps them."""
     algorithm, fields = agreed_on
     validate.check(comm, validate.fingerprint(collective, algorithm, timeout=timed, **fields),
                    watch, step)

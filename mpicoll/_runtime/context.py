@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 from .. import settings
 from ..errors import CommunicatorBroken
-from ..executors.mpi import new_traffic
+from ..executors.python import new_traffic
 from ..topology import virtual_nodes
 from .tags import layout
 from .watch import roll_call_tag
@@ -48,8 +48,8 @@ class CommState:
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
         self.shared = None                      # allreduce_shm's node communicator and window
         self.node_shared: dict = {}             # the same per node layout (hierarchical's)
-        self.prepared = OrderedDict()           # api.Prepared: plain calls' decisions, LRU
-        self.last_prepared = (None, None)       # the most recently used: (key, entry)
+        self.cached = OrderedDict()             # cache.Entry: plain calls' plans, LRU
+        self.last_cached = (None, None)         # the most recently used: (key, entry)
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""

@@ -26,12 +26,13 @@ from ..topology import ORDERS
 __all__ = ["FIELDS", "fingerprint", "rejected", "check", "wait"]
 
 FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "order",
-          "nodes", "compress",
+          "nodes", "compress", "executor", "segments",
           "timeout", "error")
 _COLLECTIVES = tuple(COLLECTIVES)
 _NAMES = tuple(sorted({name for table in COLLECTIVES.values() for name in table}))
 _CODECS = ("bf16", "fp16", "int8")        # mpicoll.compression.CODECS
 _ERRORS = ("none", "TypeError", "ValueError", "another error")
+_EXECUTORS = ("mpi", "shm", "compiled", "python", "progress")   # mpicoll.plan.executor
 
 
 def _index(table, value) -> int:
@@ -41,14 +42,19 @@ def _index(table, value) -> int:
 def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=None,
                 count: int = 0, root: int = -1, inner: str | None = None,
                 outer: str | None = None, order: str | None = None, nodes: tuple | None = None,
-                compress: str | None = None, timeout: bool = False) -> list:
+                compress: str | None = None, executor: str | None = None,
+                segments: str | None = None, timeout: bool = False) -> list:
     """The integers that must be equal on every rank (-1: not applicable). ``nodes``, the node
     layout of a node-aware algorithm (``MPICOLL_RANKS_PER_NODE`` could differ between ranks),
-    enters as a checksum of its text."""
+    and ``segments``, the compiled executor's segment rule (``MPICOLL_SEGMENT_BYTES``, the
+    profile), enter as checksums of their text."""
+    root = -1 if root is None else root
     layout = -1 if nodes is None else zlib.crc32(repr(tuple(map(tuple, nodes))).encode())
+    rule = -1 if segments is None else zlib.crc32(segments.encode())
     return [_COLLECTIVES.index(collective), _index(_NAMES, algorithm), _index(OPS, op),
             _index(DTYPES, dtype), count, root, _index(_NAMES, inner), _index(_NAMES, outer),
-            _index(ORDERS, order), layout, _index(_CODECS, compress), int(timeout), 0]
+            _index(ORDERS, order), layout, _index(_CODECS, compress),
+            _index(_EXECUTORS, executor), rule, int(timeout), 0]
 
 
 def rejected(collective: str, error: BaseException) -> list:
@@ -95,6 +101,10 @@ def _show(field: str, row) -> str:
         return _CODECS[v] if v >= 0 else "none"
     if field == "nodes":
         return f"layout #{v:08x}" if v >= 0 else "none"
+    if field == "executor":
+        return _EXECUTORS[v] if v >= 0 else "?"
+    if field == "segments":
+        return f"rule #{v:08x}" if v >= 0 else "none"
     if field == "timeout":
         return "on" if v else "off"
     return str(v)

@@ -662,7 +662,7 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
     ranks' differ, nothing is reduced and every rank calls ``mismatch()``, which raises
     (every rank sees some other rank's hash differ from its own). ``watch`` may also be a
     function that makes the deadline's ``Watch`` (or returns None), called only when one is
-    needed (a prepared call: ``api.Prepared``).
+    needed (a prepared call: ``cache.Entry``).
 
     Hierarchical's node phases: ``nodes`` a node layout whose every node lies in one real node,
     ``between(part)`` a function that all-reduces ``part`` in place across the nodes (with the

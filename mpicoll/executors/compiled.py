@@ -1,6 +1,6 @@
 """The compiled executor: the whole step loop of a schedule in one numba (nopython) function.
 
-It runs what ``executors.mpi`` runs -- per step: post the receives (reduced ones into scratch,
+It runs what ``executors.python`` runs -- per step: post the receives (reduced ones into scratch,
 copied ones straight into the buffer), then the sends, wait for all of them, then reduce the
 scratch into the buffer -- but without a Python round-trip per step or per transfer:
 
@@ -51,7 +51,7 @@ from mpi4py.util import dtlib
 
 from .. import kernels, settings
 from ..schedule import Schedule
-from . import mpi as python_executor
+from . import python as python_executor
 from . import segments
 
 __all__ = ["execute", "execute_python", "choose", "available", "Bound", "Reusable",
@@ -409,16 +409,13 @@ class Bound:
         result = _loop(buf, scratch, table, -1, requests, work, comm, datatype, tag, op, 0.0)
         if result != DONE:
             raise MPI.Exception(-2 - result)
-        traffic = self.traffic
-        traffic["bytes_sent"] += self.sent
-        traffic["bytes_received"] += self.received
-        traffic["messages_sent"] += self.messages
+        _counted(self.traffic, self.sent, self.received, self.messages)
 
 
 class Reusable:
     """One schedule bound to everything but its buffer and tag -- the op, the scratch, the
     communicator, the request and status arrays -- for a plain call that comes again with the
-    same arguments (``api.Prepared`` keeps one): ``run`` is then the loop and the counters.
+    same arguments (``cache.Entry`` keeps one): ``run`` is then the loop and the counters.
 
     Under a deadline (``timeout`` seconds from the call) no ``Watch`` is made unless a round
     outlasts the loop's spin: the deadline is a time of ``MPI_Wtime``'s clock, read once, and
@@ -458,11 +455,7 @@ class Reusable:
         result = _loop(buf, self.scratch, table, -1, requests, work, comm, datatype, tag,
                        self.code, spin_until)
         if result == DONE:
-            sent, received, messages = self.totals
-            traffic = self.traffic
-            traffic["bytes_sent"] += sent
-            traffic["bytes_received"] += received
-            traffic["messages_sent"] += messages
+            _counted(self.traffic, *self.totals)
             return
         if result < DONE:
             raise MPI.Exception(-2 - result)
@@ -489,9 +482,7 @@ def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, 
                 watch.deadline = min(watch.deadline, time.monotonic() - 1e-6)
             if result == DONE:
                 sent, received, messages = schedule.totals
-                traffic["bytes_sent"] += sent * buf.itemsize
-                traffic["bytes_received"] += received * buf.itemsize
-                traffic["messages_sent"] += messages
+                _counted(traffic, sent * buf.itemsize, received * buf.itemsize, messages)
                 return
             if result < DONE:
                 raise MPI.Exception(-2 - result)
@@ -517,19 +508,25 @@ def _check_scratch(scratch: np.ndarray, plan: segments.Plan) -> None:
                          "(compiled.scratch_elements)")
 
 
+def _counted(traffic: dict, sent: int, received: int, messages: int) -> None:
+    """Add what the loop posted -- bytes sent and received, messages sent -- to the counters:
+    the one place the compiled executor counts."""
+    traffic["bytes_sent"] += sent
+    traffic["bytes_received"] += received
+    traffic["messages_sent"] += messages
+
+
 def _count(table: np.ndarray, steps: int, itemsize: int, traffic: dict) -> None:
     """Add the transfers of the first ``steps`` steps to the byte counters."""
     rows = table[table[:, 0] < steps]
     sizes = (rows[:, 3] - rows[:, 2]) * itemsize
     sends = rows[:, 4] == 0
-    traffic["bytes_sent"] += int(sizes[sends].sum())
-    traffic["bytes_received"] += int(sizes[~sends].sum())
-    traffic["messages_sent"] += int(sends.sum())
+    _counted(traffic, int(sizes[sends].sum()), int(sizes[~sends].sum()), int(sends.sum()))
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
             scratch: np.ndarray, traffic: dict, watch=None) -> None:
-    """Run ``schedule`` on the flat array ``buf`` over ``comm`` (as ``executors.mpi.execute``,
+    """Run ``schedule`` on the flat array ``buf`` over ``comm`` (as ``executors.python.execute``,
     the op by name); add to the ``traffic`` counters."""
     code, view = _op_code(op, buf.dtype)
     if view is not None:
@@ -555,18 +552,7 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
     if result != DONE:
         raise MPI.Exception(-2 - result)
     sent, received, messages = schedule.totals
-    traffic["bytes_sent"] += sent * buf.itemsize
-    traffic["bytes_received"] += received * buf.itemsize
-    traffic["messages_sent"] += messages
+    _counted(traffic, sent * buf.itemsize, received * buf.itemsize, messages)
 
 
-def execute_python(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
-                   scratch: np.ndarray, traffic: dict, watch=None) -> None:
-    """``executors.mpi.execute`` with the op by name (the signature of ``execute``), on the
-    storage views of the buffers (``kernels.storage``: mpi4py can't send bfloat16)."""
-    spent = kernels.warmup(op, buf.dtype)       # local work: not charged to the call's deadline
-    if watch is not None:
-        watch.deadline += spent
-    python_executor.execute(schedule, kernels.as_storage(buf), comm,
-                            reduce_into=kernels.kernel(op, buf.dtype), tag=tag,
-                            scratch=kernels.as_storage(scratch), traffic=traffic, watch=watch)
+execute_python = python_executor.execute_by_name     # (the name choose() returns)

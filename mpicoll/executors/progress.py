@@ -1,6 +1,6 @@
 """The progress executor: collectives that run while the caller computes.
 
-A ``Request`` runs the same ``Schedule.plan`` as the blocking executor (``executors/mpi.py``),
+A ``Request`` runs the same ``Schedule.plan`` as the blocking executor (``executors/python.py``),
 one step at a time, without ever blocking: *post* a step (its receives, then its sends), and on
 each later look *test* them; once all are complete, *reduce* (the numba kernel, ``Recv.left``
 order, as the blocking executor) and post the next step. With a codec
@@ -48,7 +48,7 @@ from mpi4py import MPI
 from .. import settings
 from ..errors import CommunicatorBroken
 
-__all__ = ["Request", "waitall", "mode"]
+__all__ = ["Request", "waitall", "mode", "finish_deferred", "busy"]
 
 _ALIGN = 8                      # wire slots start at multiples of 8 bytes
 _YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
@@ -91,17 +91,24 @@ class Request:
 
     def __init__(self, what: str, schedule=None, buf: np.ndarray | None = None, *,
                  reduce_into=None, codec=None, cuts=None, library=None, on_done=None,
-                 result=None):
+                 result=None, deferred=None, internode_bytes: int = 0):
         self.what, self.result, self._buf, self._cuts = what, result, buf, cuts
+        self._internode = internode_bytes   # sent off-node per run (counted once per start)
+        self._deferred = deferred       # deferred(watch): the whole collective, run at once
         self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
         with priority():                # local work: the progress thread gives way
             self._steps = () if schedule is None else self._prepare(schedule, buf)
-        self._nsteps = 1 if library is not None else len(self._steps)
+        self._nsteps = 1 if library is not None or deferred is not None else len(self._steps)
         self._finished = threading.Event()
         self._finished.set()
         self._error: BaseException | None = None
         self._call = self._state = self._watch = self._traffic = None
         self._tag, self._index, self._pending, self._peers = 0, 0, [], []
+
+    @property
+    def cuts(self):
+        """int8 compression's pieces (``compression.schedule_cuts``), or None."""
+        return self._cuts
 
     def __repr__(self) -> str:
         state = "failed" if self._error else "done" if self.done else \
@@ -171,6 +178,7 @@ class Request:
             if not self._finished.is_set():
                 raise RuntimeError(f"{self.what}: start() while the request is still in flight")
             self._call, self._state, self._traffic = call, st, traffic
+            traffic["internode_bytes"] += self._internode
             self._tag, self._watch = call.tag, call.watch
             self._error, self._index, self._pending, self._peers = None, 0, [], []
             self._finished.clear()
@@ -248,6 +256,9 @@ class Request:
 
     def _post(self) -> None:
         comm, tag, codec, cuts = self._state.comm, self._tag, self._codec, self._cuts
+        if self._deferred is not None:          # run by _advance, not posted
+            self._pending, self._peers = [], []
+            return
         if self._library is not None:
             self._pending, self._peers = [self._library(comm)], []
             return
@@ -286,6 +297,11 @@ class Request:
         """Look once (lock held): finish every step that completed and post the next. Returns
         whether anything moved."""
         moved = False
+        if self._deferred is not None:          # the engine runs it whole, here
+            self._deferred(self._watch)
+            self._index = self._nsteps
+            self._complete()
+            return True
         while True:
             if self._watch is None:
                 if not MPI.Request.Testall(self._pending):
@@ -331,6 +347,21 @@ class Request:
                 other._fail(CommunicatorBroken(
                     f"{other.what}: failed because {self.what} on the same communicator "
                     f"failed ({type(exc).__name__}: {exc})"))
+
+
+def busy() -> bool:
+    """Whether any request is in flight (on any communicator)."""
+    return bool(_active)
+
+
+def finish_deferred(state) -> None:
+    """Complete the deferred requests in flight on ``state``'s communicator (a blocking call in
+    the same shared-memory window must not overtake them); their errors stay theirs."""
+    for req in [r for r in _active if r._state is state and r._deferred is not None]:
+        try:
+            req.wait()
+        except Exception:       # noqa: BLE001 - its owner's wait() raises it
+            pass
 
 
 def waitall(requests) -> list:

@@ -72,8 +72,8 @@ def _dtype(name: str) -> np.dtype:
 def _reference(collective: str, dtype: np.dtype) -> bool:
     """Whether the MPI library can run the collective on ``dtype`` (``mpi``, the reference):
     it reduces only types it has a datatype for (not bfloat16); it moves any type's bytes."""
-    from ..api import _library_has
-    return collective not in ("allreduce", "reduce_scatter_block") or _library_has(dtype)
+    from ..ops import library_has
+    return collective not in ("allreduce", "reduce_scatter_block") or library_has(dtype)
 VOLUME = 64 << 20
 
 
@@ -304,21 +304,6 @@ class Case:
                     != self.answer.view(np.uint8).reshape(got.size, -1)).any(axis=1).sum())
 
 
-def auto_choice(collective, comm, nbytes, count, op="sum", dtype=np.float32) -> str:
-    """What ``algorithm="auto"`` runs here, asked the way the API asks."""
-    from .. import select
-    from .._runtime.context import state
-    from ..algorithms import allreduce_shm
-    size = comm.Get_size()
-    if collective == "allreduce":
-        st = state(comm)
-        shared = (size > 1 and len(st.real_nodes) == 1 and op in allreduce_shm.OPS
-                  and np.dtype(dtype) in allreduce_shm.DTYPES)
-        return select.allreduce(nbytes, size, count, st.ranks_per_node, shared_memory=shared,
-                                single_copy=allreduce_shm.single_copy_expected(size))
-    return getattr(select, collective)(nbytes, size)
-
-
 def stats(t: np.ndarray) -> dict:
     us = t * 1e6
     return {"time_us": float(np.median(us)), "time_us_min": float(us.min()),
@@ -335,6 +320,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
 
     from .. import kernels
     from .._runtime.context import state
+    from ..plan import last as last_plan
     from ..registry import COLLECTIVES
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -392,8 +378,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         for inplace in places:
             case = Case(args.collective, comm, nbytes, _dtype(args.dtype), args.op, inplace)
             iters = args.iters or int(min(200, max(5, VOLUME // max(case.nbytes, 1))))
-            chosen = auto_choice(args.collective, comm, case.nbytes, case.count, args.op,
-                                 _dtype(args.dtype))
+            chosen = None                   # the plan auto ran (recorded from its call)
             wrong, sent = {}, {}
             traffic = state(comm).traffic     # the executor's counters on this communicator
             persistent = {a: args.persistent and a != "mpi" for a in algorithms}
@@ -402,6 +387,8 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                 case.reset()
                 before = traffic["bytes_sent"]
                 case.call(a, args.timeout)
+                if a == "auto":
+                    chosen = last_plan(comm).algorithm.name
                 sent[a] = comm.gather(traffic["bytes_sent"] - before, root=0)
                 wrong[a] = None if args.no_check else comm.allreduce(case.wrong())
                 if persistent[a]:           # the handle's own result is checked too

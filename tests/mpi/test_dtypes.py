@@ -32,7 +32,7 @@ def test_every_op_of_a_dtype(comm, dtype, executor):
     with environment(MPICOLL_EXECUTOR=executor):
         for i, op in enumerate(kernels.ops_for(dtype)):
             algorithms = [OWN[(offset + i) % len(OWN)]]
-            if mpicoll.api._library_has(dtype):
+            if mpicoll.ops.library_has(dtype):
                 algorithms.append("mpi")
             for algorithm in algorithms:
                 problems += dtype_matrix.check_pair(comm, dtype, op, algorithm,

@@ -155,7 +155,7 @@ def test_buckets_average_in_bucket_order(comm):
     size, rank = comm.Get_size(), comm.Get_rank()
     shapes = [(64, 33), (33,), (33, 100), (100,), (100, 10), (10,)]
     params = [np.zeros(s, np.float64) for s in shapes]
-    b = mpicoll.Buckets(params, bucket_bytes=30_000, comm=comm)
+    b = mpicoll.Buckets(params, bucket_bytes=30_000, comm=comm, gradient_as_bucket_view=True)
     assert len(b.buckets) > 2
     for step in range(3):
         order = np.random.default_rng(rank + 10 * step).permutation(len(shapes))

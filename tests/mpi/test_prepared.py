@@ -1,4 +1,4 @@
-"""Prepared calls (``api.Prepared``): a plain allreduce that comes again with the same arguments
+"""Prepared calls (``cache.Entry``): a plain allreduce that comes again with the same arguments
 reuses the first call's decisions. It must still give exact answers, raise the same errors on
 bad buffers, hash its arguments into the tag (a mismatch is caught), mark the communicator
 broken after a failure, agree every call with validate, start afresh after settings.reload()
@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import api, settings
+from mpicoll import cache, settings
 from mpicoll._runtime import context
 from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
 
@@ -19,7 +19,7 @@ ALGORITHMS = ["auto", "ring", "recursive_doubling", "rabenseifner", "binomial"]
 
 
 def _table(comm):
-    return context.attach(comm).prepared
+    return context.attach(comm).cached
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -143,13 +143,13 @@ def test_reload_starts_afresh(comm):
         pytest.skip("no deadline on one rank")
     mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
     default = settings.get("MPICOLL_TIMEOUT")
-    before = context.attach(comm).last_prepared[1].timeout
+    before = context.attach(comm).last_cached[1].timeout
     with environment(MPICOLL_TIMEOUT="7"):
         mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
-        during = context.attach(comm).last_prepared[1].timeout
+        during = context.attach(comm).last_cached[1].timeout
     with environment(MPICOLL_TIMEOUT="0"):
         mpicoll.allreduce(np.ones(10), algorithm="ring", comm=comm)
-        off = context.attach(comm).last_prepared[1].timeout
+        off = context.attach(comm).last_cached[1].timeout
     agree(comm, (before, during, off) == (default, 7.0, None), (before, during, off))
 
 
@@ -164,7 +164,7 @@ def test_a_new_communicator_starts_empty(comm):
     again = comm.Dup()
     try:
         st = context.known(again)
-        agree(comm, st is None or (st is not old and not st.prepared), "a stale state")
+        agree(comm, st is None or (st is not old and not st.cached), "a stale state")
         out = mpicoll.allreduce(np.ones(3), comm=again)
         agree(comm, np.array_equal(out, np.full(3, comm.size)), out)
     finally:
@@ -173,10 +173,10 @@ def test_a_new_communicator_starts_empty(comm):
 
 def test_table_is_bounded(comm):
     """More distinct calls than the table holds: it keeps the most recent ones only."""
-    for n in range(1, api.PREPARED_PER_COMM + 21):
+    for n in range(1, cache.PER_COMM + 21):
         mpicoll.allreduce(np.ones(n), algorithm="ring", comm=comm)
     counts = [key[5] for key in _table(comm)]
-    agree(comm, counts == list(range(21, api.PREPARED_PER_COMM + 21)), counts[:3])
+    agree(comm, counts == list(range(21, cache.PER_COMM + 21)), counts[:3])
 
 
 @pytest.mark.parametrize("inplace", [False, True])

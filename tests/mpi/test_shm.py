@@ -211,7 +211,7 @@ def test_absent_rank_is_named(comm, prepared):
                       **({"timeout": 1.0} if prepared else {}))
     if prepared:
         agree(comm, any(e.shared_memory is not None and e.shared_memory.op == "sum"
-                  for e in state(comm).prepared.values()),
+                  for e in state(comm).cached.values()),
               "the first call left no prepared shm call")
     world = MPI.COMM_WORLD
     error, elapsed = None, 0.0
@@ -254,7 +254,7 @@ def test_mismatched_counts_raise_at_once(comm, timeout):
 
 def test_prepared_calls_run_shm(comm):
     """A call with the same arguments as an earlier one runs shm by its prepared decisions
-    (``api.Prepared``): in and out of place, into a given recvbuf or a new one, the right sums,
+    (``cache.Entry``): in and out of place, into a given recvbuf or a new one, the right sums,
     the input untouched, the counters counting every call."""
     if comm.size == 1:
         pytest.skip("one rank: shm has nothing to run")
@@ -277,7 +277,7 @@ def test_prepared_calls_run_shm(comm):
             problems.append(f"call {k}: shared_bytes did not grow")
     if not np.array_equal(x, np.arange(n, dtype=np.float64) * (comm.rank + 1)):
         problems.append("sendbuf was modified")
-    shm_entries = [e for e in st.prepared.values()
+    shm_entries = [e for e in st.cached.values()
                    if e.shared_memory is not None and e.shared_memory.op == "sum"]
     if len(shm_entries) != 3:
         problems.append(f"{len(shm_entries)} prepared shm calls, expected 3 (new recvbuf, "

@@ -72,7 +72,7 @@ def test_bad_tuning_file_is_an_error_not_a_silent_fallback(tmp_path):
     bad.write_text("[1, 2")
     with environment(MPICOLL_TUNING=str(bad)):
         with pytest.raises(ValueError, match=rf"MPICOLL_TUNING={bad}: not a decision table"):
-            select.allreduce(1024, 4, 128)
+            select.choose("allreduce", 1024, 4, 128)
     with environment(MPICOLL_TUNING=None):
         assert settings.get("MPICOLL_TUNING") == select.DEFAULT_TUNING
-        assert select.allreduce(1024, 4, 128) in mpicoll.ALGORITHMS
+        assert select.choose("allreduce", 1024, 4, 128) in mpicoll.ALGORITHMS

@@ -269,10 +269,10 @@ def test_select_asks_the_model_beyond_the_table(tmp_path, monkeypatch):
     monkeypatch.setenv("MPICOLL_TUNING", str(tmp_path / "t.json"))
     settings.reload()
     try:
-        assert select.allreduce(65536, 4, 16384) == "binomial"
+        assert select.choose("allreduce", 65536, 4, 16384) == "binomial"
         beyond = 1 << 24
         predicted = model.predict_all(4, beyond, model.load_profile())
-        assert select.allreduce(beyond, 4, beyond // 4) == min(predicted, key=predicted.get)
+        assert select.choose("allreduce", beyond, 4, beyond // 4) == min(predicted, key=predicted.get)
         assert min(predicted, key=predicted.get) != "binomial"   # so the test can fail
     finally:
         monkeypatch.undo()

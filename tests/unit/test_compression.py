@@ -175,7 +175,7 @@ def test_single_rank_calls_complete_at_once():
     req = mpicoll.iallreduce(x, compress="bf16", comm=MPI.COMM_SELF)
     assert req.done and req.test() and np.array_equal(req.wait(), x)
     b = mpicoll.Buckets([np.zeros((2, 3), np.float32), np.zeros(4, np.float32)], 16,
-                        comm=MPI.COMM_SELF)
+                        comm=MPI.COMM_SELF, gradient_as_bucket_view=True)
     assert [len(m) for m in b.buckets] == [1, 1] and b.buckets[0] == (1,)
     b.grads[0][...] = 2.0
     b.ready(1)

@@ -124,17 +124,13 @@ def test_auto_never_runs_mpi_for_a_type_the_library_lacks(monkeypatch):
     from mpi4py import MPI
 
     import mpicoll
-    from mpicoll import api, select
+    from mpicoll import plan, select
     monkeypatch.setattr(select, "choose", lambda *args, **kwargs: "mpi")
-    chosen, original = [], api._unless_library_lacks
-
-    def spy(*args):
-        chosen.append(original(*args).name)
-        return original(*args)
-
-    monkeypatch.setattr(api, "_unless_library_lacks", spy)
+    chosen = []
     for dtype in (kernels.bfloat16, np.dtype(np.float32)):
         x = np.arange(6).astype(dtype)
         assert mpicoll.allreduce(x, comm=MPI.COMM_SELF).tobytes() == x.tobytes()
+        chosen.append(plan.last(MPI.COMM_SELF).algorithm.name)
         assert mpicoll.reduce_scatter_block(x, comm=MPI.COMM_SELF).tobytes() == x.tobytes()
+        chosen.append(plan.last(MPI.COMM_SELF).algorithm.name)
     assert chosen == ["recursive_doubling", "recursive_halving", "mpi", "mpi"]

@@ -143,11 +143,21 @@ def test_node_order_sends_fewer_bytes_across_nodes():
     assert counted["node"] == counted["rail"] == 2 * 2 * (p - 1) * (n // p)
 
 
-def test_auto_runs_node_order_across_nodes():
+def test_auto_runs_node_order_across_nodes(monkeypatch):
+    """``select.decide``'s order row: auto's ring in node order when the ranks span nodes."""
     from mpicoll import select
-    from mpicoll.testing import environment
+    from mpicoll.testing import Layout, environment
+    monkeypatch.setattr(select, "_from_table", lambda *args: "ring")
+
+    def order(nodes, algorithm="auto"):
+        algo, extra = select.decide("allgather", algorithm, nbytes=1 << 20, count=1 << 17,
+                                    size=4, dtype=np.dtype(np.float64), op=None,
+                                    st=Layout(nodes), given={})
+        assert algo.name == "ring"
+        return extra.get("order")
     with environment(MPICOLL_RING_ORDER=None):
-        assert select.ring_order(virtual_nodes(4, 2)) == "node"
-        assert select.ring_order(virtual_nodes(4, 4)) is None
+        assert order(virtual_nodes(4, 2)) == "node"
+        assert order(virtual_nodes(4, 4)) is None           # one node
+        assert order(virtual_nodes(4, 2), "ring") is None   # an explicit ring keeps its order
     with environment(MPICOLL_RING_ORDER="rail"):
-        assert select.ring_order(virtual_nodes(4, 2)) is None      # the variable decides
+        assert order(virtual_nodes(4, 2)) is None           # the variable decides

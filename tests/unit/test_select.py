@@ -1,8 +1,23 @@
-"""``select``: where ``auto`` runs ``shm`` on one node."""
+"""``select``: the one decision table every form asks (``select.decide``), row by row."""
 
 import os
 
-from mpicoll import select
+import numpy as np
+import pytest
+
+from mpicoll import kernels, select
+from mpicoll.testing import Layout, environment
+from mpicoll.topology import virtual_nodes
+
+F64 = np.dtype(np.float64)
+
+
+def decide(collective="allreduce", algorithm="auto", *, nbytes, size, st, dtype=F64, op="sum",
+           given=None, scheduled=False):
+    algo, extra = select.decide(collective, algorithm, nbytes=nbytes,
+                                count=nbytes // dtype.itemsize, size=size, dtype=dtype, op=op,
+                                st=st, given=given or {}, scheduled=scheduled)
+    return algo.name, extra
 
 
 def test_shm_wins_from_min_bytes_and_past_max_bytes_only_oversubscribed():
@@ -12,22 +27,84 @@ def test_shm_wins_from_min_bytes_and_past_max_bytes_only_oversubscribed():
     assert not select.shm_wins(hi + 1, 2, 2)           # a core per rank: the ring from here
     assert select.shm_wins(hi + 1, 3, 2) and select.shm_wins(1 << 30, 8, 2)
     assert not select.shm_wins(1 << 20, 1, 1)          # one rank: nothing to share
-    assert select.allreduce(hi + 1, 4, (hi + 1) // 8, shared_memory=True) == (
-        "shm" if 4 > (os.cpu_count() or 1) else select.choose("allreduce", hi + 1, 4,
-                                                              (hi + 1) // 8))
+    with environment(MPICOLL_SHM_SINGLE_COPY="off"):
+        name, _ = decide(nbytes=hi + 1, size=4, st=Layout([range(4)]))
+        assert name == ("shm" if 4 > (os.cpu_count() or 1) else
+                        select.choose("allreduce", hi + 1, 4, (hi + 1) // 8))
+
+
+def test_the_shm_row_needs_one_real_node_an_op_shm_reduces_and_no_schedule():
+    with environment(MPICOLL_SHM_SINGLE_COPY="off"):
+        one_node = Layout([range(4)])
+        assert decide(nbytes=64 << 10, size=4, st=one_node)[0] == "shm"
+        assert decide(nbytes=64 << 10, size=4, st=one_node, scheduled=True)[0] != "shm"
+        two_nodes = Layout(virtual_nodes(4, 2), real_nodes=virtual_nodes(4, 2))
+        assert decide(nbytes=64 << 10, size=4, st=two_nodes)[0] != "shm"
+        assert decide(nbytes=1 << 10, size=4, st=one_node)[0] != "shm"     # below the band
 
 
 def test_shm_wins_at_every_size_when_it_reads_in_place():
+    from mpicoll.algorithms import allreduce_shm
     lo = select.SHM_MIN_BYTES
     assert not select.shm_wins(lo - 1, 2, 2, single_copy=True)
     assert all(select.shm_wins(n, 2, 2, single_copy=True) for n in (lo, 1 << 20, 1 << 30))
-    assert select.allreduce(1 << 24, 2, 1 << 22, shared_memory=True, single_copy=True) == "shm"
-    assert select.allreduce(1 << 24, 2, 1 << 22, shared_memory=False, single_copy=True) != "shm"
+    with environment(MPICOLL_SHM_SINGLE_COPY="on"):
+        name, _ = decide(nbytes=1 << 24, size=2, st=Layout([range(2)]))
+        assert (name == "shm") == allreduce_shm.single_copy_expected(2, 2)
+
+
+def test_the_order_row_runs_auto_rings_in_node_order_across_nodes():
+    with environment(MPICOLL_RING_ORDER=None, MPICOLL_TUNING=None):
+        spread = Layout(virtual_nodes(8, 2))
+        name, extra = decide("allgather", nbytes=1 << 24, size=8, st=spread)
+        assert name != "ring" or extra == {"order": "node"}
+        name, extra = decide("allgather", "ring", nbytes=1 << 24, size=8, st=spread)
+        assert extra == {}                              # only auto's rings
+        name, extra = decide("allgather", nbytes=1 << 24, size=8, st=Layout([range(8)]))
+        assert "order" not in extra                     # one node
+    with environment(MPICOLL_RING_ORDER="rail"):        # the variable decides
+        assert "order" not in decide("allgather", nbytes=1 << 24, size=8, st=spread)[1]
+
+
+def test_the_lib_row_keeps_types_the_library_lacks_on_mpicolls_schedules(monkeypatch):
+    monkeypatch.setattr(select, "choose", lambda *args, **kwargs: "mpi")
+    st = Layout(virtual_nodes(4, 2))
+    assert decide(nbytes=4096, size=4, st=st, dtype=F64)[0] == "mpi"
+    assert decide(nbytes=4096, size=4, st=st, dtype=kernels.bfloat16)[0] == "recursive_doubling"
+    assert decide(nbytes=1 << 20, size=4, st=st, scheduled=True)[0] == "recursive_halving"
+
+
+def test_the_inner_row_puts_hierarchicals_node_phases_in_shared_memory():
+    nodes = virtual_nodes(4, 2)
+    real = Layout(nodes, real_nodes=[range(4)])     # two virtual nodes inside one real one
+    with environment(MPICOLL_SHM_SINGLE_COPY="off", MPICOLL_HIER_INNER=None):
+        assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=real)[1] == {
+            "inner": "shm"}
+        assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=real,
+                      given={"inner": "ring"})[1] == {}
+        assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=real,
+                      scheduled=True)[1] == {}
+        spans = Layout([range(4)], real_nodes=nodes)    # a layout node across real nodes
+        assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=spans)[1] == {}
+    with environment(MPICOLL_HIER_INNER="ring"):
+        assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=real)[1] == {}
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter_block", "allgather",
+                                        "bcast"])
+def test_classic_is_reached_when_the_model_predicts_nothing(monkeypatch, collective):
+    monkeypatch.setattr(select, "_from_table", lambda *a: None)
+    monkeypatch.setattr(select, "_from_model", lambda *a: None)
+    select.choose.cache_clear()
+    try:
+        assert select.choose(collective, 1 << 20, 4, 1 << 18) == select._classic(
+            collective, 1 << 20, 4, 1 << 18)
+    finally:
+        select.choose.cache_clear()
 
 
 def test_single_copy_expected_follows_the_setting_and_the_cores():
     from mpicoll.algorithms import allreduce_shm
-    from mpicoll.testing import environment
     have = allreduce_shm._HAVE_READV
     with environment(MPICOLL_SHM_SINGLE_COPY="auto"):
         assert allreduce_shm.single_copy_expected(2, 2) == have

@@ -1,0 +1,280 @@
+"""The cache of plain calls: a call that comes again with the same arguments skips its decisions.
+
+A plain call that comes again with the same arguments -- the same communicator, algorithm, op,
+dtype, count, in place or not, options, reliability options -- would make the same plan again
+(``mpicoll.plan``: the checks of the op and dtype, the settings, ``auto``'s choice, the options,
+the schedule, the executor's arguments, the signature hashed into the tag). The first such call
+keeps what it prepared as an ``Entry`` in the communicator's state (``CommState``: a
+communicator freed, and its handle reused, starts empty), in a least-recently-used table of
+``PER_COMM`` entries; its key holds ``_epoch``, which ``settings.reload()`` bumps. A later call
+with the same key then does only what depends on the buffers themselves -- exact numpy arrays,
+C-contiguous, recvbuf writable, no overlap -- and, when any check fails, takes the full path,
+which raises the same error as ever. Then the broken-communicator check, the call number and
+tag, the copy and the run; under a deadline, the deadline is a time of ``MPI_Wtime`` and a
+``Watch`` is made only if a round outlasts the compiled loop's spin (``compiled.Reusable``).
+Kept only for the compiled executor's schedules and for the shared-memory runner (whose
+deadline's ``Watch`` is likewise made only if a wait outlasts a spin), and never with
+``validate`` (which agrees every call): other calls take the full path every time.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from . import ops, settings
+from ._runtime import context
+from ._runtime.call import Call, disagree, failed
+from ._runtime.watch import Watch
+from .errors import ArgumentMismatch, CollectiveTimeout
+from .executors import compiled, progress
+from .executors.shared import SharedMemory
+
+__all__ = ["PER_COMM", "Entry", "key", "remember", "allreduce", "reduce_scatter_block",
+           "allgather", "bcast"]
+
+PER_COMM = 64
+_epoch = 0
+
+
+@settings.on_reload
+def _new_epoch() -> None:
+    global _epoch
+    _epoch += 1
+
+
+class Entry:
+    """A plain call's prepared plan, for a call with the same key (see above)."""
+
+    __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
+                 "on_timeout", "run", "internode_bytes", "rank", "block", "shared_memory",
+                 "hashed", "agreed", "plan")
+
+    def __init__(self, call: Call, plan, prepared):
+        self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), plan.block
+        self.plan = plan
+        self.numbered = call._state is not None         # the call took a number (and a tag)
+        sig = call.signature
+        self.offset = 0 if sig is None else sig.offset
+        self.signature = "" if sig is None else sig.text
+        self.what = call.watch.what if call.watch is not None else call.collective
+        self.timeout, self.on_timeout = call.timeout, call.on_timeout
+        self.run, self.internode_bytes = None, 0
+        # shm and the node phases in shared memory run by ``shared``, not ``__call__``
+        self.shared_memory = prepared if isinstance(prepared, SharedMemory) else None
+        if self.shared_memory is not None:
+            self.hashed, self.agreed = sig.hashed, call._agreed_on
+        elif prepared is not None:
+            _, sched, internode, op, scratch = prepared
+            st = call.open()
+            self.run = compiled.Reusable(sched, plan.dtype, st.comm, op=op, scratch=scratch,
+                                         traffic=st.traffic)
+            self.internode_bytes = internode * plan.dtype.itemsize
+
+    def __call__(self, st, buf: np.ndarray) -> None:
+        """Run on ``buf`` (the input copied in already) as a new call on ``st``."""
+        if st.broken:
+            st.check(self.collective)
+        number = st.next_number() if self.numbered else 0
+        run = self.run
+        if run is None:
+            return
+        flat = buf.reshape(-1)
+        watch = None
+        try:
+            if self.timeout is None:
+                run.run(flat, number + self.offset)
+            else:
+                def make_watch(left: float) -> Watch:
+                    nonlocal watch
+                    watch = self._watch(st, number, left)
+                    return watch
+                run.run(flat, number + self.offset, self.timeout, make_watch)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
+                failed(st, watch, self.on_timeout, st.parent, exc)
+            raise
+        if self.internode_bytes:
+            st.traffic["internode_bytes"] += self.internode_bytes
+
+    def shared(self, st, src: np.ndarray, dst: np.ndarray) -> None:
+        """Run the shared-memory runner from ``src`` (flat; may be ``dst``) into ``dst`` as a
+        new call on ``st``."""
+        if st.broken:
+            st.check(self.collective)
+        number = st.next_number() if self.numbered else 0
+        start, watch = time.monotonic(), None
+
+        def get_watch():                # made when first needed, with the call's deadline
+            nonlocal watch
+            if watch is None and self.timeout is not None:
+                watch = self._watch(st, number, start + self.timeout - time.monotonic())
+            return watch
+
+        def mismatch():
+            disagree(st.comm, self.collective, self.agreed, self.timeout is not None,
+                     get_watch(), "the argument check of the shared-memory all-reduce (the "
+                     "ranks' hashes differ)")
+        try:
+            self.shared_memory.run(src, dst, number + self.offset, get_watch, self.hashed,
+                                   mismatch)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
+                failed(st, watch, self.on_timeout, st.parent, exc)
+            raise
+
+    def _watch(self, st, number: int, left: float) -> Watch:
+        """The deadline of call ``number``, ``left`` seconds from now, as the full path's."""
+        watch = Watch(self.timeout, self.what, st.comm)
+        watch.deadline = time.monotonic() + left
+        watch.tag, watch.number, watch.calls = number + self.offset, number, st.tags.calls
+        watch.signature = self.signature
+        return watch
+
+
+def remember(call: Call, key, plan, prepared) -> None:
+    """Keep ``call``'s plan (done) for calls with ``key`` (None: not kept)."""
+    if key is None or call.validate or (prepared is not None
+                                        and not isinstance(prepared, SharedMemory)
+                                        and prepared[0] is not compiled.execute):
+        return
+    st = context.attach(call.comm)
+    table = st.cached
+    entry = table[key] = Entry(call, plan, prepared)
+    st.last_cached = key, entry
+    if len(table) > PER_COMM:
+        table.popitem(last=False)
+
+
+def _entry(comm, key):
+    """The entry of ``key`` on ``comm``, or None (the full path). The table is a
+    least-recently-used one: a hit moves its entry last, unless it is the last one already."""
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    elif not isinstance(comm, MPI.Intracomm):
+        return None, None
+    try:
+        st = context.known(comm)
+    except MPI.Exception:           # a freed communicator: the full path names it
+        return None, None
+    if st is None:
+        return None, None
+    last = st.last_cached                 # (key, entry), replaced whole: thread-safe
+    if key == last[0]:
+        return st, last[1]
+    entry = st.cached.get(key)
+    if entry is not None:
+        try:
+            st.cached.move_to_end(key)
+        except KeyError:                    # another thread dropped it meanwhile
+            pass
+        st.last_cached = key, entry
+    return st, entry
+
+
+def key(collective: str, sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeout,
+        validate):
+    """The key of a call's plan, or None (not one the cache serves): exact numpy arrays
+    (sendbuf may be IN_PLACE; allreduce's recvbuf None), a predefined op (``""``: the
+    collective has none), options and reliability options of the types that are valid (so
+    that ``True == 1`` or ``np.int64(5) == 5`` cannot pass for another)."""
+    if type(recvbuf) is np.ndarray:
+        recv = recvbuf.dtype, recvbuf.size
+    elif recvbuf is None and collective == "allreduce":
+        recv = None, None
+    else:
+        return None
+    if type(sendbuf) is np.ndarray:
+        send = sendbuf.dtype, sendbuf.size
+    elif sendbuf is MPI.IN_PLACE and recvbuf is not None:
+        send = None, None
+    else:
+        return None
+    opkey = ops.key(op)
+    if opkey is None:
+        return None
+    k = (collective, _epoch, algorithm, opkey, *send, *recv, *options)
+    if timeout is None and on_timeout is None and validate is None:
+        return k
+    if (timeout is not None and type(timeout) is not float and type(timeout) is not int) or \
+            (validate is not None and type(validate) is not bool):
+        return None
+    return k + (timeout, on_timeout, validate)
+
+
+def _checked(sendbuf, recvbuf):
+    """The checks of ``buffers.pair`` that depend on the buffers themselves, for a call whose
+    key matched (dtypes and sizes are in the key): True when they pass, else False (the full
+    path then raises the error)."""
+    flags = recvbuf.flags
+    if not (flags.c_contiguous and flags.writeable):
+        return False
+    if sendbuf is MPI.IN_PLACE:
+        return True
+    sflags = sendbuf.flags
+    # two arrays that own their memory are two allocations: they can't overlap
+    return sflags.c_contiguous and (flags.owndata and sflags.owndata and sendbuf is not recvbuf
+                                    or not np.may_share_memory(sendbuf, recvbuf))
+
+
+def allreduce(k, sendbuf, recvbuf, comm):
+    """``allreduce`` by its cached plan, or None (the full path: no entry, or a check of the
+    buffers fails, which the full path reports)."""
+    st, entry = _entry(comm, k)
+    if entry is None:
+        return None
+    if recvbuf is None:
+        if not sendbuf.flags.c_contiguous:
+            return None
+        recvbuf = np.empty(sendbuf.shape, sendbuf.dtype)
+    elif not _checked(sendbuf, recvbuf):
+        return None
+    if entry.shared_memory is not None:     # it reads sendbuf itself
+        if progress.busy():                 # a deferred one may share its window: full path
+            return None
+        entry.shared(st, (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1),
+                     recvbuf.reshape(-1))
+        return recvbuf
+    if sendbuf is not MPI.IN_PLACE:
+        if recvbuf.shape == sendbuf.shape:
+            recvbuf[...] = sendbuf
+        else:                       # same element count, any shape: the flat views
+            np.copyto(recvbuf.reshape(-1), sendbuf.reshape(-1))
+    entry(st, recvbuf)
+    return recvbuf
+
+
+def reduce_scatter_block(k, sendbuf, recvbuf, comm):
+    """``reduce_scatter_block`` by its cached plan, or None."""
+    st, entry = _entry(comm, k)
+    if entry is None or not _checked(sendbuf, recvbuf):
+        return None
+    n, rank = entry.block, entry.rank
+    work = (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1).copy()
+    entry(st, work)
+    np.copyto(recvbuf.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
+    return recvbuf
+
+
+def allgather(k, sendbuf, recvbuf, comm):
+    """``allgather`` by its cached plan, or None."""
+    st, entry = _entry(comm, k)
+    if entry is None or not _checked(sendbuf, recvbuf):
+        return None
+    n, rank = entry.block, entry.rank
+    flat = recvbuf.reshape(-1)
+    if sendbuf is not MPI.IN_PLACE:
+        np.copyto(flat[rank * n:(rank + 1) * n], sendbuf.reshape(-1))
+    entry(st, flat)
+    return recvbuf
+
+
+def bcast(k, buf, comm):
+    """``bcast`` by its cached plan, or None."""
+    st, entry = _entry(comm, k)
+    if entry is None or not _checked(MPI.IN_PLACE, buf):
+        return None
+    entry(st, buf)
+    return buf

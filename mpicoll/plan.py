@@ -1,0 +1,442 @@
+"""One collective call, one path: the plan every form of every collective runs.
+
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        layout = buffers.allreduce(sendbuf, recvbuf)        # the buffers, checked
+        p = plan.make(call, "allreduce", algorithm, layout, op=op, given=options)
+        plan.run(call, p, layout)       # blocking; plan.start: a Request; persistent.bind
+
+``make`` turns (collective, buffers, op, root, algorithm, options, communicator) into a frozen
+``Plan``: this rank's checks of the op, the dtype, the options and the settings; ``auto``'s
+choice and every option the decision table sets (``select.decide``, the one place that
+decides); the options resolved; the executor; and the fields every rank must agree on (the
+call's signature: op, dtype, count, root, options, node layout, compression, the executor and
+the compiled executor's segment rule). The verbs then run it, each in the same order: what can
+still fail on this rank (the schedule, the kernel, the scratch: ``prepare``), then the
+agreement step (``Call.agree``), then only communication and copies that cannot fail. So a rank
+never raises after the others have passed the agreement step and wait for its messages.
+
+* ``run`` -- blocking: the schedule in the executor, the MPI library's own collective, or the
+  shared-memory runner; its decisions kept for a call with the same arguments (``cache``).
+* ``start`` -- nonblocking: a ``progress.Request`` the progress engine drives (a schedule step
+  by step; the MPI library's own nonblocking collective; the shared-memory runner as one
+  deferred piece of work).
+* ``persistent.bind`` -- persistent: a ``Persistent`` handle over the same pieces, built once
+  (``bound``: a schedule bound to its buffers).
+
+The plan's executor is part of the signature: a blocking call runs the compiled executor (or the
+Python one: ``MPICOLL_EXECUTOR``), a request the progress engine's step loop, so two ranks that
+run different executors (a failed compiled set-up on one node) or split messages by different
+segment rules (``MPICOLL_SEGMENT_BYTES``) raise ``ArgumentMismatch`` naming it, never a bare MPI
+error.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from . import cache, compression, kernels, model, ops, select, settings
+from ._runtime.call import Call
+from .algorithms import allreduce_shm
+from .buffers import Layout
+from .executors import compiled, segments
+from .executors import progress
+from .executors.progress import Request
+from .executors.shared import SharedMemory
+from .registry import Algorithm, lookup
+
+__all__ = ["Plan", "make", "last", "prepare", "run", "start", "request", "bound", "executor",
+           "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
+           "LIBRARY"]
+
+# The MPI library's own collective of each kind: blocking, nonblocking, persistent.
+LIBRARY = {
+    "allreduce": (MPI.Comm.Allreduce, MPI.Comm.Iallreduce, MPI.Comm.Allreduce_init),
+    "reduce_scatter_block": (MPI.Comm.Reduce_scatter_block, MPI.Comm.Ireduce_scatter_block,
+                             MPI.Comm.Reduce_scatter_block_init),
+    "allgather": (MPI.Comm.Allgather, MPI.Comm.Iallgather, MPI.Comm.Allgather_init),
+    "bcast": (MPI.Comm.Bcast, MPI.Comm.Ibcast, MPI.Comm.Bcast_init),
+}
+_AUTO_SETTINGS = ("MPICOLL_TUNING", "MPICOLL_PROFILE", "MPICOLL_SHORT_MSG")
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What one call runs, decided once (see the module's doc)."""
+
+    collective: str
+    algorithm: Algorithm
+    options: dict           # resolved, the cost model's picks and bcast's root included
+    op: str | None          # None: nothing is reduced (allgather, bcast)
+    dtype: np.dtype
+    count: int              # the elements the work buffer holds
+    block: int              # the count every rank agrees on (one rank's block, or count)
+    executor: str           # "mpi" (the library's), "shm", "compiled", "python", "progress"
+    segments: str           # the compiled executor's segment rule ("": none)
+    codec: object           # compression.Codec or None
+    nodes: tuple | None     # the node layout of a node-aware algorithm
+    size: int               # the communicator's
+
+    @property
+    def kind(self) -> str:
+        """``library``, ``shared`` (a shared-memory window), ``schedule``, or ``none``
+        (nothing to communicate: one rank, or no elements)."""
+        if self.algorithm.library:
+            return "library"
+        if self.size == 1 or self.count == 0 or self.block == 0:
+            return "none"
+        if self.executor == "shm" or self.options.get("inner") == "shm":
+            return "shared"
+        return "schedule"
+
+    def fields(self) -> dict:
+        """What every rank must pass alike (``Call.agree``; ``validate.fingerprint``)."""
+        get = self.options.get
+        return {"op": self.op, "dtype": self.dtype, "count": self.block,
+                "root": get("root"), "inner": get("inner"), "outer": get("outer"),
+                "order": get("order"), "nodes": self.nodes,
+                "compress": None if self.codec is None else self.codec.name,
+                "executor": self.executor, "segments": self.segments or None}
+
+    def agree(self, call: Call) -> None:
+        call.agree(self.algorithm.name, **self.fields())
+
+    def describe(self) -> str:
+        """The algorithm and its options, as the bench prints them (``ring order=node``)."""
+        shown = " ".join(f"{k}={v}" for k, v in self.options.items()
+                         if k in ("inner", "outer", "order") and v is not None)
+        return f"{self.algorithm.name} {shown}".strip()
+
+
+# ----------------------------------------------------------------------------- making a plan
+
+def _local_checks(algo: Algorithm | None, op: str | None, given: dict) -> None:
+    """Read (parse and check) the settings this call will need, and check the algorithm's
+    options given or set in the environment, all before any communication: a bad value raises
+    here, naming it, on every rank that has it."""
+    if algo is None or algo.has("node-layout"):
+        settings.get("MPICOLL_RANKS_PER_NODE")  # the node layout
+    if algo is None:
+        for name in _AUTO_SETTINGS:
+            settings.get(name)
+    if op is not None and (algo is None or not algo.library):
+        settings.get("MPICOLL_KERNELS")
+    for option in algo.options if algo is not None else ():
+        value = given.get(option.name)
+        if value is None and option.env:
+            value = settings.get(option.env)
+        if value is not None:
+            option.value(value)
+
+
+def make(call: Call, collective: str, algorithm, layout: Layout, *, op=None, root=None,
+         given: dict | None = None, compress=None, form: str = "blocking") -> Plan:
+    """The plan of one call (this rank's checks raise here, before any communication);
+    ``form``: ``blocking`` or ``persistent`` (the compiled or Python executor), ``nonblocking``
+    (the progress engine)."""
+    declared = given or {}                  # the keywords of the form, None: not given
+    given = {k: v for k, v in declared.items() if v is not None}
+    opname = None if op is None else ops.name(op)
+    algo = None if algorithm == "auto" else lookup(collective, algorithm)
+    dtype = layout.work.dtype
+    ops.check(collective, opname, dtype, algo)
+    codec = compression.codec(compress)
+    if codec is not None:
+        if dtype != np.float32 or opname != "sum":
+            raise ValueError(f"compress={compress!r} needs float32 data and op='sum', got "
+                             f"{dtype} and op={opname!r}")
+        if algo is not None and not algo.scheduled:
+            raise ValueError(f"compress={compress!r} needs one of mpicoll's schedules, not "
+                             + (f"the MPI library's own {algo.name!r}" if algo.library else
+                                f"{algo.name!r} (it has none)"))
+        if given.get("inner") == "shm":
+            raise ValueError(f"compress={compress!r} needs a schedule: hierarchical "
+                             f"inner='shm' has none")
+    if algo is None and given:
+        raise ValueError(f"{'/'.join(given)} apply only to an algorithm that declares them, "
+                         "not to 'auto'")
+    _local_checks(algo, opname, given)
+    size = call.comm.Get_size()
+    st = call.open()
+    algo, extra = select.decide(collective, "auto" if algo is None else algo.name,
+                                nbytes=layout.work.nbytes, count=layout.work.size, size=size,
+                                dtype=dtype, op=opname, st=st, given=given,
+                                scheduled=codec is not None)
+    nodes = st.nodes() if algo.has("node-layout") else None
+    options = dict(_resolved(algo, tuple({**declared, **extra}.items()), nodes))
+    if algo.pick is not None and size > 1:
+        options.update(_picked(algo, size, layout.work.size, nodes))
+    if root is not None:
+        options["root"] = root
+    run_by = executor(algo, options, form)
+    if algo.has("shared-memory") and size > 1:
+        allreduce_shm.check(st, opname, dtype)
+    if options.get("inner") == "shm" and size > 1:
+        _check_node_phases(st, opname, dtype)
+    rule = _segment_rule() if run_by == "compiled" else ""
+    st.last_plan = p = Plan(collective, algo, options, opname, dtype, layout.work.size,
+                            layout.block, run_by, rule, codec, nodes, size)
+    return p
+
+
+def last(comm) -> Plan | None:
+    """The plan of the last call on ``comm`` that made one (the bench records what ``auto``
+    ran from it; a call its cache served made none)."""
+    from ._runtime.context import attach
+    return getattr(attach(comm), "last_plan", None)
+
+
+def _segment_rule() -> str:
+    """The compiled executor's segment rule as a word (``segments.rule``): a fixed size, or the
+    cost model's parameters its optimum comes from."""
+    r = segments.rule()
+    if r.fixed is not None:
+        return f"{r.fixed}B"
+    return f"model:{r.alpha:.6g}/{r.beta:.6g}/{r.gamma:.6g}"
+
+
+def executor(algo: Algorithm, options: dict, form: str) -> str:
+    """Who runs a plan: the MPI library, the shared-memory window, or -- for a schedule (and
+    hierarchical's inter-node phase in shared memory) -- the progress engine (nonblocking) or
+    ``MPICOLL_EXECUTOR``'s executor (``compiled.choose``)."""
+    if algo.library:
+        return "mpi"
+    if algo.has("shared-memory"):
+        return "shm"
+    if form == "nonblocking" and options.get("inner") != "shm":
+        return "progress"
+    return "compiled" if _choose() is compiled.execute else "python"
+
+
+def _check_node_phases(st, op: str, dtype: np.dtype) -> None:
+    """Raise ``ValueError`` unless hierarchical's shm node phases can run: every node of the
+    layout inside one real node (ranks that share memory), an op and dtype ``shm`` reduces."""
+    outside = select.outside_real_nodes(st)
+    if outside:
+        raise ValueError(f"hierarchical inner='shm' needs every node inside one real node (it "
+                         f"shares a memory window); nodes {outside} span several: "
+                         f"{[list(r) for r in st.real_nodes]}")
+    if not allreduce_shm.supports(op, dtype):
+        raise ValueError(f"hierarchical inner='shm' supports op {', '.join(allreduce_shm.OPS)} "
+                         f"on dtype {', '.join(map(str, allreduce_shm.DTYPES))}, not {op!r} on "
+                         f"{dtype}")
+
+
+@functools.lru_cache(maxsize=256)
+def _picked(algo: Algorithm, size: int, count: int, nodes) -> dict:
+    """What the cost model chooses for ``algo`` (``Algorithm.pick``), from the profile ``auto``
+    uses, on the link between nodes when there are several."""
+    profile = model.default_profile()
+    alpha, beta = profile.link(nodes is not None and len(nodes) > 1)
+    return algo.pick(size, count, nodes, alpha, beta, profile.gamma)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(algo: Algorithm, given: tuple, nodes) -> tuple:
+    """``algo.resolve``, cached: the environment is read once (``settings.reload`` clears it)."""
+    return tuple(algo.resolve(dict(given), nodes).items())
+
+
+settings.on_reload(_resolved.cache_clear)
+settings.on_reload(_picked.cache_clear)
+
+_execute = None         # the executor (MPICOLL_EXECUTOR), chosen at the first call
+
+
+def _choose():
+    global _execute
+    if _execute is None:
+        _execute = compiled.choose()
+    return _execute
+
+
+@settings.on_reload
+def _forget_executor() -> None:
+    global _execute
+    _execute = None
+
+
+# ----------------------------------------------------------------------------- preparing it
+
+@functools.lru_cache(maxsize=256)
+def schedule_of(algo: Algorithm, rank: int, size: int, count: int, options: tuple,
+                nodes: tuple):
+    """The schedule, and how many elements it sends to ranks on other nodes (for the traffic
+    counters: counted once per schedule, not per message)."""
+    kwargs = dict(options, **({"nodes": nodes} if algo.has("node-layout") else {}))
+    sched = algo.schedule(rank, size, count, **kwargs)
+    node_of = {r: j for j, members in enumerate(nodes) for r in members}
+    internode = sum(hi - lo for _, sends in sched.plan for peer, lo, hi in sends
+                    if node_of[peer] != node_of[rank])
+    return sched, internode
+
+
+def _schedule(call: Call, p: Plan):
+    st = call.open()
+    return schedule_of(p.algorithm, call.comm.Get_rank(), p.size, p.count,
+                       tuple(p.options.items()), st.nodes())
+
+
+def _warmup(call: Call, op: str, dtype) -> None:
+    """Compile (or load) ``op``'s kernel for ``dtype`` (``kernels.warmup``), before the
+    agreement step; the time is local work, not charged to the call's deadline."""
+    spent = kernels.warmup(op, dtype)
+    if call.watch is not None:
+        call.watch.deadline += spent
+
+
+def prepare(call: Call, p: Plan):
+    """What running ``p`` in a blocking or persistent form needs, made before the agreement
+    step: a ``SharedMemory`` runner, or ``(execute, schedule, inter-node elements, op,
+    scratch)``; None for the MPI library's collective or nothing to run."""
+    kind = p.kind
+    if kind == "shared":
+        st = call.open()
+        if p.executor == "shm":
+            return SharedMemory(st, p.dtype, p.op)
+        return SharedMemory(st, p.dtype, p.op, _choose(), p.algorithm, p.options["outer"])
+    if kind != "schedule":
+        return None
+    execute = _choose()
+    sched, internode = _schedule(call, p)
+    op = p.op or kernels.ops_for(p.dtype)[0]        # nothing is reduced (allgather, bcast)
+    if execute is not compiled.execute:             # (the compiled loop compiles its own)
+        _warmup(call, op, p.dtype)
+    scratch = call.open().scratch(p.dtype, compiled.scratch_elements(execute, sched,
+                                                                     p.dtype.itemsize))
+    return execute, sched, internode, op, scratch
+
+
+def shm_signature(call: Call) -> tuple:
+    """``shm``'s (signature, mismatch): the hash of the call's arguments, which every rank
+    publishes beside its input in the shared window, and what to do when they differ."""
+    return (call.signature.hashed if call.signature is not None else 0, lambda: call.disagree(
+        "the argument check of the shared-memory all-reduce (the ranks' hashes differ)"))
+
+
+def library_args(p: Plan, layout: Layout) -> tuple:
+    """The arguments of the MPI library's own collective (bfloat16 as uint16 where it only
+    copies: ``kernels.as_storage``)."""
+    if p.collective == "bcast":
+        return (kernels.as_storage(layout.recv),), {"root": p.options["root"]}
+    send = MPI.IN_PLACE if layout.send is None else layout.send
+    if p.collective == "allgather":
+        return (send if layout.send is None else kernels.as_storage(send),
+                kernels.as_storage(layout.recv)), {}
+    return (send, layout.recv), {"op": ops.MPI_OPS[p.op]}
+
+
+def shared_buffers(layout: Layout) -> tuple:
+    """The shared-memory runner's (src, dst): it reads sendbuf itself (recvbuf in place)."""
+    return (layout.recv if layout.send is None else layout.send).reshape(-1), \
+        layout.recv.reshape(-1)
+
+
+# ----------------------------------------------------------------------------- the verbs
+
+def run(call: Call, p: Plan, layout: Layout, key=None):
+    """Run ``p`` on ``layout`` now (blocking); returns the result. ``key``: the cache key of
+    the call's decisions (``cache``), or None."""
+    prepared = prepare(call, p)
+    p.agree(call)
+    kind = p.kind
+    if kind == "library":
+        args, kwargs = library_args(p, layout)
+        blocking, nonblocking, _ = LIBRARY[p.collective]
+        call.mpi(blocking, nonblocking, *args, **kwargs)
+        return layout.result
+    if kind == "shared":
+        progress.finish_deferred(call.open())
+        prepared.run(*shared_buffers(layout), call.tag, call.watch, *shm_signature(call))
+    else:
+        layout.copy_in()
+        if prepared is not None:
+            execute, sched, internode, op, scratch = prepared
+            st = call.open()
+            execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
+                    traffic=st.traffic, watch=call.watch)
+            st.traffic["internode_bytes"] += internode * p.dtype.itemsize
+        layout.copy_out()
+    cache.remember(call, key, p, prepared)
+    return layout.result
+
+
+def request(call: Call, p: Plan, layout: Layout, *, on_done=None) -> Request:
+    """``p`` on ``layout`` as a request, not started (made before the agreement step)."""
+    what = f"{p.collective} {p.algorithm.name}"
+    kind = p.kind
+    if kind == "library":
+        args, kwargs = library_args(p, layout)
+        nonblocking = LIBRARY[p.collective][1]
+        return Request(what, result=layout.result, on_done=on_done,
+                       library=lambda comm: nonblocking(comm, *args, **kwargs))
+    if kind == "none":
+        return Request(what, result=layout.result, on_done=on_done)
+    if kind == "shared":
+        runner, (src, dst) = prepare(call, p), shared_buffers(layout)
+        return Request(what, result=layout.result, on_done=on_done,
+                       deferred=lambda watch: runner.run(src, dst, call.tag, watch,
+                                                         *shm_signature(call)))
+    sched, internode = _schedule(call, p)
+    op = p.op or kernels.ops_for(p.dtype)[0]
+    _warmup(call, op, p.dtype)
+    if p.codec is not None:
+        compression.warmup()
+    return Request(what, sched, kernels.as_storage(layout.work),
+                   reduce_into=kernels.kernel(op, p.dtype), codec=p.codec,
+                   cuts=cuts(call, p), on_done=on_done, result=layout.result,
+                   internode_bytes=internode * p.dtype.itemsize)
+
+
+def start(call: Call, p: Plan, layout: Layout, error_feedback=None) -> Request:
+    """Start ``p`` on ``layout`` (nonblocking); returns the started request."""
+    after = layout.copy_out if layout.after and p.kind != "library" else None
+    req = request(call, p, layout, on_done=after)
+    p.agree(call)
+    if p.kind == "library":
+        return req.start(call, call.open().traffic)
+    layout.copy_in()
+    if error_feedback is not None and p.kind == "schedule":
+        error_feedback.apply(p.codec, layout.work, req.cuts)
+    return req.start(call, call.open().traffic)
+
+
+def cuts(call: Call, p: Plan):
+    """int8's pieces for ``p`` (``compression.schedule_cuts``): cut at every slice edge of every
+    rank's schedule."""
+    if p.codec is None or p.codec.name != "int8":
+        return None
+    return _cached_cuts(p.algorithm, p.size, p.count, tuple(p.options.items()),
+                        call.open().nodes())
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple, nodes):
+    return compression.schedule_cuts(
+        count, [schedule_of(algo, r, size, count, options, nodes)[0] for r in range(size)])
+
+
+def bound(call: Call, p: Plan, prepared, flat: np.ndarray):
+    """``run(watch)``: the schedule on ``flat``, bound once to everything it uses, with its
+    own scratch (a persistent handle may run in the progress thread beside a blocking call)."""
+    execute, sched, internode, op, _ = prepared
+    st = call.open()
+    scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)
+    traffic, internode_bytes = st.traffic, internode * flat.itemsize
+    if execute is compiled.execute:
+        bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
+                               traffic=traffic).run
+
+        def run_compiled(watch):
+            bound(watch)
+            traffic["internode_bytes"] += internode_bytes
+        return run_compiled
+
+    def run_python(watch):
+        execute(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch, traffic=traffic,
+                watch=watch)
+        traffic["internode_bytes"] += internode_bytes
+    return run_python

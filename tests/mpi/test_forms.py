@@ -1,0 +1,155 @@
+"""One collective, one path: every form of a call makes the same plan and gives the same bits.
+
+For every collective x algorithm (and ``auto``) x form -- blocking, nonblocking, persistent run
+now (``h()``), persistent started (``start``/``wait``), ``mpicoll.Comm``, and ``Buckets`` for
+the all-reduce -- with the same arguments, on the machine's own nodes and on virtual nodes of 2
+ranks: the same algorithm name and options (``Plan``), the same counted bytes (the executor's
+counters), and bit-identical results.
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll import plan, settings
+from mpicoll._runtime.context import state
+from mpicoll.registry import COLLECTIVES
+from mpicoll.testing import agree, environment
+
+pytestmark = pytest.mark.mpi
+CASES = [(c, a) for c, table in COLLECTIVES.items() for a in [*table, "auto"]]
+COUNTS = (37, 16384)        # 16384 float64: 128 KiB, in shm's band (the issue's hierarchical row)
+
+
+def _inputs(collective, comm, n):
+    """(sendbuf, a fresh recvbuf) of collective for ``n`` elements per block, exact sums."""
+    rank, size = comm.rank, comm.size
+    rng = np.random.default_rng(1000 + rank)
+    if collective == "allreduce":
+        return rng.integers(-8, 8, n).astype(np.float64), np.empty(n)
+    if collective == "reduce_scatter_block":
+        return rng.integers(-8, 8, n * size).astype(np.float64), np.empty(n)
+    if collective == "allgather":
+        return rng.integers(-8, 8, n).astype(np.float64), np.empty(n * size)
+    buf = rng.integers(-8, 8, n).astype(np.float64) if rank == 0 else np.zeros(n)
+    return buf, buf
+
+
+def _forms(collective, algorithm, comm):
+    """form name -> run(send, recv) -> (result, plan)."""
+    blocking = getattr(mpicoll, collective)
+    nonblocking = getattr(mpicoll, "i" + collective)
+    init = getattr(mpicoll, collective + "_init")
+    wrapped = mpicoll.Comm(comm, algorithm)
+    kw = dict(algorithm=algorithm, comm=comm)
+
+    def call(fn, send, recv):
+        return fn(recv, 0, **kw) if collective == "bcast" else fn(send, recv, **kw)
+
+    def run_blocking(send, recv):
+        out = call(blocking, send, recv)
+        return out, plan.last(comm)
+
+    def run_nonblocking(send, recv):
+        req = call(nonblocking, send, recv)
+        made = plan.last(comm)
+        return req.wait(), made
+
+    def run_now(send, recv):
+        h = call(init, send, recv)
+        return h(), h.plan
+
+    def run_started(send, recv):
+        h = call(init, send, recv)
+        h.start()
+        return h.wait(), h.plan
+
+    def run_comm(send, recv):
+        if collective == "bcast":
+            wrapped.Bcast(recv, 0)
+        else:
+            getattr(wrapped, {"allreduce": "Allreduce", "allgather": "Allgather",
+                              "reduce_scatter_block": "Reduce_scatter_block"}[collective])(
+                send, recv)
+        return recv, plan.last(comm)
+
+    forms = {"blocking": run_blocking, "nonblocking": run_nonblocking,
+             "persistent": run_now, "started": run_started, "Comm": run_comm}
+    if collective == "allreduce":
+        def run_buckets(send, recv):
+            grads = send.copy()
+            b = mpicoll.Buckets([grads], average=False, **kw)
+            b.ready(0)
+            b.wait()
+            return grads, b._plans[0]
+        forms["Buckets"] = run_buckets
+    return forms
+
+
+def _check_forms(comm, collective, algorithm, n):
+    st = state(comm)
+    seen = {}
+    for form, run in _forms(collective, algorithm, comm).items():
+        send, recv = _inputs(collective, comm, n)
+        before = dict(st.traffic)
+        out, made = run(send, recv)
+        counted = {k: st.traffic[k] - before[k]
+                   for k in ("bytes_sent", "messages_sent", "internode_bytes")}
+        seen[form] = (made.algorithm.name, sorted(made.options.items()), counted,
+                      np.asarray(out).tobytes())
+    first_form, first = next(iter(seen.items()))
+    for form, got in seen.items():
+        for what, a, b in zip(("algorithm", "options", "counted bytes", "result bits"),
+                              first, got):
+            agree(comm, a == b, f"{collective} {algorithm} n={n}: {form} gives {what} "
+                  f"{'(differs)' if what == 'result bits' else b}, {first_form} "
+                  f"{'' if what == 'result bits' else a}")
+
+
+@pytest.mark.parametrize("collective,algorithm", CASES)
+@pytest.mark.parametrize("n", COUNTS)
+def test_every_form_runs_the_same_plan(comm, collective, algorithm, n):
+    _check_forms(comm, collective, algorithm, n)
+
+
+@pytest.mark.parametrize("collective,algorithm",
+                         [c for c in CASES if c[1] in ("hierarchical", "ring", "auto")])
+def test_every_form_runs_the_same_plan_on_virtual_nodes(comm, collective, algorithm):
+    if comm.size < 4:
+        pytest.skip("virtual nodes of 2 ranks need 4 ranks or more")
+    with environment(MPICOLL_RANKS_PER_NODE="2"):
+        try:
+            _check_forms(comm, collective, algorithm, 16384)
+        finally:
+            settings.reload()
+
+
+def test_the_issues_hierarchical_row(comm):
+    """hierarchical at 128 KiB float64: the same algorithm, options, bytes and bits blocking,
+    nonblocking and persistent (it ran its node phases in shared memory only blocking)."""
+    _check_forms(comm, "allreduce", "hierarchical", 16384)
+
+
+def test_start_then_ssend_completes(comm):
+    """A valid MPI program: rank 0 starts a collective, then Ssends to rank 1, which receives
+    before it starts its own. Every start returns at once, so it completes (I* forms on a
+    communicator used before, and *_init handles)."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    x = np.ones(1024)
+    mpicoll.allreduce(x.copy(), comm=comm)                  # the communicator is known
+    h = mpicoll.allreduce_init(x, np.empty(1024), comm=comm, algorithm="ring")
+    for start in (lambda: mpicoll.iallreduce(x, np.empty(1024), comm=comm, algorithm="ring"),
+                  lambda: (h.start(), h)[1]):
+        token = np.zeros(1)
+        if comm.rank == 0:
+            req = start()
+            comm.Ssend(token, dest=1, tag=7)
+        elif comm.rank == 1:
+            comm.Recv(token, source=0, tag=7)
+            req = start()
+        else:
+            req = start()
+        out = req.wait()
+        agree(comm, np.array_equal(out, np.full(1024, float(comm.size))), "wrong sum")
