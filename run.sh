@@ -40,7 +40,12 @@ setup() {
     # numba compiles what a default call can need -- the kernels of every dtype x op, the
     # compiled executor's loop for every storage dtype, shm's loop for its dtypes -- once, here,
     # so no MPI job's first call compiles (docs/performance.md: minutes on a fresh clone;
-    # skipped, in a second, while its stamp is newer than mpicoll's sources).
+    # skipped while its stamp is newer than mpicoll's sources).
+    local stamp=mpicoll/__pycache__/mpicoll-warm.stamp      # (numba's cache folder, by default)
+    if [ -z "${NUMBA_CACHE_DIR:-}" ] && [ -f "$stamp" ] \
+            && [ -z "$(find mpicoll -name '*.py' -newer "$stamp" -print -quit)" ]; then
+        return 0
+    fi
     python - <<'PY'
 import sys
 import time

@@ -33,7 +33,13 @@ Validation (on by default, outside the timed loop): inputs are small integers, w
 products are exact in any order, so ``#wrong`` counts exactly the elements that differ from the
 closed-form answer, summed over ranks. Any wrong element anywhere makes the exit status 1.
 With ``--no-check`` nothing is compared: ``#wrong`` shows ``-`` and the JSON's ``wrong`` is null.
-``bytes_sent`` is what the executor counted on each rank during the validation call.
+``bytes_sent`` (and ``sent/size``) is what the executor counted on each rank during the
+validation call: the bytes of the sends it posted, which the schedule lists -- a count, not a
+measurement of what the MPI library moved.
+
+Every dtype and op MPI allows runs: an algorithm that refuses the pair (``shm`` reduces
+sum/prod/max/min of 4- and 8-byte numbers only) is left out with a ``# not run:`` line naming
+why, and a warning says when a node runs more ranks than it has cores.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def markdown(results: dict) -> str:
             if r is None:                   # not measured at this size
                 cells.append("-")
                 continue
-            ratio = r.get("vs_mpi")          # None: no mpi in the run (bfloat16)
+            ratio = None if n == "mpi" else r.get("vs_mpi")   # None: no mpi run (bfloat16)
             cell = f"{r['time_us']:.1f}" + ("" if ratio is None else f" ({ratio:.2f})")
             cells.append(f"**{cell}**" if n == best else cell)
         auto = at.get((s, "auto"), {}).get("auto_choice") or "-"
