@@ -100,8 +100,12 @@ def _seconds(name: str, text: str) -> float | None:
     try:
         value = seconds_of(text)
     except ValueError:
-        raise ValueError(f"{name} must be a time > 0 (seconds, or with a unit: 10m, 1h, "
-                         f"500ms), or 0 or inf for no timeout, got {text!r}") from None
+        try:
+            shown = float(text)
+        except ValueError:
+            shown = text
+        raise ValueError(f"{name} must be a number of seconds > 0, or 0 or inf for no timeout, "
+                         f"got {shown!r} (a unit may follow the number: 10m, 1h, 500ms)") from None
     return None if value in (0, math.inf) else value
 
 

@@ -21,10 +21,11 @@ BAD = [
     ("MPICOLL_RANKS_PER_NODE", "-2", r"MPICOLL_RANKS_PER_NODE must be a positive integer"),
     ("MPICOLL_RANKS_PER_NODE", "1.5", r"MPICOLL_RANKS_PER_NODE must be a positive integer"),
     ("MPICOLL_SHORT_MSG", "8Q", r"MPICOLL_SHORT_MSG must be a number of bytes .*got '8Q'"),
-    ("MPICOLL_TIMEOUT", "abc", r"MPICOLL_TIMEOUT must be a time > 0 \(seconds, or with a unit: "
-                               r"10m, 1h, 500ms\), or 0 or inf for no timeout, got 'abc'"),
-    ("MPICOLL_TIMEOUT", "-1", r"MPICOLL_TIMEOUT must be a time > 0 .*got '-1'"),
-    ("MPICOLL_TIMEOUT", "10x", r"MPICOLL_TIMEOUT must be a time > 0 .*got '10x'"),
+    ("MPICOLL_TIMEOUT", "abc", r"MPICOLL_TIMEOUT must be a number of seconds > 0, or 0 or inf "
+                               r"for no timeout, got 'abc' \(a unit may follow the number: 10m, "
+                               r"1h, 500ms\)"),
+    ("MPICOLL_TIMEOUT", "-1", r"MPICOLL_TIMEOUT must be a number of seconds .*got -1.0"),
+    ("MPICOLL_TIMEOUT", "10x", r"MPICOLL_TIMEOUT must be a number of seconds .*got '10x'"),
     ("MPICOLL_ON_TIMEOUT", "kill", r"MPICOLL_ON_TIMEOUT must be 'exception' or 'abort'"),
     ("MPICOLL_VALIDATE", "yes", r"MPICOLL_VALIDATE must be 0 or 1, got 'yes'"),
     ("MPICOLL_HIER_OUTER", "ring;rm", r"MPICOLL_HIER_OUTER must name an algorithm"),

@@ -377,7 +377,8 @@ def test_bench_warns_when_ranks_outnumber_cores(monkeypatch):
 def test_bad_environment_value_is_a_usage_error_before_bench_starts(capsys, monkeypatch):
     monkeypatch.setenv("MPICOLL_TIMEOUT", "abc")
     line = usage_error(capsys, "bench")
-    assert line.startswith("mpicoll bench: error: MPICOLL_TIMEOUT must be a time > 0"), line
+    assert line.startswith("mpicoll bench: error: MPICOLL_TIMEOUT must be a number of seconds "
+                           "> 0, or 0 or inf for no timeout, got 'abc'"), line
     monkeypatch.setenv("MPICOLL_TIMEOUT", "10m")
     from mpicoll.tools import bench
     assert bench.parse_args(["--timeout", "2m"]).timeout == 120.0
