@@ -451,26 +451,36 @@ class file_lock:
     """
 
     def __enter__(self):
-        held = _lock_state.__dict__.setdefault("depth", 0)
-        _lock_state.depth = held + 1
-        if held:
+        _threads.acquire()          # one thread of a process at a time: a thread waiting to turn
+        held = _lock_state.__dict__.setdefault("depth", 0)    # the lock exclusive holds numba's
+        _lock_state.depth = held + 1                          # compiler lock, which another
+        if held:                                              # thread's shared load would need
             return self
-        _patch_numba_cache()
-        self.file = open(lock_path(), "a")
-        _lock_state.file, _lock_state.exclusive = self.file, not _patched
-        fcntl.flock(self.file, fcntl.LOCK_EX if _lock_state.exclusive else fcntl.LOCK_SH)
+        try:
+            _patch_numba_cache()
+            self.file = open(lock_path(), "a")
+            _lock_state.exclusive = not _patched
+            fcntl.flock(self.file, fcntl.LOCK_EX if _lock_state.exclusive else fcntl.LOCK_SH)
+            _lock_state.file = self.file
+        except BaseException:
+            _lock_state.depth -= 1
+            _threads.release()
+            raise
         return self
 
     def __exit__(self, *exc):
         _lock_state.depth -= 1
-        if _lock_state.depth:
-            return
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()
-        _lock_state.file = None
+        try:
+            if _lock_state.depth == 0:
+                fcntl.flock(self.file, fcntl.LOCK_UN)
+                self.file.close()
+                _lock_state.file = None
+        finally:
+            _threads.release()
 
 
 _lock_state = threading.local()     # depth, file, exclusive: this thread's file_lock
+_threads = threading.RLock()
 _patched = False
 _lock_path: str | None = None
 

@@ -68,3 +68,25 @@ def test_concurrent_cold_processes_compile_once(tmp_path):
     procs = [python(WARM, cache=tmp_path) for _ in range(3)]
     compiled = [p.communicate(timeout=200)[0].split()[1] for p in procs]
     assert sorted(compiled) == ["False", "False", "True"], compiled
+
+
+def test_nested_in_a_thread_and_one_thread_at_a_time():
+    """Nested blocks are one lock; a second thread waits for the first (a thread turning the
+    lock exclusive holds numba's compiler lock, which another thread's load would need)."""
+    import threading
+    from mpicoll import kernels
+    order = []
+
+    def other():
+        with kernels.file_lock():
+            order.append("other")
+
+    with kernels.file_lock():
+        with kernels.file_lock():
+            pass
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(0.5)
+        order.append("main")
+    thread.join(30)
+    assert order == ["main", "other"]
