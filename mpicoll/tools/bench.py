@@ -343,8 +343,8 @@ def refusal(collective: str, algorithm: str, op: str, dtype: np.dtype) -> str | 
 
 
 def first_call(case: "Case", algorithm: str, timeout) -> str | None:
-    """``case.call(algorithm)``, the first time: None if it ran, else the one-line reason an
-    algorithm refused the arguments (ValueError/TypeError) on every rank. The refusal is agreed
+    """``case.call(algorithm)``, the validation call at a size: None if it ran, else the
+    one-line reason the algorithm refused the arguments (ValueError/TypeError) on every rank. The refusal is agreed
     over the ranks, so all leave the algorithm out together; a rank that refused while others
     ran would leave them waiting until ``timeout`` aborts the job, naming it."""
     try:
@@ -470,11 +470,12 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                 case.use(a)
                 case.reset()
                 before = traffic["bytes_sent"]
-                why = first_call(case, a, args.timeout) if si == 0 else case.call(a, args.timeout)
+                why = first_call(case, a, args.timeout)
                 if why is not None:         # refused on every rank, before any message
                     algorithms.remove(a)
                     if rank == 0:
-                        print(f"# not run: {a} ({why})", flush=True)
+                        since = f" from {case.nbytes} B" if si else ""
+                        print(f"# not run{since}: {a} ({why})", flush=True)
                     continue
                 sent[a] = comm.gather(traffic["bytes_sent"] - before, root=0)
                 wrong[a] = None if args.no_check else comm.allreduce(case.wrong())
