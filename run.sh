@@ -37,16 +37,40 @@ install() {   # install VENV EXTRAS: create the virtual environment and install 
 setup() {
     install "$VENV" "$EXTRAS"
     export PATH="$PWD/$VENV/bin:$PATH"
-    # numba compiles the float64/float32 kernels and the compiled executor's loop once here,
-    # so no MPI job starts with a cold cache (other dtypes compile on first use).
+    # numba compiles what a default call can need -- the kernels of every dtype x op, the
+    # compiled executor's loop for every storage dtype, shm's loop for its dtypes -- once, here,
+    # so no MPI job's first call compiles (docs/performance.md: minutes on a fresh clone;
+    # skipped while its stamp is newer than mpicoll's sources).
+    local stamp=mpicoll/__pycache__/mpicoll-warm.stamp      # (numba's cache folder, by default)
+    if [ -z "${NUMBA_CACHE_DIR:-}" ] && [ -f "$stamp" ] \
+            && [ -z "$(find mpicoll -name '*.py' -newer "$stamp" -print -quit)" ]; then
+        return 0
+    fi
     python - <<'PY'
-import numpy as np
+import sys
+import time
+from pathlib import Path
+
 import mpicoll.kernels as kernels
+from mpicoll.algorithms import allreduce_shm
 from mpicoll.executors import compiled
-for dtype in (np.dtype(np.float64), np.dtype(np.float32)):
-    kernels.warmup("sum", dtype)
+
+stamp = Path(kernels.lock_path()).with_name("mpicoll-warm.stamp")   # in numba's cache folder
+newest = max(p.stat().st_mtime for p in Path(kernels.__file__).parent.rglob("*.py"))
+if stamp.exists() and stamp.stat().st_mtime >= newest:
+    sys.exit(0)
+print(f"run.sh: numba compiles mpicoll's kernels into {stamp.parent} (once; minutes on a "
+      "fresh clone)", file=sys.stderr, flush=True)
+started = time.monotonic()
+for dtype in kernels.DTYPES:
+    for op in kernels.ops_for(dtype):
+        kernels.warmup(op, dtype)
     if compiled.available() is None:
-        compiled.warmup(dtype)
+        compiled.warmup(kernels.storage(dtype))
+    if dtype in allreduce_shm.DTYPES:
+        allreduce_shm.warmup(dtype)
+stamp.touch()
+print(f"run.sh: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
 PY
 }
 

@@ -58,17 +58,5 @@ for size in sorted({r["size"] for r in rows}):
 print(f"worst auto/best = {worst:.2f}; wrong elements: {sum(r['wrong'] for r in res['records'])}")
 PY
 # paste each table into docs/results.md, between <!-- table: NAME --> and <!-- end table -->
-python - docs/results.md "$OUT" <<'PY'
-import re, subprocess, sys
-from pathlib import Path
-doc, out = Path(sys.argv[1]), sys.argv[2]
-def table(m):
-    md = subprocess.run([sys.executable, "-m", "mpicoll", "report", f"{out}/{m[2]}.json"],
-                        capture_output=True, text=True, check=True).stdout
-    return m[1] + md + m[3]
-def text(m):
-    return m[1] + "```\n" + Path(m[2]).read_text() + "```\n" + m[3]
-md = re.sub(r"(<!-- table: (\S+) -->\n).*?(<!-- end table -->)", table, doc.read_text(),
-            flags=re.S)
-doc.write_text(re.sub(r"(<!-- file: (\S+) -->\n).*?(<!-- end file -->)", text, md, flags=re.S))
-PY
+# (mpicoll report docs/results/NAME.json), and each <!-- file: PATH --> block
+python jobs/doc_tables.py docs/results.md

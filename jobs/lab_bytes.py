@@ -1,4 +1,4 @@
-"""The warm-up guide's Lab 01, step 2: bytes per rank, measured -- ring vs naive vs star.
+"""The warm-up guide's Lab 01, step 2: bytes per rank, counted -- ring vs naive vs star.
 
     mpiexec -n 4 python -m mpi4py jobs/lab_bytes.py [--max-n 8] [--json FILE] [--png FILE]
     python jobs/lab_bytes.py            # no MPI job: every N from the in-process executor
@@ -12,7 +12,10 @@ Here the bytes are counted by mpicoll's MPI executor as it sends (``state(comm).
 ``mpicoll.allreduce``; the executor's own counter dict for the star, whose schedule is built in
 this lab), on sub-communicators of N = 2 .. (ranks in the job) of one mpiexec job. The larger N
 up to --max-n come from the in-process executor running the same schedules (this machine
-allows 4 MPI ranks); where both exist the lab checks they count the same. ``naive`` is the
+allows 4 MPI ranks); where both exist the lab checks they count the same. Both are counts, not
+measurements: each executor adds up the bytes of the sends it posts, which the schedule lists,
+so their agreement shows that the MPI executor posts the schedule's sends (no more, no fewer),
+not what the MPI library put on a wire. ``naive`` is the
 registered teaching algorithm (``mpicoll/algorithms/allreduce_naive.py``).
 
 Then the seed's quiz 3 (seed 000): N = 8, a 1 GiB gradient, 25 GB/s per link, 2 us per hop:

@@ -2,6 +2,8 @@
 
     python jobs/perf_tables.py --runs DIR/np2-{1,2,3}.json \
         --persistent DIR/np2-persistent-{1,2,3}.json
+    python jobs/perf_tables.py --shm-single DIR/shm-single-auto-{1,2,3}.json \
+        --shm-window DIR/shm-single-off-{1,2,3}.json
 
 Each run is ``mpicoll bench --json`` (plain calls) and, optionally, ``--persistent`` runs of the
 same sizes. Every column is a ratio vs_mpi (MPI's time over mpicoll's, in the same run; above 1
@@ -87,13 +89,44 @@ def table(runs: list[str], persistent: list[str]) -> str:
     return "\n".join(lines)
 
 
+def shm_single_table(single: list[str], window: list[str]) -> str:
+    """``shm``'s single copy against its window copy (``MPICOLL_SHM_SINGLE_COPY=auto`` runs and
+    ``=off`` runs): medians of vs_mpi per mode, the ring and Rabenseifner over all the runs,
+    MPI's time over the single copy's runs, and the single copy's ratio in each run."""
+    one, mpi, _ = ratios(single)
+    other = ratios(window)[0]
+    lines = ["| size (B) | MPI (µs) | `shm`, single copy | `shm`, window copy | `ring` | "
+             "`recursive_halving` | single copy, per run |",
+             "|---:|---:|---:|---:|---:|---:|---|"]
+    for size in sorted(one):
+        both = {a: one[size].get(a, []) + other.get(size, {}).get(a, [])
+                for a in ("ring", "recursive_halving")}
+        lines.append(
+            f"| {size_label(size)} | {statistics.median(mpi[size]):.1f} | "
+            f"**{statistics.median(one[size]['shm']):.2f}** | "
+            f"{statistics.median(other[size]['shm']):.2f} | "
+            f"{statistics.median(both['ring']):.2f} | "
+            f"{statistics.median(both['recursive_halving']):.2f} | "
+            + " / ".join(f"{x:.2f}" for x in one[size]["shm"]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", nargs="+", required=True, help="mpicoll bench --json files")
+    ap.add_argument("--runs", nargs="+", help="mpicoll bench --json files")
     ap.add_argument("--persistent", nargs="*", default=[],
                     help="mpicoll bench --persistent --json files of the same sizes")
+    ap.add_argument("--shm-single", nargs="+", metavar="JSON",
+                    help="instead: shm's single-copy table; runs with MPICOLL_SHM_SINGLE_COPY="
+                         "auto, then --shm-window runs with =off")
+    ap.add_argument("--shm-window", nargs="+", metavar="JSON", default=[])
     args = ap.parse_args(argv)
-    print(table(args.runs, args.persistent))
+    if args.shm_single:
+        print(shm_single_table(args.shm_single, args.shm_window))
+    elif args.runs:
+        print(table(args.runs, args.persistent))
+    else:
+        ap.error("give --runs, or --shm-single and --shm-window")
 
 
 if __name__ == "__main__":

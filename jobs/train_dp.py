@@ -24,13 +24,15 @@ all-reduce blocking, a numba loop alone, and the loop with an ``iallreduce`` in 
 * ``bucketed``: ``--bucket-kib`` buckets, each started as soon as its gradients exist;
 * ``bucketed`` with ``compress`` = bf16, fp16, int8 with error feedback, int8 without.
 
-Writes DIR/train_dp.json (default results/).
+Writes DIR/train_dp.json (default results/). ``python jobs/train_dp.py --table JSON`` prints
+the table of a recorded run (docs/training.md's).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")        # one BLAS thread per rank: the ranks share cores
@@ -221,9 +223,27 @@ CONFIGS = [("blocking", None, False), ("bucketed", None, False), ("bucketed", "b
            ("bucketed", "fp16", False), ("bucketed", "int8", True), ("bucketed", "int8", False)]
 
 
+def table(rows: list[dict]) -> str:
+    """The markdown table of the rows (docs/training.md quotes it: ``--table JSON``)."""
+    out = ["| mode | wire format | step ms | compute ms | exposed comm ms | rest ms | "
+           "wire KiB/step/rank | final loss | weights vs 1 process |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {w['mode']} | {w['compress']} | {w['step_ms']:.2f} | {w['compute_ms']:.2f} | "
+            f"{w['comm_ms']:.2f} | {w['rest_ms']:.2f} | {w['wire_bytes_per_step'] / 1024:.1f} | "
+            f"{w['final_loss']:.4f} | {w['drift']:.1e} |" for w in rows]
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
+    import sys
+    if sys.argv[1:2] == ["--table"]:            # the table of a recorded run; no MPI
+        import json
+        print(table(json.loads(Path(sys.argv[2]).read_text())["rows"]), end="")
+        return
     from _util import outdir, parser, say, write_json
     from mpi4py import MPI
+
+    from mpicoll.executors import progress
 
     ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=300)
@@ -243,7 +263,7 @@ def main() -> None:
     say(f"# train_dp: {size} ranks, batch {args.batch} ({args.batch // size} per rank), "
         f"width {args.width}, {args.steps} steps, lr {args.lr}, buckets of {args.bucket_kib} KiB; "
         f"MPI thread level {MPI.Query_thread()} (MULTIPLE = {MPI.THREAD_MULTIPLE}), "
-        f"progress: {__import__('mpicoll').executors.progress.mode()}")
+        f"progress: {progress.mode()}")
     single = train(None, **common)
     say(f"# one process on the whole batch: final loss {single['final_loss']:.4f}")
     train(comm, **{**common, "steps": 5})                   # warm-up: compile, first calls
@@ -277,13 +297,7 @@ def main() -> None:
         f"compute with the iallreduce in flight then wait {1e3 * probe['both']:.2f} ms "
         f"(sum of the two: {1e3 * (probe['comm'] + probe['compute']):.2f} ms; "
         f"{100 * hidden:.0f} % of the communication hidden)")
-    say("\n| mode | wire format | step ms | compute ms | exposed comm ms | rest ms | "
-        "wire KiB/step/rank | final loss | weights vs 1 process |")
-    say("|---|---|---|---|---|---|---|---|---|")
-    for w in rows:
-        say(f"| {w['mode']} | {w['compress']} | {w['step_ms']:.2f} | {w['compute_ms']:.2f} | "
-            f"{w['comm_ms']:.2f} | {w['rest_ms']:.2f} | {w['wire_bytes_per_step'] / 1024:.1f} | "
-            f"{w['final_loss']:.4f} | {w['drift']:.1e} |")
+    say("\n" + table(rows).rstrip("\n"))
     say(f"\none process on batch {args.batch}: final loss {single['final_loss']:.4f}")
     if comm.Get_rank() == 0:
         write_json(outdir(args.outdir) / "train_dp.json",

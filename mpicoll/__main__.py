@@ -55,7 +55,13 @@ def main(argv: list[str] | None = None) -> int:
               "(mpicoll --help says what each does)", file=sys.stderr)
         return 2
     import importlib
-    return importlib.import_module(COMMANDS[command]).main(argv[1:]) or 0
+    try:
+        return importlib.import_module(COMMANDS[command]).main(argv[1:]) or 0
+    except BrokenPipeError:
+        # the reader left (mpicoll report R.json | head): stop quietly, as a killed writer
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141          # 128 + SIGPIPE, what a shell reports for such a writer
 
 
 if __name__ == "__main__":

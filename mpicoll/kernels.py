@@ -42,9 +42,11 @@ float16 loop and ml_dtypes' bfloat16 one return the second one's (quieted; for b
 sign): the kernels compute ``x + acc`` in float32 for that (x86 returns the first operand's).
 
 Compilation is lazy: a kernel is compiled (or loaded from numba's on-disk cache) for a dtype the
-first time ``kernel(op, dtype)`` is asked for it, under a file lock: numba's cache can race when
-many processes compile the same function at once, so one process per machine compiles and
-writes the cache while the others wait, then they load it. Set ``NUMBA_CACHE_DIR`` to give a job
+first time ``kernel(op, dtype)`` is asked for it, under ``file_lock``, a lock file in the cache's
+own folder (one per checkout, or per ``NUMBA_CACHE_DIR``; none shared across users): processes
+that find the function in the cache load it side by side under a shared lock; one that misses
+takes the lock exclusively, looks again (another process may have just written it), and only
+then compiles and writes the cache while the others wait. Set ``NUMBA_CACHE_DIR`` to give a job
 its own cache. ``MPICOLL_KERNELS=numpy`` swaps in numpy's ufuncs (for comparison; the same
 bits, but for complex products as said above).
 """
@@ -52,8 +54,10 @@ bits, but for complex products as said above).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import tempfile
+import threading
 import time
 
 import ml_dtypes
@@ -416,9 +420,9 @@ def warmup(op: str | None = None, dtype=None) -> float:
     """Compile (or load from the disk cache) ``op``'s kernel for ``dtype``, once per process;
     return the seconds spent (0.0 if it was ready; nothing to do without arguments).
 
-    Processes on one machine take turns under a file lock, so the first compiles and writes the
-    cache while the others wait and then load it: no communication, so it cannot hang, and a
-    lock whose holder died is released by the kernel.
+    Under ``file_lock``: processes that find the kernel in numba's cache load it side by side;
+    on a miss one compiles and writes the cache while the others wait, then load it. No
+    communication, so it cannot hang, and a lock whose holder died is released by the kernel.
     """
     if op is None or (op, dtype) in _warm:
         return 0.0
@@ -436,16 +440,96 @@ def warmup(op: str | None = None, dtype=None) -> float:
 
 
 class file_lock:
-    """The machine-wide lock under which numba compiles mpicoll's functions."""
+    """The lock under which numba loads or compiles mpicoll's functions: a file in the folder
+    of numba's cache of them (``lock_path()``), so checkouts, caches and users never share one.
+
+    It is taken shared: processes that find what they need in the cache load it side by side.
+    A cache miss inside the block (numba's ``Cache.load_overload`` finding nothing) turns it
+    exclusive, and the cache is looked up again before numba compiles: a process that waited
+    for another's compilation loads its result instead of compiling it a second time. Nested
+    blocks in one thread are one lock. A process that dies holding it releases it (``flock``).
+    """
 
     def __enter__(self):
-        self.file = open(os.path.join(tempfile.gettempdir(),
-                                      f"mpicoll-numba-{os.getuid()}.lock"), "a")
-        fcntl.flock(self.file, fcntl.LOCK_EX)
+        _threads.acquire()          # one thread of a process at a time: a thread waiting to turn
+        held = _lock_state.__dict__.setdefault("depth", 0)    # the lock exclusive holds numba's
+        _lock_state.depth = held + 1                          # compiler lock, which another
+        if held:                                              # thread's shared load would need
+            return self
+        try:
+            _patch_numba_cache()
+            self.file = open(lock_path(), "a")
+            _lock_state.exclusive = not _patched
+            fcntl.flock(self.file, fcntl.LOCK_EX if _lock_state.exclusive else fcntl.LOCK_SH)
+            _lock_state.file = self.file
+        except BaseException:
+            _lock_state.depth -= 1
+            _threads.release()
+            raise
+        return self
 
     def __exit__(self, *exc):
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()
+        _lock_state.depth -= 1
+        try:
+            if _lock_state.depth == 0:
+                fcntl.flock(self.file, fcntl.LOCK_UN)
+                self.file.close()
+                _lock_state.file = None
+        finally:
+            _threads.release()
+
+
+_lock_state = threading.local()     # depth, file, exclusive: this thread's file_lock
+_threads = threading.RLock()
+_patched = False
+_lock_path: str | None = None
+
+
+def lock_path() -> str:
+    """The lock file of ``file_lock``: ``mpicoll-numba.lock`` in the folder where numba caches
+    mpicoll's kernels (``NUMBA_CACHE_DIR``'s subfolder for this checkout, else the checkout's
+    ``__pycache__``, else numba's per-user folder); if numba's cache can't say, one per user
+    and checkout in the temporary folder."""
+    global _lock_path
+    if _lock_path is None:
+        try:
+            folder = sum_into._cache._cache_path        # numba's cache locator's choice
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, "mpicoll-numba.lock")
+            open(path, "a").close()
+        except (AttributeError, OSError):
+            tag = hashlib.sha1(os.path.dirname(os.path.abspath(__file__)).encode()).hexdigest()
+            path = os.path.join(tempfile.gettempdir(),
+                                f"mpicoll-numba-{os.getuid()}-{tag[:12]}.lock")
+        _lock_path = path
+    return _lock_path
+
+
+def _patch_numba_cache() -> None:
+    """Wrap numba's ``Cache.load_overload`` once: inside a shared ``file_lock``, a miss takes the
+    lock exclusively and looks again (double-checked), so only one process compiles. Outside
+    ``file_lock`` it behaves as numba's. If numba's internals differ, ``file_lock`` stays
+    exclusive (correct, only slower)."""
+    global _patched
+    if _patched:
+        return
+    try:
+        from numba.core.caching import Cache
+        original = Cache.load_overload
+    except (ImportError, AttributeError):
+        return
+
+    def load_overload(self, sig, target_context):
+        found = original(self, sig, target_context)
+        if found is None and getattr(_lock_state, "file", None) is not None \
+                and not _lock_state.exclusive:
+            fcntl.flock(_lock_state.file, fcntl.LOCK_EX)    # drops the shared lock, then waits
+            _lock_state.exclusive = True
+            found = original(self, sig, target_context)
+        return found
+
+    Cache.load_overload = load_overload
+    _patched = True
 
 
 _chosen: dict = {}          # (op, dtype, MPICOLL_KERNELS) -> kernel

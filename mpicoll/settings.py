@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["Setting", "LIBRARY", "SCRIPTS", "get", "reload", "on_reload", "markdown_table",
-           "update_markdown"]
+           "update_markdown", "problems", "unknown_names", "bytes_of", "seconds_of"]
 
 PROFILES = Path(__file__).with_name("profiles")
 
@@ -50,25 +50,62 @@ def _positive_int(name: str, text: str) -> int:
     return value
 
 
-def _nonnegative_int(name: str, text: str) -> int:
+_BYTES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_TIMES = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "m": 60.0,
+          "min": 60.0, "h": 3600.0}
+
+
+def bytes_of(text: str) -> float:
+    """Bytes in ``text``: ``8``, ``64K``, ``4M``, ``1.5G``, ``4MB`` (powers of 1024, as the
+    command line's sizes, ``mpicoll.tools.sizes``); ``ValueError`` if it is none."""
+    body = str(text).strip().upper().removesuffix("B")
+    unit = body[-1:] if body[-1:] in _BYTES else ""
     try:
-        value = int(text)
+        value = float(body[:len(body) - len(unit)]) * _BYTES[unit]
     except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"{name} must be a number of bytes (an integer >= 0), got {text!r}")
+        value = -1.0
+    if not 0 <= value < math.inf:
+        raise ValueError(f"not a size: {text!r} (expected bytes like 8, 64K, 4M or 1G)")
     return value
 
 
-def _seconds(name: str, text: str) -> float | None:
-    """Seconds > 0; ``0`` or ``inf``: no timeout (None)."""
+def seconds_of(text: str) -> float:
+    """Seconds in ``text``: ``600``, ``10m``, ``1.5h``, ``30s``, ``500ms``, ``inf``; a bare
+    number is seconds. ``ValueError`` if it is none."""
+    body = str(text).strip()
+    unit = body.lstrip("0123456789.eE+-").strip() if body.lower() != "inf" else ""
+    number = body[:len(body) - len(unit)].strip() if unit else body
     try:
-        value = shown = float(text)
-    except ValueError:
-        value, shown = math.nan, text
+        value = float(number) * _TIMES[unit]
+    except (ValueError, KeyError):
+        value = math.nan
     if not value >= 0:
+        raise ValueError(f"not a time: {text!r} (expected seconds like 600, 10m, 1h or 500ms)")
+    return value
+
+
+def _nonnegative_int(name: str, text: str) -> int:
+    try:
+        value = bytes_of(text)
+    except ValueError:
+        value = -1
+    if value < 0 or value != int(value):
+        raise ValueError(f"{name} must be a number of bytes (an integer >= 0, or with a suffix "
+                         f"as 64K, 1M, 1G), got {text!r}")
+    return int(value)
+
+
+def _seconds(name: str, text: str) -> float | None:
+    """Seconds > 0 (``10m``, ``1h`` ... as ``seconds_of``); ``0`` or ``inf``: no timeout (None)."""
+    try:
+        value = seconds_of(text)
+    except ValueError:
+        try:
+            shown = float(text)
+        except ValueError:
+            shown = text
         raise ValueError(f"{name} must be a number of seconds > 0, or 0 or inf for no timeout, "
-                         f"got {shown!r}")
+                         f"got {shown!r} (a unit may follow the number: 10m, 1h, 500ms)") from None
     return None if value in (0, math.inf) else value
 
 
@@ -110,7 +147,7 @@ def _algorithm_name(name: str, text: str) -> str:
 DEFAULT_TIMEOUT = 600.0
 
 LIBRARY = (
-    Setting("MPICOLL_TIMEOUT", "seconds > 0; 0 or inf: none", DEFAULT_TIMEOUT,
+    Setting("MPICOLL_TIMEOUT", "seconds > 0 (or 10m, 1h, 500ms); 0 or inf: none", DEFAULT_TIMEOUT,
             "every collective raises `CollectiveTimeout` naming the missing ranks (or "
             "`ArgumentMismatch` naming who passed what) after s seconds; the default is generous, "
             "as PyTorch's process groups' (docs/reliability.md)", "first collective call",
@@ -140,14 +177,14 @@ LIBRARY = (
     Setting("MPICOLL_PROFILE", "path of a JSON file", PROFILES / "default.json",
             "the cost-model profile `auto` and `model` use (`mpicoll calibrate` writes one)",
             "first `auto` decision or prediction", _existing_file),
-    Setting("MPICOLL_SHORT_MSG", "bytes", 8192,
+    Setting("MPICOLL_SHORT_MSG", "bytes (or 8K, 1M)", 8192,
             "`auto`'s last resort, MPICH's rule: recursive doubling up to this size",
             "first `auto` decision", _nonnegative_int),
     Setting("MPICOLL_EXECUTOR", "python | compiled", None,
             "force the executor: the Python step loop over mpi4py, or the numba-compiled loop "
             "calling libmpi (unset: compiled where it can run, else Python with a notice; "
             "docs/performance.md)", "first collective call", _choice("python", "compiled")),
-    Setting("MPICOLL_SEGMENT_BYTES", "bytes (0: never)", None,
+    Setting("MPICOLL_SEGMENT_BYTES", "bytes (or 1M ...; 0: never)", None,
             "the compiled executor splits messages into segments of at most this many bytes and "
             "pipelines each step's transfers with its reductions (unset: the cost model's "
             "optimum, 1-4 MiB, messages under 2 MiB not split; must be the same on every rank; "
@@ -236,6 +273,8 @@ def get(name: str) -> Any:
         return _values[name]
     except KeyError:
         pass
+    if not _values and not _warned:
+        _warn_unknown()
     setting = _BY_NAME[name]
     text = os.environ.get(name, "")
     value = setting.parse(name, text) if text else setting.default
@@ -243,8 +282,56 @@ def get(name: str) -> Any:
     return value
 
 
+def problems() -> list[str]:
+    """What is wrong with the ``MPICOLL_*`` variables set now: one line for each library
+    setting whose value would raise on first use (tools check them all before they start, so
+    a bad value is a one-line error, not a traceback from inside the first collective)."""
+    found = []
+    for setting in LIBRARY:
+        text = os.environ.get(setting.name, "")
+        if text:
+            try:
+                setting.parse(setting.name, text)
+            except ValueError as e:
+                found.append(str(e))
+    return found
+
+
+def unknown_names(environ=None) -> list[tuple[str, str | None]]:
+    """``(name, closest known name or None)`` for each ``MPICOLL_*`` variable in ``environ``
+    (default ``os.environ``) that no table here declares: most likely a misspelling."""
+    import difflib
+    known = [s.name for s in LIBRARY + SCRIPTS]
+    environ = os.environ if environ is None else environ
+    tails = {name[8:]: name for name in known}          # compared without MPICOLL_
+    return [(name, tails.get(next(iter(difflib.get_close_matches(name[8:], tails, n=1,
+                                                                 cutoff=0.6)), None)))
+            for name in sorted(environ) if name.startswith("MPICOLL_") and name not in known]
+
+
+_warned = False
+
+
+def _warn_unknown() -> None:
+    """One line on stderr for each unknown ``MPICOLL_*`` name, from one process of a job (the
+    launcher's rank 0, or a process started without one), the first time a setting is read."""
+    global _warned
+    _warned = True
+    rank = next((os.environ[v] for v in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK",
+                                         "SLURM_PROCID") if os.environ.get(v, "").isdigit()), "0")
+    if rank != "0":
+        return
+    import sys
+    for name, close in unknown_names():
+        hint = f"; did you mean {close}?" if close else " (README.md lists them)"
+        print(f"mpicoll: warning: {name} is not an mpicoll setting, ignored{hint}",
+              file=sys.stderr, flush=True)
+
+
 def reload() -> None:
     """Forget every cached value (and what was derived from them); read again on next use."""
+    global _warned
+    _warned = False
     _values.clear()
     for listener in _listeners:
         listener()

@@ -33,7 +33,13 @@ Validation (on by default, outside the timed loop): inputs are small integers, w
 products are exact in any order, so ``#wrong`` counts exactly the elements that differ from the
 closed-form answer, summed over ranks. Any wrong element anywhere makes the exit status 1.
 With ``--no-check`` nothing is compared: ``#wrong`` shows ``-`` and the JSON's ``wrong`` is null.
-``bytes_sent`` is what the executor counted on each rank during the validation call.
+``bytes_sent`` (and ``sent/size``) is what the executor counted on each rank during the
+validation call: the bytes of the sends it posted, which the schedule lists -- a count, not a
+measurement of what the MPI library moved.
+
+Every dtype and op MPI allows runs: an algorithm that refuses the pair (``shm`` reduces
+sum/prod/max/min of 4- and 8-byte numbers only) is left out with a ``# not run:`` line naming
+why, and a warning says when a node runs more ranks than it has cores.
 """
 
 from __future__ import annotations
@@ -50,9 +56,9 @@ import numpy as np
 from .. import settings
 from ..model import load_profile, predict
 from ..registry import bus_factor, lookup
-from .cli import (Parser, nonnegative_float, nonnegative_int, positive_int,
-                  prepare_output, step_factor)
-from .sizes import parse_size, size_arg, sizes_from
+from .cli import (Parser, check_settings, nonnegative_int, positive_int, prepare_output,
+                  seconds_arg, step_factor)
+from .sizes import parse_size, size_arg, sizes_from, too_many_sizes
 
 __all__ = ["main", "run", "parse_args", "Case", "BUS_FACTOR"]
 
@@ -119,10 +125,12 @@ def parse_args(argv):
     ap.add_argument("--profile", help="cost-model profile for the pred(us) column (default: "
                                       "$MPICOLL_PROFILE, else the shipped one)")
     ap.add_argument("--seed", type=int, default=12345, help="seed of the interleaving order")
-    ap.add_argument("--timeout", type=nonnegative_float, default=300,
-                    help="seconds before a hung validation or warm-up call aborts the job "
-                         "(default 300; 0: never). Timed calls run without one, as users' do.")
+    ap.add_argument("--timeout", type=seconds_arg, default=300,
+                    help="seconds (or 10m, 1h) before a hung validation or warm-up call aborts "
+                         "the job (default 300; 0: never). Timed calls run without one, as "
+                         "users' do.")
     args = ap.parse_args(argv)
+    check_settings(ap)
     if args.message_size:
         lo, _, hi = args.message_size.partition(":")
         try:
@@ -130,6 +138,9 @@ def parse_args(argv):
             args.maxbytes = parse_size(hi) if hi else args.maxbytes
         except ValueError as e:
             ap.error(f"argument -m/--message-size: {e}")
+    crowded = too_many_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if crowded:
+        ap.error(crowded)
     if not sizes_from(args.minbytes, args.maxbytes, args.stepfactor):
         ap.error(f"empty size range: the smallest size ({args.minbytes} B) is above the largest "
                  f"({args.maxbytes} B)")
@@ -304,6 +315,55 @@ class Case:
                     != self.answer.view(np.uint8).reshape(got.size, -1)).any(axis=1).sum())
 
 
+def refusal(collective: str, algorithm: str, op: str, dtype: np.dtype) -> str | None:
+    """Why ``algorithm`` can't run ``op`` on ``dtype`` (its module's ``supports(op, dtype)``
+    says no), else None: the bench leaves it out with this line instead of crashing."""
+    if algorithm in ("auto", "mpi"):
+        return None
+    supports = getattr(lookup(collective, algorithm).module, "supports", None)
+    reduces = collective in ("allreduce", "reduce_scatter_block")
+    if supports is None or not reduces or supports(op, dtype):
+        return None
+    return f"it does not reduce {op} on {dtype}"
+
+
+def first_call(case: "Case", algorithm: str, timeout) -> str | None:
+    """``case.call(algorithm)``, the validation call at a size: None if it ran, else the
+    one-line reason the algorithm refused the arguments (ValueError/TypeError) on every rank. The refusal is agreed
+    over the ranks, so all leave the algorithm out together; a rank that refused while others
+    ran would leave them waiting until ``timeout`` aborts the job, naming it."""
+    try:
+        case.call(algorithm, timeout)
+        why = None
+    except (ValueError, TypeError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+    whys = case.comm.allgather(why)
+    refused = [w for w in whys if w is not None]
+    return refused[0] if refused else None
+
+
+def oversubscribed(comm) -> str | None:
+    """A warning when some node runs more ranks than it has cores (timings of small messages
+    then measure the scheduler: waits of milliseconds where microseconds are usual), else
+    None."""
+    host = socket.gethostname()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    per_host: dict = {}
+    for h, c in comm.allgather((host, max(cores, os.cpu_count() or 1))):
+        ranks, most = per_host.get(h, (0, 0))
+        per_host[h] = (ranks + 1, max(most, c))
+    worst = max(per_host.items(), key=lambda kv: kv[1][0] / kv[1][1])
+    name, (ranks, cores) = worst
+    if ranks <= cores:
+        return None
+    return (f"{ranks} ranks share {cores} core{'s' * (cores != 1)} on {name}: waiting ranks "
+            f"compete for the cores, so times (small messages most) measure the scheduler "
+            f"and can change 10-100x from run to run")
+
+
 def stats(t: np.ndarray) -> dict:
     us = t * 1e6
     return {"time_us": float(np.median(us)), "time_us_min": float(us.min()),
@@ -340,6 +400,9 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     unshared = [a for a in algorithms if a not in ("auto", "mpi") and real_nodes > 1
                 and lookup(args.collective, a).has("shared-memory")]
     algorithms = [a for a in algorithms if a not in unshared]   # they need one node
+    refused = {a: why for a in algorithms
+               if (why := refusal(args.collective, a, args.op, dtype)) is not None}
+    algorithms = [a for a in algorithms if a not in refused]
     places = ([False] if args.outofplace or not args.inplace else []) + \
              ([True] if args.inplace else [])
     if args.collective == "bcast":
@@ -352,6 +415,7 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     pre = preamble(comm, args, nodes)
     records, total_wrong = [], 0
     progress = rank == 0 and (args.progress or sys.stdout.isatty())
+    crowded = oversubscribed(comm)          # collective: every rank asks
 
     if rank == 0:
         print(f"# mpicoll bench: {args.collective}, {size} ranks on {len(nodes)} node(s) "
@@ -362,6 +426,11 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         if unshared:
             print(f"# not run: {', '.join(unshared)} (shared memory: the ranks span "
                   f"{real_nodes} nodes)")
+        for a, why in refused.items():
+            print(f"# not run: {a} ({why})")
+        if crowded:
+            print(f"# warning: {crowded}", flush=True)
+            print(f"mpicoll bench: warning: {crowded}", file=sys.stderr, flush=True)
         if args.persistent:
             print("# --persistent: mpicoll's algorithms timed through handles made once per "
                   "size (mpicoll.allreduce_init ...); mpi as a plain mpi4py call")
@@ -382,11 +451,17 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             wrong, sent = {}, {}
             traffic = state(comm).traffic     # the executor's counters on this communicator
             persistent = {a: args.persistent and a != "mpi" for a in algorithms}
-            for a in algorithms:            # validation, byte counts and warm-up, untimed
+            for a in list(algorithms):      # validation, byte counts and warm-up, untimed
                 case.use(a)
                 case.reset()
                 before = traffic["bytes_sent"]
-                case.call(a, args.timeout)
+                why = first_call(case, a, args.timeout)
+                if why is not None:         # refused on every rank, before any message
+                    algorithms.remove(a)
+                    if rank == 0:
+                        since = f" from {case.nbytes} B" if si else ""
+                        print(f"# not run{since}: {a} ({why})", flush=True)
+                    continue
                 if a == "auto":
                     chosen = last_plan(comm).algorithm.name
                 sent[a] = comm.gather(traffic["bytes_sent"] - before, root=0)
@@ -486,7 +561,7 @@ def main(argv=None, comm=None) -> int:
             with open(args.json, "w") as f:
                 json.dump({**pre, "records": records}, f, indent=1)
             print(f"# wrote {args.json}")
-        if args.csv:
+        if args.csv and records:
             with open(args.csv, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=list(records[0]))
                 w.writeheader()

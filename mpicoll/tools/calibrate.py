@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from ..model import Profile
-from .cli import Parser, positive_int, prepare_output
+from .cli import Parser, check_settings, positive_int, prepare_output
 from .sizes import size_arg
 
 __all__ = ["main", "pingpong", "kernel_gamma", "fit", "message_sizes"]
@@ -127,6 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("-n", "--iters", type=positive_int, default=200,
                     help="round trips per size (at most a 64 MiB volume, at least 10)")
     args = ap.parse_args(argv)
+    check_settings(ap)
     sizes = message_sizes(args.maxbytes)
     if sum(s >= FIT_FROM for s in sizes) < FIT_POINTS:
         need = [s for s in message_sizes(1 << 40) if s >= FIT_FROM][FIT_POINTS - 1]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["Parser", "plain", "positive_int", "nonnegative_int", "nonnegative_float",
-           "step_factor", "read_bench_json", "prepare_output"]
+           "step_factor", "seconds_arg", "read_bench_json", "prepare_output", "check_settings"]
 
 
 def plain(text: str) -> str:
@@ -84,9 +84,32 @@ nonnegative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >=
 step_factor = _number(float, lambda v: 1 <= v < float("inf"), "a number >= 1")
 
 
-def read_bench_json(path: str) -> dict:
+def seconds_arg(text: str) -> float:
+    """Seconds >= 0 as the environment takes them (``300``, ``10m``, ``1h``, ``500ms``;
+    ``mpicoll.settings.seconds_of``)."""
+    from ..settings import seconds_of
+    try:
+        return seconds_of(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+seconds_arg.__name__ = "a time"
+
+
+def check_settings(ap: Parser) -> None:
+    """A one-line usage error for the first bad ``MPICOLL_*`` value (commands that run
+    collectives check them before starting, not inside the first call on every rank)."""
+    from ..settings import problems
+    found = problems()
+    if found:
+        ap.error(found[0])
+
+
+def read_bench_json(path: str, simulated: bool = False) -> dict:
     """The results in a JSON file written by ``mpicoll bench --json``; ``ValueError`` naming the
-    file and what is missing if it is not one."""
+    file and what is missing if it is not one. ``simulated``: also take what ``mpicoll
+    simulate --json`` writes (bench's keys, times from the simulator)."""
     try:
         results = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -102,14 +125,21 @@ def read_bench_json(path: str) -> dict:
         missing = [k for k in need if not isinstance(record, dict) or k not in record]
         if missing:
             raise ValueError(f"{path}: record {i} is not a bench record: no {', '.join(missing)}")
+    if not simulated and "fabric" in results:
+        raise ValueError(f"{path}: simulator results (mpicoll simulate --json), not measured "
+                         f"ones: this command reads what `mpicoll bench --json` writes")
     return results
 
 
-def prepare_output(path: str) -> str | None:
-    """Make ``path``'s folder if it is missing and check the file can be written there.
+def prepare_output(path: str, create: bool = True) -> str | None:
+    """Check the file ``path`` can be written; ``create``: make its folder if it is missing
+    (bench, calibrate and simulate make their results folder; plot and tune do not).
 
     Returns None if it can, else the reason in one line; writes no file."""
     target = Path(path)
+    if not create and not target.parent.is_dir():
+        what = "is a file, not a folder" if target.parent.exists() else "does not exist"
+        return f"{path}: the folder {target.parent} {what}"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except FileExistsError:

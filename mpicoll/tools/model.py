@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..model import ProfileError, crossovers, load_profile, predict_all
 from ..registry import COLLECTIVES
 from .cli import Parser, positive_int, step_factor
-from .sizes import size_arg, sizes_from
+from .sizes import size_arg, sizes_from, too_many_sizes
 
 __all__ = ["main"]
 
@@ -36,6 +36,9 @@ def main(argv=None) -> int:
         profile = load_profile(args.profile)
     except (ProfileError, ValueError) as e:
         ap.error(str(e))
+    crowded = too_many_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if crowded:
+        ap.error(crowded)
     sizes = sizes_from(args.minbytes, args.maxbytes, args.stepfactor)
     if not sizes:
         ap.error(f"empty size range: -b {args.minbytes} is above -e {args.maxbytes}")

@@ -3,7 +3,8 @@
 One line per algorithm; ``mpi`` (the MPI library's own collective, the reference) in black;
 log axes; a dotted vertical line and a label where the fastest of mpicoll's algorithms changes
 (the measured crossovers). The figure goes next to the JSON (``r.json`` -> ``r.png``) unless
-``-o`` names another file. Needs matplotlib (``pip install .[plot]``).
+``-o`` names another file (its folder must exist). Also draws what ``mpicoll simulate --json``
+writes. Needs matplotlib (``pip install .[plot]``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ def plot(results: dict, output: str, title: str | None = None) -> list[tuple[int
     return cross
 
 
+def figure_format(output: str) -> str | None:
+    """Why matplotlib can't write ``output`` (not installed, or no such file format), else
+    None; asked before any drawing."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return "needs matplotlib (pip install .[plot])"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(output).suffix.lstrip(".").lower()
+    if suffix not in formats:
+        return (f"-o {output}: {'no file format given' if not suffix else repr(suffix) + ' is not a figure format'}"
+                f"; name a file ending in one of {', '.join('.' + f for f in sorted(formats))}")
+    return None
+
+
 def main(argv=None) -> int:
     ap = Parser("mpicoll plot", __doc__)
     ap.add_argument("results", help="JSON written by mpicoll bench --json")
@@ -76,10 +92,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.output = args.output or str(Path(args.results).with_suffix(".png"))
     try:
-        results = read_bench_json(args.results)
+        results = read_bench_json(args.results, simulated=True)
     except ValueError as e:
         ap.error(str(e))
-    problem = prepare_output(args.output)
+    problem = figure_format(args.output) or prepare_output(args.output, create=False)
     if problem:
         ap.error(problem)
     for size, old, new in plot(results, args.output, args.title):

@@ -2,7 +2,7 @@
 
 One row per size, one column per algorithm; the fastest of mpicoll's algorithms at each size is
 in bold, ``auto`` shows which algorithm it ran. ``docs/make-results.sh`` pastes these into
-docs/results.md.
+docs/results.md. Simulator JSON (``mpicoll simulate --json``) is refused: it has no MPI times.
 """
 
 from __future__ import annotations
@@ -27,12 +27,17 @@ def markdown(results: dict) -> str:
            "| size (B) | " + " | ".join(names) + " | auto ran |",
            "|---:|" + "---:|" * len(names) + "---|"]
     for s in sizes:
-        own = {n: at[(s, n)]["time_us"] for n in names if n not in ("mpi", "auto")}
-        best = min(own, key=own.get)
+        own = {n: at[(s, n)]["time_us"] for n in names
+               if n not in ("mpi", "auto") and (s, n) in at}
+        best = min(own, key=own.get) if own else None
         cells = []
         for n in names:
-            r = at[(s, n)]
-            cell = f"{r['time_us']:.1f}" + ("" if n == "mpi" else f" ({r['vs_mpi']:.2f})")
+            r = at.get((s, n))
+            if r is None:                   # not measured at this size
+                cells.append("-")
+                continue
+            ratio = None if n == "mpi" else r.get("vs_mpi")   # None: no mpi run (bfloat16)
+            cell = f"{r['time_us']:.1f}" + ("" if ratio is None else f" ({ratio:.2f})")
             cells.append(f"**{cell}**" if n == best else cell)
         auto = at.get((s, "auto"), {}).get("auto_choice") or "-"
         out.append(f"| {s} | " + " | ".join(cells) + f" | {auto} |")

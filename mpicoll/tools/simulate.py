@@ -30,7 +30,7 @@ from .sizes import size_arg, sizes_from
 
 __all__ = ["main", "parse_seconds", "parse_bandwidth"]
 
-_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
 _RATES = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
 DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "seed-lab": 8}
 
@@ -43,10 +43,14 @@ def _number_unit(text: str, what: str) -> tuple[float, str]:
 
 
 def parse_seconds(text: str) -> float:
-    """``2us``, ``1.5ms``, ``500ns``, ``2e-6`` -> seconds."""
+    """``2us``, ``1.5ms``, ``500ns``, ``2e-6`` -> seconds. A bare number of 1 ms or more is
+    refused: a message or byte time that long is a unit left off (``--alpha 2`` meant 2us)."""
     value, unit = _number_unit(text, "a time")
     if unit not in _SECONDS:
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (use s, ms, us or ns)")
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (use s, ms, us, ns or ps)")
+    if not unit and value >= 1e-3:
+        raise argparse.ArgumentTypeError(f"{text!r} without a unit is {value:g} s; give the unit "
+                                         f"(e.g. {text}us)")
     return value * _SECONDS[unit]
 
 
@@ -57,6 +61,9 @@ def parse_bandwidth(text: str) -> float:
     if unit.lower() not in _RATES or value <= 0:
         raise argparse.ArgumentTypeError(f"not a bandwidth: {text!r} (use e.g. 25GB/s or "
                                          "400Gb/s)")
+    if not unit and value < 1e6:         # --bandwidth 25 meant 25GB/s, not 25 B/s
+        raise argparse.ArgumentTypeError(f"{text!r} without a unit is {value:g} B/s; give the "
+                                         f"unit (e.g. {text}GB/s)")
     return value * _RATES[unit.lower()] / (8 if bits else 1)
 
 

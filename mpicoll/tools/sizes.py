@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["parse_size", "size_arg", "sizes_from"]
+from ..settings import bytes_of
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+__all__ = ["parse_size", "size_arg", "sizes_from", "too_many_sizes", "MAX_SIZES"]
 
+MAX_SIZES = 10_000          # a sweep's sizes at most: -f 1 over 8..64M would be 67 million
 
 def parse_size(text: str) -> int:
-    """Bytes in ``text`` (``8``, ``64K``, ``4M``, ``1.5G``, ``4MB``); ``ValueError`` if it is none."""
-    body = str(text).strip().upper().removesuffix("B")
-    unit = body[-1:] if body[-1:] in _UNITS else ""
-    try:
-        value = float(body[:len(body) - len(unit)]) * _UNITS[unit]
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise ValueError(f"not a size: {text!r} (expected bytes like 8, 64K, 4M or 1G)")
-    return int(value)
+    """Bytes in ``text`` (``8``, ``64K``, ``4M``, ``1.5G``, ``4MB``); ``ValueError`` if it is none.
+    The same rule as the environment's sizes (``mpicoll.settings.bytes_of``)."""
+    return int(bytes_of(text))
 
 
 def size_arg(text: str) -> int:
@@ -38,3 +32,20 @@ def sizes_from(minbytes: int, maxbytes: int, factor: float) -> list[int]:
         sizes.append(int(s))
         s = s * factor if factor > 1 else s + 1
     return sizes
+
+
+def too_many_sizes(minbytes: int, maxbytes: int, factor: float, limit: int = MAX_SIZES) -> str | None:
+    """The one-line reason a ``-b/-e/-f`` range has more than ``limit`` sizes, else None
+    (counted without building the list)."""
+    lo = max(1, minbytes)
+    if maxbytes < lo:
+        return None
+    if factor > 1:
+        import math
+        count = int(math.log(maxbytes / lo, factor) + 1e-9) + 1
+    else:
+        count = maxbytes - lo + 1
+    if count <= limit:
+        return None
+    return (f"-f {factor:g} makes {count} sizes from {minbytes} to {maxbytes} B, more than "
+            f"{limit}: use a larger -f (e.g. 2) or a narrower -b/-e")

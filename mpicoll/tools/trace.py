@@ -28,7 +28,9 @@ from ..registry import COLLECTIVES, lookup
 from .cli import Parser, nonnegative_int, positive_int
 from ..schedule import Schedule, Send
 
-__all__ = ["main", "render", "update", "render_values"]
+__all__ = ["main", "render", "update", "render_values", "MAX_RANKS"]
+
+MAX_RANKS = 1024            # trace prints every step of every rank: ring at N=1024 is 19,000 lines
 
 BLOCK = re.compile(r"(<!-- trace: (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- end trace -->)", re.S)
 
@@ -118,6 +120,10 @@ def main(argv=None) -> int:
         except OSError as e:
             ap.error(f"--update {args.update}: {e.strerror or e}")
         return 0
+    if args.nranks > MAX_RANKS:
+        ap.error(f"-N {args.nranks}: trace prints every step of every rank (ring: about 2N "
+                 f"lines per rank), at most -N {MAX_RANKS}; for times at scale, mpicoll "
+                 f"simulate -N {args.nranks}")
     if args.values:
         if args.collective != "allreduce" or args.algorithm != "ring":
             ap.error("--values traces the ring all-reduce only (mpicoll trace ring -N 4 --values)")

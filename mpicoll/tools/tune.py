@@ -13,6 +13,11 @@ measured beyond it, so there ``algorithm="auto"`` falls through to the cost mode
                          {"max_bytes": 16777216, "algorithm": "ring"}]}}
 
 (A range written by hand with ``"max_bytes": null`` has no upper end.)
+
+Left out, with a line saying so: ``shm`` (one node only; ``select.shm_wins`` decides where
+``auto`` runs it), node-aware algorithms measured on one node (``hierarchical``,
+``double_binary_tree``: their node phase alone) and ``naive`` (its own rounding). Simulator
+JSON (``mpicoll simulate --json``) is refused: the table is for measured times.
 """
 
 from __future__ import annotations
@@ -25,6 +30,27 @@ from ..registry import COLLECTIVES
 from .cli import Parser, nonnegative_float, prepare_output, read_bench_json
 
 __all__ = ["main", "decision_table"]
+
+
+def left_out(results: list[dict]) -> dict[str, str]:
+    """The measured algorithms the table never names, each with the reason (what ``tune``
+    prints, so a faster ``shm`` missing from the table is no surprise)."""
+    why = {}
+    for res in results:
+        table = COLLECTIVES[res.get("collective", "allreduce")]
+        for name in dict.fromkeys(r["algorithm"] for r in res["records"]):
+            algo = table.get(name)
+            if algo is None or name in why:
+                continue
+            if algo.has("shared-memory"):
+                why[name] = ("runs on one node only, and the table also serves calls across "
+                             "nodes: auto runs it by select.shm_wins, not by this table")
+            elif algo.has("own-rounding"):
+                why[name] = "each rank rounds its own way: auto never chooses it"
+            elif algo.has("node-phases") and res.get("nodes") == 1:
+                why[name] = ("node-aware, measured on one node (its node phase alone): not the "
+                             "choice it would be across nodes")
+    return why
 
 
 def decision_table(results: list[dict], margin: float = 0.1) -> dict:
@@ -80,9 +106,11 @@ def main(argv=None) -> int:
     if not table:
         ap.error("no algorithm of mpicoll's to choose from in these results (only mpi, auto, "
                  "or node-aware algorithms measured on one node)")
-    problem = prepare_output(args.output)
+    problem = prepare_output(args.output, create=False)
     if problem:
         ap.error(problem)
+    for name, why in left_out(results).items():
+        print(f"# left out: {name} ({why})")
     with open(args.output, "w") as f:
         json.dump(table, f, indent=1)
         f.write("\n")

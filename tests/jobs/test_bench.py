@@ -87,3 +87,23 @@ def test_bench_persistent(tmp_path, collective):
     for r in res["records"]:
         assert r["wrong"] == 0, r
         assert r["persistent"] == (r["algorithm"] != "mpi"), r
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("dtype, op", [("bfloat16", "sum"), ("int8", "band"), ("bool", "lxor"),
+                                       ("complex64", "prod")])
+def test_bench_runs_every_dtype_and_op(tmp_path, dtype, op):
+    """Issue 21: `mpicoll bench -d T --op O` exits 0 for what MPI allows; an algorithm that
+    refuses the pair (shm) is left out with one line, never a traceback."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpicoll", "bench", "-d",
+                           dtype, "--op", op, "-b", "64", "-e", "64", "-n", "2", "-w", "0",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=500, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"# not run: shm (it does not reduce {op} on {dtype})" in proc.stdout
+    assert "all results correct" in proc.stdout
+    ran = {r["algorithm"] for r in json.loads(out.read_text())["records"]}
+    assert "shm" not in ran and {"ring", "auto"} <= ran
+    assert ("mpi" in ran) == (dtype != "bfloat16")      # no MPI datatype for bfloat16

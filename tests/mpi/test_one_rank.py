@@ -165,7 +165,7 @@ SETTINGS = [
                                                     "file"),
     ("MPICOLL_PROFILE", "/nonexistent.json", "auto", "MPICOLL_PROFILE=/nonexistent.json: no "
                                                      "such file"),
-    ("MPICOLL_SHORT_MSG", "8K", "auto", "MPICOLL_SHORT_MSG must be a number of bytes"),
+    ("MPICOLL_SHORT_MSG", "8Q", "auto", "MPICOLL_SHORT_MSG must be a number of bytes"),
     ("MPICOLL_KERNELS", "foo", "ring", "MPICOLL_KERNELS must be 'numba' or 'numpy', got 'foo'"),
     ("MPICOLL_RANKS_PER_NODE", "0", "auto", "MPICOLL_RANKS_PER_NODE must be a positive integer, "
                                             "got '0'"),

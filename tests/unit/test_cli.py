@@ -141,7 +141,7 @@ def test_commands_without_communication_do_not_initialise_mpi(tmp_path):
     (["-a", "ring,butterfly"], "unknown allreduce algorithm(s) ['butterfly']"),
     (["-o", "sum"], "unrecognized arguments: -o sum"),
     (["--profile", "/nonexistent.json"], "/nonexistent.json: no such profile file"),
-    (["--timeout", "-1"], "--timeout: must be a number >= 0"),
+    (["--timeout", "-1"], "--timeout: not a time: '-1' (expected seconds like 600, 10m"),
     (["-d", "complex64", "--op", "max"], "argument --op: op 'max' does not apply to dtype "
                                          "complex64 (MPI allows max on integer and floating "
                                          "types; complex64 is complex); ops for complex64: "
@@ -314,3 +314,159 @@ def test_bench_offers_every_dtype_and_op():
     assert bench.DTYPES == tuple(str(d) for d in kernels.DTYPES)
     assert bench.OPS == kernels.OPS
     assert all(bench._dtype(name) == d for name, d in zip(bench.DTYPES, kernels.DTYPES))
+
+
+# ----------------------------------------------------------------------------- issue 21: no surprises
+
+def test_bench_leaves_out_what_an_algorithm_refuses_for_every_dtype_and_op():
+    """Every dtype x op MPI allows: the algorithms bench would run are those that take the pair
+    (shm's own supports() decides for shm); none is left out without a reason."""
+    from mpicoll import kernels
+    from mpicoll.algorithms import allreduce_shm
+    from mpicoll.registry import ALLREDUCE
+    from mpicoll.tools import bench
+    left_out = 0
+    for dtype in kernels.DTYPES:
+        for op in kernels.ops_for(dtype):
+            for name in ALLREDUCE:
+                why = bench.refusal("allreduce", name, op, dtype)
+                if name == "shm":
+                    assert (why is None) == allreduce_shm.supports(op, dtype), (op, dtype, why)
+                    left_out += why is not None
+                    assert why is None or f"{op} on {dtype}" in why
+                else:
+                    assert why is None, (name, op, dtype, why)
+            assert bench.refusal("allgather", "ring", op, dtype) is None
+    assert left_out > 0                         # bfloat16, int8, band ... are left out
+
+
+class _Comm:
+    """Enough of a communicator for bench's helpers: ``allgather`` over given values."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def allgather(self, mine):
+        return self.values(mine)
+
+
+def test_bench_first_call_turns_a_refusal_into_a_line():
+    from mpicoll.tools import bench
+
+    class Case:
+        comm = _Comm(lambda mine: [mine, mine])
+
+        def call(self, algorithm, timeout):
+            if algorithm == "picky":
+                raise ValueError("algorithm='picky' supports op sum, not 'band'\nmore")
+
+    assert bench.first_call(Case(), "ring", 10) is None
+    assert bench.first_call(Case(), "picky", 10) == "algorithm='picky' supports op sum, not 'band'"
+
+
+def test_bench_warns_when_ranks_outnumber_cores(monkeypatch):
+    from mpicoll.tools import bench
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    four = _Comm(lambda mine: [mine] * 4)
+    two = _Comm(lambda mine: [mine] * 2)
+    assert "4 ranks share 2 cores on" in bench.oversubscribed(four)
+    assert bench.oversubscribed(two) is None
+
+
+def test_bad_environment_value_is_a_usage_error_before_bench_starts(capsys, monkeypatch):
+    monkeypatch.setenv("MPICOLL_TIMEOUT", "abc")
+    line = usage_error(capsys, "bench")
+    assert line.startswith("mpicoll bench: error: MPICOLL_TIMEOUT must be a number of seconds "
+                           "> 0, or 0 or inf for no timeout, got 'abc'"), line
+    monkeypatch.setenv("MPICOLL_TIMEOUT", "10m")
+    from mpicoll.tools import bench
+    assert bench.parse_args(["--timeout", "2m"]).timeout == 120.0
+
+
+def simulated(tmp_path) -> str:
+    path = tmp_path / "sim.json"
+    assert status_of("simulate", "-N", "4", "-e", "64", "-a", "ring", "--json", str(path)) == 0
+    return str(path)
+
+
+def test_report_and_tune_refuse_simulator_json_and_keep_the_table(capsys, tmp_path):
+    path = simulated(tmp_path)
+    capsys.readouterr()
+    for command in ("report", "tune"):
+        extra = ("-o", str(tmp_path / "tuning.json")) if command == "tune" else ()
+        line = usage_error(capsys, command, path, *extra)
+        assert f"{path}: simulator results (mpicoll simulate --json), not measured" in line
+    assert not (tmp_path / "tuning.json").exists()
+
+
+def test_report_without_mpi_column(capsys, tmp_path):
+    """A bfloat16 sweep has no mpi (no MPI datatype): no vs_mpi to show, and no traceback."""
+    path = bench_results(tmp_path / "r.json", [(8, "ring", 9.0), (8, "binomial", 5.0)])
+    data = json.loads(Path(path).read_text())
+    for r in data["records"]:
+        r["vs_mpi"] = None
+    Path(path).write_text(json.dumps(data))
+    assert status_of("report", path) == 0
+    assert "| 8 | 9.0 | **5.0** | - |" in capsys.readouterr().out
+
+
+def test_report_into_a_closed_pipe_stops_quietly(tmp_path):
+    path = bench_results(tmp_path / "r.json", [(s, a, 9.0) for s in range(8, 80000, 8)
+                                                for a in ("ring", "binomial")])
+    proc = subprocess.run(f"{sys.executable} -m mpicoll report {path} | head -1", shell=True,
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout.startswith("*allreduce, 4 ranks")
+    assert proc.stderr == "", proc.stderr
+
+
+def test_plot_refuses_an_unknown_format_and_a_missing_folder(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = bench_results(tmp_path / "r.json", [(8, "ring", 9.0), (8, "mpi", 4.0)])
+    line = usage_error(capsys, "plot", path, "-o", str(tmp_path / "out.xyz"))
+    assert "'xyz' is not a figure format; name a file ending in one of" in line and ".png" in line
+    missing = tmp_path / "no" / "such" / "x.png"
+    line = usage_error(capsys, "plot", path, "-o", str(missing))
+    assert f"the folder {missing.parent} does not exist" in line
+    assert not (tmp_path / "no").exists()
+
+
+def test_plot_draws_simulator_json(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = simulated(tmp_path)
+    assert status_of("plot", path, "-o", str(tmp_path / "sim.png")) == 0
+    assert (tmp_path / "sim.png").stat().st_size > 10_000
+
+
+def test_tune_says_what_it_leaves_out(tmp_path, capsys):
+    path = bench_results(tmp_path / "r.json", [
+        (65536, "shm", 20.0), (65536, "ring", 50.0), (65536, "hierarchical", 40.0),
+        (65536, "naive", 45.0)])
+    assert status_of("tune", path, "-o", str(tmp_path / "t.json")) == 0
+    out = capsys.readouterr().out
+    assert "# left out: shm (runs on one node only" in out
+    assert "# left out: hierarchical (node-aware, measured on one node" in out
+    assert "# left out: naive (each rank rounds its own way" in out
+    assert "# left out: ring" not in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["model", "-N", "4", "-f", "1"], "-f 1 makes 67108857 sizes from 8 to 67108864 B, more "
+                                      "than 10000: use a larger -f"),
+    (["bench", "-f", "1", "-e", "1M"], "-f 1 makes 1048569 sizes"),
+    (["trace", "ring", "-N", "100000"], "-N 100000: trace prints every step of every rank"),
+    (["simulate", "--alpha", "2", "--bandwidth", "25GB/s", "-N", "8"],
+     "--alpha: '2' without a unit is 2 s; give the unit (e.g. 2us)"),
+    (["simulate", "--alpha", "2us", "--bandwidth", "25", "-N", "8"],
+     "--bandwidth: '25' without a unit is 25 B/s; give the unit (e.g. 25GB/s)"),
+])
+def test_long_or_unit_less_runs_are_refused(capsys, argv, says):
+    line = usage_error(capsys, *argv)
+    assert says in line, line
+
+
+def test_bare_numbers_that_are_plausible_stay_accepted():
+    from mpicoll.tools.simulate import parse_bandwidth, parse_seconds
+    assert parse_seconds("2e-6") == 2e-6 and parse_seconds("2us") == 2e-6
+    assert parse_bandwidth("25e9") == 25e9 and parse_bandwidth("25GB/s") == 25e9

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Regenerates the data docs/performance.md's tables are made from, then the tables:
+#   bash run.sh shell        # (or put .venv/bin on PATH), then:
+#   bash docs/make-performance.sh              # everything (about 2 hours on 2 cores)
+#   bash docs/make-performance.sh tables       # only remake the tables from docs/results/
+#   bash docs/make-performance.sh first-call   # only one part: perf, shm-single, roofline,
+#                                              # first-call
+# 1. perf: three rounds of the all-reduce sweep at N = 2, 4 (8 B-64 MiB) and 8 (8 B-4 MiB),
+#    plain and --persistent -> docs/results/perf-np*.json
+# 2. shm-single: shm's single copy against its window copy, three runs each, taking turns
+#    -> docs/results/shm-single-{auto,off}-*.json
+# 3. roofline: a sweep at N = 2, the STREAM-like probe, the figure -> docs/roofline-np2.png
+# 4. first-call: the first all-reduce at N = 4, cold and warm -> docs/results/first-call-np4.txt
+# 5. the tables: python jobs/doc_tables.py docs/performance.md (tests/unit/test_doc_tables.py
+#    fails on a table that differs from its data)
+# Tables whose data was never kept are not here: their commands are in the page, to run again.
+# Timings move with the machine's load: run it on a quiet machine and say the load.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT=docs/results
+ONLY=" $* "
+part() { [[ "$ONLY" == "  " || "$ONLY" == *" $1 "* ]]; }
+
+if part perf; then
+    for r in 1 2 3; do
+        for n in 2 4; do
+            mpiexec -n $n python -m mpicoll bench -b 8 -e 64M -f 4 --json "$OUT/perf-np$n-$r.json"
+            mpiexec -n $n python -m mpicoll bench -b 8 -e 64M -f 4 --persistent \
+                --json "$OUT/perf-np$n-persistent-$r.json"
+        done
+        mpiexec -n 8 python -m mpicoll bench -b 8 -e 4M -f 4 --json "$OUT/perf-np8-$r.json"
+        mpiexec -n 8 python -m mpicoll bench -b 8 -e 4M -f 4 --persistent \
+            --json "$OUT/perf-np8-persistent-$r.json"
+    done
+fi
+if part shm-single; then
+    for r in 1 2 3; do
+        for mode in auto off; do
+            MPICOLL_SHM_SINGLE_COPY=$mode mpiexec -n 2 python -m mpicoll bench -b 16K -e 4M -f 2 \
+                -a shm,ring,recursive_halving,mpi --json "$OUT/shm-single-$mode-$r.json"
+        done
+    done
+fi
+if part roofline; then
+    mpiexec -n 2 python -m mpicoll bench -b 8 -e 64M -f 4 --json "$OUT/roofline-np2.json"
+    python jobs/stream.py --json "$OUT/stream.json"
+    python jobs/roofline.py "$OUT/roofline-np2.json" "$OUT/stream.json" -o docs/roofline-np2.png
+fi
+if part first-call; then
+    python jobs/cold_start.py -n 4 --runs 3 --algorithm auto --executors compiled \
+        --dtypes float32 | tee "$OUT/first-call-np4.txt"
+fi
+python jobs/doc_tables.py docs/performance.md

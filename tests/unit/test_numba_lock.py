@@ -1,0 +1,92 @@
+"""The numba compile lock (issue 21): one per cache folder, never one per user machine-wide;
+processes that find a warm cache load side by side instead of queueing; a miss compiles once."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(240)
+
+HOLD = """
+import sys, time
+import mpicoll.kernels as kernels
+with kernels.file_lock():
+    print(kernels.lock_path(), flush=True)
+    time.sleep(float(sys.argv[1]))
+"""
+
+WARM = """
+import time
+import numpy as np
+import mpicoll.kernels as kernels
+started = time.monotonic()
+kernels.warmup("sum", np.dtype(np.int16))
+print(f"{time.monotonic() - started:.3f}", dict(kernels.sum_into.stats.cache_misses) != {})
+"""
+
+
+def python(code, *args, cache, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_CACHE_DIR=str(cache))
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, text=True, **kw)
+
+
+def test_lock_lives_in_the_cache_folder(tmp_path):
+    proc = python(HOLD, 0, cache=tmp_path)
+    path = Path(proc.communicate(timeout=120)[0].strip())
+    assert path.name == "mpicoll-numba.lock"
+    assert tmp_path in path.parents                      # not /tmp/mpicoll-numba-<uid>.lock
+
+
+def test_warm_cache_is_loaded_while_another_process_holds_the_lock(tmp_path):
+    """A holder of the lock that compiles nothing (a reader) does not make a process with a warm
+    cache wait: with one exclusive lock the loader would wait out the holder's 60 s."""
+    first = python(WARM, cache=tmp_path)
+    _, compiled = first.communicate(timeout=200)[0].split()
+    assert compiled == "True"                             # the cold process compiled
+    holder = python(HOLD, 60, cache=tmp_path)
+    try:
+        assert holder.stdout.readline()                   # it holds the lock now
+        started = time.monotonic()
+        loader = python(WARM, cache=tmp_path)
+        out, _ = loader.communicate(timeout=120)
+        waited = time.monotonic() - started
+        assert out.split()[1] == "False"                  # loaded, not compiled
+        assert waited < 45, f"the warm load waited {waited:.0f} s behind the holder"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_concurrent_cold_processes_compile_once(tmp_path):
+    procs = [python(WARM, cache=tmp_path) for _ in range(3)]
+    compiled = [p.communicate(timeout=200)[0].split()[1] for p in procs]
+    assert sorted(compiled) == ["False", "False", "True"], compiled
+
+
+def test_nested_in_a_thread_and_one_thread_at_a_time():
+    """Nested blocks are one lock; a second thread waits for the first (a thread turning the
+    lock exclusive holds numba's compiler lock, which another thread's load would need)."""
+    import threading
+    from mpicoll import kernels
+    order = []
+
+    def other():
+        with kernels.file_lock():
+            order.append("other")
+
+    with kernels.file_lock():
+        with kernels.file_lock():
+            pass
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(0.5)
+        order.append("main")
+    thread.join(30)
+    assert order == ["main", "other"]
