@@ -56,7 +56,9 @@
 # the host's network is untouched: sbatch/srun/sinfo/... on the host reach the
 # cluster through wrappers in $MPICOLL_SLURM_DIR/bin (the printed export line
 # puts them on PATH). A task prolog points MPICH's inter-node transport (UCX)
-# at the node's link: UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0. Without netns
+# at the node's link: UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0 (and 64/256 KiB
+# TCP segments; waiting ranks yield the CPU: MPIR_CVAR_ENABLE_HEAVY_YIELD=1 --
+# MPICOLL_FABRIC_YIELD=0 keeps MPICH's busy polling). Without netns
 # capability (not root, no veth/tbf, no unshare) "up --fabric" says so in one
 # line and starts the plain cluster instead.
 #   --nodes N / MPICOLL_SLURM_NODES   emulated nodes (default 2; 4 with --fabric)
@@ -291,12 +293,20 @@ fabric_up() {
     done
     # The task prolog: MPICH's UCX netmod over TCP on the node's link -- never shared memory
     # or loopback between nodes (MPICH's own shared memory still joins a node's ranks).
+    # Measured on this 2-core box (docs/fabric.md): UCX's default 8 KiB TCP segments halve a
+    # 4 MiB exchange's bandwidth when both directions are busy (66 MB/s each way at 1 Gbit/s;
+    # 109 MB/s with 64/256 KiB segments), and MPICH's busy polling, with more ranks than
+    # cores, makes an 8 B message take 3 ms (73 us when a waiting rank sleeps between polls).
     cat >"$FABRIC_DIR/task-prolog.sh" <<EOF
 #!/bin/sh
 # Written by slurm/local-cluster.sh up --fabric: environment of every task of every job.
 echo "export MPIR_CVAR_CH4_NETMOD=ucx"
 echo "export UCX_TLS=tcp,self"
 echo "export UCX_NET_DEVICES=eth0"
+echo "export UCX_TCP_TX_SEG_SIZE=64k"
+echo "export UCX_TCP_RX_SEG_SIZE=256k"
+echo "export MPIR_CVAR_POLLS_BEFORE_YIELD=${MPICOLL_FABRIC_POLLS:-1}"
+echo "export MPIR_CVAR_ENABLE_HEAVY_YIELD=${MPICOLL_FABRIC_YIELD:-1}"
 echo "export MPICOLL_FABRIC=$name"
 EOF
     chmod +x "$FABRIC_DIR/task-prolog.sh"
