@@ -18,7 +18,7 @@ come in three bands, each its own bench run with its own iteration count: ``--sm
 iterations, 1 warm-up, only ring, ring@order=node, the hierarchical variants, auto and mpi: the
 others take seconds per call there at 1 Gbit/s). ``--quick`` is a smoke test (2 sizes).
 
-Writes DIR/fabric-bench-<fabric>-<N>x<K>.json: bench's preamble (+ ``fabric``, ``link``: the
+Writes DIR/fabric-bench-<fabric>-<N>x<K>[-cyclic].json (-cyclic: ranks not placed in blocks): bench's preamble (+ ``fabric``, ``link``: the
 node link's tbf rate as the fabric script set it) and the records of all bands, where
 ``algorithm`` is the variant's name.
 """
@@ -112,7 +112,9 @@ def main(argv=None) -> int:
             records += band(comm, args.huge, "4", 3, 1, HUGE)
     pre = bench.preamble(comm, bench.parse_args(["-a", "ring"]), nodes)    # collective
     if RANK == 0:
-        name = f"fabric-bench-{info['fabric'] or 'plain'}-{len(nodes)}x{rpn}.json"
+        cyclic = any(list(n) != list(range(n[0], n[0] + len(n))) for n in nodes)
+        name = (f"fabric-bench-{info['fabric'] or 'plain'}-{len(nodes)}x{rpn}"
+                f"{'-cyclic' if cyclic else ''}.json")
         write_json(out / name, {**pre, **info, "variants": list(VARIANTS),
                                 "records": records})
     comm.Free()

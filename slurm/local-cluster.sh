@@ -57,8 +57,7 @@
 # cluster through wrappers in $MPICOLL_SLURM_DIR/bin (the printed export line
 # puts them on PATH). A task prolog points MPICH's inter-node transport (UCX)
 # at the node's link: UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0 (and 64/256 KiB
-# TCP segments; waiting ranks yield the CPU: MPIR_CVAR_ENABLE_HEAVY_YIELD=1 --
-# MPICOLL_FABRIC_YIELD=0 keeps MPICH's busy polling). Without netns
+# TCP segments; a job's own setting of any of these wins). Without netns
 # capability (not root, no veth/tbf, no unshare) "up --fabric" says so in one
 # line and starts the plain cluster instead.
 #   --nodes N / MPICOLL_SLURM_NODES   emulated nodes (default 2; 4 with --fabric)
@@ -295,18 +294,18 @@ fabric_up() {
     # or loopback between nodes (MPICH's own shared memory still joins a node's ranks).
     # Measured on this 2-core box (docs/fabric.md): UCX's default 8 KiB TCP segments halve a
     # 4 MiB exchange's bandwidth when both directions are busy (66 MB/s each way at 1 Gbit/s;
-    # 109 MB/s with 64/256 KiB segments), and MPICH's busy polling, with more ranks than
-    # cores, makes an 8 B message take 3 ms (73 us when a waiting rank sleeps between polls).
+    # 109 MB/s with 64/256 KiB segments). MPICH busy-polls: with more ranks than cores an 8 B
+    # message takes ~3 ms; MPIR_CVAR_ENABLE_HEAVY_YIELD=1 MPIR_CVAR_POLLS_BEFORE_YIELD=1 made
+    # it 73 us but hung 3 of 4 hierarchical runs with these segments, so it is not set here.
+    # A job's own environment wins over these defaults (the prolog sees it).
     cat >"$FABRIC_DIR/task-prolog.sh" <<EOF
 #!/bin/sh
 # Written by slurm/local-cluster.sh up --fabric: environment of every task of every job.
-echo "export MPIR_CVAR_CH4_NETMOD=ucx"
-echo "export UCX_TLS=tcp,self"
-echo "export UCX_NET_DEVICES=eth0"
-echo "export UCX_TCP_TX_SEG_SIZE=64k"
-echo "export UCX_TCP_RX_SEG_SIZE=256k"
-echo "export MPIR_CVAR_POLLS_BEFORE_YIELD=${MPICOLL_FABRIC_POLLS:-1}"
-echo "export MPIR_CVAR_ENABLE_HEAVY_YIELD=${MPICOLL_FABRIC_YIELD:-1}"
+echo "export MPIR_CVAR_CH4_NETMOD=\${MPIR_CVAR_CH4_NETMOD:-ucx}"
+echo "export UCX_TLS=\${UCX_TLS:-tcp,self}"
+echo "export UCX_NET_DEVICES=\${UCX_NET_DEVICES:-eth0}"
+echo "export UCX_TCP_TX_SEG_SIZE=\${UCX_TCP_TX_SEG_SIZE:-64k}"
+echo "export UCX_TCP_RX_SEG_SIZE=\${UCX_TCP_RX_SEG_SIZE:-256k}"
 echo "export MPICOLL_FABRIC=$name"
 EOF
     chmod +x "$FABRIC_DIR/task-prolog.sh"
