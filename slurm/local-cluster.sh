@@ -52,7 +52,7 @@
 # --fabric` reads, field nic.bandwidth in bytes/s; or a preset name). The
 # bridge, slurmctld and the client commands live in one more namespace,
 # "mpicoll-sw", so every address the script makes is inside its own
-# namespaces (MPICOLL_FABRIC_NET.254 for slurmctld, .1 ... for the nodes) and
+# namespaces (10.250.0.254 for slurmctld, .1 ... for the nodes) and
 # the host's network is untouched: sbatch/srun/sinfo/... on the host reach the
 # cluster through wrappers in $MPICOLL_SLURM_DIR/bin (the printed export line
 # puts them on PATH). A task prolog points MPICH's inter-node transport (UCX)
@@ -60,10 +60,10 @@
 # TCP segments; a job's own setting of any of these wins). Without netns
 # capability (not root, no veth/tbf, no unshare) "up --fabric" says so in one
 # line and starts the plain cluster instead.
-#   --nodes N / MPICOLL_SLURM_NODES   emulated nodes (default 2; 4 with --fabric)
-#   MPICOLL_FABRIC_NET   first three octets of the private /24 (default 10.250.0)
-#   MPICOLL_FABRIC_MTU   the links' MTU (default 9000: jumbo frames, as in a
-#                        datacenter; 1500 adds ~5 % of header bytes)
+#   --nodes N   emulated nodes (default 2; 4 with --fabric)
+# The fabric's private /24 is 10.250.0.0/24 (FABRIC_NET below); the links' MTU
+# is 9000 (jumbo frames, as in a datacenter; 1500 would add ~5 % of header
+# bytes). The export line also sets MPICOLL_FABRIC, the fabric's name.
 #
 # "status" exits 0 only when every daemon runs; "down" is safe to repeat.
 #
@@ -84,18 +84,18 @@ MIN_JOB_AGE=${MPICOLL_SLURM_MIN_JOB_AGE:-300}
 CONF=$DIR/slurm.conf
 ENV_FILE=$DIR/env
 FABRIC_DIR=$DIR/fabric                  # present while a shaped fabric is up
-FABRIC_NET=${MPICOLL_FABRIC_NET:-10.250.0}
-FABRIC_MTU=${MPICOLL_FABRIC_MTU:-9000}
+FABRIC_NET=10.250.0
+FABRIC_MTU=9000
 SW=mpicoll-sw                           # the switch namespace: bridge, slurmctld, clients
 CLIENTS=(sbatch srun salloc sinfo squeue scancel scontrol sattach sstat sacct sprio)
-# The nodes of the cluster that is up (its slurm.conf), else MPICOLL_SLURM_NODES nodes.
+# The nodes of the cluster that is up (its slurm.conf), else 2 (up --nodes N changes it).
 nodes_of_conf() {
     [[ -r $CONF ]] && sed -n 's/^NodeName=\(n[0-9]*\) .*/\1/p' "$CONF"
 }
 NODES=()
 if [[ -r $CONF ]]; then mapfile -t NODES < <(nodes_of_conf); fi
 if ((${#NODES[@]} == 0)); then
-    for ((i = 1; i <= ${MPICOLL_SLURM_NODES:-2}; i++)); do NODES+=("n$i"); done
+    for ((i = 1; i <= 2; i++)); do NODES+=("n$i"); done
 fi
 
 # munged uses the distribution's default paths, so the stock `munge` and
@@ -659,7 +659,7 @@ stop_slurm() {
 # Commands
 # ---------------------------------------------------------------------------
 cmd_up() {
-    local fabric="" nnodes=${MPICOLL_SLURM_NODES:-} why params
+    local fabric="" nnodes="" why params
     while (($#)); do
         case $1 in
         --fabric) fabric=${2:?--fabric needs a fabric JSON file or a preset name}; shift 2 ;;

@@ -14,7 +14,7 @@
 # its own network namespace, links capped at 1 Gbit/s: `local-cluster.sh up --fabric
 # slurm/local/fabric-1g.json --nodes 2`, docs/fabric.md) and runs tests/slurm/test_fabric.py
 # there; where network namespaces can't be made, that test is skipped with the reason.
-# MPICOLL_SKIP_FABRIC=1 leaves that stage out. A cluster that is already up runs test_fabric.py
+# A cluster that is already up runs test_fabric.py
 # only if it is a fabric (its env file sets MPICOLL_FABRIC).
 # Extra arguments go to pytest. MPICOLL_SLURM_SBATCH_ARGS adds options to every sbatch (e.g.
 # "-p debug -A project" on a site cluster); the jobs need 2 nodes with 2 tasks each.
@@ -89,7 +89,7 @@ if [ $rc = 5 ]; then
 fi
 
 # The shaped fabric: the same cluster again, each node in its own network namespace.
-if [ $started = 1 ] && [ "${MPICOLL_SKIP_FABRIC:-0}" != 1 ]; then
+if [ $started = 1 ]; then
     echo "== restarting the local cluster on a shaped fabric" \
          "(up --fabric slurm/local/fabric-1g.json --nodes 2)"
     bash slurm/local-cluster.sh down
