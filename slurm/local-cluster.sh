@@ -337,7 +337,7 @@ fabric_down_links() {
             fi
         done <"$FABRIC_DIR/namespaces"
     fi
-    rm -rf "$FABRIC_DIR" "$DIR/bin"
+    rm -rf "${FABRIC_DIR:?}" "${DIR:?}/bin"
 }
 
 # fabric_exec NODE CMD... -> CMD as node NODE: its network namespace, a UTS namespace with
@@ -348,6 +348,7 @@ fabric_exec() {
     local node=$1
     shift
     mkdir -p "$FABRIC_DIR/cgroup"
+    # shellcheck disable=SC2016  # $1, $2 are the inner shell's
     nsenter --net="/run/netns/$(node_ns "$node")" unshare --uts --mount --propagation private \
         sh -c 'set -e; hostname "$1"; mount --bind "$2/hosts" /etc/hosts
                mount --rbind /sys/fs/cgroup "$2/cgroup"; mount -t sysfs sysfs /sys
