@@ -230,6 +230,9 @@ SCRIPTS = (
             "slurm/local-cluster.sh"),
     Setting("MPICOLL_SLURM_CPUS", "integer", 2, "CPUs each emulated node declares",
             "slurm/local-cluster.sh"),
+    Setting("MPICOLL_FABRIC", "name", "", "set by `local-cluster.sh up --fabric` (its export "
+            "line and every task): the shaped fabric the cluster runs on; the fabric test runs "
+            "only where it is set (docs/fabric.md)", "slurm/local-cluster.sh, tests/slurm"),
     Setting("MPICOLL_SLURM_SBATCH_ARGS", "words", "", "extra sbatch options of the Slurm tests "
             "(e.g. `-p debug -A project`)", "tests/slurm"),
     Setting("MPICOLL_SLURM_TIMEOUT", "seconds", 60, "how long the local cluster waits for its nodes",

@@ -2,8 +2,11 @@
 # local-cluster.sh -- a real, two-node Slurm cluster on this single machine.
 #
 #   bash slurm/local-cluster.sh up       # install (if needed) and start it
+#   bash slurm/local-cluster.sh up --fabric FILE|PRESET [--nodes N]
+#                                        # the same, each node in its own network
 #   bash slurm/local-cluster.sh status   # sinfo + daemon pids
-#   bash slurm/local-cluster.sh down     # stop every daemon it started
+#   bash slurm/local-cluster.sh down     # stop every daemon it started, remove
+#                                        # every namespace, link and qdisc it made
 #
 # What "up" does, in order:
 #   1. installs Debian's slurm-wlm and munge packages if they are missing
@@ -40,6 +43,28 @@
 # MPI_COMM_WORLD over both nodes, and MPI.COMM_TYPE_SHARED groups the ranks
 # by emulated node. Jobs need no environment beyond SLURM_CONF.
 #
+# A shaped fabric (up --fabric FILE|PRESET; docs/fabric.md): each emulated
+# node's slurmd runs in its own network namespace ("mpicoll-n1" ...) and its
+# own UTS namespace (hostname n1 ...), with a mount namespace whose /etc/hosts
+# names the nodes. Each node has one link, a veth pair "eth0" <-> "n<i>" to a
+# bridge, and both directions of that link are capped with a tbf qdisc at the
+# NIC bandwidth of the fabric (FILE: a fabric JSON as `mpicoll simulate
+# --fabric` reads, field nic.bandwidth in bytes/s; or a preset name). The
+# bridge, slurmctld and the client commands live in one more namespace,
+# "mpicoll-sw", so every address the script makes is inside its own
+# namespaces (10.250.0.254 for slurmctld, .1 ... for the nodes) and
+# the host's network is untouched: sbatch/srun/sinfo/... on the host reach the
+# cluster through wrappers in $MPICOLL_SLURM_DIR/bin (the printed export line
+# puts them on PATH). A task prolog points MPICH's inter-node transport (UCX)
+# at the node's link: UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0 (and 64/256 KiB
+# TCP segments; a job's own setting of any of these wins). Without netns
+# capability (not root, no veth/tbf, no unshare) "up --fabric" says so in one
+# line and starts the plain cluster instead.
+#   --nodes N   emulated nodes (default 2; 4 with --fabric)
+# The fabric's private /24 is 10.250.0.0/24 (FABRIC_NET below); the links' MTU
+# is 9000 (jumbo frames, as in a datacenter; 1500 would add ~5 % of header
+# bytes). The export line also sets MPICOLL_FABRIC, the fabric's name.
+#
 # "status" exits 0 only when every daemon runs; "down" is safe to repeat.
 #
 # This script assumes a machine without systemd (it never calls systemctl)
@@ -58,7 +83,20 @@ MIN_JOB_AGE=${MPICOLL_SLURM_MIN_JOB_AGE:-300}
 
 CONF=$DIR/slurm.conf
 ENV_FILE=$DIR/env
-NODES=(n1 n2)
+FABRIC_DIR=$DIR/fabric                  # present while a shaped fabric is up
+FABRIC_NET=10.250.0
+FABRIC_MTU=9000
+SW=mpicoll-sw                           # the switch namespace: bridge, slurmctld, clients
+CLIENTS=(sbatch srun salloc sinfo squeue scancel scontrol sattach sstat sacct sprio)
+# The nodes of the cluster that is up (its slurm.conf), else 2 (up --nodes N changes it).
+nodes_of_conf() {
+    [[ -r $CONF ]] && sed -n 's/^NodeName=\(n[0-9]*\) .*/\1/p' "$CONF"
+}
+NODES=()
+if [[ -r $CONF ]]; then mapfile -t NODES < <(nodes_of_conf); fi
+if ((${#NODES[@]} == 0)); then
+    for ((i = 1; i <= 2; i++)); do NODES+=("n$i"); done
+fi
 
 # munged uses the distribution's default paths, so the stock `munge` and
 # `unmunge` commands (and Slurm's auth_munge plugin) find it without options.
@@ -133,6 +171,190 @@ our_stepd_pids() {
 ctld_pid() { live_pid "$DIR/run/slurmctld.pid" slurmctld; }
 slurmd_pid() { live_pid "$DIR/run/slurmd-$1.pid" slurmd; }
 munged_pid() { live_pid "$MUNGE_PIDFILE" munged; }
+
+# ---------------------------------------------------------------------------
+# Shaped fabric: network + UTS + mount namespaces, veth links, tbf qdiscs
+# ---------------------------------------------------------------------------
+
+fabric_on() { [[ -r $FABRIC_DIR/state ]]; }
+
+# sl CMD... -> a Slurm client command, run where slurmctld can be reached:
+# in the switch namespace when a fabric is up.
+sl() {
+    if fabric_on; then ip netns exec "$SW" "$@"; else "$@"; fi
+}
+
+node_ns() { echo "mpicoll-$1"; }
+node_addr() { echo "$FABRIC_NET.${1#n}"; }
+
+# fabric_capable -> true if this machine can make namespaces, veth links, a
+# bridge and tbf qdiscs; else prints why on stdout.
+fabric_capable() {
+    local probe=mpicoll-probe$$ ok=1
+    [[ $(id -u) -eq 0 ]] || { echo "not root"; return 1; }
+    if ! command -v ip >/dev/null || ! command -v tc >/dev/null ||
+        ! command -v unshare >/dev/null || ! command -v nsenter >/dev/null; then
+        echo "ip, tc, unshare or nsenter is missing"
+        return 1
+    fi
+    ip netns add "$probe" 2>/dev/null || { echo "'ip netns add' fails"; return 1; }
+    if ! ip -n "$probe" link add pa type veth peer name pb 2>/dev/null; then
+        echo "veth links cannot be made"; ok=0
+    elif ! ip -n "$probe" link add pbr type bridge 2>/dev/null; then
+        echo "bridges cannot be made"; ok=0
+    elif ! tc -n "$probe" qdisc add dev pa root tbf rate 1gbit burst 128k latency 50ms \
+        2>/dev/null; then
+        echo "the tbf qdisc is not available"; ok=0
+    elif ! nsenter --net="/run/netns/$probe" unshare --uts --mount true 2>/dev/null; then
+        echo "UTS/mount namespaces cannot be made"; ok=0
+    fi
+    ip netns del "$probe" 2>/dev/null || true
+    ((ok))
+}
+
+# fabric_params SPEC NODES -> "NAME NIC_BYTES_PER_S" of a fabric JSON or preset, read with
+# mpicoll itself (any preset), else (no mpicoll/numpy here) with plain json (files only).
+fabric_params() {
+    local py
+    py=$(command -v "${MPICOLL_PYTHON:-python}" || command -v python3) || die "no python"
+    PYTHONPATH=$HERE/..${PYTHONPATH:+:$PYTHONPATH} "$py" - "$1" "$2" <<'EOF'
+import json, sys
+spec, nodes = sys.argv[1], int(sys.argv[2])
+try:
+    from mpicoll.executors.fabric import preset
+    f = preset(spec, nodes, 1)
+    name, bw = f.name, f.nic.bandwidth
+except ImportError:
+    try:
+        d = json.load(open(spec))
+        name, bw = d.get("name", spec), float(d["nic"]["bandwidth"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"[local-cluster] ERROR: --fabric {spec}: not a fabric file: {e}")
+except ValueError as e:
+    sys.exit(f"[local-cluster] ERROR: --fabric {spec}: {e}")
+print(str(name).replace(" ", "_"), repr(float(bw)))
+EOF
+}
+
+# The wrappers that run the Slurm clients in the switch namespace (the host
+# has no route to the fabric). A process already inside one of the cluster's
+# namespaces (a job, on a node) runs the real command.
+write_wrappers() {
+    local cmd real
+    mkdir -p "$DIR/bin"
+    for cmd in "${CLIENTS[@]}"; do
+        real=$(command -v "$cmd") || continue
+        cat >"$DIR/bin/$cmd" <<EOF
+#!/bin/sh
+# mpicoll local cluster (slurm/local-cluster.sh up --fabric): $cmd in the switch namespace.
+case "\$(ip netns identify 2>/dev/null)" in
+mpicoll-*) exec $real "\$@" ;;
+*) exec ip netns exec $SW $real "\$@" ;;
+esac
+EOF
+        chmod +x "$DIR/bin/$cmd"
+    done
+}
+
+# fabric_up NAME BYTES_PER_S: namespaces, bridge, one capped link per node.
+fabric_up() {
+    local name=$1 bw=$2 node ns rate burst
+    fabric_down_links
+    mkdir -p "$FABRIC_DIR"
+    # tc wants bits/s; a burst of 1 ms at the rate, at least 128 KiB (a GSO packet's worth).
+    rate=$(awk -v b="$bw" 'BEGIN {printf "%.0f", b * 8}')
+    burst=$(awk -v b="$bw" 'BEGIN {x = b / 1000; if (x < 131072) x = 131072; printf "%.0f", x}')
+    ip netns add "$SW"
+    echo "$SW" >>"$FABRIC_DIR/namespaces"
+    ip -n "$SW" link set lo up
+    ip -n "$SW" link add br0 type bridge
+    ip -n "$SW" addr add "$FABRIC_NET.254/24" dev br0
+    ip -n "$SW" link set br0 mtu "$FABRIC_MTU" up
+    {
+        echo "127.0.0.1 localhost"
+        echo "$FABRIC_NET.254 $(hostname -s) mpicoll-sw"
+    } >"$FABRIC_DIR/hosts"
+    for node in "${NODES[@]}"; do
+        ns=$(node_ns "$node")
+        ip netns add "$ns"
+        echo "$ns" >>"$FABRIC_DIR/namespaces"
+        ip -n "$ns" link set lo up
+        # The node's end is "eth0" inside the node; the switch's end is named after the node.
+        ip -n "$SW" link add "$node" mtu "$FABRIC_MTU" type veth peer name eth0 \
+            mtu "$FABRIC_MTU" netns "$ns"
+        ip -n "$SW" link set "$node" master br0 up
+        ip -n "$ns" addr add "$(node_addr "$node")/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        # Both directions capped: the node's upload (eth0) and its download (its switch port).
+        tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms
+        tc -n "$SW" qdisc add dev "$node" root tbf rate "$rate" burst "$burst" latency 100ms
+        echo "$(node_addr "$node") $node" >>"$FABRIC_DIR/hosts"
+    done
+    # The task prolog: MPICH's UCX netmod over TCP on the node's link -- never shared memory
+    # or loopback between nodes (MPICH's own shared memory still joins a node's ranks).
+    # Measured on this 2-core box (docs/fabric.md): UCX's default 8 KiB TCP segments halve a
+    # 4 MiB exchange's bandwidth when both directions are busy (66 MB/s each way at 1 Gbit/s;
+    # 109 MB/s with 64/256 KiB segments). MPICH busy-polls: with more ranks than cores an 8 B
+    # message takes ~3 ms; MPIR_CVAR_ENABLE_HEAVY_YIELD=1 MPIR_CVAR_POLLS_BEFORE_YIELD=1 made
+    # it 73 us but hung 3 of 4 hierarchical runs with these segments, so it is not set here.
+    # A job's own environment wins over these defaults (the prolog sees it).
+    cat >"$FABRIC_DIR/task-prolog.sh" <<EOF
+#!/bin/sh
+# Written by slurm/local-cluster.sh up --fabric: environment of every task of every job.
+echo "export MPIR_CVAR_CH4_NETMOD=\${MPIR_CVAR_CH4_NETMOD:-ucx}"
+echo "export UCX_TLS=\${UCX_TLS:-tcp,self}"
+echo "export UCX_NET_DEVICES=\${UCX_NET_DEVICES:-eth0}"
+echo "export UCX_TCP_TX_SEG_SIZE=\${UCX_TCP_TX_SEG_SIZE:-64k}"
+echo "export UCX_TCP_RX_SEG_SIZE=\${UCX_TCP_RX_SEG_SIZE:-256k}"
+echo "export MPICOLL_FABRIC=$name"
+EOF
+    chmod +x "$FABRIC_DIR/task-prolog.sh"
+    write_wrappers
+    {
+        echo "name=$name"
+        echo "nic_bytes_per_s=$bw"
+        echo "rate_bit=$rate"
+        echo "burst=$burst"
+        echo "mtu=$FABRIC_MTU"
+        echo "net=$FABRIC_NET.0/24"
+        echo "nodes=${NODES[*]}"
+    } >"$FABRIC_DIR/state"
+    log "fabric '$name': ${#NODES[@]} nodes, each in its own namespace, on bridge br0 in $SW;" \
+        "links capped at $(awk -v r="$rate" 'BEGIN {printf "%g", r / 1e9}') Gbit/s each way," \
+        "MTU $FABRIC_MTU"
+}
+
+# Removes every namespace the script made (with them go their veth links, the bridge and
+# the qdiscs), the wrappers and the state. Processes still inside would keep a namespace
+# alive: stop_slurm runs first.
+fabric_down_links() {
+    local ns
+    if [[ -r $FABRIC_DIR/namespaces ]]; then
+        while read -r ns; do
+            [[ $ns == mpicoll-* ]] || continue
+            if [[ -e /run/netns/$ns ]]; then
+                ip netns del "$ns" 2>/dev/null && log "removed namespace $ns (its links and qdiscs)"
+            fi
+        done <"$FABRIC_DIR/namespaces"
+    fi
+    rm -rf "${FABRIC_DIR:?}" "${DIR:?}/bin"
+}
+
+# fabric_exec NODE CMD... -> CMD as node NODE: its network namespace, a UTS namespace with
+# hostname NODE, and a private mount namespace in which /etc/hosts names every node and /sys
+# is the node's (its network devices), with the host's /sys/fs/cgroup kept (slurmd needs it;
+# `ip netns exec` would hide it).
+fabric_exec() {
+    local node=$1
+    shift
+    mkdir -p "$FABRIC_DIR/cgroup"
+    # shellcheck disable=SC2016  # $1, $2 are the inner shell's
+    nsenter --net="/run/netns/$(node_ns "$node")" unshare --uts --mount --propagation private \
+        sh -c 'set -e; hostname "$1"; mount --bind "$2/hosts" /etc/hosts
+               mount --rbind /sys/fs/cgroup "$2/cgroup"; mount -t sysfs sysfs /sys
+               mount --move "$2/cgroup" /sys/fs/cgroup; shift 2; exec "$@"' \
+        sh "$node" "$FABRIC_DIR" "$@"
+}
 
 # ---------------------------------------------------------------------------
 # 1. Packages
@@ -231,16 +453,35 @@ render_conf() {
     # NoCtldInAddrAny Slurm binds to whatever the host name resolves to, which
     # only works for us (clients use 127.0.0.1) if that is a loopback address.
     addr=$(getent ahostsv4 "$host" 2>/dev/null | awk 'NR == 1 {print $1}') || true
-    if [[ $addr == 127.* ]]; then
+    local ctld_addr=127.0.0.1 lines="" node i=0 prolog
+    prolog="# TaskProlog: none (the plain cluster; up --fabric sets one)"
+    if fabric_on; then
+        # Every daemon is alone in its namespace, which holds only the fabric's addresses.
+        ctld_addr=$FABRIC_NET.254
+        comm="# shaped fabric: every daemon listens on its own namespace's addresses"
+        prolog="TaskProlog=$FABRIC_DIR/task-prolog.sh"
+    elif [[ $addr == 127.* ]]; then
         comm="CommunicationParameters=NoInAddrAny,NoCtldInAddrAny"
     else
         comm="# $host resolves to '${addr:-nothing}': listen on all interfaces"
     fi
+    for node in "${NODES[@]}"; do
+        i=$((i + 1))
+        if fabric_on; then
+            lines+="NodeName=$node NodeHostname=$node NodeAddr=$(node_addr "$node")"
+        else
+            lines+="NodeName=$node NodeHostname=$host NodeAddr=127.0.0.1"
+        fi
+        lines+=" Port=$((PORT + i)) CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1"
+        lines+=" State=UNKNOWN\n"
+    done
     sed -e "s|@DIR@|$DIR|g" \
         -e "s|@HOST@|$host|g" \
         -e "s|@CTLD_PORT@|$PORT|g" \
-        -e "s|@N1_PORT@|$((PORT + 1))|g" \
-        -e "s|@N2_PORT@|$((PORT + 2))|g" \
+        -e "s|@CTLD_ADDR@|$ctld_addr|g" \
+        -e "s|@NODE_LINES@|${lines%\\n}|" \
+        -e "s|@NODE_RANGE@|n[1-${#NODES[@]}]|g" \
+        -e "s|@TASK_PROLOG@|$prolog|" \
         -e "s|@CPUS@|$CPUS|g" \
         -e "s|@MIN_JOB_AGE@|$MIN_JOB_AGE|g" \
         -e "s|@COMM_PARAMS@|$comm|g" \
@@ -249,10 +490,18 @@ render_conf() {
         "$TEMPLATE" >"$CONF"
 
     # What a shell (or a CI step, or a test) needs to use the cluster.
-    cat >"$ENV_FILE" <<EOF
-# Source this file to use the mpicoll local Slurm cluster.
-export SLURM_CONF=$CONF
-EOF
+    {
+        echo "# Source this file to use the mpicoll local Slurm cluster."
+        echo "export SLURM_CONF=$CONF"
+        if fabric_on; then export_path_line; fi
+    } >"$ENV_FILE"
+}
+
+# With a fabric, the client wrappers go first on PATH ($PATH is expanded by whoever evals it).
+export_path_line() {
+    # shellcheck disable=SC2016
+    printf 'export PATH="%s:$PATH" MPICOLL_FABRIC=%s\n' "$DIR/bin" \
+        "$(sed -n 's/^name=//p' "$FABRIC_DIR/state")"
 }
 
 # ---------------------------------------------------------------------------
@@ -261,7 +510,7 @@ EOF
 
 # Node states as "n1:idle n2:idle" (empty if slurmctld does not answer).
 node_states() {
-    timeout 10 sinfo -h -N -o '%N:%T' 2>/dev/null | sort -u | tr '\n' ' ' || true
+    sl timeout 10 sinfo -h -N -o '%N:%T' 2>/dev/null | sort -u | tr '\n' ' ' || true
 }
 
 # nodes_in STATE... -> true if every node is in one of the given states.
@@ -307,10 +556,17 @@ start_slurm() {
 
     # Both daemons fork into the background and write their pid files.
     # slurmctld -c: start with a clean job/node state.
-    slurmctld -f "$CONF" -c
-    for node in "${NODES[@]}"; do
-        slurmd -f "$CONF" -N "$node"
-    done
+    if fabric_on; then
+        ip netns exec "$SW" slurmctld -f "$CONF" -c
+        for node in "${NODES[@]}"; do
+            fabric_exec "$node" slurmd -f "$CONF" -N "$node"
+        done
+    else
+        slurmctld -f "$CONF" -c
+        for node in "${NODES[@]}"; do
+            slurmd -f "$CONF" -N "$node"
+        done
+    fi
 
     log "waiting up to ${TIMEOUT}s for ${NODES[*]} to become idle"
     deadline=$((SECONDS + TIMEOUT))
@@ -362,12 +618,12 @@ stop_slurm() {
         # 1. Cancel every job so that no job processes outlive the daemons,
         #    and wait (bounded) until slurmctld has forgotten them and the
         #    job step daemons have exited.
-        mapfile -t jobs < <(timeout 10 squeue -h -o %A 2>/dev/null || true)
+        mapfile -t jobs < <(sl timeout 10 squeue -h -o %A 2>/dev/null || true)
         if ((${#jobs[@]} > 0)); then
             log "cancelling ${#jobs[@]} job(s)"
-            timeout 10 scancel "${jobs[@]}" 2>/dev/null || true
+            sl timeout 10 scancel "${jobs[@]}" 2>/dev/null || true
             for ((i = 0; i < 60; i++)); do
-                [[ -z "$(timeout 10 squeue -h 2>/dev/null)" ]] && break
+                [[ -z "$(sl timeout 10 squeue -h 2>/dev/null)" ]] && break
                 sleep 0.5
             done
         fi
@@ -375,7 +631,7 @@ stop_slurm() {
         wait_gone 10 "${stepds[@]+"${stepds[@]}"}" || true
         # 2. Ask slurmctld to shut the cluster down: it tells every slurmd
         #    to exit, then exits itself.
-        timeout 15 scontrol shutdown >/dev/null 2>&1 && asked=1
+        sl timeout 15 scontrol shutdown >/dev/null 2>&1 && asked=1
     fi
 
     # 3. Give that orderly shutdown a few seconds; whatever daemon is still
@@ -404,32 +660,63 @@ stop_slurm() {
 # Commands
 # ---------------------------------------------------------------------------
 cmd_up() {
+    local fabric="" nnodes="" why params
+    while (($#)); do
+        case $1 in
+        --fabric) fabric=${2:?--fabric needs a fabric JSON file or a preset name}; shift 2 ;;
+        --fabric=*) fabric=${1#--fabric=}; shift ;;
+        --nodes) nnodes=${2:?--nodes needs a number}; shift 2 ;;
+        --nodes=*) nnodes=${1#--nodes=}; shift ;;
+        *) die "up: unknown option '$1' (expected --fabric FILE|PRESET, --nodes N)" ;;
+        esac
+    done
+    [[ -z $nnodes || $nnodes =~ ^[1-9][0-9]?$ ]] || die "--nodes must be 1 ... 99, got '$nnodes'"
     mkdir -p "$DIR"
     # Already up: all daemons alive and every node healthy -- maybe busy with
     # jobs, which must not be killed by a second "up".
     if [[ -r $CONF ]] && daemons_running && nodes_in idle mixed allocated completing; then
         log "already up: $(node_states)"
+        if [[ -n $fabric ]] && ! fabric_on; then
+            log "(without a fabric: run 'down' first to start it with --fabric $fabric)"
+        fi
     else
         install_packages
         [[ $(id -u) -eq 0 ]] || die "starting the daemons needs root"
         # A half-started or crashed cluster is torn down before a fresh start.
         stop_slurm
+        fabric_down_links
+        NODES=()
+        for ((i = 1; i <= ${nnodes:-$([[ -n $fabric ]] && echo 4 || echo 2)}; i++)); do
+            NODES+=("n$i")
+        done
+        if [[ -n $fabric ]]; then
+            params=$(fabric_params "$fabric" "${#NODES[@]}") || exit 1
+            if why=$(fabric_capable); then
+                # shellcheck disable=SC2086  # "NAME BYTES_PER_S"
+                fabric_up $params
+            else
+                log "no shaped fabric on this machine ($why): starting the plain cluster,"                     "whose nodes share the host's network"
+            fi
+        fi
         start_munge
         render_conf
         if ! start_slurm; then
             # Leave nothing half-running behind.
             stop_slurm
+            fabric_down_links
             stop_munge
             exit 1
         fi
         log "up: $(node_states)"
     fi
-    log "to use the cluster run the line below, or: source $ENV_FILE"
+    log "to use the cluster run the line(s) below, or: source $ENV_FILE"
     echo "export SLURM_CONF=$CONF"
+    if fabric_on; then export_path_line; fi
 }
 
 cmd_down() {
     stop_slurm
+    fabric_down_links
     stop_munge
     log "down"
 }
@@ -446,19 +733,22 @@ cmd_status() {
             rc=1
         fi
     done
+    if fabric_on; then
+        echo "fabric     $(tr '\n' ' ' <"$FABRIC_DIR/state")"
+    fi
     if ctld_pid >/dev/null; then
         echo "SLURM_CONF=$CONF"
-        timeout 10 sinfo -N -l || rc=1
+        sl timeout 10 sinfo -N -l || rc=1
     fi
     return $rc
 }
 
 case "${1:-}" in
-up) cmd_up ;;
+up) shift; cmd_up "$@" ;;
 down) cmd_down ;;
 status) cmd_status ;;
 *)
-    echo "usage: $0 up|down|status" >&2
+    echo "usage: $0 up [--fabric FILE|PRESET] [--nodes N] | down | status" >&2
     exit 2
     ;;
 esac

@@ -10,6 +10,12 @@
 # A cluster the tests did not start -- e.g. the site's, from a login node -- is never used,
 # unless MPICOLL_SLURM_CLUSTER=reachable asks for the cluster that `sinfo` already reaches (then
 # nothing is started or installed). MPICOLL_SKIP_SLURM=1 skips the Slurm tests.
+# When it started the local cluster itself, it then restarts it on a shaped fabric (each node in
+# its own network namespace, links capped at 1 Gbit/s: `local-cluster.sh up --fabric
+# slurm/local/fabric-1g.json --nodes 2`, docs/fabric.md) and runs tests/slurm/test_fabric.py
+# there; where network namespaces can't be made, that test is skipped with the reason.
+# A cluster that is already up runs test_fabric.py
+# only if it is a fabric (its env file sets MPICOLL_FABRIC).
 # Extra arguments go to pytest. MPICOLL_SLURM_SBATCH_ARGS adds options to every sbatch (e.g.
 # "-p debug -A project" on a site cluster); the jobs need 2 nodes with 2 tasks each.
 set -uo pipefail
@@ -30,8 +36,10 @@ if [ "${MPICOLL_SKIP_SLURM:-0}" = 1 ]; then
     skip "MPICOLL_SKIP_SLURM=1"
 fi
 
+started=0
 case "${MPICOLL_SLURM_CLUSTER:-local}" in
 reachable)
+    unset MPICOLL_FABRIC
     if command -v sinfo >/dev/null && timeout 20 sinfo -h >/dev/null 2>&1; then
         echo "== Slurm tests on the cluster sbatch reaches (MPICOLL_SLURM_CLUSTER=reachable;" \
              "SLURM_CONF=${SLURM_CONF:-its default})"
@@ -43,6 +51,7 @@ local)
     LOCAL_ENV=${MPICOLL_SLURM_DIR:-/tmp/mpicoll-slurm}/env
     if bash slurm/local-cluster.sh status >/dev/null 2>&1 && [ -r "$LOCAL_ENV" ]; then
         echo "== Slurm tests on the local cluster, which is already up (left up afterwards)"
+        unset MPICOLL_FABRIC
         # shellcheck disable=SC1090
         source "$LOCAL_ENV"
     elif [ "$(id -u)" != 0 ]; then
@@ -60,7 +69,9 @@ local)
         if ! up=$(bash slurm/local-cluster.sh up); then
             skip "the local Slurm cluster did not start (its messages are above)"
         fi
+        unset MPICOLL_FABRIC
         eval "$up"
+        started=1
     fi
     export SLURM_CONF      # the local cluster's: sbatch, sinfo, srun reach it and nothing else
     ;;
@@ -75,5 +86,31 @@ rc=$?
 if [ $rc = 5 ]; then
     echo "(no Slurm test selected)"
     rc=0
+fi
+
+# The shaped fabric: the same cluster again, each node in its own network namespace.
+if [ $started = 1 ]; then
+    echo "== restarting the local cluster on a shaped fabric" \
+         "(up --fabric slurm/local/fabric-1g.json --nodes 2)"
+    bash slurm/local-cluster.sh down
+    if ! up=$(bash slurm/local-cluster.sh up --fabric slurm/local/fabric-1g.json --nodes 2); then
+        echo "FAILED slurm fabric test: the cluster did not start on a shaped fabric" \
+             "(its messages are above)"
+        exit 1
+    fi
+    eval "$up"
+    if [ -z "${MPICOLL_FABRIC:-}" ]; then
+        echo "SKIPPED slurm fabric test: no network namespaces on this machine (the line above" \
+             "says why)"
+    else
+        timeout -k 30 600 python -m pytest tests/slurm/test_fabric.py -q -p no:cacheprovider \
+            --timeout=300 "$@"
+        frc=$?
+        if [ $frc = 5 ]; then
+            echo "(no Slurm fabric test selected)"
+        elif [ $frc != 0 ]; then
+            rc=$frc
+        fi
+    fi
 fi
 exit $rc

@@ -62,6 +62,10 @@ JOBS = {
                     {"MPICOLL_PYTHON": sys.executable})}, []),
     "bad_python": ("bench.sbatch", ["--nodes=1", "--ntasks-per-node=1", "--time=00:02:00"],
                    {"MPICOLL_PYTHON": "/nonexistent/bin/python"}, []),
+    # Only on a shaped fabric (local-cluster.sh up --fabric; test_fabric.py): the bytes on the
+    # nodes' links against mpicoll's count of inter-node bytes.
+    "fabric_bytes": ("fabric.sbatch", TWO_NODES, {},
+                     ["bytes", "--size", "1M", "-n", "2", "--algorithms", "ring,hierarchical,mpi"]),
 }
 
 # Settings of the submitting shell that would change what the jobs do.

@@ -1,0 +1,125 @@
+"""Every all-reduce algorithm, ``auto`` and MPI_Allreduce across the nodes of a shaped fabric.
+
+    srun -N 4 --ntasks-per-node=2 python -m mpi4py jobs/fabric_bench.py --outdir DIR \\
+        [--small 8:64K] [--large 256K:16M] [--huge 64M] [--quick]
+
+Runs ``mpicoll bench`` (its interleaved timing: at each size the variants take turns in a fresh
+random order every iteration, each call between barriers, the slowest rank's time, the median)
+on the ranks of this job step, with these variants of the all-reduce:
+
+    ring (order=rank), ring@order=node, recursive_halving, recursive_doubling, binomial,
+    double_binary_tree, naive, hierarchical@inner=ring, hierarchical@inner=recursive_halving,
+    hierarchical@inner=binomial, hierarchical@inner=shm, auto, mpi
+
+``NAME@KEY=VALUE`` is NAME called with the keyword KEY=VALUE (``mpicoll.allreduce(...,
+order="node")``); hierarchical keeps its default outer algorithm (recursive_doubling). Sizes
+come in three bands, each its own bench run with its own iteration count: ``--small`` (factor
+8, 20 iterations), ``--large`` (factor 4, 3 iterations, 1 warm-up) and ``--huge`` (3
+iterations, 1 warm-up, only ring, ring@order=node, the hierarchical variants, auto and mpi: the
+others take seconds per call there at 1 Gbit/s). ``--quick`` is a smoke test (2 sizes).
+
+Writes DIR/fabric-bench-<fabric>-<N>x<K>[-cyclic].json (-cyclic: ranks not placed in blocks): bench's preamble (+ ``fabric``, ``link``: the
+node link's tbf rate as the fabric script set it) and the records of all bands, where
+``algorithm`` is the variant's name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from _util import RANK, outdir, parser, say, write_json
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll.tools import bench
+
+VARIANTS = ("ring", "ring@order=node", "recursive_halving", "recursive_doubling", "binomial",
+            "double_binary_tree", "naive", "hierarchical@inner=ring",
+            "hierarchical@inner=recursive_halving", "hierarchical@inner=binomial",
+            "hierarchical@inner=shm", "auto", "mpi")
+HUGE = ("ring", "ring@order=node", "hierarchical@inner=ring",
+        "hierarchical@inner=recursive_halving", "hierarchical@inner=shm", "auto", "mpi")
+
+
+def split(variant: str) -> tuple[str, dict]:
+    """``"ring@order=node"`` -> ``("ring", {"order": "node"})``."""
+    name, _, rest = variant.partition("@")
+    opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+    return name, opts
+
+
+def install_variants() -> None:
+    """Let ``mpicoll bench`` time ``NAME@KEY=VALUE`` variants: its calls go through
+    ``mpicoll.allreduce`` (looked up at call time), its checks through ``lookup``/``predict``."""
+    real_allreduce, real_lookup, real_predict = mpicoll.allreduce, bench.lookup, bench.predict
+
+    def allreduce(sendbuf, recvbuf=None, *, algorithm="auto", **kw):
+        name, opts = split(algorithm)
+        return real_allreduce(sendbuf, recvbuf, algorithm=name, **opts, **kw)
+
+    mpicoll.allreduce = allreduce
+    bench.lookup = lambda collective, variant: real_lookup(collective, split(variant)[0])
+    bench.predict = lambda variant, *a, **k: real_predict(split(variant)[0], *a, **k)
+
+
+def link() -> dict:
+    """What local-cluster.sh --fabric says about the node's link (the task environment)."""
+    out = {"fabric": os.environ.get("MPICOLL_FABRIC"), "ucx_tls": os.environ.get("UCX_TLS")}
+    try:
+        out["eth0_mtu"] = int(open("/sys/class/net/eth0/mtu").read())
+    except OSError:
+        out["eth0_mtu"] = None
+    return out
+
+
+def band(comm, sizes: str, factor: str, iters: int, warmup: int, variants) -> list[dict]:
+    lo, _, hi = sizes.partition(":")
+    args = bench.parse_args(["-b", lo, "-e", hi or lo, "-f", factor, "-n", str(iters),
+                             "-w", str(warmup), "-a", "ring", "--timeout", "600"])
+    args.algorithms = ",".join(variants)
+    t0 = MPI.Wtime()
+    _, records, wrong = bench.run(comm, args)
+    say(f"# band {sizes}: {MPI.Wtime() - t0:.0f} s")
+    if wrong:
+        raise SystemExit(f"{wrong} wrong elements")
+    return records
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--small", default="8:32K", help="MIN:MAX of the small band (factor 8)")
+    ap.add_argument("--large", default="256K:16M", help="MIN:MAX of the large band (factor 4)")
+    ap.add_argument("--huge", default="64M", help="the huge band ('' for none)")
+    ap.add_argument("--quick", action="store_true", help="smoke test: 8 B and 64 KiB only")
+    args = ap.parse_args(argv)
+    out = outdir(args.outdir)
+    install_variants()
+    comm = MPI.COMM_WORLD.Dup()
+    info = link()
+    from mpicoll._runtime.context import state
+    nodes = state(comm).nodes()
+    rpn = len(nodes[0])
+    say(f"# fabric bench: {comm.Get_size()} ranks, {len(nodes)} nodes x {rpn}; {info}")
+    records = []
+    if args.quick:
+        records += band(comm, "8:64K", "8192", 3, 1, VARIANTS)
+    else:
+        records += band(comm, args.small, "8", 20, 2, VARIANTS)
+        records += band(comm, args.large, "4", 3, 1, VARIANTS)
+        if args.huge:
+            records += band(comm, args.huge, "4", 3, 1, HUGE)
+    pre = bench.preamble(comm, bench.parse_args(["-a", "ring"]), nodes)    # collective
+    if RANK == 0:
+        cyclic = any(list(n) != list(range(n[0], n[0] + len(n))) for n in nodes)
+        name = (f"fabric-bench-{info['fabric'] or 'plain'}-{len(nodes)}x{rpn}"
+                f"{'-cyclic' if cyclic else ''}.json")
+        write_json(out / name, {**pre, **info, "variants": list(VARIANTS),
+                                "records": records})
+    comm.Free()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

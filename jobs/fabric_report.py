@@ -1,0 +1,352 @@
+"""docs/fabric.md's tables and plots, from the shaped-fabric runs (no MPI needed).
+
+    python jobs/fabric_report.py [--collect RESULTS_DIR ...] [--results docs/results]
+        [--doc docs/fabric.md]
+
+``--collect`` first copies a slurm/fabric.sbatch job's fabric-bench-*.json and
+fabric_bytes.json (as fabric-bytes-<fabric>.json) into --results. Then, from every
+docs/results/fabric-bench-<fabric>-<N>x<K>[-cyclic].json:
+
+* per fabric and layout: MPI_Allreduce's time, mpicoll's best variant and ``auto`` against it;
+* the seeds' claims (hierarchical against the flat rank-order ring; node vs rank order);
+* the simulator (``mpicoll.executors.timed.simulate``) on the fabric JSON the cluster was
+  started with (slurm/local/fabric-<speed>.json: the NIC is the node's one link, shared by its
+  ranks -- ``leaf="node"``, one node per leaf, ``oversubscription`` = ranks per node, so a node's
+  uplink carries the NIC's bandwidth whatever the number of ranks), predicted against measured
+  at every size >= 64 KiB, with the ratio, the order of the variants, and the crossovers;
+* plots docs/fabric-<fabric>.png: time and bus bandwidth against size, one line per variant.
+
+It rewrites the part of --doc between ``<!-- fabric-report:begin -->`` and
+``<!-- fabric-report:end -->``; the text around it is written by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FABRIC_FILES = {"veth-1g": ROOT / "slurm/local/fabric-1g.json",
+                "veth-10g": ROOT / "slurm/local/fabric-10g.json"}
+BEGIN, END = "<!-- fabric-report:begin -->", "<!-- fabric-report:end -->"
+SIM_MIN = 64 << 10
+# The per-message cost of an MPI message on this machine while the ranks outnumber the cores
+# and MPICH busy-polls: 8 B ping-pong between two node namespaces, 2.5-3.6 ms one way
+# (docs/fabric.md), against 112 us for a blocking TCP socket. The "loaded" model puts it in
+# place of every link class's alpha.
+LOADED_ALPHA = 3e-3
+
+
+def human(n: int) -> str:
+    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"
+
+
+def collect(dirs, results: Path) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    for d in map(Path, dirs):
+        for p in sorted(d.glob("fabric-bench-*.json")):
+            shutil.copy(p, results / p.name)
+            print(f"# {p} -> {results / p.name}")
+        b = d / "fabric_bytes.json"
+        if b.exists():
+            res = json.loads(b.read_text())
+            name = f"fabric-bytes-{res.get('fabric') or 'plain'}-{res['nranks']}ranks.json"
+            shutil.copy(b, results / name)
+            print(f"# {b} -> {results / name}")
+
+
+def load_runs(results: Path) -> list[dict]:
+    runs = []
+    for p in sorted(results.glob("fabric-bench-*.json")):
+        m = re.fullmatch(r"fabric-bench-(.+)-(\d+)x(\d+)(-cyclic)?\.json", p.name)
+        if not m:
+            continue
+        res = json.loads(p.read_text())
+        res.update(_file=p.name, _fabric=m.group(1), _nodes=int(m.group(2)),
+                   _per=int(m.group(3)), _cyclic=bool(m.group(4)))
+        runs.append(res)
+    speed = {"veth-1g": 0, "veth-10g": 1}
+    runs.sort(key=lambda r: (speed.get(r["_fabric"], 9), r["_cyclic"], r["_nodes"], r["_per"]))
+    return runs
+
+
+def table(runs_records) -> dict:
+    """{size: {variant: record}} of out-of-place records."""
+    out = {}
+    for r in runs_records:
+        if not r["inplace"]:
+            out.setdefault(r["size"], {})[r["algorithm"]] = r
+    return dict(sorted(out.items()))
+
+
+def split(variant: str):
+    name, _, rest = variant.partition("@")
+    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+
+
+def model_fabric(fabric_name: str, nodes: int, per: int, alpha: float | None = None):
+    from mpicoll.executors.fabric import LinkClass, from_json
+    f = from_json(FABRIC_FILES[fabric_name], nodes, per)
+    # the node's one link is shared by its ranks: the leaf (the node) uplink = one NIC
+    f = replace(f, oversubscription=float(per) if f.leaf == "node" else f.oversubscription)
+    if alpha is not None:
+        f = replace(f, name=f.name + "-loaded",
+                    **{c: LinkClass(alpha, getattr(f, c).bandwidth)
+                       for c in ("intra", "nic", "spine")})
+    return f
+
+
+def predict(fabric, variant: str, auto_choice, nbytes: int):
+    from mpicoll.executors.timed import simulate
+    name, opts = split(auto_choice if variant == "auto" and auto_choice else variant)
+    if name in ("mpi", "auto") or opts.get("inner") == "shm":
+        return None
+    try:
+        return simulate("allreduce", name, fabric, nbytes, **opts).time * 1e6
+    except ValueError:
+        return None
+
+
+def crossover(sizes, a, b):
+    """The first size at which series a (times) gets below series b, or None."""
+    for s, x, y in zip(sizes, a, b):
+        if x is not None and y is not None and x < y:
+            return s
+    return None
+
+
+def plot(runs, fabric_name: str, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sel = [r for r in runs if r["_fabric"] == fabric_name]
+    if not sel:
+        return
+    fig, axes = plt.subplots(2, len(sel), figsize=(4.2 * len(sel), 7.5), squeeze=False)
+    for j, run in enumerate(sel):
+        t = table(run["records"])
+        variants = run.get("variants") or sorted({a for row in t.values() for a in row})
+        for v in variants:
+            pts = [(s, row[v]) for s, row in t.items() if v in row]
+            if not pts:
+                continue
+            xs = [s for s, _ in pts]
+            style = dict(lw=2.2, color="k") if v == "mpi" else dict(lw=1.2)
+            if v.startswith("hierarchical"):
+                style["ls"] = "--"
+            axes[0, j].loglog(xs, [r["time_us"] for _, r in pts], marker=".", label=v, **style)
+            axes[1, j].semilogx(xs, [r["busbw"] * 1e3 for _, r in pts], marker=".", **style)
+        lay = f"{run['_nodes']} nodes x {run['_per']}" + (" (cyclic)" if run["_cyclic"] else "")
+        axes[0, j].set_title(f"{fabric_name}: {lay}")
+        axes[0, j].set_ylabel("time (us)")
+        axes[1, j].set_ylabel("bus bandwidth (MB/s)")
+        axes[1, j].set_xlabel("size (B)")
+        for ax in axes[:, j]:
+            ax.grid(True, which="both", alpha=0.3)
+    axes[0, 0].legend(fontsize=6.5, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"# wrote {path}")
+
+
+def report(runs, results: Path, doc_dir: Path) -> str:
+    lines = []
+    add = lines.append
+    # -- link bytes
+    byte_files = sorted(results.glob("fabric-bytes-*.json"))
+    if byte_files:
+        add("### The traffic crosses the links\n")
+        add("| fabric | ranks | algorithm | size x calls | bytes on the links (tx) | "
+            "mpicoll's inter-node count | ratio |")
+        add("|---|---|---|---|---:|---:|---:|")
+        for p in byte_files:
+            b = json.loads(p.read_text())
+            for r in b["records"]:
+                ref = (f"{r['counted_internode_bytes']:,}" if r["algorithm"] != "mpi" else
+                       f"({r['reference_bytes']:,}: the least a node-aware all-reduce sends)")
+                add(f"| {b['fabric']} | {b['nranks']} on {len(b['nodes'])} nodes | "
+                    f"{r['algorithm']} | {human(r['size'])} x {r['iterations']} | "
+                    f"{r['link_tx_bytes']:,} | {ref} | {r['ratio']:.4f} |")
+        add(f"\n(from {', '.join('docs/results/' + p.name for p in byte_files)})\n")
+
+    # -- per layout: MPI, best, auto
+    add("### mpicoll against MPI_Allreduce, per layout\n")
+    add("Median time of the slowest rank (us); `vs MPI` = MPI's time / mpicoll's (above 1: "
+        "mpicoll is faster). *best* is the fastest mpicoll variant at that size.\n")
+    sims = {}
+    for run in runs:
+        t = table(run["records"])
+        lay = f"{run['_nodes']}x{run['_per']}" + ("-cyclic" if run["_cyclic"] else "")
+        add(f"**{run['_fabric']}, {run['_nodes']} nodes x {run['_per']} rank(s)"
+            f"{' (cyclic placement)' if run['_cyclic'] else ''}** "
+            f"(`docs/results/{run['_file']}`)\n")
+        add("| size | MPI | best mpicoll | best vs MPI | auto | auto vs MPI |")
+        add("|---:|---:|---|---:|---|---:|")
+        for s, row in t.items():
+            if "mpi" not in row:
+                continue
+            mpi = row["mpi"]["time_us"]
+            mine = {v: r for v, r in row.items() if v != "mpi"}
+            best = min(mine, key=lambda v: mine[v]["time_us"])
+            auto = row.get("auto")
+            auto_s = (f"{auto['auto_choice']} {auto['time_us']:.0f} | "
+                      f"{mpi / auto['time_us']:.2f}" if auto else "- | -")
+            add(f"| {human(s)} | {mpi:.0f} | {best} {mine[best]['time_us']:.0f} | "
+                f"{mpi / mine[best]['time_us']:.2f} | {auto_s} |")
+        add("")
+        if not run["_cyclic"] and run["_fabric"] in FABRIC_FILES:
+            sims[(run["_fabric"], lay)] = (run, t)
+
+    # -- the claims
+    add("### The seeds' claims, measured\n")
+    for run in runs:
+        if (run["_nodes"], run["_per"]) != (4, 2):
+            continue
+        t = table(run["records"])
+        lay = "cyclic placement" if run["_cyclic"] else "block placement"
+        add(f"**{run['_fabric']}, 4 nodes x 2, {lay}:** flat rank-order ring / hierarchical "
+            f"(above 1: hierarchical faster); ring rank order / node order\n")
+        add("| size | ring (us) | best hierarchical (us) | ring / hierarchical | "
+            "ring@order=node (us) | rank / node |")
+        add("|---:|---:|---:|---:|---:|---:|")
+        for s, row in t.items():
+            if s < 1 << 20 or "ring" not in row:
+                continue
+            hier = {v: r["time_us"] for v, r in row.items() if v.startswith("hierarchical")}
+            hb = min(hier, key=hier.get)
+            node = row.get("ring@order=node")
+            add(f"| {human(s)} | {row['ring']['time_us']:.0f} | {hier[hb]:.0f} "
+                f"({hb.split('=')[-1]}) | {row['ring']['time_us'] / hier[hb]:.2f} | "
+                + (f"{node['time_us']:.0f} | {row['ring']['time_us'] / node['time_us']:.2f} |"
+                   if node else "- | - |"))
+        add("")
+
+    # -- simulator
+    add("### The simulator against the measurements\n")
+    add(f"Every variant with a schedule at every size >= {human(SIM_MIN)}: predicted / measured "
+        "(1.00 = exact; 0.80-1.25 is the issue's +-25 %), for two models: **network** = the "
+        "fabric JSON the cluster was started with (TCP's per-message cost across the link, "
+        f"112 us), and *loaded* = the same with every alpha at {LOADED_ALPHA * 1e3:g} ms, MPI's "
+        "measured per-message cost on this machine while 8 busy-polling ranks share 2 cores. "
+        "`auto` is simulated as the variant it picked; MPI_Allreduce and "
+        "`hierarchical@inner=shm` have no schedule. Both predictions and the measurements are in "
+        "docs/results/fabric-sim-*.json.\n")
+    summary = []
+    for (fabric_name, lay), (run, t) in sims.items():
+        fabs = {"network": model_fabric(fabric_name, run["_nodes"], run["_per"]),
+                "loaded": model_fabric(fabric_name, run["_nodes"], run["_per"], LOADED_ALPHA)}
+        sizes = [s for s in t if s >= SIM_MIN]
+        variants = [v for v in (run.get("variants") or []) if v != "mpi"]
+        meas = {v: [t[s][v]["time_us"] if v in t[s] else None for s in sizes] for v in variants}
+        pred = {m: {v: [predict(f, v, t[s].get(v, {}).get("auto_choice"), s)
+                        if v in t[s] else None for s in sizes] for v in variants}
+                for m, f in fabs.items()}
+        sim_vs = [v for v in variants if any(p is not None for p in pred["network"][v])]
+        add(f"**{fabric_name}, {run['_nodes']} nodes x {run['_per']}** (network model: "
+            f"{fabs['network'].describe()})\n")
+        add("| variant | " + " | ".join(human(s) for s in sizes) + " |")
+        add("|---|" + "---:|" * len(sizes))
+        stats = {m: {"within": 0, "total": 0, "same": 0, "rho": []} for m in fabs}
+        for v in sim_vs:
+            cells = []
+            for i, mv in enumerate(meas[v]):
+                pn, pl = pred["network"][v][i], pred["loaded"][v][i]
+                if pn is None or mv is None:
+                    cells.append("-")
+                    continue
+                for m, p in (("network", pn), ("loaded", pl)):
+                    stats[m]["total"] += 1
+                    stats[m]["within"] += 0.8 <= p / mv <= 1.25
+                cells.append(f"**{pn / mv:.2f}** *{pl / mv:.2f}*")
+            add(f"| {v} | " + " | ".join(cells) + " |")
+        for m in fabs:
+            for i in range(len(sizes)):
+                vs = [v for v in sim_vs if pred[m][v][i] is not None and meas[v][i] is not None]
+                if len(vs) < 3:
+                    continue
+                stats[m]["same"] += (sorted(vs, key=lambda v: meas[v][i])
+                                     == sorted(vs, key=lambda v: pred[m][v][i]))
+                a = np.argsort(np.argsort([meas[v][i] for v in vs]))
+                b = np.argsort(np.argsort([pred[m][v][i] for v in vs]))
+                stats[m]["rho"].append(float(np.corrcoef(a, b)[0, 1]))
+        add("")
+        for m in fabs:
+            st = stats[m]
+            add(f"- {m}: within +-25 % at {st['within']} of {st['total']} points; the same "
+                f"order of all variants at {st['same']} of {len(sizes)} sizes (rank correlation "
+                f"per size: {', '.join(f'{c:.2f}' for c in st['rho'])}).")
+        full = sorted(t)
+        for a, b in (("ring", "recursive_doubling"), ("ring", "binomial")):
+            if a in variants and b in variants:
+                ms = crossover(full, [t[s].get(a, {}).get("time_us") for s in full],
+                               [t[s].get(b, {}).get("time_us") for s in full])
+                ps = {m: crossover(full, [predict(f, a, None, s) for s in full],
+                                   [predict(f, b, None, s) for s in full])
+                      for m, f in fabs.items()}
+                add(f"- {a} overtakes {b}: measured at {human(ms) if ms else 'no size'}; "
+                    f"predicted at {human(ps['network']) if ps['network'] else 'no size'} "
+                    f"(network), {human(ps['loaded']) if ps['loaded'] else 'no size'} (loaded).")
+        add("")
+        (results / f"fabric-sim-{fabric_name}-{lay}.json").write_text(json.dumps({
+            "fabric": fabric_name, "layout": lay,
+            "models": {m: f.to_json() for m, f in fabs.items()},
+            "sizes": sizes, "measured_us": meas, "predicted_us": pred,
+            "stats": stats}, indent=1) + "\n")
+        summary.append((fabric_name, lay, stats, len(sizes)))
+    if summary:
+        add("| fabric | layout | within +-25 %: network | loaded | same order: network | loaded |")
+        add("|---|---|---:|---:|---:|---:|")
+        for f, lay, st, n in summary:
+            add(f"| {f} | {lay} | {st['network']['within']} / {st['network']['total']} | "
+                f"{st['loaded']['within']} / {st['loaded']['total']} | "
+                f"{st['network']['same']} / {n} | {st['loaded']['same']} / {n} |")
+        add("")
+    for name in sorted({r["_fabric"] for r in runs}):
+        path = doc_dir / f"fabric-{name}.png"
+        try:
+            plot(runs, name, path)
+            add(f"![{name}: time and bus bandwidth against size](fabric-{name}.png)\n")
+        except ImportError:
+            add(f"(no matplotlib: plot {path.name} not drawn)\n")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--collect", nargs="*", default=[], help="job results directories")
+    ap.add_argument("--results", type=Path, default=ROOT / "docs/results")
+    ap.add_argument("--doc", type=Path, default=ROOT / "docs/fabric.md")
+    args = ap.parse_args(argv)
+    if args.collect:
+        collect(args.collect, args.results)
+    runs = load_runs(args.results)
+    if not runs:
+        print(f"no fabric-bench-*.json in {args.results}", file=sys.stderr)
+        return 1
+    body = report(runs, args.results, args.doc.parent)
+    text = args.doc.read_text() if args.doc.exists() else f"# Fabric\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text:
+        text += f"\n{BEGIN}\n{END}\n"
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1] if END in rest else ""
+    args.doc.write_text(f"{head}{BEGIN}\n<!-- generated by `python jobs/fabric_report.py`: "
+                        f"edit the text outside these markers -->\n\n{body}\n{END}{tail}")
+    print(f"# wrote {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
