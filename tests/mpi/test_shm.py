@@ -166,7 +166,6 @@ def test_auto_runs_shm_on_one_node(comm):
             or allreduce_shm.single_copy_expected(comm.size)]
     agree(comm, shared == want, f"shm ran at ({small}, {large}, {larger}) elements: {shared}, "
           f"expected {want} ({comm.size} ranks, {os.cpu_count()} cores)")
-    assert select.allreduce(1 << 20, comm.size, 1 << 17, None, shared_memory=False) != "shm"
 
 
 def test_persistent_shm(comm):
