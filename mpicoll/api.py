@@ -23,6 +23,7 @@ count, dtype, op, algorithm and root, raising ``ArgumentMismatch`` on every rank
 
 from __future__ import annotations
 
+import numpy as np
 from mpi4py import MPI
 
 from . import buffers, cache, compression, plan
@@ -56,6 +57,8 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                           outer=outer, order=order, timeout=timeout, on_timeout=on_timeout,
                           validate=validate, compress=compress,
                           error_feedback=error_feedback).wait()
+    if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
+        sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
     key = cache.key("allreduce", sendbuf, recvbuf, op, algorithm, (inner, outer, order),
                     timeout, on_timeout, validate)
     if key is not None:
@@ -77,6 +80,8 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
     block and the rest of it is left as it was. A new ``recvbuf`` has shape
     ``sendbuf.shape[1:]`` when ``sendbuf.shape[0]`` equals the communicator size, else it is flat.
     """
+    if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
+        sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
     key = cache.key("reduce_scatter_block", sendbuf, recvbuf, op, algorithm, (), timeout,
                     on_timeout, validate)
     if key is not None:
@@ -97,6 +102,8 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
     With ``MPI.IN_PLACE`` rank r's input is block r of ``recvbuf``. A new ``recvbuf`` has shape
     ``(comm.size,) + sendbuf.shape``.
     """
+    if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
+        sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
     key = cache.key("allgather", sendbuf, recvbuf, "", algorithm, (), timeout, on_timeout,
                     validate)
     if key is not None:
@@ -112,6 +119,8 @@ def allgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=Non
 def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
           validate=None):
     """Broadcast ``buf`` from ``root`` to every rank, in place. Returns ``buf``."""
+    if type(buf) is not np.ndarray:
+        buf = buffers.as_numpy(buf)
     key = None if type(root) is not int else cache.key(
         "bcast", MPI.IN_PLACE, buf, "", algorithm, (root,), timeout, on_timeout, validate)
     if key is not None:

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from . import kernels
 from .ops import DTYPE_NAMES
 
-__all__ = ["view", "array", "pair", "root", "Layout", "allreduce", "reduce_scatter_block",
+__all__ = ["view", "as_numpy", "array", "pair", "root", "Layout", "allreduce", "reduce_scatter_block",
            "allgather", "bcast"]
 
 _DLPACK_CPU = 1         # DLPack's kDLCPU
@@ -68,6 +68,19 @@ def view(x, name: str) -> np.ndarray:
     except (TypeError, ValueError, NotImplementedError) as exc:
         raise TypeError(f"{name} ({kind(x)}) has buffer format {memory.format!r}, which numpy "
                         f"cannot read: {exc}") from None
+
+
+def as_numpy(x):
+    """``x`` as a numpy view of its memory where it can be read as one (a buffer object,
+    ``__array_interface__``, ``__dlpack__``), so that a call with it finds its plan in the
+    cache as a numpy array's would; else ``x`` itself (the full path then names what is wrong,
+    on the rank that passed it, inside the call)."""
+    if x is None or x is MPI.IN_PLACE or isinstance(x, (np.ndarray, list, tuple)):
+        return x
+    try:
+        return view(x, "buffer")
+    except (TypeError, ValueError, BufferError):
+        return x
 
 
 def array(x, name: str, *, writable: bool = False) -> np.ndarray:
