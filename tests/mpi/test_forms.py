@@ -153,3 +153,28 @@ def test_start_then_ssend_completes(comm):
             req = start()
         out = req.wait()
         agree(comm, np.array_equal(out, np.full(1024, float(comm.size))), "wrong sum")
+
+
+def test_buckets_missed_ready_raises_on_every_rank_then_recovers(comm):
+    """Rank 0 misses ``ready(1)`` once: every rank raises (no rank gets a wrong sum silently),
+    and the next step is right everywhere."""
+    g = [np.full(5, comm.rank + 1.0), np.full(3, comm.rank + 1.0)]
+    b = mpicoll.Buckets(g, 16, average=False, comm=comm)
+    assert len(b.buckets) == 2
+    b.ready(0)
+    if comm.rank != 0:
+        b.ready(1)
+    try:
+        b.wait()
+        raised = None
+    except ValueError as e:
+        raised = str(e)
+    agree(comm, comm.size == 1 or (raised is not None and "rank(s) [0]" in raised),
+          f"raised {raised!r}")
+    for a in g:
+        a[...] = comm.rank + 1.0
+    b.ready(1)
+    b.ready(0)
+    b.wait()
+    want = comm.size * (comm.size + 1) / 2
+    agree(comm, all((a == want).all() for a in g), f"after the failed step: {g}")

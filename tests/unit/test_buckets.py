@@ -1,0 +1,77 @@
+"""``Buckets`` that can't be misused: every argument checked at construction, read-only grads,
+the arrays given are the gradients (or views with ``gradient_as_bucket_view=True``), one bucket
+per dtype, state reset after a failed step."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+
+COMM = MPI.COMM_SELF
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"arrays": [np.zeros(3, np.int32)]}, TypeError, "average=True .* floating-point .* int32"),
+    ({"arrays": [[0.0, 1.0], [2.0]]}, TypeError, r"arrays\[0\] must be an array"),
+    ({"arrays": 5}, TypeError, "a sequence of arrays, got int"),
+    ({"arrays": []}, ValueError, "at least one array"),
+    ({"arrays": [np.zeros(3)], "op": "max"}, ValueError, "average=True needs op='sum'"),
+    ({"arrays": [np.zeros(3, bool)], "average": False}, TypeError, "bool"),
+    ({"arrays": [np.zeros(3)], "algorithm": "butterfly"}, ValueError, "unknown allreduce"),
+    ({"arrays": [np.zeros(3)], "bucket_bytes": 0}, ValueError, "bucket_bytes"),
+    ({"arrays": [np.zeros(3)], "compress": "bf16"}, ValueError, "float32"),
+    ({"arrays": [np.zeros(3)], "error_feedback": True}, ValueError, "needs a compress= mode"),
+    ({"arrays": [np.zeros(3)[::2]]}, ValueError, "C-contiguous"),
+])
+def test_bad_arguments_raise_at_construction(kwargs, exc, match):
+    arrays = kwargs.pop("arrays")
+    with pytest.raises(exc, match=match):
+        mpicoll.Buckets(arrays, comm=COMM, **kwargs)
+
+
+def test_grads_cannot_be_rebound_or_written_when_the_arrays_are_the_gradients():
+    g = [np.ones(3), np.ones(2)]
+    b = mpicoll.Buckets(g, comm=COMM)
+    with pytest.raises(TypeError):
+        b.grads[0] = np.zeros(3)                   # a tuple
+    with pytest.raises(ValueError, match="read-only"):
+        b.grads[0][...] = 5.0                      # ready() would copy g[0] over it
+    g[0][...] = 7.0                                # the gradient is the array given
+    b.ready(0)
+    b.ready(1)
+    b.wait()
+    assert (g[0] == 7.0).all() and (b.grads[0] == 7.0).all()
+
+
+def test_gradient_as_bucket_view_writes_in_place():
+    b = mpicoll.Buckets([np.zeros(3), np.zeros(2)], comm=COMM, gradient_as_bucket_view=True)
+    b.grads[1][...] = 3.0
+    b.ready(1)
+    b.ready(0)
+    b.wait()
+    assert (b.grads[1] == 3.0).all()
+    assert any(np.shares_memory(b.grads[1], f) for f in b.flat)
+
+
+def test_one_bucket_per_dtype():
+    arrays = [np.ones(4, np.float32), np.ones(4, np.float64), np.ones(2, np.float32)]
+    b = mpicoll.Buckets(arrays, comm=COMM)
+    assert sorted(str(f.dtype) for f in b.flat) == ["float32", "float64"]
+    for i in range(3):
+        b.ready(i)
+    b.wait()
+    assert all((a == 1).all() for a in arrays)
+
+
+def test_a_missed_ready_raises_and_the_next_step_starts_afresh():
+    g = [np.ones(3), np.ones(2)]
+    b = mpicoll.Buckets(g, comm=COMM, average=False)
+    b.ready(0)
+    with pytest.raises(ValueError, match=r"did not mark every array ready\(\)"):
+        b.wait()
+    g[1][...] = 4.0
+    b.ready(1)
+    b.ready(0)
+    b.wait()
+    assert (g[1] == 4.0).all()
