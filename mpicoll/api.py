@@ -25,7 +25,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from . import compression, kernels, model, select, settings
-from ._runtime import context
+from ._runtime import context, loading
 from ._runtime.call import Call, disagree, failed
 from ._runtime.watch import Watch
 from .errors import ArgumentMismatch, CollectiveTimeout
@@ -405,10 +405,8 @@ class SharedMemory:
 
 def _warmup(call: Call, op: str, dtype) -> None:
     """Compile (or load) ``op``'s kernel for ``dtype`` (``kernels.warmup``), before the
-    agreement step; the time is local work, not charged to the call's deadline."""
-    spent = kernels.warmup(op, dtype)
-    if call.watch is not None:
-        call.watch.deadline += spent
+    agreement step, under the call's deadline (``_runtime.loading``)."""
+    loading.load(lambda: kernels.warmup(op, dtype), call.watch)    # under the deadline (#22)
 
 
 _execute = None         # the executor (MPICOLL_EXECUTOR), chosen at the first call
@@ -520,12 +518,12 @@ class Prepared:
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
                  "on_timeout", "run", "internode_bytes", "rank", "block", "shared_memory",
-                 "hashed", "agreed")
+                 "hashed", "agreed", "sig")
 
     def __init__(self, call: Call, prepared, dtype: np.dtype, block: int = 0):
         self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), block
         self.numbered = call._state is not None         # the call took a number (and a tag)
-        sig = call.signature
+        self.sig = sig = call.signature      # (tag: CommState.label, issue #22)
         self.offset = 0 if sig is None else sig.offset
         self.signature = "" if sig is None else sig.text
         self.what = call.watch.what if call.watch is not None else call.collective
@@ -542,11 +540,13 @@ class Prepared:
                                          traffic=st.traffic)
             self.internode_bytes = internode * dtype.itemsize
 
+    @context.exclusive                      # one thread at a time (issue #22)
     def __call__(self, st, buf: np.ndarray) -> None:
         """Run on ``buf`` (the input copied in already) as a new call on ``st``."""
         if st.broken:
             st.check(self.collective)
         number = st.next_number() if self.numbered else 0
+        tag = st.label(number, self.sig) if self.numbered else 0      # (issue #22)
         run = self.run
         if run is None:
             return
@@ -554,13 +554,13 @@ class Prepared:
         watch = None
         try:
             if self.timeout is None:
-                run.run(flat, number + self.offset)
+                run.run(flat, tag)
             else:
                 def make_watch(left: float) -> Watch:
                     nonlocal watch
-                    watch = self._watch(st, number, left)
+                    watch = self._watch(st, number, left, tag)
                     return watch
-                run.run(flat, number + self.offset, self.timeout, make_watch)
+                run.run(flat, tag, self.timeout, make_watch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
@@ -568,18 +568,20 @@ class Prepared:
         if self.internode_bytes:
             st.traffic["internode_bytes"] += self.internode_bytes
 
+    @context.exclusive                      # one thread at a time (issue #22)
     def shared(self, st, src: np.ndarray, dst: np.ndarray) -> None:
         """Run ``shm`` (or hierarchical's shm node phases) from ``src`` (flat; may be ``dst``)
         into ``dst`` as a new call on ``st``."""
         if st.broken:
             st.check(self.collective)
         number = st.next_number() if self.numbered else 0
+        tag = st.label(number, self.sig) if self.numbered else 0      # (issue #22)
         start, watch = time.monotonic(), None
 
         def get_watch():                # made when first needed, with the call's deadline
             nonlocal watch
             if watch is None and self.timeout is not None:
-                watch = self._watch(st, number, start + self.timeout - time.monotonic())
+                watch = self._watch(st, number, start + self.timeout - time.monotonic(), tag)
             return watch
 
         def mismatch():
@@ -587,19 +589,19 @@ class Prepared:
                      get_watch(), "the argument check of the shared-memory all-reduce (the "
                      "ranks' hashes differ)")
         try:
-            self.shared_memory.run(src, dst, number + self.offset, get_watch, self.hashed,
-                                   mismatch)
+            self.shared_memory.run(src, dst, tag, get_watch, self.hashed, mismatch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
             raise
 
-    def _watch(self, st, number: int, left: float) -> Watch:
+    def _watch(self, st, number: int, left: float, tag: int) -> Watch:
         """The deadline of call ``number``, ``left`` seconds from now, as the full path's."""
         watch = Watch(self.timeout, self.what, st.comm)
         watch.deadline = time.monotonic() + left
-        watch.tag, watch.number, watch.calls = number + self.offset, number, st.tags.calls
+        watch.tag, watch.number, watch.calls = tag, number, st.tags.calls
         watch.signature = self.signature
+        st.mark(watch)                      # (issue #22)
         return watch
 
 

@@ -435,12 +435,26 @@ def warmup(op: str | None = None, dtype=None) -> float:
     return time.monotonic() - started
 
 
+def lock_path() -> str:
+    """The lock file of numba's cache directory (``NUMBA_CACHE_DIR``, else the package's
+    ``__pycache__``): one per cache directory, not per user -- jobs with their own caches
+    never wait for each other (issue #22). In the system temp directory (always writable),
+    named by the user and a checksum of the cache directory's path."""
+    import zlib
+    from numba.core import config
+    cache = os.path.abspath(config.CACHE_DIR or os.path.join(os.path.dirname(__file__),
+                                                             "__pycache__"))
+    return os.path.join(tempfile.gettempdir(), f"mpicoll-numba-{os.getuid()}-"
+                        f"{zlib.crc32(cache.encode()):08x}.lock")
+
+
 class file_lock:
-    """The machine-wide lock under which numba compiles mpicoll's functions."""
+    """The lock under which numba compiles mpicoll's functions, one per cache directory
+    (``lock_path``); the time spent waiting for it and compiling counts against a call's
+    deadline (``_runtime.loading``)."""
 
     def __enter__(self):
-        self.file = open(os.path.join(tempfile.gettempdir(),
-                                      f"mpicoll-numba-{os.getuid()}.lock"), "a")
+        self.file = open(lock_path(), "a")
         fcntl.flock(self.file, fcntl.LOCK_EX)
 
     def __exit__(self, *exc):

@@ -20,19 +20,22 @@ calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is fre
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections import OrderedDict
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..errors import CommunicatorBroken
+from ..errors import CommunicatorBroken, ConcurrentCall
 from ..executors.mpi import new_traffic
 from ..topology import virtual_nodes
-from .tags import layout
+from . import notice
+from .tags import chain, layout
 from .watch import roll_call_tag
 
-__all__ = ["state", "attach", "known", "CommState", "node_layout"]
+__all__ = ["state", "attach", "known", "CommState", "node_layout", "enter", "leave", "exclusive"]
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
@@ -50,6 +53,17 @@ class CommState:
         self.node_shared: dict = {}             # the same per node layout (hierarchical's)
         self.prepared = OrderedDict()           # api.Prepared: plain calls' decisions, LRU
         self.last_prepared = (None, None)       # the most recently used: (key, entry)
+        # fail fast, never diverge (docs/reliability.md)
+        self.history = 0                        # running hash of the calls' signatures (tags.chain)
+        self.recent = [-1] * RECENT             # the tag of call number n at [n % RECENT]
+        self.last_signature = ""                # the last call's signature text
+        self.before = ""                        # the one before it
+        self.notices: list = []                 # other ranks' notices not acted on yet (notice.py)
+        self.failed_here: set = set()           # calls (absolute numbers) that failed on this rank
+        self.outbox: list = []                  # (message, request) of the notices this rank sent
+        self.busy = None                        # the thread in a blocking call on it (exclusive)
+        self.lock = threading.Lock()            # held by that thread
+        notice.register(comm, self)
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
@@ -73,6 +87,7 @@ class CommState:
             watch.wait([self._dup], "MPI_Comm_idup (mpicoll's duplicate of the communicator)")
         self._dup = None
         self.made = True
+        notice.register(self.comm, self)
         self._nodes[None] = node_layout(self.comm)
 
     @property
@@ -88,9 +103,38 @@ class CommState:
         return self._nodes[None]
 
     def next_number(self) -> int:
-        """The next call's number; ``self.tags.tag(number, hash)`` is its tag."""
+        """The next call's number; ``label`` gives its tag."""
         self.calls += 1
+        if self.notices:                        # another rank failed in a later call: now?
+            error = notice.judge(self, self.calls, "mpicoll")
+            if error is not None:
+                self.broken = f"PeerError: {error}"
+                raise error
         return self.calls % self.tags.calls
+
+    def label(self, number: int, sig) -> int:
+        """The tag of call ``number`` (``next_number``) whose signature is ``sig``: the number,
+        and the signature's hash folded with the running hash of every earlier call's
+        (``tags.chain``), so that ranks whose earlier calls differed never match again. Called
+        once per call, in the order of the numbers."""
+        if sig is None:
+            return number
+        history = self.history
+        tags = self.tags
+        tag = number + tags.calls * ((sig.hashed ^ history) % tags.hashes)
+        self.history = chain(history, sig.hashed)
+        self.recent[number % RECENT] = tag
+        self.before, self.last_signature = self.last_signature, sig.text
+        return tag
+
+    def mark(self, watch) -> None:
+        """Give ``watch`` what the roll call compares beyond the signature, right after
+        ``label``: the running hash after its call and the previous call's signature."""
+        watch.history, watch.previous = self.history, self.before
+
+    def absolute(self, number: int) -> int:
+        """The absolute number (``calls`` at its start) of the recent call ``number``."""
+        return self.calls - (self.calls - number) % self.tags.calls
 
     def scratch(self, dtype: np.dtype, n: int) -> np.ndarray:
         """A scratch array of ``n`` elements, reused across calls (grown when too small)."""
@@ -124,8 +168,15 @@ class CommState:
             return
         tag = roll_call_tag()
         builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
+        if self.made and not builtin:
+            settle(self)
+        _orphans.extend(self.abandoned)         # MPI may still write into their buffers
+        _orphans.extend(self.outbox)
+        notice.forget(self.parent)
+        if self.made:
+            notice.forget(self.comm)
         if not builtin:
-            drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
+            drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET, tag - notice.NOTICE_TAG_OFFSET))
         if not self.broken:                     # collective: not after a failure
             for shared in ([self.shared] if self.shared is not None else []) + \
                     list(self.node_shared.values()):
@@ -134,6 +185,57 @@ class CommState:
             if not builtin:     # mpicoll's own: every tag (a failed call's data messages too)
                 drain(self.comm, (MPI.ANY_TAG,))
             self.comm.Free()
+
+
+def enter(state: CommState, what: str) -> bool:
+    """This thread enters a call on ``state``'s communicator: True if it now holds it (release
+    with ``leave``), False if it held it already (a call inside a call, same thread); raise
+    ``ConcurrentCall`` if another thread is in a call on it."""
+    me = threading.get_ident()
+    if state.lock.acquire(False):
+        state.busy = me
+        return True
+    if state.busy == me:
+        return False
+    raise ConcurrentCall(
+        f"{what}: another thread of this process (ident {state.busy}) is in a collective on "
+        "this communicator; collectives on one communicator must come in the same order on "
+        "every rank, which two threads cannot promise: give each thread its own communicator "
+        "(comm.Dup()), or serialise the calls")
+
+
+def leave(state: CommState) -> None:
+    state.busy = None
+    state.lock.release()
+
+
+def exclusive(method):
+    """For a method ``(self, state, ...)`` that runs a call on ``state`` (``api.Prepared``):
+    ``enter`` / ``leave`` around it."""
+    @functools.wraps(method)
+    def run(self, state, *args):
+        owner = enter(state, self.collective)
+        try:
+            return method(self, state, *args)
+        finally:
+            if owner:
+                leave(state)
+    return run
+
+
+RECENT = 64                 # calls whose tags a CommState remembers (watch.Watch.look)
+_orphans: list = []         # requests (and buffers) of freed communicators, kept alive
+
+
+def settle(state: CommState) -> None:
+    """The user frees ``state``'s communicator while requests (``iallreduce`` ...) are in
+    flight on it (MPI allows that: the operations complete, then the communicator goes).
+    Complete them -- every rank frees its communicator, so the others' requests progress
+    too -- under each one's deadline; one that cannot complete fails, cleanly, with
+    ``CommunicatorBroken`` (or its ``CollectiveTimeout``), never touching the freed
+    communicator afterwards (``executors.progress.settle``)."""
+    from ..executors import progress
+    progress.settle(state, "the communicator was freed while it was in flight")
 
 
 def drain(comm: MPI.Intracomm, tags) -> None:
