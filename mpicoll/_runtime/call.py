@@ -121,8 +121,10 @@ class Call:
             self.tag = self.number
         elif not self.chained:
             self.chained = (sig.hashed ^ self._state.history) or 1
-            self.tag = self._state.label(self.number, sig)
-            self._marks = self._state.history, self._state.before
+            st = self._state
+            self._unlabel = st.history, st.before, st.last_signature
+            self.tag = st.label(self.number, sig)
+            self._marks = st.history, st.before
         if self.watch is not None:
             self.label(self.watch)
 
@@ -211,6 +213,11 @@ class Call:
                 if not isinstance(exc, PeerError) or exc.in_flight:
                     self._failed(exc)
             elif isinstance(exc, Exception) and not isinstance(exc, CommunicatorBroken):
+                if self.chained and not self._state.broken:
+                    # failed before communicating (validate's or the hash check's mismatch):
+                    # as if not called, on every rank alike, so the histories stay equal
+                    st = self._state
+                    st.history, st.before, st.last_signature = self._unlabel
                 self._reject(exc)
                 self._tell(exc)
         finally:
@@ -230,16 +237,24 @@ class Call:
         ``validate`` the agreement step told them already."""
         if self.alone or self.agreed:
             return
-        try:
-            st = self._state if self._state is not None else self.open()
-        except (CollectiveTimeout, CommunicatorBroken, PeerError, ArgumentMismatch, MPI.Exception):
-            return                  # the others failed too (or are gone): nothing to tell
+        st = self._st
+        if st.broken:
+            return
+        if self._state is not None:         # numbered already
+            call = st.calls
+        elif st.made:                       # take this call's number (no communication)
+            call = st.calls + 1
+            st.calls = call
+        else:       # the communicator's first call: told on the caller's communicator (the
+            call = st.calls + 1     # others wait in the presence check there), no number
+            if st._dup is not None:
+                return              # (the duplicate is being made: the others can't look)
         started = self.signature is not None and self._state is not None
-        call = st.calls
         st.failed_here.add(call)
         if started:
             st.broken = st.broken or f"{type(exc).__name__}: {exc}"
-        notice.post(st, call, started, f"{type(exc).__name__}: {exc}")
+        notice.post(st, call, notice.BROKEN if started else notice.OWN,
+                    f"{type(exc).__name__}: {exc}")
 
     def _reject(self, exc: Exception) -> None:
         """This rank's own checks raised ``exc`` before the agreement step: with ``validate``,
@@ -289,7 +304,8 @@ def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
             call = state.absolute(watch.number)
             state.failed_here.add(call)
             try:
-                notice.post(state, call, True, f"{type(exc).__name__}: {exc}")
+                notice.post(state, call, notice.RELAYED if isinstance(exc, PeerError)
+                            else notice.BROKEN, f"{type(exc).__name__}: {exc}")
             except MPI.Exception:
                 pass
     if on_timeout == "abort" and (isinstance(exc, CollectiveTimeout) or (

@@ -80,6 +80,14 @@ class CommState:
             return
         if self._dup is None:
             presence(self.parent, watch)
+            if self.parent.Iprobe(MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
+                # notices of an earlier first call that failed (notice.py): judged, not left
+                self.notices += notice.collect(self.parent)
+                error = notice.judge(self, self.calls + 1, "mpicoll")
+                if error is not None:
+                    error.in_flight = False
+                    raise error
+            self.failed_here.clear()            # (first calls that failed reuse the number)
             self.comm, self._dup = self.parent.Idup()
         if watch is None:
             self._dup.Wait()

@@ -38,6 +38,8 @@ from .tags import tag_ub
 __all__ = ["notice_tag", "post", "collect", "judge", "register", "lookup", "NOTICE_TAG_OFFSET"]
 
 NOTICE_TAG_OFFSET = 2       # the notices' tag: MPI_TAG_UB - 2
+OWN, BROKEN, RELAYED = 0, 1, 2  # the sender's own error before communicating (communicator kept),
+                                # its call failed mid-way, it relays a PeerError (both: broken)
 _HEAD = 16                  # bytes: call, broken (two int64)
 
 _states: dict = {}          # communicator handle (py2f) -> its CommState (the parent's and the dup's)
@@ -67,7 +69,7 @@ def lookup(comm: MPI.Comm):
         return None
 
 
-def post(state, call: int, broken: bool, text: str) -> None:
+def post(state, call: int, broken: int, text: str) -> None:
     """Tell every other rank of ``state``'s communicator that call ``call`` failed here
     (``text``: the error); nonblocking (the message is small: it completes eagerly), its
     requests kept alive in ``state.outbox``."""
@@ -82,20 +84,22 @@ def post(state, call: int, broken: bool, text: str) -> None:
 
 
 def collect(comm: MPI.Comm) -> list:
-    """Receive every notice that has arrived on ``comm``: ``[(rank, call, broken, text)]``."""
+    """Receive every notice that has arrived on ``comm``: ``[(rank, call, kind, text)]``
+    (kind: ``OWN``, ``BROKEN``, ``RELAYED``)."""
     tag, status, got = notice_tag(), MPI.Status(), []
     while comm.Iprobe(MPI.ANY_SOURCE, tag, status):
         msg = np.empty(status.Get_count(MPI.BYTE), np.uint8)
         comm.Recv(msg, status.Get_source(), tag)
         call, broken = (int(v) for v in msg[:_HEAD].view(np.int64))
-        got.append((status.Get_source(), call, bool(broken), msg[_HEAD:].tobytes().decode(
+        got.append((status.Get_source(), call, broken, msg[_HEAD:].tobytes().decode(
             errors="replace")))
     return got
 
 
 def judge(state, current: int, what: str) -> PeerError | None:
     """Act on ``state``'s notices for a rank in call ``current`` (absolute number): the
-    ``PeerError`` to raise, or None (kept or dropped as the module's doc says)."""
+    ``PeerError`` to raise, or None (kept or dropped as the module's doc says). Relayed
+    notices are named only when no first-hand one is there (the ranks' messages then agree)."""
     keep, fatal = [], []
     for rank, call, broken, text in state.notices:
         if call in state.failed_here:
@@ -107,6 +111,9 @@ def judge(state, current: int, what: str) -> PeerError | None:
     state.notices = keep
     if not fatal:
         return None
+    first_hand = [n for n in fatal if n[2] != RELAYED]
+    if first_hand:                  # a rank that only relays another's error: not named
+        fatal = first_hand
     errors = {}
     for rank, call, broken, text in fatal:
         errors.setdefault(rank, (call, broken, text))

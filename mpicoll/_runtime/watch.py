@@ -156,9 +156,12 @@ class Watch:
             return
         if comm.Iprobe(MPI.ANY_SOURCE, notice.notice_tag()):
             state.notices += notice.collect(comm)
-        if state.notices and self.number >= 0:
-            error = notice.judge(state, state.absolute(self.number), self.what)
+        if state.notices:
+            numbered = self.number >= 0     # else: the first call's presence check, Idup
+            error = notice.judge(state, state.absolute(self.number) if numbered
+                                 else state.calls + 1, self.what)
             if error is not None:
+                error.in_flight = numbered or state._dup is not None
                 self.abandoned += list(requests)
                 raise error
         if self.number < 0 or not self.signature or not state.made or not comm == state.comm:
