@@ -48,7 +48,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, PeerError
+from ..errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken,
+                      ConcurrentCall, PeerError)
 from . import notice, tags, validate
 from .context import CommState, attach, enter, leave
 from .watch import Watch
@@ -343,14 +344,21 @@ def _on_timeout(on_timeout, name: str) -> str:
     return on_timeout
 
 
+SITE_FRAMES = 4         # validate="callsite": this many callers' lines (a wrapper's is not enough)
+
+
 def _callsite() -> str:
-    """``file:line`` of the first caller outside mpicoll (``validate="callsite"``)."""
+    """``file:line`` of the first ``SITE_FRAMES`` callers outside mpicoll, innermost first,
+    joined by ``<`` (``validate="callsite"``): a collective called through a helper function
+    is told apart by the helper's callers."""
     frame = sys._getframe(2)
     while frame is not None and frame.f_globals.get("__name__", "").startswith("mpicoll"):
         frame = frame.f_back
-    if frame is None:
-        return "?"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    lines = []
+    while frame is not None and len(lines) < SITE_FRAMES:
+        lines.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+        frame = frame.f_back
+    return "<".join(lines) or "?"
 
 
 def _validate(flag) -> bool:

@@ -205,11 +205,21 @@ def enter(state: CommState, what: str) -> bool:
         return True
     if state.busy == me:
         return False
-    raise ConcurrentCall(
+    error = ConcurrentCall(
         f"{what}: another thread of this process (ident {state.busy}) is in a collective on "
         "this communicator; collectives on one communicator must come in the same order on "
         "every rank, which two threads cannot promise: give each thread its own communicator "
-        "(comm.Dup()), or serialise the calls")
+        "(comm.Dup()), or serialise the calls; mpicoll will not use this communicator again")
+    # the threads may enter in another order on other ranks, pairing calls of different
+    # threads: broken here, and the others told (their next wait raises PeerError)
+    if not state.broken:
+        state.broken = f"ConcurrentCall: {error}"
+        if state.made:
+            try:
+                notice.post(state, state.calls + 1, notice.BROKEN, f"ConcurrentCall: {error}")
+            except MPI.Exception:
+                pass
+    raise error
 
 
 def leave(state: CommState) -> None:
