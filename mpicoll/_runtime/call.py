@@ -71,7 +71,9 @@ class Call:
         self.collective, self.comm, self.alone = collective, comm, comm.Get_size() == 1
         self._st = attach(comm)
         # local: from now on freeing comm drops mpicoll's stray messages; one thread at a time
-        self._owner = enter(self._st, collective) if not self.alone else False
+        self._owner = not self.alone
+        if self._owner:
+            enter(self._st, collective)
         self.agreed, self.tag, self._state = False, 0, None
         self.chained = 0                            # the signature's hash folded with the history
         self.number, self.signature = -1, None      # the call's number, its tags.Signature
@@ -123,9 +125,9 @@ class Call:
         elif not self.chained:
             self.chained = (sig.hashed ^ self._state.history) or 1
             st = self._state
-            self._unlabel = st.history, st.before, st.last_signature
+            self._unlabel = st.history, st.before, st.last
             self.tag = st.label(self.number, sig)
-            self._marks = st.history, st.before
+            self._marks = st.history, "" if st.before is None else st.before.text
         if self.watch is not None:
             self.label(self.watch)
 
@@ -218,7 +220,7 @@ class Call:
                     # failed before communicating (validate's or the hash check's mismatch):
                     # as if not called, on every rank alike, so the histories stay equal
                     st = self._state
-                    st.history, st.before, st.last_signature = self._unlabel
+                    st.history, st.before, st.last = self._unlabel
                 self._reject(exc)
                 self._tell(exc)
         finally:
