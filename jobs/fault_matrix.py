@@ -20,7 +20,8 @@ Forms: ``blocking`` (``allreduce``), ``nonblocking`` (``iallreduce(...).wait()``
 ``persistent`` (``allreduce_init(...)()``); bcast cases use ``bcast``, ``ibcast``,
 ``bcast_init``.
 
-``--markdown FILE`` rewrites the table between ``<!-- fault-matrix -->`` and
+``python jobs/fault_matrix.py --cost`` times, in one process, the steps the checks add to every
+call (docs/reliability.md, "Cost"). ``--markdown FILE`` rewrites the table between ``<!-- fault-matrix -->`` and
 ``<!-- /fault-matrix -->`` in FILE (docs/reliability.md's), ``--json FILE`` writes every
 record, ``--reps K`` repeats every case K times (the verdict is the worst).
 """
@@ -374,6 +375,41 @@ def warm(world, algorithms, t: float) -> None:
     comm.Free()
 
 
+def cost(reps: int = 15, n: int = 200000) -> None:
+    """The CPU time of the steps issue #22 adds to every call, against the step they replace
+    (one process, no communication; medians and best of ``reps`` batches of ``n``)."""
+    import timeit
+    from mpicoll._runtime import context, tags
+    comm = MPI.COMM_SELF.Dup()
+    st = context.attach(comm)
+    sig = tags.signature("allreduce", "ring", {"op": "sum", "dtype": np.dtype("float64"),
+                                               "count": 1})
+
+    class Prepared:
+        collective = "allreduce"
+
+        @context.exclusive
+        def guarded(self, state):
+            pass
+
+        def plain(self, state):
+            pass
+
+    names = dict(st=st, sig=sig, context=context, p=Prepared())
+    rows = [("tag before: number + offset", "7 + sig.offset"),
+            ("tag now: st.label(number, sig)", "st.label(7, sig)"),
+            ("a prepared call's method, plain", "p.plain(st)"),
+            ("... with @context.exclusive", "p.guarded(st)"),
+            ("Call: context.enter + leave", "context.enter(st, 'x'); context.leave(st)")]
+    print(f"# CPU time per step, median / best of {reps} x {n}; load average "
+          f"{os.getloadavg()[0]:.1f}")
+    for name, stmt in rows:
+        timer = timeit.Timer(stmt, timer=time.process_time, globals=names)
+        times = sorted(timer.timeit(n) / n * 1e6 for _ in range(reps))
+        print(f"{name:<36} {times[len(times) // 2]:.3f} / {times[0]:.3f} us")
+    comm.Free()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"algorithms {', '.join(QUICK)} only")
@@ -385,7 +421,12 @@ def main(argv=None) -> int:
                     help=f"also run {', '.join(sorted(HANGS))} (may hang: then aborts)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--markdown", default=None, help="rewrite the table in this file")
+    ap.add_argument("--cost", action="store_true",
+                    help="only time the steps the checks add to every call (one process)")
     args = ap.parse_args(argv)
+    if args.cost:
+        cost()
+        return 0
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     t = args.timeout

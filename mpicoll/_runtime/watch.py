@@ -220,7 +220,8 @@ class Watch:
             return diverged(self.what, before, missing, timeout, found=found)
         strays = self.strays(missing) if self.signature else {}
         if strays:
-            return stray_mismatch(self.what, self.signature, strays, missing, timeout)
+            return stray_mismatch(self.what, self.signature, strays, missing, timeout,
+                                  found=found)
         if self.seen is not None:
             rank, tag = self.seen
             return ArgumentMismatch(
@@ -334,11 +335,12 @@ def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None, 
     return ArgumentMismatch(text, ranks, table, in_flight=True)
 
 
-def stray_mismatch(what: str, mine: str, strays: dict, missing, timeout: float | None):
+def stray_mismatch(what: str, mine: str, strays: dict, missing, timeout: float | None, *,
+                   found: bool = False):
     """The ``ArgumentMismatch`` for ranks that sent this call's messages with other arguments
     and left the call (``Watch.strays``): their arguments are not known here, only this rank's
     and the size of their message."""
-    how = f"timed out after {timeout:g} s" if timeout is not None else "gave up"
+    how = _how(timeout, found)
     ranks = sorted(strays)
     shown = ", ".join(f"{strays[r]} bytes from rank {r}" for r in ranks)
     text = (f"{what}: {how}: rank(s) {ranks} sent this call's messages with other arguments "
