@@ -21,6 +21,7 @@ calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is fre
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections import OrderedDict
 
@@ -256,8 +257,9 @@ def settle(state: CommState) -> None:
     too -- under each one's deadline; one that cannot complete fails, cleanly, with
     ``CommunicatorBroken`` (or its ``CollectiveTimeout``), never touching the freed
     communicator afterwards (``executors.progress.settle``)."""
-    from ..executors import progress
-    progress.settle(state, "the communicator was freed while it was in flight")
+    progress = sys.modules.get("mpicoll.executors.progress")   # not loaded: nothing in flight
+    if progress is not None:                # (looked up, not imported: no import cycle)
+        progress.settle(state, "the communicator was freed while it was in flight")
 
 
 def drain(comm: MPI.Intracomm, tags) -> None:
