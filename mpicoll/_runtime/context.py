@@ -119,7 +119,9 @@ class CommState:
             if error is not None:
                 self.broken = f"PeerError: {error}"
                 raise error
-        return self.calls % self.tags.calls
+        number = self.calls % self.tags.calls
+        self.recent[number & RECENT_MASK] = -1      # until label gives it a tag
+        return number
 
     def label(self, number: int, sig) -> int:
         """The tag of call ``number`` (``next_number``) whose signature is ``sig``: the number,

@@ -187,8 +187,10 @@ class Watch:
                 if tag != self.tag:
                     return rank, tag
                 continue
-            back = (self.number - number) % calls
-            if 0 < back < len(state.recent) and state.recent[number % len(state.recent)] not in (
+            # a recent call's (counted back from the latest call this rank made: a persistent
+            # handle's watch keeps the number of its init, maybe long ago)
+            back = (state.calls - number) % calls
+            if back < len(state.recent) and state.recent[number % len(state.recent)] not in (
                     -1, tag):
                 return rank, tag
         return None
