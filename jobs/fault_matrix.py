@@ -481,6 +481,11 @@ def main(argv=None) -> int:
                         sys.stdout.flush()
                         world.Abort(3)
                     records = world.gather(mine, 0)
+                    if comm != MPI.COMM_NULL:   # (MPI has ~2000 communicators: free each)
+                        try:
+                            comm.Free()
+                        except MPI.Exception:
+                            pass
                     if rank == 0:
                         verdicts.append(judge(case, records, t))
                 if rank != 0:
