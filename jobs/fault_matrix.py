@@ -41,8 +41,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll.errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken,
-                            ConcurrentCall, PeerError)
+from mpicoll.errors import ArgumentMismatch, CollectiveTimeout, ConcurrentCall, PeerError
 from mpicoll.registry import COLLECTIVES
 
 ALGORITHMS = tuple(COLLECTIVES["allreduce"]) + ("auto",)

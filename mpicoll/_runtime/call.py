@@ -48,8 +48,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken,
-                      ConcurrentCall, PeerError)
+from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, PeerError
 from . import notice, tags, validate
 from .context import CommState, attach, enter, leave
 from .watch import Watch

@@ -33,7 +33,7 @@ from ..errors import CommunicatorBroken, ConcurrentCall
 from ..executors.mpi import new_traffic
 from ..topology import virtual_nodes
 from . import notice
-from .tags import chain, layout
+from .tags import layout
 from .watch import roll_call_tag
 
 __all__ = ["state", "attach", "known", "CommState", "node_layout", "enter", "leave", "exclusive",
@@ -126,7 +126,7 @@ class CommState:
     def label(self, number: int, sig) -> int:
         """The tag of call ``number`` (``next_number``) whose signature is ``sig``: the number,
         and the signature's hash folded with the running hash of every earlier call's
-        (``tags.chain``, inlined), so that ranks whose earlier calls differed never match
+        (``tags.chain``, inlined here), so that ranks whose earlier calls differed never match
         again. Called once per call, in the order of the numbers."""
         if sig is None:
             return number
