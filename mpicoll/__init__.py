@@ -25,7 +25,8 @@ for mpi4py code: ``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast
 (``mpicoll.comm``).
 """
 
-from .errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
+from .errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, ConcurrentCall,
+                     PeerError)
 
 __version__ = "0.1.0"
 # name -> the module that defines it, loaded on first use: ``import mpicoll`` stays cheap and
@@ -38,6 +39,7 @@ _LAZY = {**dict.fromkeys(("allreduce", "reduce_scatter_block", "allgather", "bca
                           "bcast_init"), "persistent"),
          "Buckets": "buckets", "ErrorFeedback": "compression", "Comm": "comm", "wrap": "comm"}
 __all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken",
+                         "PeerError", "ConcurrentCall",
                          "__version__"]
 
 

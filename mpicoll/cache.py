@@ -50,13 +50,13 @@ class Entry:
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
                  "on_timeout", "run", "internode_bytes", "rank", "block", "shared_memory",
-                 "hashed", "agreed", "plan")
+                 "hashed", "agreed", "plan", "sig")
 
     def __init__(self, call: Call, plan, prepared):
         self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), plan.block
         self.plan = plan
         self.numbered = call._state is not None         # the call took a number (and a tag)
-        sig = call.signature
+        self.sig = sig = call.signature     # (the tag: CommState.label, issue #22)
         self.offset = 0 if sig is None else sig.offset
         self.signature = "" if sig is None else sig.text
         self.what = call.watch.what if call.watch is not None else call.collective
@@ -73,11 +73,13 @@ class Entry:
                                          traffic=st.traffic)
             self.internode_bytes = internode * plan.dtype.itemsize
 
+    @context.exclusive                      # one thread at a time (issue #22)
     def __call__(self, st, buf: np.ndarray) -> None:
         """Run on ``buf`` (the input copied in already) as a new call on ``st``."""
         if st.broken:
             st.check(self.collective)
         number = st.next_number() if self.numbered else 0
+        tag = st.label(number, self.sig) if self.numbered else 0
         run = self.run
         if run is None:
             return
@@ -85,13 +87,13 @@ class Entry:
         watch = None
         try:
             if self.timeout is None:
-                run.run(flat, number + self.offset)
+                run.run(flat, tag)
             else:
                 def make_watch(left: float) -> Watch:
                     nonlocal watch
-                    watch = self._watch(st, number, left)
+                    watch = self._watch(st, number, left, tag)
                     return watch
-                run.run(flat, number + self.offset, self.timeout, make_watch)
+                run.run(flat, tag, self.timeout, make_watch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
@@ -99,18 +101,20 @@ class Entry:
         if self.internode_bytes:
             st.traffic["internode_bytes"] += self.internode_bytes
 
+    @context.exclusive                      # one thread at a time (issue #22)
     def shared(self, st, src: np.ndarray, dst: np.ndarray) -> None:
         """Run the shared-memory runner from ``src`` (flat; may be ``dst``) into ``dst`` as a
         new call on ``st``."""
         if st.broken:
             st.check(self.collective)
         number = st.next_number() if self.numbered else 0
+        tag = st.label(number, self.sig) if self.numbered else 0
         start, watch = time.monotonic(), None
 
         def get_watch():                # made when first needed, with the call's deadline
             nonlocal watch
             if watch is None and self.timeout is not None:
-                watch = self._watch(st, number, start + self.timeout - time.monotonic())
+                watch = self._watch(st, number, start + self.timeout - time.monotonic(), tag)
             return watch
 
         def mismatch():
@@ -118,19 +122,19 @@ class Entry:
                      get_watch(), "the argument check of the shared-memory all-reduce (the "
                      "ranks' hashes differ)")
         try:
-            self.shared_memory.run(src, dst, number + self.offset, get_watch, self.hashed,
-                                   mismatch)
+            self.shared_memory.run(src, dst, tag, get_watch, self.hashed, mismatch)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
             raise
 
-    def _watch(self, st, number: int, left: float) -> Watch:
+    def _watch(self, st, number: int, left: float, tag: int) -> Watch:
         """The deadline of call ``number``, ``left`` seconds from now, as the full path's."""
         watch = Watch(self.timeout, self.what, st.comm)
         watch.deadline = time.monotonic() + left
-        watch.tag, watch.number, watch.calls = number + self.offset, number, st.tags.calls
+        watch.tag, watch.number, watch.calls = tag, number, st.tags.calls
         watch.signature = self.signature
+        st.mark(watch)
         return watch
 
 

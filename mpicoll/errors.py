@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken"]
+__all__ = ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "PeerError",
+           "ConcurrentCall"]
 
 
 class CollectiveTimeout(TimeoutError):
@@ -56,3 +57,30 @@ class ArgumentMismatch(ValueError):
 
 class CommunicatorBroken(RuntimeError):
     """An earlier call on this communicator failed mid-way; mpicoll will not use it again."""
+
+
+class PeerError(RuntimeError):
+    """Another rank's call failed, and told this one (``_runtime/notice.py``): a rank whose own
+    checks raised (a ``TypeError`` for a list, a bad count ...) before it communicated, or a rank
+    that gave up on a call this one took part in. Raised while this rank waits (within a few
+    tens of milliseconds of the notice's arrival), not at the deadline.
+
+    ``ranks``: the ranks that failed; ``errors``: ``{rank: "TypeError: ..."}``, their own
+    messages; ``call``: the call's number on the communicator (counted from 1); ``in_flight``:
+    this rank's part of the call was under way (its messages may still be in flight), so the
+    communicator is broken here, as after a ``CollectiveTimeout``.
+    """
+
+    def __init__(self, message: str, ranks=(), errors=None, call: int = 0, *,
+                 in_flight: bool = True):
+        self.ranks, self.errors, self.call = sorted(ranks), dict(errors or {}), call
+        self.in_flight = in_flight
+        super().__init__(message)
+
+
+class ConcurrentCall(RuntimeError):
+    """A second thread entered a collective on a communicator that another thread of this
+    process is already in (MPI collectives on one communicator must be called in the same order
+    on every rank; two threads racing cannot guarantee that). Raised on the calling thread
+    before it touches the communicator; the call in progress is unaffected. Use one
+    communicator per thread (``comm.Dup()``)."""

@@ -39,6 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import cache, compression, kernels, model, ops, select, settings
+from ._runtime import loading
 from ._runtime.call import Call
 from .algorithms import allreduce_shm
 from .buffers import Layout
@@ -282,10 +283,8 @@ def _schedule(call: Call, p: Plan):
 
 def _warmup(call: Call, op: str, dtype) -> None:
     """Compile (or load) ``op``'s kernel for ``dtype`` (``kernels.warmup``), before the
-    agreement step; the time is local work, not charged to the call's deadline."""
-    spent = kernels.warmup(op, dtype)
-    if call.watch is not None:
-        call.watch.deadline += spent
+    agreement step, under the call's deadline (``_runtime.loading``)."""
+    loading.load(lambda: kernels.warmup(op, dtype), call.watch)
 
 
 def prepare(call: Call, p: Plan):

@@ -48,9 +48,9 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
-from . import tags, validate
-from .context import CommState, attach
+from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, PeerError
+from . import notice, tags, validate
+from .context import CommState, attach, enter, leave
 from .watch import Watch
 
 __all__ = ["Call", "ABORT_CODE", "failed", "disagree"]
@@ -62,15 +62,26 @@ class Call:
     def __init__(self, collective: str, algorithm: str, comm, timeout, on_timeout, validate):
         if comm is None:
             comm = MPI.COMM_WORLD
-        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+        if isinstance(comm, MPI.Comm) and comm == MPI.COMM_NULL:
+            raise TypeError("comm is MPI.COMM_NULL (a communicator that was freed, "
+                            "comm.Free(), or never created): pass a live communicator")
+        if not isinstance(comm, MPI.Intracomm):
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
         self.collective, self.comm, self.alone = collective, comm, comm.Get_size() == 1
-        attach(comm)        # local: from now on freeing comm drops mpicoll's stray messages
+        self._st = attach(comm)
+        # local: from now on freeing comm drops mpicoll's stray messages; one thread at a time
+        self._owner = not self.alone
+        if self._owner:
+            enter(self._st, collective)
         self.agreed, self.tag, self._state = False, 0, None
+        self.chained = 0                            # the signature's hash folded with the history
         self.number, self.signature = -1, None      # the call's number, its tags.Signature
         self._agreed_on = None                      # agree's (algorithm, fields)
         self.watch, self.timeout, self.on_timeout = None, None, "exception"
         self.error: Exception | None = None     # a bad option: raised by __enter__
+        self.callsite = validate == "callsite" and not self.alone
+        if self.callsite:
+            validate = False
         try:
             self.validate = (settings.get("MPICOLL_VALIDATE") if validate is None
                              else _validate(validate)) and not self.alone
@@ -105,10 +116,17 @@ class Call:
         return self._state
 
     def _label(self) -> None:
-        """The tag: the call's number, and its arguments' hash once ``agree`` gave them
-        (``tags.Layout.tag``: the hash's part is computed once per signature)."""
+        """The tag: the call's number, and its arguments' hash (folded with the history of the
+        calls before it: ``CommState.label``) once ``agree`` gave them."""
         sig = self.signature
-        self.tag = self.number if sig is None else self.number + sig.offset
+        if sig is None:
+            self.tag = self.number
+        elif not self.chained:
+            self.chained = (sig.hashed ^ self._state.history) or 1
+            st = self._state
+            self._unlabel = st.history, st.before, st.last
+            self.tag = st.label(self.number, sig)
+            self._marks = st.history, "" if st.before is None else st.before.text
         if self.watch is not None:
             self.label(self.watch)
 
@@ -116,6 +134,8 @@ class Call:
         """Give ``watch`` this call's tag, number and signature (for the roll call)."""
         watch.tag, watch.number, watch.calls = self.tag, self.number, self._state.tags.calls
         watch.signature = "" if self.signature is None else self.signature.text
+        if self.chained:
+            watch.history, watch.previous = self._marks
 
     def agree(self, algorithm: str, **fields) -> None:
         """Name the algorithm about to run and the arguments every rank must agree on: they
@@ -129,6 +149,8 @@ class Call:
             watch.what = f"{self.collective} {algorithm}"
         if self.alone:          # no message to tag, no one to disagree with
             return
+        if self.callsite:
+            fields = {**fields, "site": _callsite()}
         self.signature = sig = tags.signature(self.collective, algorithm, fields)
         self._agreed_on = (algorithm, fields)
         if self._state is not None:
@@ -148,7 +170,8 @@ class Call:
         """One small ``MPI_Iallreduce`` (MAX of the signature's hash and of its negation): every
         rank learns whether all passed the same arguments; if not, ``validate``'s report names
         who passed what, on every rank."""
-        comm, h = self.open().comm, self.signature.hashed
+        comm = self.open().comm
+        h = self.chained            # the hash of the arguments and of the calls before
         extremes = np.empty(2, np.int64)
         validate.wait(comm.Iallreduce(np.array([h, -h], np.int64), extremes, op=MPI.MAX),
                       self.watch, "the argument check of the MPI library's collective "
@@ -175,17 +198,65 @@ class Call:
 
     def __enter__(self) -> "Call":
         if self.error is not None:          # a bad option of this call: as a bad argument
-            self._reject(self.error)
+            try:
+                self._reject(self.error)
+                self._tell(self.error)
+            finally:
+                self._leave()
             raise self.error
         return self
 
     def __exit__(self, kind, exc, tb) -> bool:
-        if isinstance(exc, (CollectiveTimeout, KeyboardInterrupt)) or (
-                isinstance(exc, ArgumentMismatch) and exc.in_flight):
-            self._failed(exc)
-        elif isinstance(exc, Exception) and not isinstance(exc, CommunicatorBroken):
-            self._reject(exc)
+        try:
+            if exc is None:
+                return False
+            if isinstance(exc, (CollectiveTimeout, KeyboardInterrupt, PeerError)) or (
+                    isinstance(exc, ArgumentMismatch) and exc.in_flight):
+                if not isinstance(exc, PeerError) or exc.in_flight:
+                    self._failed(exc)
+            elif isinstance(exc, Exception) and not isinstance(exc, CommunicatorBroken):
+                if self.chained and not self._state.broken:
+                    # failed before communicating (validate's or the hash check's mismatch):
+                    # as if not called, on every rank alike, so the histories stay equal
+                    st = self._state
+                    st.history, st.before, st.last = self._unlabel
+                self._reject(exc)
+                self._tell(exc)
+        finally:
+            self._leave()
         return False
+
+    def _leave(self) -> None:
+        if self._owner:
+            self._owner = False
+            leave(self._st)
+
+    def _tell(self, exc: BaseException) -> None:
+        """This rank's call raised ``exc`` (its own error, not one of the call's): tell the
+        other ranks of the call at once (``notice``), so they raise ``PeerError`` instead of
+        waiting for this rank until their deadline. Before the call's transfers (``agree``
+        not reached) the communicator stays usable here; after them it is broken. With
+        ``validate`` the agreement step told them already."""
+        if self.alone or self.agreed:
+            return
+        st = self._st
+        if st.broken:
+            return
+        if self._state is not None:         # numbered already
+            call = st.calls
+        elif st.made:                       # take this call's number (no communication)
+            call = st.calls + 1
+            st.calls = call
+        else:       # the communicator's first call: told on the caller's communicator (the
+            call = st.calls + 1     # others wait in the presence check there), no number
+            if st._dup is not None:
+                return              # (the duplicate is being made: the others can't look)
+        started = self.signature is not None and self._state is not None
+        st.failed_here.add(call)
+        if started:
+            st.broken = st.broken or f"{type(exc).__name__}: {exc}"
+        notice.post(st, call, notice.BROKEN if started else notice.OWN,
+                    f"{type(exc).__name__}: {exc}")
 
     def _reject(self, exc: Exception) -> None:
         """This rank's own checks raised ``exc`` before the agreement step: with ``validate``,
@@ -222,11 +293,23 @@ def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool
 def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
            exc: BaseException) -> None:
     """``state``'s communicator broken after a call that failed mid-way with ``exc`` (the
-    requests ``watch`` abandoned kept alive); ``MPI_Abort`` with ``on_timeout="abort"``."""
+    requests ``watch`` abandoned kept alive); the other ranks told (``notice``: a rank that
+    completed the call learns of it in its next one); ``MPI_Abort`` with
+    ``on_timeout="abort"``."""
     if state is not None:
+        first = not state.broken
         state.broken = f"{type(exc).__name__}: {exc}"
         if watch is not None:
             state.abandoned += watch.abandoned
+            watch.abandoned = []
+        if first and state.made and watch is not None and watch.number >= 0:
+            call = state.absolute(watch.number)
+            state.failed_here.add(call)
+            try:
+                notice.post(state, call, notice.RELAYED if isinstance(exc, PeerError)
+                            else notice.BROKEN, f"{type(exc).__name__}: {exc}")
+            except MPI.Exception:
+                pass
     if on_timeout == "abort" and (isinstance(exc, CollectiveTimeout) or (
             isinstance(exc, ArgumentMismatch) and exc.in_flight)):
         abort(comm, exc)
@@ -260,6 +343,23 @@ def _on_timeout(on_timeout, name: str) -> str:
     if on_timeout not in ("exception", "abort"):
         raise ValueError(f"{name} must be 'exception' or 'abort', got {on_timeout!r}")
     return on_timeout
+
+
+SITE_FRAMES = 4         # validate="callsite": this many callers' lines (a wrapper's is not enough)
+
+
+def _callsite() -> str:
+    """``file:line`` of the first ``SITE_FRAMES`` callers outside mpicoll, innermost first,
+    joined by ``<`` (``validate="callsite"``): a collective called through a helper function
+    is told apart by the helper's callers."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("mpicoll"):
+        frame = frame.f_back
+    lines = []
+    while frame is not None and len(lines) < SITE_FRAMES:
+        lines.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+        frame = frame.f_back
+    return "<".join(lines) or "?"
 
 
 def _validate(flag) -> bool:

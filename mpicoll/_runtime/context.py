@@ -20,19 +20,24 @@ calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is fre
 
 from __future__ import annotations
 
+import functools
+import sys
+import threading
 from collections import OrderedDict
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..errors import CommunicatorBroken
+from ..errors import CommunicatorBroken, ConcurrentCall
 from ..executors.python import new_traffic
 from ..topology import virtual_nodes
+from . import notice
 from .tags import layout
 from .watch import roll_call_tag
 
-__all__ = ["state", "attach", "known", "CommState", "node_layout"]
+__all__ = ["state", "attach", "known", "CommState", "node_layout", "enter", "leave", "exclusive",
+           "concurrent"]
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
@@ -50,6 +55,16 @@ class CommState:
         self.node_shared: dict = {}             # the same per node layout (hierarchical's)
         self.cached = OrderedDict()             # cache.Entry: plain calls' plans, LRU
         self.last_cached = (None, None)         # the most recently used: (key, entry)
+        # fail fast, never diverge (docs/reliability.md)
+        self.history = 0                        # running hash of the calls' signatures (tags.chain)
+        self.recent = [-1] * RECENT             # the tag of call number n at [n % RECENT]
+        self.last = self.before = None          # the last call's tags.Signature, the one before
+        self._calls, self._hashes = self.tags    # (for label)
+        self.notices: list = []                 # other ranks' notices not acted on yet (notice.py)
+        self.failed_here: set = set()           # calls (absolute numbers) that failed on this rank
+        self.outbox: list = []                  # (message, request) of the notices this rank sent
+        self.lock = threading.RLock()           # held by the thread in a call on it (enter)
+        notice.register(comm, self)
 
     def check(self, what: str = "mpicoll") -> None:
         """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
@@ -66,6 +81,14 @@ class CommState:
             return
         if self._dup is None:
             presence(self.parent, watch)
+            if self.parent.Iprobe(MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
+                # notices of an earlier first call that failed (notice.py): judged, not left
+                self.notices += notice.collect(self.parent)
+                error = notice.judge(self, self.calls + 1, "mpicoll")
+                if error is not None:
+                    error.in_flight = False
+                    raise error
+            self.failed_here.clear()            # (first calls that failed reuse the number)
             self.comm, self._dup = self.parent.Idup()
         if watch is None:
             self._dup.Wait()
@@ -73,6 +96,7 @@ class CommState:
             watch.wait([self._dup], "MPI_Comm_idup (mpicoll's duplicate of the communicator)")
         self._dup = None
         self.made = True
+        notice.register(self.comm, self)
         self._nodes[None] = node_layout(self.comm)
 
     @property
@@ -88,9 +112,44 @@ class CommState:
         return self._nodes[None]
 
     def next_number(self) -> int:
-        """The next call's number; ``self.tags.tag(number, hash)`` is its tag."""
+        """The next call's number; ``label`` gives its tag."""
         self.calls += 1
-        return self.calls % self.tags.calls
+        if self.notices:                        # another rank failed in a later call: now?
+            error = notice.judge(self, self.calls, "mpicoll")
+            if error is not None:
+                self.broken = f"PeerError: {error}"
+                raise error
+        number = self.calls % self.tags.calls
+        self.recent[number & RECENT_MASK] = -1      # until label gives it a tag
+        return number
+
+    def label(self, number: int, sig) -> int:
+        """The tag of call ``number`` (``next_number``) whose signature is ``sig``: the number,
+        and the signature's hash folded with the running hash of every earlier call's
+        (``tags.chain``, inlined here), so that ranks whose earlier calls differed never match
+        again. Called once per call, in the order of the numbers."""
+        if sig is None:
+            return number
+        history, hashed = self.history, sig.hashed
+        self.history = (history * 0x01000193 ^ hashed) & 0xFFFFFFFF
+        tag = number + self._calls * ((hashed ^ history) % self._hashes)
+        self.recent[number & RECENT_MASK] = tag
+        self.before, self.last = self.last, sig
+        return tag
+
+    @property
+    def last_signature(self) -> str:
+        return "" if self.last is None else self.last.text
+
+    def mark(self, watch) -> None:
+        """Give ``watch`` what the roll call compares beyond the signature, right after
+        ``label``: the running hash after its call and the previous call's signature."""
+        watch.history = self.history
+        watch.previous = "" if self.before is None else self.before.text
+
+    def absolute(self, number: int) -> int:
+        """The absolute number (``calls`` at its start) of the recent call ``number``."""
+        return self.calls - (self.calls - number) % self.tags.calls
 
     def scratch(self, dtype: np.dtype, n: int) -> np.ndarray:
         """A scratch array of ``n`` elements, reused across calls (grown when too small)."""
@@ -124,8 +183,15 @@ class CommState:
             return
         tag = roll_call_tag()
         builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
+        if self.made and not builtin:
+            settle(self)
+        _orphans.extend(self.abandoned)         # MPI may still write into their buffers
+        _orphans.extend(self.outbox)
+        notice.forget(self.parent)
+        if self.made:
+            notice.forget(self.comm)
         if not builtin:
-            drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET))
+            drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET, tag - notice.NOTICE_TAG_OFFSET))
         if not self.broken:                     # collective: not after a failure
             for shared in ([self.shared] if self.shared is not None else []) + \
                     list(self.node_shared.values()):
@@ -134,6 +200,68 @@ class CommState:
             if not builtin:     # mpicoll's own: every tag (a failed call's data messages too)
                 drain(self.comm, (MPI.ANY_TAG,))
             self.comm.Free()
+
+
+def enter(state: CommState, what: str) -> None:
+    """This thread enters a call on ``state``'s communicator (release with ``leave``): a
+    reentrant lock, so a call inside a call of the same thread passes; raise
+    ``ConcurrentCall`` if another thread is in a call on it."""
+    if not state.lock.acquire(False):
+        concurrent(state, what)
+
+
+def leave(state: CommState) -> None:
+    state.lock.release()
+
+
+def concurrent(state: CommState, what: str):
+    error = ConcurrentCall(
+        f"{what}: another thread of this process is in a collective on this communicator; "
+        "collectives on one communicator must come in the same order on every rank, which two "
+        "threads cannot promise: give each thread its own communicator (comm.Dup()), or "
+        "serialise the calls; mpicoll will not use this communicator again")
+    # the threads may enter in another order on other ranks, pairing calls of different
+    # threads: broken here, and the others told (their next wait raises PeerError)
+    if not state.broken:
+        state.broken = f"ConcurrentCall: {error}"
+        if state.made:
+            try:
+                notice.post(state, state.calls + 1, notice.BROKEN, f"ConcurrentCall: {error}")
+            except MPI.Exception:
+                pass
+    raise error
+
+
+def exclusive(method):
+    """For a method ``(self, state, ...)`` that runs a call on ``state`` (``api.Prepared``):
+    ``enter`` / ``leave`` around it (~0.2 us)."""
+    @functools.wraps(method)
+    def run(self, state, *args):
+        lock = state.lock
+        if not lock.acquire(False):
+            concurrent(state, self.collective)
+        try:
+            return method(self, state, *args)
+        finally:
+            lock.release()
+    return run
+
+
+RECENT = 64                 # calls whose tags a CommState remembers (watch.Watch.look)
+RECENT_MASK = RECENT - 1
+_orphans: list = []         # requests (and buffers) of freed communicators, kept alive
+
+
+def settle(state: CommState) -> None:
+    """The user frees ``state``'s communicator while requests (``iallreduce`` ...) are in
+    flight on it (MPI allows that: the operations complete, then the communicator goes).
+    Complete them -- every rank frees its communicator, so the others' requests progress
+    too -- under each one's deadline; one that cannot complete fails, cleanly, with
+    ``CommunicatorBroken`` (or its ``CollectiveTimeout``), never touching the freed
+    communicator afterwards (``executors.progress.settle``)."""
+    progress = sys.modules.get("mpicoll.executors.progress")   # not loaded: nothing in flight
+    if progress is not None:                # (looked up, not imported: no import cycle)
+        progress.settle(state, "the communicator was freed while it was in flight")
 
 
 def drain(comm: MPI.Intracomm, tags) -> None:

@@ -15,12 +15,18 @@ roll call (``watch.py``), which carries each rank's signature, raises ``Argument
 every rank naming who passed what.
 
 The layout comes from ``MPI_TAG_UB`` (an attribute of ``COMM_WORLD``, valid for every
-communicator; ``layout``): tags ``TAG_UB`` and ``TAG_UB - 1`` are the roll call's and the
-presence check's, so calls use 0 .. TAG_UB - 2. ``CALLS`` is 2**13 where the tag space allows
+communicator; ``layout``): tags ``TAG_UB``, ``TAG_UB - 1`` and ``TAG_UB - 2`` are the roll
+call's, the presence check's and the notices' (``notice.py``), so calls use 0 .. TAG_UB - 3. ``CALLS`` is 2**13 where the tag space allows
 (MPICH: TAG_UB = 2**29 - 1, so HASHES = 65535: two mismatched calls share a tag with
 probability 1/65535), and both shrink with a smaller TAG_UB: at MPI's guaranteed minimum,
 32767, CALLS = 128 and HASHES = 255; below TAG_UB = 4097 (fewer than 64 call numbers with 64
 hashes) there is no hash (HASHES = 1): call numbers only, the old behaviour.
+
+The hash in the tag is not the signature's alone: ``CommState.label`` folds in a running hash
+of the signatures of every earlier call on the communicator (``chain``), so once two ranks'
+histories differ -- a call whose arguments differed but which completed anyway (a ``bcast``
+whose ranks each passed ``root=self``: every root's sends complete without a receiver) -- no
+later call of theirs matches either, and the next one is found as a mismatch (``watch.py``).
 
 Not caught by the tags: two mismatched signatures whose hashes collide (modulo HASHES), and the
 MPI library's own collectives (``algorithm="mpi"``), which take no tag -- ``call.Call`` checks
@@ -37,7 +43,7 @@ from mpi4py import MPI
 
 from ..registry import COLLECTIVES
 
-__all__ = ["Layout", "layout", "Signature", "signature", "fields", "tag_ub"]
+__all__ = ["Layout", "layout", "Signature", "signature", "fields", "tag_ub", "chain"]
 
 _MAX_CALL_BITS = 13
 
@@ -64,7 +70,7 @@ class Layout(NamedTuple):
 @functools.lru_cache(maxsize=8)
 def layout(tag_ub: int) -> Layout:
     """The tag layout for a communicator whose ``MPI_TAG_UB`` is ``tag_ub``."""
-    usable = tag_ub - 1                     # tags 0 .. tag_ub - 2
+    usable = tag_ub - 2                     # tags 0 .. tag_ub - 3
     bits = usable.bit_length() - 1          # 2**bits <= usable
     calls = 1 << min(_MAX_CALL_BITS, bits // 2)
     hashes = usable // calls
@@ -103,6 +109,11 @@ def signature(collective: str, algorithm: str, fields: dict) -> Signature:
         hashed = zlib.crc32(text.encode())
         sig = _cache[key] = Signature(text, hashed, library, layout(tag_ub()).tag(0, hashed))
     return sig
+
+
+def chain(history: int, hashed: int) -> int:
+    """The running hash after a call of signature hash ``hashed`` (32 bits, as crc32's)."""
+    return (history * 0x01000193 ^ hashed) & 0xFFFFFFFF       # FNV-1's step
 
 
 def _text(value) -> str:

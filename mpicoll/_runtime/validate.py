@@ -26,7 +26,7 @@ from ..topology import ORDERS
 __all__ = ["FIELDS", "fingerprint", "rejected", "check", "wait"]
 
 FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "order",
-          "nodes", "compress", "executor", "segments",
+          "nodes", "compress", "executor", "segments", "site",
           "timeout", "error")
 _COLLECTIVES = tuple(COLLECTIVES)
 _NAMES = tuple(sorted({name for table in COLLECTIVES.values() for name in table}))
@@ -43,7 +43,8 @@ def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=No
                 count: int = 0, root: int = -1, inner: str | None = None,
                 outer: str | None = None, order: str | None = None, nodes: tuple | None = None,
                 compress: str | None = None, executor: str | None = None,
-                segments: str | None = None, timeout: bool = False) -> list:
+                segments: str | None = None, site: str | None = None,
+                timeout: bool = False) -> list:
     """The integers that must be equal on every rank (-1: not applicable). ``nodes``, the node
     layout of a node-aware algorithm (``MPICOLL_RANKS_PER_NODE`` could differ between ranks),
     and ``segments``, the compiled executor's segment rule (``MPICOLL_SEGMENT_BYTES``, the
@@ -54,7 +55,8 @@ def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=No
     return [_COLLECTIVES.index(collective), _index(_NAMES, algorithm), _index(OPS, op),
             _index(DTYPES, dtype), count, root, _index(_NAMES, inner), _index(_NAMES, outer),
             _index(ORDERS, order), layout, _index(_CODECS, compress),
-            _index(_EXECUTORS, executor), rule, int(timeout), 0]
+            _index(_EXECUTORS, executor), rule,
+            -1 if site is None else zlib.crc32(site.encode()) & 0x7FFFFFFF, int(timeout), 0]
 
 
 def rejected(collective: str, error: BaseException) -> list:
@@ -105,6 +107,8 @@ def _show(field: str, row) -> str:
         return _EXECUTORS[v] if v >= 0 else "?"
     if field == "segments":
         return f"rule #{v:08x}" if v >= 0 else "none"
+    if field == "site":                 # validate="callsite": a checksum of file:line
+        return f"call site #{v:08x}" if v >= 0 else "none"
     if field == "timeout":
         return "on" if v else "off"
     return str(v)

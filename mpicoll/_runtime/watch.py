@@ -34,12 +34,16 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ArgumentMismatch, CollectiveTimeout
+from . import notice
 from .tags import fields, tag_ub
 
-__all__ = ["Watch", "ROLL_CALL_SECONDS"]
+__all__ = ["Watch", "ROLL_CALL_SECONDS", "LOOK_AFTER", "LOOK_EVERY"]
 
 ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from the others
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
+LOOK_AFTER = 0.02           # a wait this long looks for other ranks' notices and strays ...
+LOOK_EVERY = 0.05           # ... and again this often (``Watch.look``)
+_RESERVED = 3               # tags TAG_UB - 2 .. TAG_UB: notices, presence check, roll call
 
 
 def roll_call_tag() -> int:
@@ -64,10 +68,13 @@ class Watch:
     tag, number, signature = 0, -1, ""      # the call's tag, number and arguments (call.Call)
     calls = 1                               # how many call numbers the tags hold (tags.py)
     _abandoned = None
+    seen = None                 # what ``look`` found: (rank, tag) of a message of another call
+    history, previous = 0, ""   # the running hash after this call, the previous call's signature
 
     def __init__(self, timeout: float, what: str, comm: MPI.Intracomm):
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self.what, self.comm = what, comm
+        self.next_look = 0.0                # 0: set by the first wait that outlasts the spin
 
     @property
     def abandoned(self) -> list:
@@ -96,6 +103,8 @@ class Watch:
             if now - start < _SPIN_SECONDS:
                 os.sched_yield()        # let the rank we wait for run, if it shares our core
             else:
+                if now >= self.next_look:
+                    self.look(now, requests, step, nsteps, peers)
                 time.sleep(pause)
                 pause = min(2 * pause, 1e-3)
 
@@ -104,45 +113,128 @@ class Watch:
         CollectiveTimeout as ``wait`` does when the deadline has passed or a roll call came."""
         if MPI.Request.Testall(requests):
             return True
-        expired = time.monotonic() > self.deadline
+        now = time.monotonic()
+        expired = now > self.deadline
         if expired or self.comm.Iprobe(MPI.ANY_SOURCE, roll_call_tag()):
             raise self.give_up(requests, step, nsteps, peers, expired)
+        if now >= self.next_look:
+            self.look(now, requests, step, nsteps, peers)
         return False
 
     def overdue(self, step, nsteps: int = 0, waiting_on=()) -> None:
         """For a wait on something other than MPI requests (a flag in shared memory): raise
         CollectiveTimeout as ``wait`` does when the deadline has passed or a roll call came,
         naming ``waiting_on``; else return."""
-        expired = time.monotonic() > self.deadline
+        now = time.monotonic()
+        expired = now > self.deadline
         if expired or self.comm.Iprobe(MPI.ANY_SOURCE, roll_call_tag()):
             raise self.give_up([], step, nsteps, waiting_on, expired)
+        if now >= self.next_look:
+            self.look(now, [], step, nsteps, waiting_on)
+
+    def look(self, now: float, requests, step, nsteps: int, peers) -> None:
+        """A wait that outlasts ``LOOK_AFTER``: look (then every ``LOOK_EVERY`` s) for what
+        the other ranks say without being asked --
+
+        * a notice (``notice.py``): a rank's own call failed, or it gave up on one: raise its
+          ``PeerError`` (the unfinished requests kept alive);
+        * a message of this call with another tag than this rank's (the other rank passed
+          other arguments: ``tags.py``), or of an earlier call with another tag than the one
+          this rank used there (the ranks' calls diverged earlier: a skipped call, a bcast
+          whose roots disagreed): run the roll call now, not at the deadline, so that every
+          rank raises ``ArgumentMismatch`` naming who passed what.
+
+        Costs a call that completes within ``LOOK_AFTER`` nothing; a longer wait, one
+        ``MPI_Iprobe`` for notices and one per rank of the communicator every ``LOOK_EVERY``."""
+        if self.next_look == 0.0:
+            self.next_look = now + LOOK_AFTER
+            return
+        self.next_look = now + LOOK_EVERY
+        comm = self.comm
+        state = notice.lookup(comm)
+        if state is None:
+            return
+        if comm.Iprobe(MPI.ANY_SOURCE, notice.notice_tag()):
+            state.notices += notice.collect(comm)
+        if state.notices:
+            numbered = self.number >= 0     # else: the first call's presence check, Idup
+            error = notice.judge(state, state.absolute(self.number) if numbered
+                                 else state.calls + 1, self.what)
+            if error is not None:
+                error.in_flight = numbered or state._dup is not None
+                self.abandoned += list(requests)
+                raise error
+        if self.number < 0 or not self.signature or not state.made or not comm == state.comm:
+            return                  # no tag yet (the first call's presence check, Idup)
+        seen = self.stray(comm, state)
+        if seen is not None:
+            self.seen = seen
+            raise self.give_up(requests, step, nsteps, peers, False)
+
+    def stray(self, comm, state):
+        """``(rank, tag)`` of the first message from another rank that cannot be this call's
+        nor an earlier one's as this rank made it (see ``look``), or None."""
+        status, calls, top = MPI.Status(), self.calls, tag_ub() - _RESERVED
+        me = comm.Get_rank()
+        for rank in range(comm.Get_size()):
+            if rank == me or not comm.Iprobe(rank, MPI.ANY_TAG, status):
+                continue
+            tag = status.Get_tag()
+            if tag > top:
+                continue
+            number = tag % calls
+            if number == self.number % calls:
+                if tag != self.tag:
+                    return rank, tag
+                continue
+            # a recent call's (counted back from the latest call this rank made: a persistent
+            # handle's watch keeps the number of its init, maybe long ago)
+            back = (state.calls - number) % calls
+            if back < len(state.recent) and state.recent[number % len(state.recent)] not in (
+                    -1, tag):
+                return rank, tag
+        return None
 
     def give_up(self, requests, step, nsteps: int, peers, expired: bool) -> Exception:
         """Keep the unfinished requests alive, run the roll call, and return the error naming
         the ranks this one waits for (``peers`` of the unfinished ``requests``; all of
         ``peers`` when there are no requests) and those nobody heard from -- or, if the ranks
-        in this call passed different arguments, the ``ArgumentMismatch`` naming who passed
-        what."""
+        in this call passed different arguments (or made different calls before it), the
+        ``ArgumentMismatch`` naming who passed what."""
         done = [r.Test() for r in requests] if requests else [False] * len(peers)
         self.abandoned += requests
         waiting_on = {p for p, ok in zip(peers, done) if not ok}
-        heard = self.roll_call(step if isinstance(step, int) else -1, expired)
-        others = set(range(self.comm.Get_size())) - {self.comm.Get_rank()}
+        why = FOUND if self.seen is not None else EXPIRED if expired else JOINED
+        heard = self.roll_call(step if isinstance(step, int) else -1, why)
+        me = self.comm.Get_rank()
+        others = set(range(self.comm.Get_size())) - {me}
         missing = others - set(heard)
-        signed = {r: sig for r, (_, number, _, _, sig) in heard.items()
-                  if number == self.number and sig}
-        if self.signature and any(sig != self.signature for sig in signed.values()):
-            signed[self.comm.Get_rank()] = self.signature
-            return mismatch(self.what, signed, missing, self.timeout if expired else None)
+        found = why == FOUND or any(h[3] == FOUND for h in heard.values())
+        timeout = self.timeout if expired else None
+        same = {r: h for r, h in heard.items() if h[1] == self.number and h[4]}
+        if self.signature and any(h[4] != self.signature for h in same.values()):
+            signed = {r: h[4] for r, h in same.items()}
+            signed[me] = self.signature
+            return mismatch(self.what, signed, missing, timeout, found=found)
+        if self.signature and any(h[5] != self.history for h in same.values()):
+            before = {r: h[6] for r, h in same.items()}
+            before[me] = self.previous
+            return diverged(self.what, before, missing, timeout, found=found)
         strays = self.strays(missing) if self.signature else {}
         if strays:
-            return stray_mismatch(self.what, self.signature, strays, missing,
-                                  self.timeout if expired else None)
+            return stray_mismatch(self.what, self.signature, strays, missing, timeout,
+                                  found=found)
+        if self.seen is not None:
+            rank, tag = self.seen
+            return ArgumentMismatch(
+                f"{self.what}: rank {rank} sent a message of this call or of a recent one with "
+                f"another tag ({tag}) than this rank's ({self.tag}): its arguments, or the calls "
+                "it made before, differ from this rank's", [rank], in_flight=True)
         return CollectiveTimeout(
             self.what, step, nsteps, waiting_on=waiting_on, missing=missing,
-            elsewhere={r for r, (_, number, _, _, _) in heard.items() if number != self.number},
-            gave_up={r for r, (_, _, _, e, _) in heard.items() if e},
-            timeout=self.timeout if expired else None)
+            elsewhere={r for r, h in heard.items() if h[1] != self.number},
+            gave_up={r for r, h in heard.items() if h[3] == EXPIRED},
+            timeout=timeout)
 
     def strays(self, ranks) -> dict:
         """``{rank: bytes}`` for each of ``ranks`` whose first unreceived message on mpicoll's
@@ -160,13 +252,16 @@ class Watch:
                     found[rank] = nbytes
         return found
 
-    def roll_call(self, step: int, expired: bool) -> dict:
+    def roll_call(self, step: int, why: int) -> dict:
         """Tell every other rank where this one is; return what was heard, ``{rank: (tag,
-        number, step, expired, signature)}``."""
+        number, step, why, signature, history, previous signature)}``; ``why``: ``JOINED``
+        (another rank's roll call), ``EXPIRED`` (this rank's deadline), ``FOUND`` (``look``
+        found a message of another signature)."""
         comm, tag = self.comm, roll_call_tag()
         me, size = comm.Get_rank(), comm.Get_size()
-        status = np.concatenate([np.array([self.tag, self.number, step, expired], np.int64)
-                                 .view(np.uint8), np.frombuffer(self.signature.encode(), np.uint8)])
+        text = f"{self.signature}\n{self.previous}".encode()
+        status = np.concatenate([np.array([self.tag, self.number, step, why, self.history],
+                                          np.int64).view(np.uint8), np.frombuffer(text, np.uint8)])
         self.abandoned += [status] + [comm.Isend(status, peer, tag)
                                       for peer in range(size) if peer != me]
         heard, probe = {}, MPI.Status()
@@ -175,14 +270,48 @@ class Watch:
             if comm.Iprobe(MPI.ANY_SOURCE, tag, probe):
                 msg = np.empty(probe.Get_count(MPI.BYTE), np.uint8)
                 comm.Recv(msg, probe.Get_source(), tag)
-                head = [int(v) for v in msg[:32].view(np.int64)]
-                heard[probe.Get_source()] = (*head[:3], bool(head[3]), msg[32:].tobytes().decode())
+                head = [int(v) for v in msg[:40].view(np.int64)]
+                sig, _, previous = msg[40:].tobytes().decode().partition("\n")
+                heard[probe.Get_source()] = (*head[:4], sig, head[4], previous)
             else:
                 time.sleep(1e-4)
         return heard
 
 
-def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None):
+JOINED, EXPIRED, FOUND = 0, 1, 2      # why a rank runs the roll call
+
+
+def _how(timeout: float | None, found: bool) -> str:
+    if found:
+        return "found while the ranks waited, before the deadline"
+    return f"timed out after {timeout:g} s" if timeout is not None else "gave up"
+
+
+def diverged(what: str, before: dict, missing=(), timeout: float | None = None, *,
+             found: bool = False):
+    """The ``ArgumentMismatch`` for ranks of one call whose arguments agree but whose earlier
+    calls on the communicator differ (``before``: ``{rank: previous call's signature}``)."""
+    groups: dict = {}
+    for r, text in sorted(before.items()):
+        groups.setdefault(text or "none", []).append(r)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
+    ranks = [r for _, rs in ordered[1:] for r in rs]
+    if len(ordered) > 1:
+        shown = "the call before this one: " + ", ".join(f"'{v}' on rank(s) {rs}"
+                                                          for v, rs in ordered)
+    else:
+        shown = f"the call before this one agrees ('{ordered[0][0]}'); an earlier one differs"
+    text = (f"{what}: {_how(timeout, found)}: the ranks' earlier calls on this communicator "
+            "differ, so their messages could not match (a call made on some ranks only, or an "
+            "earlier call whose arguments differed yet completed, as a bcast whose ranks passed "
+            f"different roots): {shown}")
+    if missing:
+        text += f"; rank(s) {sorted(missing)} did not answer the roll call"
+    return ArgumentMismatch(text, ranks, {"previous call": dict(ordered)}, in_flight=True)
+
+
+def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None, *,
+             found: bool = False):
     """The ``ArgumentMismatch`` for the ranks of one call whose signatures differ: ``signed`` is
     ``{rank: signature text}``; each differing field is shown with the ranks that passed each
     value ("count: 10 on rank(s) [0], 20 on rank(s) [1]")."""
@@ -200,7 +329,7 @@ def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None):
             table[name] = dict(ordered)
             ranks.update(r for _, rs in ordered[1:] for r in rs)
             parts.append(f"{name}: " + ", ".join(f"{v} on rank(s) {rs}" for v, rs in ordered))
-    how = f"timed out after {timeout:g} s" if timeout is not None else "gave up"
+    how = _how(timeout, found)
     text = (f"{what}: {how}: the ranks called it with different arguments, so their messages "
             f"could not match: " + "; ".join(parts))
     if missing:
@@ -208,11 +337,12 @@ def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None):
     return ArgumentMismatch(text, ranks, table, in_flight=True)
 
 
-def stray_mismatch(what: str, mine: str, strays: dict, missing, timeout: float | None):
+def stray_mismatch(what: str, mine: str, strays: dict, missing, timeout: float | None, *,
+                   found: bool = False):
     """The ``ArgumentMismatch`` for ranks that sent this call's messages with other arguments
     and left the call (``Watch.strays``): their arguments are not known here, only this rank's
     and the size of their message."""
-    how = f"timed out after {timeout:g} s" if timeout is not None else "gave up"
+    how = _how(timeout, found)
     ranks = sorted(strays)
     shown = ", ".join(f"{strays[r]} bytes from rank {r}" for r in ranks)
     text = (f"{what}: {how}: rank(s) {ranks} sent this call's messages with other arguments "

@@ -48,7 +48,7 @@ from mpi4py import MPI
 from .. import settings
 from ..errors import CommunicatorBroken
 
-__all__ = ["Request", "waitall", "mode", "finish_deferred", "busy"]
+__all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
 
 _ALIGN = 8                      # wire slots start at multiples of 8 bytes
 _YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
@@ -362,6 +362,23 @@ def finish_deferred(state) -> None:
             req.wait()
         except Exception:       # noqa: BLE001 - its owner's wait() raises it
             pass
+
+
+def settle(state, why: str) -> None:
+    """Before ``state``'s communicator is freed (``_runtime.context.settle``, issue #22):
+    complete every request in flight on it -- the user frees it on every rank, so the others'
+    requests progress too -- under its own deadline (600 s for one without), so that none is
+    left to touch the freed communicator. One that cannot complete fails with its error
+    (``CollectiveTimeout``; the others on it then with ``CommunicatorBroken``), which its
+    ``wait`` raises."""
+    for req in [r for r in list(_active) if r._state is state and not r.done]:
+        try:
+            req.wait(timeout=None if req._watch is not None else 600.0)
+        except BaseException:           # noqa: BLE001 - kept in the request for wait()
+            pass
+        if not req.done:
+            with _turn():
+                req._fail(CommunicatorBroken(f"{req.what}: {why}"))
 
 
 def waitall(requests) -> list:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import mpicoll
 from mpicoll._runtime.context import state
@@ -234,3 +235,77 @@ def test_mismatched_count_without_validate(comm, algorithm):
                             match=rf"count: 10 on rank\(s\) \[0.*\], 20 on rank\(s\) \[{last}\]")
     agree(comm, exc.in_flight and exc.ranks == [last], f"{exc.in_flight} {exc.ranks}")
     raises_everywhere(comm, mpicoll.CommunicatorBroken, run, "allreduce", algorithm, comm)
+
+
+# ----------------------------------------------------------------------------- issue 22
+# Fail fast, never diverge: each error reaches every rank within 2 s, long before the deadline
+# (30 s here). jobs/fault_matrix.py runs every case for every algorithm and form.
+
+FAST = 2.0
+
+
+def _outcome(fn, *args, **kwargs):
+    start = MPI.Wtime()
+    try:
+        fn(*args, **kwargs)
+        got = None
+    except Exception as exc:        # noqa: BLE001 - checked on every rank
+        got = exc
+    return got, MPI.Wtime() - start
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "mpi", "auto"])
+def test_one_ranks_own_error_reaches_the_others_at_once(comm, algorithm):
+    """Rank 0 passes a list: it raises its TypeError, the others PeerError naming it."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    mpicoll.allreduce(np.ones(4), algorithm=algorithm, comm=comm)
+    x = [1.0] * 4 if comm.rank == 0 else np.ones(4)
+    got, elapsed = _outcome(mpicoll.allreduce, x, algorithm=algorithm, comm=comm, timeout=30)
+    if comm.rank == 0:
+        ok = isinstance(got, TypeError) and "got list" in str(got)
+    else:
+        ok = (isinstance(got, mpicoll.PeerError) and got.ranks == [0] and "got list" in str(got)
+              and elapsed < FAST)
+    agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "binomial", "naive", "mpi", "auto"])
+def test_mismatched_counts_are_found_while_waiting(comm, algorithm):
+    """No validate, a 30 s deadline: ArgumentMismatch naming the counts within 2 s."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    got, elapsed = _outcome(mpicoll.allreduce, np.ones(4 * (comm.rank + 1)),
+                            algorithm=algorithm, comm=comm, timeout=30)
+    ok = isinstance(got, mpicoll.ArgumentMismatch) and "count" in str(got) and elapsed < FAST
+    agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
+
+
+def test_bcast_roots_that_disagree_are_caught_by_the_next_call(comm):
+    """Every rank passes root=self (each one's sends complete without a receiver): the next
+    call on the communicator raises on every rank (the running hash in the tags)."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    b = np.full(4, float(comm.rank))
+
+    def both():
+        mpicoll.bcast(b, root=comm.rank, algorithm="binomial", comm=comm, timeout=30)
+        mpicoll.allreduce(np.ones(4), algorithm="ring", comm=comm, timeout=30)
+    got, elapsed = _outcome(both)
+    ok = isinstance(got, (mpicoll.ArgumentMismatch, mpicoll.PeerError)) and elapsed < FAST
+    agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
+
+
+def test_free_with_a_request_in_flight(comm):
+    """comm.Free() while an iallreduce is in flight (the last rank starts late): the request
+    completes with the right result; no raw MPI error."""
+    dup = comm.Dup()
+    x = np.full(1 << 12, float(comm.rank + 1))
+    if comm.rank == comm.size - 1:
+        import time
+        time.sleep(0.2)
+    req = mpicoll.iallreduce(x, algorithm="ring", comm=dup, timeout=30)
+    dup.Free()
+    got, _ = _outcome(req.wait)
+    right = got is None and np.all(req.result == comm.size * (comm.size + 1) / 2)
+    agree(comm, right, f"{type(got).__name__}: {got}")

@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import settings
-from mpicoll._runtime import tags, validate, watch
+from mpicoll._runtime import context, tags, validate, watch
 from mpicoll._runtime.call import Call
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout
 from mpicoll.testing import environment
@@ -121,14 +121,15 @@ def test_mismatch_report():
     (2**29 - 1, 2**13, 65535),      # this MPICH wheel
     (2**31 - 1, 2**13, 262143),     # Open MPI
     (32767, 128, 255),              # MPI's guaranteed minimum
-    (100, 99, 1),                   # too small to share: call numbers only
+    (100, 98, 1),                   # too small to share: call numbers only
 ])
 def test_tag_layout(tag_ub, calls, hashes):
-    """Tags stay within 0 .. TAG_UB - 2 (TAG_UB and TAG_UB - 1 are the roll call's and the
-    presence check's), call numbers and hashes each get their share."""
+    """Tags stay within 0 .. TAG_UB - 3 (TAG_UB, TAG_UB - 1 and TAG_UB - 2 are the roll
+    call's, the presence check's and the notices'), call numbers and hashes each get their
+    share."""
     layout = tags.layout(tag_ub)
     assert (layout.calls, layout.hashes) == (calls, hashes)
-    assert layout.tag(calls - 1, hashes - 1) <= tag_ub - 2 and layout.tag(0, 0) == 0
+    assert layout.tag(calls - 1, hashes - 1) <= tag_ub - 3 and layout.tag(0, 0) == 0
     assert layout.tag(calls + 5, 2**32 - 1) == layout.tag(5, 2**32 - 1)     # wraps
     if hashes > 1:
         assert layout.tag(5, 1) != layout.tag(5, 2) != layout.tag(6, 2)
@@ -172,3 +173,97 @@ def test_roll_call_mismatch_report():
     assert stray.ranks == [0] and stray.in_flight
     assert "rank(s) [0] sent this call's messages with other arguments than this rank's " \
            "(collective=bcast algorithm=binomial count=20 root=0)" in str(stray)
+
+
+# ----------------------------------------------------------------------------- issue 22
+
+def test_history_enters_the_tag():
+    """Two communicator states that made the same calls give the same tags; one whose earlier
+    call differed (a bcast root) gives other tags for every later call, even the same one."""
+    from mpicoll._runtime.context import CommState
+    f64 = np.dtype(np.float64)
+    a, b = CommState(MPI.COMM_SELF), CommState(MPI.COMM_SELF)
+    same = tags.signature("allreduce", "ring", {"dtype": f64, "count": 4, "op": "sum"})
+    root0 = tags.signature("bcast", "binomial", {"dtype": f64, "count": 4, "root": 0})
+    root1 = tags.signature("bcast", "binomial", {"dtype": f64, "count": 4, "root": 1})
+    assert a.label(a.next_number(), same) == b.label(b.next_number(), same)
+    assert a.label(a.next_number(), root0) != b.label(b.next_number(), root1)
+    for _ in range(3):
+        ta, tb = a.label(a.next_number(), same), b.label(b.next_number(), same)
+        assert ta != tb and ta % a.tags.calls == tb % b.tags.calls    # same number, other hash
+    assert a.before.text != b.before.text or a.history != b.history
+    assert tags.chain(0, same.hashed) == (same.hashed & 0xFFFFFFFF)
+
+
+def test_notices_are_judged_by_call():
+    """A notice of the call in progress raises PeerError naming the rank and its message; one
+    of a call this rank failed too is dropped; one of a later call is kept; one of an earlier,
+    completed call only if the sender is broken; relays are named only without a first-hand
+    one."""
+    from mpicoll._runtime import notice
+    from mpicoll._runtime.context import CommState
+    st = CommState(MPI.COMM_SELF)
+    st.failed_here = {3}
+    st.notices = [(1, 3, notice.OWN, "TypeError: x"), (2, 9, notice.OWN, "ValueError: y"),
+                  (1, 4, notice.OWN, "TypeError: z")]
+    assert notice.judge(st, 5, "allreduce ring") is None
+    assert st.notices == [(2, 9, notice.OWN, "ValueError: y")]         # later: kept
+    error = notice.judge(st, 9, "allreduce ring")
+    assert isinstance(error, mpicoll.PeerError) and error.ranks == [2] and error.call == 9
+    assert str(error).startswith("allreduce ring: rank 2 failed in this call: ValueError: y")
+    st.notices = [(1, 4, notice.BROKEN, "ArgumentMismatch: w")]        # earlier, broken
+    assert notice.judge(st, 5, "bcast binomial").ranks == [1]
+    st.notices = [(1, 5, notice.RELAYED, "PeerError: rank 2 ..."), (2, 5, notice.OWN, "TypeError: v")]
+    error = notice.judge(st, 5, "allreduce ring")
+    assert error.ranks == [2] and "rank 1" not in str(error)
+
+
+def test_diverged_report():
+    exc = watch.diverged("allreduce ring", {0: "bcast binomial count=4 root=0",
+                                            1: "bcast binomial count=4 root=1"}, found=True)
+    assert isinstance(exc, mpicoll.ArgumentMismatch) and exc.in_flight
+    assert "found while the ranks waited, before the deadline" in str(exc)
+    assert "'bcast binomial count=4 root=0' on rank(s) [0]" in str(exc)
+
+
+def test_a_second_thread_gets_concurrent_call():
+    """While one thread is in a call on a communicator (its lock held), another thread's call
+    on it raises ConcurrentCall at once, and the communicator is broken (told to the others)."""
+    import threading
+    comm = MPI.COMM_SELF.Dup()
+    x = np.ones(4)
+    mpicoll.allreduce(x, comm=comm)
+    mpicoll.allreduce(x, comm=comm)                    # prepared from now on
+    st = context.attach(comm)
+    got = []
+    st.lock.acquire()                                  # "another thread is in a call"
+    try:
+        worker = threading.Thread(target=lambda: got.append(_raises(mpicoll.allreduce, x,
+                                                                    comm=comm)))
+        worker.start()
+        worker.join(10)
+    finally:
+        st.lock.release()
+    assert got and isinstance(got[0], mpicoll.ConcurrentCall), got
+    assert st.broken and "ConcurrentCall" in st.broken
+    comm.Free()
+
+
+def test_callsite_names_the_lines():
+    from mpicoll._runtime.call import _callsite
+
+    def helper():
+        return _callsite_of()
+
+    def _callsite_of():
+        return _callsite()
+    site = helper()
+    assert site.count("<") >= 1 and "test_reliability_options.py" in site
+
+
+def _raises(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:        # noqa: BLE001
+        return exc
+    return None
