@@ -102,6 +102,7 @@ class Request:
         self._error: BaseException | None = None
         self._call = self._state = self._watch = self._traffic = None
         self._tag, self._index, self._pending, self._peers = 0, 0, [], []
+        self._when_done: list = []      # mpicoll.Comm's hook (when_done)
 
     def __repr__(self) -> str:
         state = "failed" if self._error else "done" if self.done else \
@@ -160,6 +161,24 @@ class Request:
                           sum(size(lo, hi - lo) for _, lo, hi in sends),
                           sum(size(lo, hi - lo) for _, lo, hi, *_ in recvs)))
         return tuple(steps)
+
+    # --- mpicoll.Comm (issue 21): its requests are MPI generalized requests, completed here
+    def when_done(self, fn) -> None:
+        """Call ``fn(error)`` once, when the request completes (``error`` None) or fails, from
+        the thread that finishes it (the progress thread, or the caller's inside ``test`` or
+        ``wait``) just before ``done`` turns True; at once if it is done already. ``fn`` must not
+        raise nor call mpicoll."""
+        with _turn():
+            if not self._finished.is_set():
+                self._when_done.append(fn)
+                return
+        fn(self._error)
+
+    def _call_when_done(self) -> None:
+        callbacks, self._when_done = self._when_done, []
+        for fn in callbacks:
+            fn(self._error)
+    # --- end of mpicoll.Comm's hunk
 
     # ------------------------------------------------------------------------- running
 
@@ -309,6 +328,7 @@ class Request:
                 self._on_done()
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
             self._error = exc
+        self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
 
     def _fail(self, exc: BaseException) -> None:
@@ -317,6 +337,7 @@ class Request:
         if self._finished.is_set():
             return
         self._error = exc
+        self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
         state = self._state
         if self._pending:
