@@ -34,8 +34,8 @@ takes mpicoll's and MPI's requests mixed.
 
 from __future__ import annotations
 
+import collections
 import os
-import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -43,7 +43,7 @@ from mpi4py import MPI
 
 from . import api, kernels, persistent, registry
 
-__all__ = ["Comm", "wrap", "Request", "Prequest"]
+__all__ = ["Comm", "wrap", "Request", "Prequest", "Unsupported"]
 
 
 # ----------------------------------------------------------------------------- buffer specs
@@ -83,10 +83,15 @@ def _datatype(datatype, name: str, copy: bool):
         if datatype.is_predefined:
             _PREDEFINED[datatype.handle] = how
     if not copy and not isinstance(how, np.dtype):
-        raise TypeError(f"{name}: MPI datatype {how[2]} is not one mpicoll reduces; "
+        raise Unsupported(f"{name}: MPI datatype {how[2]} is not one mpicoll reduces; "
                         f"supported: {api._DTYPE_NAMES} (a broadcast or all-gather takes any "
                         "type: it only copies)")
     return how
+
+
+class Unsupported(TypeError):
+    """What mpicoll can't run (a datatype it doesn't reduce, device memory): with
+    ``Comm(..., fallback=True)`` the MPI library's own collective runs it instead."""
 
 
 def _is_datatype(x) -> bool:
@@ -109,18 +114,41 @@ class _LegacyDLPack:
         return self.x.__dlpack_device__()
 
 
-def _view(buf, name: str) -> np.ndarray:
-    """``api._view``; an older ``__dlpack__(stream=None)`` is read too."""
+def _view(buf, name: str, typed: bool = True) -> np.ndarray:
+    """``api._view``; an object with the older ``__dlpack__(stream=None)`` is read too: with
+    ``typed=False`` (the spec's datatype says how to read it) as mpi4py reads it (its bytes,
+    ``MPI.buffer``), else through numpy's ``from_dlpack``."""
+    if hasattr(buf, "__cuda_array_interface__"):
+        raise Unsupported(f"{name} ({api._kind(buf)}) has __cuda_array_interface__: device "
+                          "memory, and mpicoll reduces host memory")
     try:
         return api._view(buf, name)
-    except TypeError:
+    except TypeError as exc:
         if not hasattr(buf, "__dlpack__") or hasattr(buf, "__array_interface__"):
             raise
-        first = sys.exc_info()[1]
+        first = str(exc)        # not the exception: its traceback would hold ``buf`` in a
+                                # cycle, freed only by the garbage collector
     try:
-        return api._view(_LegacyDLPack(buf), name)
-    except TypeError:
-        raise first from None
+        if not typed:
+            device = buf.__dlpack_device__() if hasattr(buf, "__dlpack_device__") else (1, 0)
+            if device[0] == 1:                          # kDLCPU
+                return np.asarray(MPI.buffer(buf))      # uint8, writable as mpi4py takes it
+            raise TypeError(first)
+        view = api._view(_LegacyDLPack(buf), name)
+    except (TypeError, ValueError, BufferError):
+        raise TypeError(first) from None
+    if not view.flags.writeable:    # numpy can't tell (the old protocol has no read-only flag):
+        view = np.asarray(_Writable(view))      # writable, as mpi4py takes it
+    return view
+
+
+class _Writable:
+    """The memory of a read-only array, writable (it stays the array's base)."""
+
+    def __init__(self, array: np.ndarray):
+        interface = dict(array.__array_interface__)
+        interface["data"] = (interface["data"][0], False)
+        self.__array_interface__, self._array = interface, array
 
 
 class _Packed:
@@ -179,7 +207,7 @@ def _message(msg, name: str, blocks: int = 1, copy: bool = False):
                              f"displ, datatype]; got a {type(msg).__name__} of {len(msg)} items")
     else:
         buf = msg
-    arr = buf if isinstance(buf, np.ndarray) else _view(buf, name)
+    arr = buf if isinstance(buf, np.ndarray) else _view(buf, name, typed=datatype is None)
     if count is None and displ is None and datatype is None:
         if copy and arr.dtype not in kernels.DTYPES and arr.flags.c_contiguous \
                 and not isinstance(arr, np.ma.MaskedArray):
@@ -232,6 +260,15 @@ def _nonnegative(value, what: str, name: str) -> int:
     if value < 0:
         raise ValueError(f"{name}: negative {what} {value}")
     return int(value)
+
+
+def _reducible(x, name: str):
+    """``x``, if mpicoll reduces its dtype (else ``Unsupported``: ``fallback`` may take it)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and dtype not in kernels.DTYPES:
+        raise Unsupported(f"{name} has dtype {dtype}, not one mpicoll reduces; supported: "
+                          f"{api._DTYPE_NAMES}")
+    return x
 
 
 def _in_place(sendbuf) -> bool:
@@ -505,7 +542,7 @@ class Comm:
     (``self.comm``). It is not an ``MPI.Comm`` itself: where one is required (another
     library, ``comm=`` of mpicoll's functions), pass ``self.comm``."""
 
-    def __init__(self, comm=None, algorithm="auto"):
+    def __init__(self, comm=None, algorithm="auto", *, fallback: bool = False):
         if isinstance(comm, Comm):
             comm = comm.comm
         comm = MPI.COMM_WORLD if comm is None else comm
@@ -513,6 +550,8 @@ class Comm:
             raise TypeError(f"mpicoll.Comm wraps an MPI intracommunicator, got {comm!r}")
         self.comm = comm
         self.algorithm = algorithm
+        self.fallback = bool(fallback)
+        self.fallbacks: collections.Counter = collections.Counter()
 
     @property
     def algorithm(self):
@@ -529,7 +568,7 @@ class Comm:
         return self._per[collective]
 
     def __getattr__(self, name: str):          # only for what this class does not define
-        if name in ("comm", "_per", "_algorithm"):  # not set yet (unpickling, a failed __init__)
+        if name in ("comm", "_per", "_algorithm", "fallback", "fallbacks"):    # not set yet (unpickling, a failed __init__)
             raise AttributeError(name)
         return getattr(self.comm, name)
 
@@ -554,17 +593,20 @@ class Comm:
         return {"algorithm": self._per[collective], "comm": self.comm}
 
     def _reduce_args(self, sendbuf, recvbuf) -> _Args:
-        recv = _message(recvbuf, "recvbuf")
-        send = MPI.IN_PLACE if _in_place(sendbuf) else _message(sendbuf, "sendbuf")
+        recv = _reducible(_message(recvbuf, "recvbuf"), "recvbuf")
+        send = MPI.IN_PLACE if _in_place(sendbuf) else \
+            _reducible(_message(sendbuf, "sendbuf"), "sendbuf")
         return _Args(send, recv)
 
     def _scatter_args(self, sendbuf, recvbuf) -> _Args:
         size = self.comm.Get_size()
         if not _in_place(sendbuf):
-            return _Args(_message(sendbuf, "sendbuf", size), _message(recvbuf, "recvbuf"))
+            return _Args(_reducible(_message(sendbuf, "sendbuf", size), "sendbuf"),
+                         _reducible(_message(recvbuf, "recvbuf"), "recvbuf"))
         # In place: the input is the whole recvbuf (size blocks), the result its first block,
         # the rest left as it was (as MPICH and Open MPI do): mpicoll reads a copy.
-        whole = api._array(_message(recvbuf, "recvbuf", size), "recvbuf", writable=True)
+        whole = _reducible(_message(recvbuf, "recvbuf", size), "recvbuf")
+        whole = api._array(whole, "recvbuf", writable=True)
         whole = whole.reshape(-1)
         copy = np.empty_like(whole)
         return _Args(copy, whole[:whole.size // size],
@@ -595,63 +637,86 @@ class Comm:
         return _Args(msg.bytes, root, before=(msg.pack,) if mine else (),
                      after=() if mine else (msg.unpack,))
 
-    def _run(self, fn, args: _Args, collective: str, **kwargs) -> None:
+    def _args(self, method: str, make, *given):
+        """``make(*given)``, or None when mpicoll can't run the call and ``fallback`` is on."""
+        try:
+            return make(*given)
+        except Unsupported:
+            if not self.fallback:
+                raise
+            self.fallbacks[method] += 1
+            return None
+
+    def _run(self, method: str, fn, make, given: tuple, collective: str, **kwargs) -> None:
+        args = self._args(method, make, *given)
+        if args is None:
+            return getattr(self.comm, method)(*given, **kwargs)
         args.before()
         fn(*args.args, **kwargs, **self._how(collective))
         args.after()
 
-    def _start(self, fn, args: _Args, collective: str, **kwargs) -> Request:
+    def _start(self, method: str, fn, make, given: tuple, collective: str, **kwargs):
+        args = self._args(method, make, *given)
+        if args is None:
+            return getattr(self.comm, method)(*given, **kwargs)
         how = self._how(collective)
         return Request._start(lambda *a: fn(*a, **kwargs, **how), args)
 
-    def _init(self, fn, args: _Args, collective: str, **kwargs) -> Prequest:
+    def _init(self, method: str, fn, make, given: tuple, collective: str, **kwargs):
+        args = self._args(method, make, *given)
+        if args is None:
+            return getattr(self.comm, method)(*given, **kwargs)
         return Prequest._make(fn(*args.args, **kwargs, **self._how(collective)), args)
 
     # blocking (None, as mpi4py's), nonblocking (Request), persistent (Prequest)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        self._run(api.allreduce, self._reduce_args(sendbuf, recvbuf), "allreduce", op=op)
+        self._run("Allreduce", api.allreduce, self._reduce_args, (sendbuf, recvbuf),
+                  "allreduce", op=op)
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> Request:
-        return self._start(api.iallreduce, self._reduce_args(sendbuf, recvbuf), "allreduce",
-                           op=op)
+        return self._start("Iallreduce", api.iallreduce, self._reduce_args, (sendbuf, recvbuf),
+                           "allreduce", op=op)
 
     def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=None) -> Prequest:
-        return self._init(persistent.allreduce_init, self._reduce_args(sendbuf, recvbuf),
-                          "allreduce", op=op)
+        return self._init("Allreduce_init", persistent.allreduce_init, self._reduce_args,
+                          (sendbuf, recvbuf), "allreduce", op=op)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        self._run(api.reduce_scatter_block, self._scatter_args(sendbuf, recvbuf),
-                  "reduce_scatter_block", op=op)
+        self._run("Reduce_scatter_block", api.reduce_scatter_block, self._scatter_args,
+                  (sendbuf, recvbuf), "reduce_scatter_block", op=op)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> Request:
-        return self._start(api.ireduce_scatter_block, self._scatter_args(sendbuf, recvbuf),
-                           "reduce_scatter_block", op=op)
+        return self._start("Ireduce_scatter_block", api.ireduce_scatter_block,
+                           self._scatter_args, (sendbuf, recvbuf), "reduce_scatter_block", op=op)
 
     def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=MPI.SUM, info=None) -> Prequest:
-        return self._init(persistent.reduce_scatter_block_init,
-                          self._scatter_args(sendbuf, recvbuf), "reduce_scatter_block", op=op)
+        return self._init("Reduce_scatter_block_init", persistent.reduce_scatter_block_init,
+                          self._scatter_args, (sendbuf, recvbuf), "reduce_scatter_block", op=op)
 
     def Allgather(self, sendbuf, recvbuf) -> None:
-        self._run(api.allgather, self._gather_args(sendbuf, recvbuf), "allgather")
+        self._run("Allgather", api.allgather, self._gather_args, (sendbuf, recvbuf),
+                  "allgather")
 
     def Iallgather(self, sendbuf, recvbuf) -> Request:
-        return self._start(api.iallgather, self._gather_args(sendbuf, recvbuf), "allgather")
+        return self._start("Iallgather", api.iallgather, self._gather_args, (sendbuf, recvbuf),
+                           "allgather")
 
     def Allgather_init(self, sendbuf, recvbuf, info=None) -> Prequest:
-        return self._init(persistent.allgather_init, self._gather_args(sendbuf, recvbuf),
-                          "allgather")
+        return self._init("Allgather_init", persistent.allgather_init, self._gather_args,
+                          (sendbuf, recvbuf), "allgather")
 
     def Bcast(self, buf, root: int = 0) -> None:
-        self._run(api.bcast, self._bcast_args(buf, root), "bcast")
+        self._run("Bcast", api.bcast, self._bcast_args, (buf, root), "bcast")
 
     def Ibcast(self, buf, root: int = 0) -> Request:
-        return self._start(api.ibcast, self._bcast_args(buf, root), "bcast")
+        return self._start("Ibcast", api.ibcast, self._bcast_args, (buf, root), "bcast")
 
     def Bcast_init(self, buf, root: int = 0, info=None) -> Prequest:
-        return self._init(persistent.bcast_init, self._bcast_args(buf, root), "bcast")
+        return self._init("Bcast_init", persistent.bcast_init, self._bcast_args, (buf, root),
+                          "bcast")
 
 
-def wrap(comm=None, algorithm="auto") -> Comm:
-    """``Comm(comm, algorithm)``."""
-    return Comm(comm, algorithm)
+def wrap(comm=None, algorithm="auto", *, fallback: bool = False) -> Comm:
+    """``Comm(comm, algorithm, fallback=fallback)``."""
+    return Comm(comm, algorithm, fallback=fallback)

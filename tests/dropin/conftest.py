@@ -40,3 +40,13 @@ def pytest_sessionstart(session):
         for plugin in session.config.pluginmanager.get_plugins():
             if type(plugin).__name__ == "MPIPlugin":
                 plugin._is_testing_mpi = False
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MPI.COMM_WORLD.Get_rank() != 0 or not mpi4py_suites.COUNTS:
+        return
+    ran = ", ".join(f"{c} {n}" for c, n in sorted(mpi4py_suites.COUNTS.items()))
+    fell = ", ".join(f"{m} {n}" for m, n in sorted(mpi4py_suites.FALLBACKS.items())) or "none"
+    terminalreporter.write_line(f"mpicoll ran (calls, per collective, rank 0): {ran}")
+    terminalreporter.write_line(f"handed to MPI by fallback=True (long double, "
+                                f"__cuda_array_interface__): {fell}")

@@ -17,10 +17,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 SUITES = ("test_cco_buf", "test_cco_nb_buf", "test_cco_pr_buf")
 OPTIONS: dict = {}      # the harness's pytest options (conftest.py): sdist, algorithm
+COUNTS: Counter = Counter()         # collective -> calls mpicoll ran (the harness counts them)
+FALLBACKS: Counter = Counter()      # mpi4py method -> calls mpicoll.Comm handed to MPI
 
 
 def version() -> str:

@@ -7,6 +7,11 @@ COMM_WORLD, or the ``Dup()`` the suite made) in ``mpicoll.Comm``. The test bodie
 mpi4py wrote them. What mpicoll.Comm does not wrap (``Gather``, ``Scan``, ``Barrier_init``
 ...) is the communicator's own, so those tests run MPI's collectives, as before.
 
+The wrapper is made with ``fallback=True``: what mpicoll can't run -- a reduction of
+``MPI.LONG_DOUBLE`` / ``C_LONG_DOUBLE_COMPLEX`` (no numba kernel), a buffer with
+``__cuda_array_interface__`` (arrayimpl's fake GPU arrays: device memory to mpicoll) -- goes to
+the MPI library's own collective, counted (``Comm.fallbacks``) and printed at the end.
+
 Every call of mpicoll's collectives is counted (``mpicoll.api.allreduce``, ``iallreduce``,
 ``persistent.allreduce_init`` ...), and a test of a wrapped collective (``testAllreduce``,
 ``testBcast`` ...) fails unless that collective's count grew: so a pass means mpicoll ran it.
@@ -18,7 +23,6 @@ Each test's verdict is agreed over COMM_WORLD (a failure on one rank fails it on
     ... --mpi4py-sdist mpi4py-4.1.2.tar.gz     # instead of pip download
 """
 
-import collections
 import functools
 import importlib
 import os
@@ -44,9 +48,21 @@ if _where is None:
     pytest.skip(_why, allow_module_level=True)
 sys.path.insert(0, str(_where))
 
+# mpi4py's runner (test/main.py) leaves out the GPU array backends unless --cupy / --numba are
+# given, by hiding those modules; mpicoll needs numba, so it is hidden only while arrayimpl
+# decides its backends: numpy, array, and DLPack over each (as mpi4py's default run).
+_numba = sys.modules.get("numba")
+sys.modules["numba"] = sys.modules["cupy"] = None
+try:
+    import arrayimpl  # noqa: F401
+finally:
+    sys.modules["numba"] = _numba
+    del sys.modules["cupy"]
+
 # ----------------------------------------------------------------------------- counting
 
-COUNTS = collections.Counter()      # collective -> mpicoll calls
+COUNTS = mpi4py_suites.COUNTS       # collective -> mpicoll calls
+FALLBACKS = mpi4py_suites.FALLBACKS     # method -> calls handed to MPI (fallback=True)
 COLLECTIVES = ("allreduce", "reduce_scatter_block", "allgather", "bcast")
 CHECKED = {"testAllreduce": "allreduce", "testReduceScatterBlock": "reduce_scatter_block",
            "testAllgather": "allgather", "testBcast": "bcast", "testBcastTypeIndexed": "bcast"}
@@ -80,6 +96,8 @@ def _agreed(method, collective):
         failure = None
         try:
             method(self)
+            if isinstance(self.COMM, mpicoll.Comm):
+                FALLBACKS.update(self.COMM.fallbacks)
         except unittest.SkipTest:
             raise                       # decided the same way on every rank
         except Exception as exc:        # noqa: BLE001 - reported to every rank
@@ -104,7 +122,7 @@ def _wrapped(suite: str, base: type) -> type:
     def setUp(self):
         base.setUp(self)
         if ALGORITHM != "plain":
-            self.COMM = mpicoll.Comm(self.COMM, algorithm=ALGORITHM)
+            self.COMM = mpicoll.Comm(self.COMM, algorithm=ALGORITHM, fallback=True)
 
     namespace = {"setUp": setUp, "__module__": __name__, "__qualname__": None}
     for name in dir(base):
