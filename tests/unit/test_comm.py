@@ -271,3 +271,64 @@ def test_persistent_request_start_wait_test_startall():
     assert handles[0].Wait() is True and handles[0].Test() is True     # as mpi4py's
     with pytest.raises(ValueError, match="freed"):
         handles[0].Start()
+
+
+class _OldDLPack:
+    """Only the protocol before DLPack 1.0: ``__dlpack__(stream=None)``, no keywords."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        assert stream is None
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_the_older_dlpack_protocol_is_accepted():
+    """issue 21: ``__dlpack__(stream=None)`` alone was refused ("unexpected keyword argument
+    'dl_device'"); now read with and without a datatype, results in the caller's memory."""
+    mc = mpicoll.Comm(COMM)
+    x, out = np.arange(4.0), np.zeros(4)
+    mc.Allreduce([_OldDLPack(x), MPI.DOUBLE], [_OldDLPack(out), MPI.DOUBLE])
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0]
+    out[:] = 0
+    mc.Allreduce(_OldDLPack(x), _OldDLPack(out))       # its own dtype
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0]
+    view = _message([_OldDLPack(out), 2, 1, MPI.DOUBLE], "recvbuf")
+    assert np.shares_memory(view, out) and view.tolist() == [1.0, 2.0]
+    mc.Bcast(_OldDLPack(out))
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_copy_only_collectives_take_any_type():
+    """issue 21: Bcast and Allgather copy, so any datatype will do (read as bytes, or packed
+    for a datatype with holes); a reduction of such a type names the difference."""
+    mc = mpicoll.Comm(COMM)
+    long = np.arange(3, dtype=np.longdouble)
+    mc.Bcast([long, MPI.LONG_DOUBLE])
+    spec = _message([long, MPI.LONG_DOUBLE], "buf", copy=True)
+    assert spec.dtype == np.uint8 and spec.size == long.nbytes and np.shares_memory(spec, long)
+    out = np.zeros(3, np.longdouble)
+    mc.Allgather([long, MPI.LONG_DOUBLE], [out, MPI.LONG_DOUBLE])
+    assert out.tolist() == [0.0, 1.0, 2.0]
+    evens = MPI.DOUBLE.Create_indexed_block(1, [0, 2]).Commit()
+    try:
+        x, y = np.arange(3.0), np.full(3, -1.0)
+        mc.Allgather([x, 1, evens], [y, 1, evens])
+        assert y.tolist() == [0.0, -1.0, 2.0]
+        with pytest.raises(ValueError, match="reach past the buffer"):
+            mc.Bcast([np.zeros(2), 1, evens])
+    finally:
+        evens.Free()
+    with pytest.raises(TypeError, match="MPI_LONG_DOUBLE .* is not one mpicoll reduces; .*a "
+                                        "broadcast or all-gather takes any type"):
+        mc.Allreduce([long, MPI.LONG_DOUBLE], [out, MPI.LONG_DOUBLE])
+    with pytest.raises(TypeError, match="__cuda_array_interface__: device memory"):
+        mc.Bcast(_FakeDevice())
+
+
+class _FakeDevice:
+    __cuda_array_interface__ = {"version": 3, "shape": (1,), "typestr": "<f8", "data": (0, False)}
