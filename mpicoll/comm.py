@@ -2,7 +2,7 @@
 
     comm = mpicoll.Comm(MPI.COMM_WORLD.Dup())     # or mpicoll.wrap(...)
     comm.Allreduce([sbuf, MPI.DOUBLE], [rbuf, MPI.DOUBLE], op=MPI.SUM)     # mpicoll's allreduce
-    comm.algorithm = "ring"                      # every later call (default "auto")
+    comm.algorithm = "ring"                      # every later call that has it (default "auto")
     comm.Get_rank(), comm.Barrier(), comm.allreduce(obj)    # the wrapped communicator's own
 
 ``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast``, their nonblocking forms
@@ -19,17 +19,23 @@ buffer, split into ``comm.size`` blocks where the call has blocks (``Allgather``
 buffer, ``Reduce_scatter_block``'s send buffer, or its receive buffer in place). As in mpi4py
 the blocking calls return None.
 
-An op, datatype or buffer mpicoll cannot do raises mpicoll's error (``TypeError`` or
-``ValueError`` naming it) on the calling rank, before any communication: there is no silent
-fall-back to the MPI library. (``algorithm="mpi"`` runs the library's own collective.)
+``Bcast`` and ``Allgather`` only copy, so they take any datatype (as bytes, or packed with
+``MPI_Pack`` when it has holes). In place, ``Reduce_scatter_block`` leaves the rest of the
+buffer as it was. ``algorithm`` is a name (each collective that has it runs it, the others
+``auto``) or a ``{collective: name}`` mapping.
 
-Requests: ``Iallreduce`` (...) returns a ``Request`` with mpi4py's ``Wait()`` and
-``Test()``, and ``Allreduce_init`` (...) a ``Prequest`` with ``Start()``, ``Wait()``,
-``Test()``. These are not ``MPI.Request`` objects -- the collective runs in mpicoll's progress
-engine, not inside MPI, so there is no MPI request handle that MPI could complete -- and
-``MPI.Request.Waitall`` refuses them (``TypeError``). Use
-``mpicoll.comm.Request.Waitall(requests)`` (also ``Testall``, ``Prequest.Startall``), which
-takes mpicoll's and MPI's requests mixed.
+An op, datatype or buffer mpicoll cannot do raises mpicoll's error (``TypeError`` or
+``ValueError`` naming it; ``Unsupported`` for a datatype it doesn't reduce or device memory) on
+the calling rank, before any communication: there is no silent fall-back to the MPI library.
+(``algorithm="mpi"`` runs the library's own collective; so does ``fallback=True`` for what
+raises ``Unsupported``, counted in ``Comm.fallbacks``.)
+
+Requests are MPI requests: ``Iallreduce`` (...) returns a ``Request``, an MPI generalized
+request that completes with mpicoll's collective, and ``Allreduce_init`` (...) a ``Prequest``,
+an MPI persistent request whose ``Start()`` runs the collective. ``MPI.Request.Waitall``,
+``Testall``, ``Waitany`` ... take them (with mpicoll's progress thread, the default under
+``MPI_THREAD_MULTIPLE``; under ``MPICOLL_PROGRESS=caller`` use ``Request.Waitall`` ..., which
+move the collectives). docs/buffers.md has the details.
 """
 
 from __future__ import annotations
