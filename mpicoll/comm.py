@@ -355,6 +355,7 @@ class Request(MPI.Grequest):
         """Wait until the collective is done (raises mpicoll's error); True, as mpi4py's."""
         try:
             self._inner.wait()
+            self._inner.release()
             error = self._holder._error_seen
             if error is not None:
                 raise error

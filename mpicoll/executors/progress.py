@@ -174,6 +174,13 @@ class Request:
                 return
         fn(self._error)
 
+    def release(self) -> None:
+        """Return once the progress thread's pass is over: it then holds no reference to this
+        finished request, so the caller's thread is the one that frees its buffers (a buffer
+        exporter may check its reference counts: mpi4py's DLPack test arrays do)."""
+        with _turn():
+            pass
+
     def _call_when_done(self) -> None:
         callbacks, self._when_done = self._when_done, []
         for fn in callbacks:
