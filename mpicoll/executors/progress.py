@@ -104,6 +104,7 @@ class Request:
         self._error: BaseException | None = None
         self._call = self._state = self._watch = self._traffic = None
         self._tag, self._index, self._pending, self._peers = 0, 0, [], []
+        self._when_done: list = []      # mpicoll.Comm's hook (when_done)
 
     @property
     def cuts(self):
@@ -167,6 +168,31 @@ class Request:
                           sum(size(lo, hi - lo) for _, lo, hi in sends),
                           sum(size(lo, hi - lo) for _, lo, hi, *_ in recvs)))
         return tuple(steps)
+
+    # --- mpicoll.Comm (issue 21): its requests are MPI generalized requests, completed here
+    def when_done(self, fn) -> None:
+        """Call ``fn(error)`` once, when the request completes (``error`` None) or fails, from
+        the thread that finishes it (the progress thread, or the caller's inside ``test`` or
+        ``wait``) just before ``done`` turns True; at once if it is done already. ``fn`` must not
+        raise nor call mpicoll."""
+        with _turn():
+            if not self._finished.is_set():
+                self._when_done.append(fn)
+                return
+        fn(self._error)
+
+    def release(self) -> None:
+        """Return once the progress thread's pass is over: it then holds no reference to this
+        finished request, so the caller's thread is the one that frees its buffers (a buffer
+        exporter may check its reference counts: mpi4py's DLPack test arrays do)."""
+        with _turn():
+            pass
+
+    def _call_when_done(self) -> None:
+        callbacks, self._when_done = self._when_done, []
+        for fn in callbacks:
+            fn(self._error)
+    # --- end of mpicoll.Comm's hunk
 
     # ------------------------------------------------------------------------- running
 
@@ -325,6 +351,7 @@ class Request:
                 self._on_done()
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
             self._error = exc
+        self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
 
     def _fail(self, exc: BaseException) -> None:
@@ -333,6 +360,7 @@ class Request:
         if self._finished.is_set():
             return
         self._error = exc
+        self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
         state = self._state
         if self._pending:

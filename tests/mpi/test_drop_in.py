@@ -261,12 +261,12 @@ def test_iallreduce_and_waitall_with_mpi_requests_mixed_in(comm):
                         recv))
     barrier = comm.Ibarrier()                   # an MPI request in the same list
     requests = [r for r, _ in started] + [barrier]
-    with pytest.raises(TypeError):              # MPI cannot wait for mpicoll's requests
-        MPI.Request.Waitall(requests)
-    assert Request.Waitall(requests) is True
+    MPI.Request.Waitall(requests)               # real MPI requests (issue 21)
+    agree(comm, not any(requests) and all(r == MPI.REQUEST_NULL for r in requests))
     want = exact_result(size, n, np.float64, "sum")
     agree(comm, all(_equal(recv, want) for _, recv in started))
     agree(comm, all(r.Test() for r, _ in started) and Request.Testall(requests))
+    assert Request.Waitall(requests) is True    # mpicoll's helper, on null requests too
 
 
 def test_allreduce_init_start_wait(comm):
@@ -365,9 +365,18 @@ def test_mpi4py_code_runs_unchanged(comm):
     try:
         got = _mpi4py_program(wrapped)
         agree(comm, all(np.array_equal(g, w) for g, w in zip(got, want)), f"{got} != {want}")
-        wrapped.algorithm = "no_such_algorithm"      # the calls did go through mpicoll
-        raises_everywhere(comm, ValueError, _mpi4py_program, wrapped,
-                          match="unknown allreduce algorithm 'no_such_algorithm'")
+        seen = []                                   # the calls did go through mpicoll
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("allreduce", "iallreduce", "bcast", "allgather",
+                         "reduce_scatter_block"):
+                real = getattr(mpicoll.api, name)
+                patch.setattr(mpicoll.api, name,
+                              lambda *a, _real=real, _name=name, **k: (seen.append(_name),
+                                                                       _real(*a, **k))[1])
+            again = _mpi4py_program(wrapped)
+        agree(comm, sorted(seen) == ["allgather", "allreduce", "allreduce", "bcast",
+                                     "iallreduce", "reduce_scatter_block"], f"{seen}")
+        agree(comm, all(np.array_equal(g, w) for g, w in zip(again, want)))
     finally:
         wrapped.Free()
 
@@ -389,3 +398,146 @@ def test_what_mpicoll_cannot_do_is_an_error_not_a_fall_back(comm):
         pair.Free()
         user_op.Free()
     agree(comm, out.tolist() == [0.0] * 4)
+
+
+# ----------------------------------------------------------------------------- issue 21
+
+@pytest.mark.parametrize("form", ["blocking", "nonblocking", "persistent"])
+def test_in_place_reduce_scatter_block_keeps_the_rest_of_recvbuf(comm, form):
+    """In place, only the first block of recvbuf is written (as MPICH and Open MPI do): at
+    N = 5 under ring, rank 0 of ``np.full(size, rank, "i")`` ends [10, 0, 0, 0, 0]."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    for algorithm in ["auto"] + list(COLLECTIVES["reduce_scatter_block"]):
+        mc.algorithm = algorithm
+        for block in (1, 3):
+            buf = np.full(size * block, rank, "i")
+            spec = [buf, MPI.INT]
+            if form == "blocking":
+                mc.Reduce_scatter_block(MPI.IN_PLACE, spec)
+            elif form == "nonblocking":
+                mc.Ireduce_scatter_block(MPI.IN_PLACE, spec).Wait()
+            else:
+                handle = mc.Reduce_scatter_block_init(MPI.IN_PLACE, spec)
+                for step in range(2):           # the input is read again at every Start
+                    buf[:] = rank
+                    handle.Start()
+                    handle.Wait()
+                handle.Free()
+            want = [size * (size - 1) // 2] * block + [rank] * (size - 1) * block
+            agree(comm, buf.tolist() == want, f"{algorithm}, block {block}: {buf} != {want}")
+
+
+def test_mpi_wait_functions_take_mpicolls_requests(comm):
+    """MPI.Request.Waitall / Testall / Waitany / Get_status on mpicoll.Comm's requests, mixed
+    with MPI's; after completion they are REQUEST_NULL, as mpi4py's."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    outs = [np.zeros(8) for _ in range(3)]
+    requests = [mc.Iallreduce(np.full(8, rank + 1.0), outs[0]),
+                mc.Ibcast(outs[1] if rank else np.arange(8.0), root=0),
+                comm.Ibarrier(),
+                mc.Iallgather(np.full(8 // size if 8 % size == 0 else 0, float(rank)),
+                              np.zeros(8 if 8 % size == 0 else 0))]
+    left = set(range(len(requests)))
+    while left:
+        index = MPI.Request.Waitany(requests)
+        left.discard(index)
+    agree(comm, not any(requests) and requests[0] == MPI.REQUEST_NULL)
+    agree(comm, outs[0].tolist() == [size * (size + 1) / 2] * 8)
+    agree(comm, (outs[1] if rank else np.arange(8.0)).tolist() == list(range(8)))
+    requests = [mc.Iallreduce(MPI.IN_PLACE, outs[2]), comm.Ibarrier()]
+    while not MPI.Request.Testall(requests):
+        pass
+    request = mc.Iallreduce(np.ones(4), np.zeros(4))
+    status = MPI.Status()
+    while not request.Get_status(status):
+        pass
+    agree(comm, bool(request) and status.Get_count(MPI.BYTE) == 0)
+    agree(comm, request.Wait() is True and not request and request.Wait() is True)
+
+
+def test_bcast_and_allgather_take_any_type_they_only_copy(comm):
+    """LONG_DOUBLE, its complex, contiguous derived datatypes and ones with holes (indexed:
+    MPI_Pack / MPI_Unpack around mpicoll's copy) in Bcast and Allgather, every form; a
+    reduction of them is refused, and the message says why broadcasts differ."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    triple = MPI.INT.Create_contiguous(3).Commit()
+    evens = MPI.DOUBLE.Create_indexed_block(1, [0, 2, 4, 6]).Commit()
+    try:
+        for algorithm in ["auto"] + list(COLLECTIVES["bcast"]):
+            mc.algorithm = {"bcast": algorithm}
+            for root in range(size):
+                for make, datatype, count in (
+                        (lambda v: np.array(v, np.longdouble), MPI.LONG_DOUBLE, 6),
+                        (lambda v: np.array(v, np.clongdouble), MPI.C_LONG_DOUBLE_COMPLEX, 6),
+                        (lambda v: np.array(v, np.intc), triple, 2),
+                        (lambda v: np.array(v, np.float64), evens, 1)):
+                    values = list(range(1, 7 if datatype != evens else 8))
+                    for form in ("Bcast", "Ibcast", "Bcast_init"):
+                        buf = make(values if rank == root else [-1] * len(values))
+                        done = getattr(mc, form)([buf, count, datatype], root=root)
+                        if form == "Ibcast":
+                            done.Wait()
+                        elif form == "Bcast_init":
+                            done.Start()
+                            done.Wait()
+                            done.Free()
+                        want = values if datatype != evens or rank == root else \
+                            [v if i % 2 == 0 else -1 for i, v in enumerate(values)]
+                        agree(comm, buf.tolist() == want,
+                              f"{form} {datatype.Get_name()} root {root} {algorithm}: {buf}")
+        for algorithm in ["auto"] + list(COLLECTIVES["allgather"]):
+            mc.algorithm = {"allgather": algorithm}
+            for make, datatype in ((lambda v: np.array(v, np.longdouble), MPI.LONG_DOUBLE),
+                                   (lambda v: np.array(v, np.float64), evens)):
+                mine = make([rank + 1.0] * 7)
+                out = make([0.0] * 7 * size)
+                spec = [out, 1, datatype] if datatype == evens else [out, 7, datatype]
+                mc.Allgather([mine, 1, datatype] if datatype == evens else [mine, 7, datatype],
+                             spec)
+                want = [float(r + 1) for r in range(size) for _ in range(7)]
+                if datatype == evens:   # each rank's 4 elements, at the datatype's extent (7)
+                    want = [float(r + 1) if i % 2 == 0 else 0.0
+                            for r in range(size) for i in range(7)]
+                agree(comm, out.tolist() == want, f"allgather {datatype.Get_name()}: {out}")
+        long = np.ones(4, np.longdouble)
+        exc = raises_everywhere(comm, TypeError, mc.Allreduce, [long, MPI.LONG_DOUBLE],
+                                [np.zeros(4, np.longdouble), MPI.LONG_DOUBLE],
+                                match="is not one mpicoll reduces.*a broadcast or all-gather "
+                                      "takes any type")
+        agree(comm, isinstance(exc, mpicoll.comm.Unsupported))
+    finally:
+        triple.Free()
+        evens.Free()
+
+
+def test_fallback_hands_what_mpicoll_cannot_run_to_mpi(comm):
+    """Comm(..., fallback=True): a long double reduction runs MPI's own Allreduce, counted."""
+    size = comm.Get_size()
+    mc = mpicoll.Comm(comm, fallback=True)
+    out = np.zeros(4, np.longdouble)
+    mc.Allreduce([np.ones(4, np.longdouble), MPI.LONG_DOUBLE], [out, MPI.LONG_DOUBLE])
+    request = mc.Iallreduce(MPI.IN_PLACE, [out, MPI.LONG_DOUBLE])
+    request.Wait()
+    agree(comm, out.tolist() == [size * size] * 4 and mc.fallbacks == {"Allreduce": 1,
+                                                                       "Iallreduce": 1})
+    mc.Allreduce(np.ones(4), np.zeros(4))           # what mpicoll runs, it runs
+    agree(comm, sum(mc.fallbacks.values()) == 2)
+
+
+def test_an_algorithm_name_applies_where_it_exists(comm):
+    """``comm.algorithm = "recursive_doubling"`` (the README's): all-reduce and all-gather run
+    it, reduce-scatter and broadcast (which have none) run auto."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    mc = mpicoll.Comm(comm)
+    mc.algorithm = "recursive_doubling"
+    buf = np.full(size, rank, "i")
+    mc.Reduce_scatter_block(MPI.IN_PLACE, [buf, MPI.INT])
+    data = np.arange(5.0) if rank == 0 else np.zeros(5)
+    mc.Bcast(data, root=0)
+    out = np.zeros(size)
+    mc.Allgather(np.array([float(rank)]), out)
+    agree(comm, buf[0] == size * (size - 1) // 2 and data.tolist() == list(range(5))
+          and out.tolist() == list(range(size)))
