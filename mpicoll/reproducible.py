@@ -1,0 +1,554 @@
+"""Reproducible sums: the same bits at any rank count, algorithm, executor, segment size and
+node layout, for the same global multiset of values (docs/algorithms.md#reproducible-sums).
+
+    y = mpicoll.allreduce(x, reproducible=True)             # float64/32/16, bfloat16; op SUM
+    y = mpicoll.reduce_scatter_block(x, reproducible=True)
+    s = mpicoll.reproducible.sum(batch, axis=0)             # a BinnedSum: exact, not yet rounded
+    y = mpicoll.allreduce(s, reproducible=True)             # = the sum of every rank's batch
+
+How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
+
+1. **Bin codes, MAX.** The exponent range is cut into bins of ``W = 40`` bits on a fixed grid
+   (bin b holds the bits of weight ``2^(G + bW)`` to ``2^(G + bW + W - 1)``, G the format's
+   smallest subnormal exponent). Each value's code is the bin of its leading bit (int8; -1 for
+   +0.0, -2 for -0.0, 127 for inf/NaN). One element-wise MAX all-reduce gives each element's
+   top bin B, the same on every rank.
+2. **Slices.** Each value is cut, on its own, into K integer slices: bins B-K+1 .. B, each a
+   signed int64 below 2^W in magnitude; the bits below bin B-K+1 are dropped (truncation toward
+   zero, per value, so what is dropped depends on the value and B only, never on order or
+   grouping).
+3. **Integer SUM.** The slices are summed as int64 by any algorithm: integer addition is exact
+   and associative while every partial sum stays below 2^63, which n < 2^(63-W) = 2^23 terms
+   guarantee (``CAPACITY``, checked). ``algorithm="auto"`` reduce-scatters the slices and
+   all-gathers the rounded floats, which moves (8K + s)/(2s) + 1/(2s) times the plain
+   all-reduce's bytes (s the element size: 2.1x for float64, K = 3).
+4. **One rounding.** The K slice sums are carried into one exact integer and rounded once to the
+   nearest float, ties to even (subnormals kept, overflow to +-inf).
+
+So the result is a function of the multiset of values alone: round(sum over values of
+trunc_L(value)), with L the bottom of bin B-K+1. Error: |result - exact| <= u.|exact| + n.2^L,
+with 2^L < 2^(1-(K-1)W).max|x|; with the default K (``DEFAULT_K``) n.2^L <= u.max|x| for
+n <= 2^23 (float64, float16, bfloat16) or n <= 2^15 (float32, K = 2). NaN and inf propagate as
+IEEE's sum does (any NaN, or +inf with -inf: NaN, the default quiet NaN, payloads not kept;
+else the infinity); the sum of only -0.0 is -0.0, an exact cancellation +0.0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+from numba import njit
+
+__all__ = ["W", "CAPACITY", "DEFAULT_K", "DTYPES", "BinnedSum", "sum", "allreduce",
+           "reduce_scatter_block", "wire_bytes"]
+
+W = 40                          # bits per bin (and per slice)
+CAPACITY = 1 << (62 - W)        # terms per element: |slice sum| < n.2^W <= 2^62, carries fit
+SPECIAL, PLUS_ZERO, MINUS_ZERO = 127, -1, -2        # bin codes that are not bins
+_NAN_UNIT = 1 << 31             # an inf/NaN element's slices count +inf, -inf and NaN (x 2^31)
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+# dtype -> (mantissa bits, exponent bits, the integer view of its bits)
+_FORMATS = {np.dtype(np.float64): (52, 11, np.dtype(np.int64)),
+            np.dtype(np.float32): (23, 8, np.dtype(np.int32)),
+            np.dtype(np.float16): (10, 5, np.dtype(np.int16)),
+            bfloat16: (7, 8, np.dtype(np.int16))}
+DTYPES = tuple(_FORMATS)
+DEFAULT_K = {np.dtype(np.float64): 3, np.dtype(np.float32): 2, np.dtype(np.float16): 2,
+             bfloat16: 2}
+K_RANGE = (2, 8)
+# Above this many limb bytes per rank, ``auto`` reduce-scatters the slices and all-gathers the
+# floats (3 collectives, fewer bytes); below, one all-reduce of the slices (fewer messages).
+SPLIT_BYTES = 256 << 10
+
+
+# ----------------------------------------------------------------------------- kernels
+#
+# The bits of a value are read as a signed integer of its width (the sign is its sign), and the
+# value is s.2^(G + f) with s its integer significand (hidden bit included) and f >= 0.
+
+
+@njit(cache=True, nogil=True)
+def _bitlen(v):
+    n = 0
+    while v:
+        v >>= 1
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _codes_into(bits, mb, eb, out):
+    """out[i] = the bin code of the value whose bits are bits[i]."""
+    emask = (1 << eb) - 1
+    mmask = (1 << mb) - 1
+    for i in range(bits.shape[0]):
+        b = np.int64(bits[i])
+        e = (b >> mb) & emask
+        m = b & mmask
+        if e == emask:
+            out[i] = SPECIAL
+        elif e == 0 and m == 0:
+            out[i] = MINUS_ZERO if b < 0 else PLUS_ZERO
+        elif e == 0:
+            out[i] = (_bitlen(m) - 1) // W
+        else:
+            out[i] = (e - 1 + mb) // W
+
+
+@njit(cache=True, nogil=True)
+def _max_rows_into(codes, rows, out):
+    """out[i] = max over r of codes[r * n + i] (n = out.size)."""
+    n = out.shape[0]
+    for i in range(n):
+        out[i] = codes[i] if rows else PLUS_ZERO
+    for r in range(1, rows):
+        base = r * n
+        for i in range(n):
+            c = codes[base + i]
+            if c > out[i]:
+                out[i] = c
+
+
+@njit(cache=True, nogil=True)
+def _slices_into(bits, rows, mb, eb, top, k, out, block, stride, accumulate):
+    """Cut each value of ``bits`` (``rows`` rows of n = top.size values, summed) into k slices
+    below its element's top bin, into ``out``: element i's slices at out[(i // block) * stride +
+    (i % block) * k + j], j = 0 (lowest bin) .. k-1; ``accumulate``: add to what is there."""
+    n = top.shape[0]
+    emask = (1 << eb) - 1
+    mmask = (1 << mb) - 1
+    wmask = (1 << W) - 1
+    for i in range(n):
+        at = (i // block) * stride + (i % block) * k
+        if not accumulate:
+            for j in range(k):
+                out[at + j] = 0
+        c = np.int64(top[i])
+        if c < 0:
+            continue
+        for r in range(rows):
+            b = np.int64(bits[r * n + i])
+            e = (b >> mb) & emask
+            m = b & mmask
+            if c == SPECIAL:
+                if e == emask:
+                    if m != 0:
+                        out[at] += _NAN_UNIT
+                        out[at + 1] += _NAN_UNIT
+                    elif b < 0:
+                        out[at + 1] += 1
+                    else:
+                        out[at] += 1
+                continue
+            if e == 0:
+                if m == 0:
+                    continue
+                s, f = m, 0
+            else:
+                s, f = m | (1 << mb), e - 1
+            t = f - (c - k + 1) * W             # s's bit 0 sits t bits above the window's
+            for j in range(k):
+                lo = j * W - t                  # the bit of s at slice j's bit 0
+                if lo >= 0:
+                    v = (s >> lo) & wmask if lo < 63 else 0
+                elif -lo < W:
+                    v = (s << -lo) & wmask
+                else:
+                    v = 0
+                out[at + j] += -v if b < 0 else v
+
+
+@njit(cache=True, nogil=True)
+def _shift_into(codes, limbs, top, k, out, block, stride, accumulate):
+    """Re-express slices taken below ``codes`` (a partial sum's own top bins) below ``top``
+    (>= codes, element-wise), into ``out`` laid out as in ``_slices_into``: slices of bins
+    under the new window are dropped whole."""
+    for i in range(top.shape[0]):
+        at = (i // block) * stride + (i % block) * k
+        c, t = np.int64(codes[i]), np.int64(top[i])
+        for j in range(k):
+            v = 0
+            if c == SPECIAL:
+                v = limbs[i * k + j]
+            elif c >= 0 and t != SPECIAL:
+                d = t - c
+                if j + d < k:
+                    v = limbs[i * k + j + d]
+            if accumulate:
+                out[at + j] += v
+            else:
+                out[at + j] = v
+
+
+@njit(cache=True, nogil=True)
+def _round_into(limbs, top, k, p, g, out, block, stride, scratch):
+    """out[i] = the slice sums of element i (laid out as in ``_slices_into``) as one float64,
+    rounded once to p significant bits, nearest-even, exponent >= g (the format's subnormals);
+    exact in float64, so a cast to the format after is exact too (or overflows to inf)."""
+    wmask = (1 << W) - 1
+    for i in range(out.shape[0]):
+        at = (i // block) * stride + (i % block) * k
+        c = np.int64(top[i])
+        if c == SPECIAL:
+            nan = limbs[at] >> 31
+            pinf = limbs[at] & (_NAN_UNIT - 1)
+            ninf = limbs[at + 1] & (_NAN_UNIT - 1)
+            if nan or (pinf and ninf):
+                out[i] = np.nan
+            elif pinf:
+                out[i] = np.inf
+            else:
+                out[i] = -np.inf
+            continue
+        if c < 0:
+            out[i] = -0.0 if c == MINUS_ZERO else 0.0
+            continue
+        # Phase 1: carry into k + 2 digits of W bits, the last the sign (0 or -1).
+        carry = 0
+        for j in range(k):
+            v = limbs[at + j] + carry
+            carry = v >> W
+            scratch[j] = v - (carry << W)
+        v = carry
+        carry = v >> W
+        scratch[k] = v - (carry << W)
+        negative = carry < 0
+        if negative:                            # magnitude: two's complement over the digits
+            one = 1
+            for j in range(k + 1):
+                v = (wmask - scratch[j]) + one
+                scratch[j] = v & wmask
+                one = v >> W
+        h = k
+        while h >= 0 and scratch[h] == 0:
+            h -= 1
+        if h < 0:
+            out[i] = 0.0                        # an exact cancellation: +0
+            continue
+        # Phase 2: the rounding position R (bits above the window's bottom L = G + (c-k+1)W).
+        bottom = (c - k + 1) * W
+        lead = h * W + _bitlen(scratch[h]) - 1
+        r = max(lead + bottom - (p - 1), 0) - bottom
+        q = 0
+        half = 0
+        sticky = False
+        if r > 0:
+            hj = (r - 1) // W
+            hb = r - 1 - hj * W
+            half = (scratch[hj] >> hb) & 1
+            sticky = (scratch[hj] & ((1 << hb) - 1)) != 0
+            for j in range(hj):
+                if scratch[j] != 0:
+                    sticky = True
+        for j in range(h + 1):
+            d = j * W - r
+            if scratch[j] == 0:
+                continue
+            if d >= 0:
+                q += scratch[j] << d
+            elif -d < W:
+                q += scratch[j] >> -d
+        if half and (sticky or (q & 1)):
+            q += 1
+        value = math.ldexp(np.float64(q), g + bottom + r)
+        out[i] = -value if negative else value
+
+
+# ----------------------------------------------------------------------------- the pieces
+
+def _format(dtype) -> tuple:
+    dtype = np.dtype(dtype)
+    try:
+        return _FORMATS[dtype]
+    except KeyError:
+        raise TypeError(f"reproducible sums support dtype {', '.join(map(str, DTYPES))}, not "
+                        f"{dtype}") from None
+
+
+def _k(k, dtype) -> int:
+    if k is None:
+        return DEFAULT_K[np.dtype(dtype)]
+    if not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
+        raise TypeError(f"k (slices per value) must be an integer, got {type(k).__name__}")
+    if not K_RANGE[0] <= k <= K_RANGE[1]:
+        raise ValueError(f"k (slices per value) must be in {K_RANGE[0]}..{K_RANGE[1]}, got {k}")
+    return int(k)
+
+
+def _lowest(dtype) -> int:
+    """G: the exponent of the format's smallest subnormal's bit."""
+    mb, eb, _ = _FORMATS[np.dtype(dtype)]
+    return 2 - (1 << (eb - 1)) - mb
+
+
+def codes(x: np.ndarray, code_dtype=np.int8) -> np.ndarray:
+    """The bin code of every value of ``x`` (flat)."""
+    mb, eb, view = _format(x.dtype)
+    out = np.empty(x.size, code_dtype)
+    _codes_into(np.ascontiguousarray(x).reshape(-1).view(view), mb, eb, out)
+    return out
+
+
+def slices(x: np.ndarray, top: np.ndarray, k: int, *, rows: int = 1, out=None, block=None,
+           stride=None, accumulate=False) -> np.ndarray:
+    """``x``'s values (``rows`` rows of top.size, summed row-wise) cut into k slices below
+    ``top``: an int64 array of top.size * k (or ``out``, laid out in blocks, see the kernel)."""
+    mb, eb, view = _format(x.dtype)
+    n = top.size
+    if out is None:
+        out = np.empty(n * k, np.int64)
+    block = (n or 1) if block is None else block
+    stride = block * k if stride is None else stride
+    _slices_into(np.ascontiguousarray(x).reshape(-1).view(view), rows, mb, eb, top, k, out,
+                 block, stride, accumulate)
+    return out
+
+
+def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
+            stride=None) -> np.ndarray:
+    """The slice sums ``limbs`` below ``top`` as ``dtype``, rounded once (flat)."""
+    dtype = np.dtype(dtype)
+    mb, _, _ = _format(dtype)
+    out = np.empty(top.size, np.float64)
+    block = (top.size or 1) if block is None else block
+    stride = block * k if stride is None else stride
+    _round_into(limbs, top, k, mb + 1, _lowest(dtype), out, block, stride,
+                np.empty(k + 1, np.int64))
+    if dtype == np.float64:
+        return out
+    with np.errstate(over="ignore"):
+        return out.astype(dtype)
+
+
+def wire_bytes(count: int, dtype, k=None, size: int = 2, split: bool = True) -> int:
+    """Bytes one rank sends in a reproducible all-reduce of ``count`` elements over ``size``
+    ranks by ring-like algorithms (the MAX of int8 codes, the slices' reduce-scatter, the
+    floats' all-gather; ``split=False``: one all-reduce of the slices)."""
+    dtype, k = np.dtype(dtype), _k(k, dtype)
+    frac = (size - 1) / size
+    codes_bytes = 2 * frac * count
+    if split:
+        return round(codes_bytes + frac * count * (8 * k) + frac * count * dtype.itemsize)
+    return round(codes_bytes + 2 * frac * count * 8 * k)
+
+
+# ----------------------------------------------------------------------------- local sums
+
+class BinnedSum:
+    """An exact, not yet rounded, reproducible sum: per element its top bin (``codes``), k
+    slice sums below it (``limbs``, int64, element-major) and how many values it holds
+    (``terms``). ``np.asarray(s)`` / ``s.value()`` rounds it; ``a + b`` merges two;
+    ``mpicoll.allreduce(s, reproducible=True)`` sums it over ranks. Made by ``sum``."""
+
+    __slots__ = ("dtype", "shape", "k", "codes", "limbs", "terms")
+
+    def __init__(self, dtype, shape, k, codes, limbs, terms):
+        self.dtype, self.shape, self.k = np.dtype(dtype), tuple(shape), k
+        self.codes, self.limbs, self.terms = codes, limbs, int(terms)
+
+    @property
+    def size(self) -> int:
+        return self.codes.size
+
+    def value(self) -> np.ndarray:
+        """The sum, rounded once to ``dtype`` (a 0-d array for a scalar sum)."""
+        return rounded(self.limbs, self.codes, self.k, self.dtype).reshape(self.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        v = self.value()
+        return v if dtype is None else v.astype(dtype)
+
+    def __add__(self, other: "BinnedSum") -> "BinnedSum":
+        if not isinstance(other, BinnedSum):
+            return NotImplemented
+        if (other.dtype, other.size, other.k) != (self.dtype, self.size, self.k):
+            raise ValueError(f"can't add a BinnedSum of {other.size} {other.dtype} (k="
+                             f"{other.k}) to one of {self.size} {self.dtype} (k={self.k})")
+        _check_terms(self.terms + other.terms)
+        top = np.maximum(self.codes, other.codes)
+        limbs = np.empty_like(self.limbs)
+        _shift_into(self.codes, self.limbs, top, self.k, limbs, top.size or 1, (top.size or 1) * self.k,
+                    False)
+        _shift_into(other.codes, other.limbs, top, self.k, limbs, top.size or 1,
+                    (top.size or 1) * self.k, True)
+        return BinnedSum(self.dtype, self.shape, self.k, top, limbs, self.terms + other.terms)
+
+    def __repr__(self) -> str:
+        return (f"BinnedSum(shape={self.shape}, dtype={self.dtype}, k={self.k}, "
+                f"terms={self.terms})")
+
+
+def _check_terms(n: int) -> None:
+    if n > CAPACITY:
+        raise OverflowError(f"a reproducible sum of {n} values per element: the int64 slice "
+                            f"sums hold at most {CAPACITY} (2^{62 - W}, bins of W = {W} bits)")
+
+
+def sum(array, axis=0, *, k=None) -> BinnedSum:         # noqa: A001 - the natural name
+    """The reproducible sum of ``array`` along ``axis``, exact and not yet rounded: a
+    ``BinnedSum`` that rounds to the same bits as any other grouping of the same values
+    (``np.asarray`` it, or all-reduce it with ``reproducible=True``)."""
+    a = np.asarray(array)
+    _format(a.dtype)
+    k = _k(k, a.dtype)
+    a = np.ascontiguousarray(np.moveaxis(a, axis, 0)) if a.ndim else a.reshape(1)
+    rows, shape = a.shape[0], a.shape[1:]
+    _check_terms(rows)
+    n = int(np.prod(shape, dtype=np.int64))
+    top = np.empty(n, np.int8)
+    _max_rows_into(codes(a), rows, top)
+    limbs = slices(a, top, k, rows=rows)
+    return BinnedSum(a.dtype, shape, k, top, limbs, rows)
+
+
+# ----------------------------------------------------------------------------- collectives
+
+_CODE_DTYPE = {True: np.dtype(np.int32), False: np.dtype(np.int8)}   # shm needs >= 4 bytes
+
+
+def _options(op, compress, error_feedback):
+    from . import api
+    if api._op_name(op) != "sum":
+        raise ValueError(f"reproducible=True needs op SUM, got {api._op_name(op)!r}")
+    if compress is not None or error_feedback is not None:
+        raise ValueError("reproducible=True can't be combined with compress= or "
+                         "error_feedback= (they round on the wire)")
+
+
+def _input(sendbuf, recvbuf, k, shape_of_recv):
+    """``(BinnedSum or array, recv array, k)`` from the caller's buffers."""
+    from mpi4py import MPI
+    from . import api
+    if isinstance(sendbuf, BinnedSum):
+        if k is not None and _k(k, sendbuf.dtype) != sendbuf.k:
+            raise ValueError(f"k={k} but the BinnedSum was made with k={sendbuf.k}")
+        if recvbuf is None:
+            recv = np.empty(shape_of_recv(sendbuf.shape, sendbuf.size), sendbuf.dtype)
+        else:
+            recv = api._array(recvbuf, "recvbuf", writable=True)
+            if recv.dtype != sendbuf.dtype:
+                raise ValueError(f"recvbuf dtype {recv.dtype} does not match the BinnedSum's "
+                                 f"{sendbuf.dtype}")
+        return sendbuf, recv, sendbuf.k
+    if sendbuf is MPI.IN_PLACE:
+        if recvbuf is None:
+            raise ValueError("sendbuf=MPI.IN_PLACE needs a recvbuf holding the input")
+        recv = api._array(recvbuf, "recvbuf", writable=True)
+        send = recv.copy()
+    else:
+        send = api._array(sendbuf, "sendbuf")
+        if recvbuf is None:
+            recv = np.empty(shape_of_recv(send.shape, send.size), send.dtype)
+        else:
+            recv = api._array(recvbuf, "recvbuf", writable=True)
+            if recv.dtype != send.dtype:
+                raise ValueError(f"recvbuf dtype {recv.dtype} does not match sendbuf dtype "
+                                 f"{send.dtype}")
+    _format(send.dtype)
+    return send, recv, _k(k, send.dtype)
+
+
+def _local_codes(src, code_dtype) -> np.ndarray:
+    if isinstance(src, BinnedSum):
+        return src.codes.astype(code_dtype)
+    return codes(src, code_dtype)
+
+
+def _local_slices(src, top, k, *, out=None, block=None, stride=None) -> np.ndarray:
+    """This rank's slices below ``top`` (laid out as in ``_slices_into``)."""
+    if not isinstance(src, BinnedSum):
+        return slices(src, top, k, out=out, block=block, stride=stride)
+    if out is None:
+        out = np.empty(top.size * k, np.int64)
+    block = (top.size or 1) if block is None else block
+    stride = block * k if stride is None else stride
+    _shift_into(src.codes, src.limbs, top, k, out, block, stride, False)
+    return out
+
+
+def _terms(src) -> int:
+    return src.terms if isinstance(src, BinnedSum) else 1
+
+
+def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k=None,
+              inner=None, outer=None, order=None, timeout=None, on_timeout=None, validate=None,
+              compress=None, error_feedback=None):
+    """Reproducible all-reduce (SUM): ``mpicoll.allreduce``'s arguments, and ``sendbuf`` may be
+    a ``BinnedSum``; ``k``: slices per value (``DEFAULT_K``). The same bits for the same global
+    multiset of values whatever the rank count, algorithm, executor, segments or nodes."""
+    from mpi4py import MPI
+    from . import api
+    _options(op, compress, error_feedback)
+    src, recv, k = _input(sendbuf, recvbuf, k, lambda shape, n: shape)
+    if recv.size != src.size:
+        raise ValueError(f"recvbuf has {recv.size} elements, expected {src.size}")
+    common = dict(comm=comm, timeout=timeout, on_timeout=on_timeout, validate=validate)
+    explicit = dict(inner=inner, outer=outer, order=order) if algorithm != "auto" else {}
+    code_dtype = _CODE_DTYPE[algorithm == "shm" or inner == "shm"]
+    n, dtype = src.size, recv.dtype
+    # Phase 1: every element's top bin.
+    top = api.allreduce(_local_codes(src, code_dtype), op=MPI.MAX, algorithm=algorithm,
+                        **explicit, **common)
+    size = (comm or MPI.COMM_WORLD).Get_size()
+    terms = _terms(src)
+    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES:
+        # Phase 2 (large): reduce-scatter the slices (each block ends with the term count),
+        # round this rank's block, all-gather the floats.
+        block = -(-n // size)
+        stride = block * k + 1
+        buf = np.zeros(size * stride, np.int64)
+        buf[stride - 1::stride] = terms
+        _local_slices(src, top, k, out=buf, block=block, stride=stride)
+        mine = api.reduce_scatter_block(buf, algorithm="auto", **common)
+        _check_terms(int(mine[-1]))
+        rank = (comm or MPI.COMM_WORLD).Get_rank()
+        lo, hi = min(rank * block, n), min((rank + 1) * block, n)
+        floats = np.zeros(size * block, dtype)
+        floats[rank * block:rank * block + hi - lo] = rounded(mine, top[lo:hi], k, dtype)
+        gathered = api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
+        np.copyto(recv.reshape(-1), gathered[:n])
+        return recv
+    # Phase 2: one all-reduce of the slices and the term count, with the caller's algorithm.
+    buf = np.empty(n * k + 1, np.int64)
+    _local_slices(src, top, k, out=buf[:n * k])
+    buf[-1] = terms
+    total = api.allreduce(buf, op=MPI.SUM, algorithm=algorithm, **explicit, **common)
+    _check_terms(int(total[-1]))
+    # Phase 3: one rounding.
+    np.copyto(recv.reshape(-1), rounded(total, top, k, dtype))
+    return recv
+
+
+def reduce_scatter_block(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None,
+                         k=None, timeout=None, on_timeout=None, validate=None):
+    """Reproducible reduce-scatter (SUM): ``mpicoll.reduce_scatter_block``'s arguments, and
+    ``sendbuf`` may be a ``BinnedSum``; rank r gets block r of the reproducible sum."""
+    from mpi4py import MPI
+    from . import api
+    _options(op, None, None)
+    size = (comm or MPI.COMM_WORLD).Get_size()
+
+    def block_shape(shape, total):
+        return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
+
+    src, recv, k = _input(sendbuf, recvbuf, k, block_shape)
+    if src.size % size:
+        raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
+                         f"communicator size {size}")
+    n = src.size // size
+    if recv.size != n:
+        raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
+    common = dict(comm=comm, timeout=timeout, on_timeout=on_timeout, validate=validate)
+    top = api.allreduce(_local_codes(src, np.int8), op=MPI.MAX, algorithm="auto", **common)
+    stride = n * k + 1
+    buf = np.zeros(size * stride, np.int64)
+    buf[stride - 1::stride] = _terms(src)
+    _local_slices(src, top, k, out=buf, block=n or 1, stride=stride)
+    mine = api.reduce_scatter_block(buf, algorithm=algorithm, **common)
+    _check_terms(int(mine[-1]))
+    rank = (comm or MPI.COMM_WORLD).Get_rank()
+    np.copyto(recv.reshape(-1), rounded(mine, top[rank * n:(rank + 1) * n], k, recv.dtype))
+    return recv
