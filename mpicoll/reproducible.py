@@ -40,6 +40,7 @@ import math
 import ml_dtypes
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import leading_zeros
 
 __all__ = ["W", "CAPACITY", "DEFAULT_K", "DTYPES", "BinnedSum", "sum", "allreduce",
            "reduce_scatter_block", "wire_bytes"]
@@ -66,17 +67,20 @@ SPLIT_BYTES = 256 << 10
 
 # ----------------------------------------------------------------------------- kernels
 #
-# The bits of a value are read as a signed integer of its width (the sign is its sign), and the
-# value is s.2^(G + f) with s its integer significand (hidden bit included) and f >= 0.
+# The bin grid is float64's for every dtype: bin b holds the bits of weight 2^(G + bW) to
+# 2^(G + bW + W - 1), G = -1074 (the smallest subnormal's bit), so the codes are 0..52. The
+# codes read a value's bits (as a signed integer of its width: the sign is its sign); slicing
+# and rounding compute in float64 and int64, each step exact.
+
+G = -1074
+_TOP_CODE = (1023 - G) // W                 # 52: the bin of float64's largest finite value
+_SCALE_SPLIT = 26                           # below this code, slicing scales in two steps
 
 
 @njit(cache=True, nogil=True)
 def _bitlen(v):
-    n = 0
-    while v:
-        v >>= 1
-        n += 1
-    return n
+    """The bit length of v > 0 (LLVM's ctlz)."""
+    return 64 - leading_zeros(np.uint64(v))
 
 
 @njit(cache=True, nogil=True)
@@ -84,6 +88,7 @@ def _codes_into(bits, mb, eb, out):
     """out[i] = the bin code of the value whose bits are bits[i]."""
     emask = (1 << eb) - 1
     mmask = (1 << mb) - 1
+    bias = (1 << (eb - 1)) - 1
     for i in range(bits.shape[0]):
         b = np.int64(bits[i])
         e = (b >> mb) & emask
@@ -93,9 +98,9 @@ def _codes_into(bits, mb, eb, out):
         elif e == 0 and m == 0:
             out[i] = MINUS_ZERO if b < 0 else PLUS_ZERO
         elif e == 0:
-            out[i] = (_bitlen(m) - 1) // W
+            out[i] = (1 - bias - mb + _bitlen(m) - 1 - G) // W
         else:
-            out[i] = (e - 1 + mb) // W
+            out[i] = (e - bias - G) // W
 
 
 @njit(cache=True, nogil=True)
@@ -113,52 +118,59 @@ def _max_rows_into(codes, rows, out):
 
 
 @njit(cache=True, nogil=True)
-def _slices_into(bits, rows, mb, eb, top, k, out, block, stride, accumulate):
-    """Cut each value of ``bits`` (``rows`` rows of n = top.size values, summed) into k slices
-    below its element's top bin, into ``out``: element i's slices at out[(i // block) * stride +
-    (i % block) * k + j], j = 0 (lowest bin) .. k-1; ``accumulate``: add to what is there."""
+def _slices_into(x, rows, top, k, f1, f2, out, block, stride, accumulate):
+    """Cut each value of ``x`` (``rows`` rows of n = top.size values, summed row-wise) into k
+    slices below its element's top bin, into ``out``: element i's slices at
+    out[(i // block) * stride + (i % block) * k + j], j = 0 (lowest bin) .. k-1; ``accumulate``:
+    add to what is there. f1[c + 2] * f2[c + 2] = 2^-(G + cW), the top bin's bottom (0 for the
+    codes of zeros and specials: an inf/NaN element is counted by ``_specials_into``)."""
+    n = top.shape[0]
+    span = float(1 << W)
+    for r in range(rows):
+        add = accumulate or r > 0
+        base_x = r * n
+        for blk in range((n + block - 1) // block):
+            lo = blk * block
+            hi = min(lo + block, n)
+            at = blk * stride - lo * k
+            for i in range(lo, hi):
+                c = top[i] + 2
+                y = (np.float64(x[base_x + i]) * f1[c]) * f2[c]
+                y = y if abs(y) < span else 0.0         # inf or NaN: see _specials_into
+                o = at + i * k
+                for j in range(k - 1, -1, -1):
+                    h = np.trunc(y)
+                    if add:
+                        out[o + j] += np.int64(h)
+                    else:
+                        out[o + j] = np.int64(h)
+                    y = (y - h) * span
+
+
+@njit(cache=True, nogil=True)
+def _specials_into(bits, rows, mb, eb, top, k, out, block, stride):
+    """For the elements whose top code is SPECIAL: count this rank's +inf (slice 0), -inf
+    (slice 1) and NaN (2^31 in both) instead of slices."""
     n = top.shape[0]
     emask = (1 << eb) - 1
     mmask = (1 << mb) - 1
-    wmask = (1 << W) - 1
     for i in range(n):
-        at = (i // block) * stride + (i % block) * k
-        if not accumulate:
-            for j in range(k):
-                out[at + j] = 0
-        c = np.int64(top[i])
-        if c < 0:
+        if top[i] != SPECIAL:
             continue
+        at = (i // block) * stride + (i % block) * k
+        for j in range(k):
+            out[at + j] = 0
         for r in range(rows):
             b = np.int64(bits[r * n + i])
-            e = (b >> mb) & emask
-            m = b & mmask
-            if c == SPECIAL:
-                if e == emask:
-                    if m != 0:
-                        out[at] += _NAN_UNIT
-                        out[at + 1] += _NAN_UNIT
-                    elif b < 0:
-                        out[at + 1] += 1
-                    else:
-                        out[at] += 1
+            if (b >> mb) & emask != emask:
                 continue
-            if e == 0:
-                if m == 0:
-                    continue
-                s, f = m, 0
+            if b & mmask:
+                out[at] += _NAN_UNIT
+                out[at + 1] += _NAN_UNIT
+            elif b < 0:
+                out[at + 1] += 1
             else:
-                s, f = m | (1 << mb), e - 1
-            t = f - (c - k + 1) * W             # s's bit 0 sits t bits above the window's
-            for j in range(k):
-                lo = j * W - t                  # the bit of s at slice j's bit 0
-                if lo >= 0:
-                    v = (s >> lo) & wmask if lo < 63 else 0
-                elif -lo < W:
-                    v = (s << -lo) & wmask
-                else:
-                    v = 0
-                out[at + j] += -v if b < 0 else v
+                out[at] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -184,77 +196,83 @@ def _shift_into(codes, limbs, top, k, out, block, stride, accumulate):
 
 
 @njit(cache=True, nogil=True)
-def _round_into(limbs, top, k, p, g, out, block, stride, scratch):
-    """out[i] = the slice sums of element i (laid out as in ``_slices_into``) as one float64,
-    rounded once to p significant bits, nearest-even, exponent >= g (the format's subnormals);
-    exact in float64, so a cast to the format after is exact too (or overflows to inf)."""
+def _round_into(limbs, top, k, p, g, pow2, out, block, stride, scratch):
+    """out[i] = the slice sums of element i (laid out as in ``_slices_into``) as one number,
+    rounded once to p significant bits, nearest-even, exponent >= g (the format's subnormals):
+    q.2^e with q <= 2^p, exact in float64 (pow2[e - G] = 2^e, inf above float64's range), so
+    a cast to the format after is exact too, or overflows to inf as it should."""
     wmask = (1 << W) - 1
-    for i in range(out.shape[0]):
-        at = (i // block) * stride + (i % block) * k
-        c = np.int64(top[i])
-        if c == SPECIAL:
-            nan = limbs[at] >> 31
-            pinf = limbs[at] & (_NAN_UNIT - 1)
-            ninf = limbs[at + 1] & (_NAN_UNIT - 1)
-            if nan or (pinf and ninf):
-                out[i] = np.nan
-            elif pinf:
-                out[i] = np.inf
-            else:
-                out[i] = -np.inf
-            continue
-        if c < 0:
-            out[i] = -0.0 if c == MINUS_ZERO else 0.0
-            continue
-        # Phase 1: carry into k + 2 digits of W bits, the last the sign (0 or -1).
-        carry = 0
-        for j in range(k):
-            v = limbs[at + j] + carry
-            carry = v >> W
-            scratch[j] = v - (carry << W)
-        v = carry
-        carry = v >> W
-        scratch[k] = v - (carry << W)
-        negative = carry < 0
-        if negative:                            # magnitude: two's complement over the digits
-            one = 1
-            for j in range(k + 1):
-                v = (wmask - scratch[j]) + one
-                scratch[j] = v & wmask
-                one = v >> W
-        h = k
-        while h >= 0 and scratch[h] == 0:
-            h -= 1
-        if h < 0:
-            out[i] = 0.0                        # an exact cancellation: +0
-            continue
-        # Phase 2: the rounding position R (bits above the window's bottom L = G + (c-k+1)W).
-        bottom = (c - k + 1) * W
-        lead = h * W + _bitlen(scratch[h]) - 1
-        r = max(lead + bottom - (p - 1), 0) - bottom
-        q = 0
-        half = 0
-        sticky = False
-        if r > 0:
-            hj = (r - 1) // W
-            hb = r - 1 - hj * W
-            half = (scratch[hj] >> hb) & 1
-            sticky = (scratch[hj] & ((1 << hb) - 1)) != 0
-            for j in range(hj):
-                if scratch[j] != 0:
-                    sticky = True
-        for j in range(h + 1):
-            d = j * W - r
-            if scratch[j] == 0:
+    n = top.shape[0]
+    for blk in range((n + block - 1) // block):
+        lo = blk * block
+        hi = min(lo + block, n)
+        for i in range(lo, hi):
+            at = blk * stride + (i - lo) * k
+            c = np.int64(top[i])
+            if c == SPECIAL:
+                nan = limbs[at] >> 31
+                pinf = limbs[at] & (_NAN_UNIT - 1)
+                ninf = limbs[at + 1] & (_NAN_UNIT - 1)
+                if nan or (pinf and ninf):
+                    out[i] = np.nan
+                elif pinf:
+                    out[i] = np.inf
+                else:
+                    out[i] = -np.inf
                 continue
-            if d >= 0:
-                q += scratch[j] << d
-            elif -d < W:
-                q += scratch[j] >> -d
-        if half and (sticky or (q & 1)):
-            q += 1
-        value = math.ldexp(np.float64(q), g + bottom + r)
-        out[i] = -value if negative else value
+            if c < 0:
+                out[i] = -0.0 if c == MINUS_ZERO else 0.0
+                continue
+            # Phase 1: carry into k + 1 digits of W bits and a sign.
+            carry = 0
+            for j in range(k):
+                v = limbs[at + j] + carry
+                carry = v >> W
+                scratch[j] = v - (carry << W)
+            v = carry
+            carry = v >> W
+            scratch[k] = v - (carry << W)
+            negative = carry < 0
+            if negative:                        # magnitude: two's complement of the digits
+                one = 1
+                for j in range(k + 1):
+                    v = (wmask - scratch[j]) + one
+                    scratch[j] = v & wmask
+                    one = v >> W
+            h = k
+            while h >= 0 and scratch[h] == 0:
+                h -= 1
+            if h < 0:
+                out[i] = 0.0                    # an exact cancellation: +0
+                continue
+            # Phase 2: round at R bits above the window's bottom L = G + (c - k + 1)W.
+            bottom = G + (c - k + 1) * W
+            lead = h * W + _bitlen(scratch[h]) - 1
+            e = max(bottom + lead - (p - 1), g)
+            r = e - bottom
+            q = 0
+            half = 0
+            sticky = False
+            if r > 0:
+                hj = (r - 1) // W
+                hb = r - 1 - hj * W
+                half = (scratch[hj] >> hb) & 1
+                sticky = (scratch[hj] & ((1 << hb) - 1)) != 0
+                for j in range(hj):
+                    if scratch[j] != 0:
+                        sticky = True
+            for j in range(h + 1):
+                d = j * W - r
+                if scratch[j] == 0:
+                    continue
+                if d >= 0:
+                    q += scratch[j] << d
+                elif -d < W:
+                    q += scratch[j] >> -d
+            if half and (sticky or (q & 1)):
+                q += 1
+            value = np.float64(q) * pow2[e - G]
+            out[i] = -value if negative else value
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -279,9 +297,24 @@ def _k(k, dtype) -> int:
 
 
 def _lowest(dtype) -> int:
-    """G: the exponent of the format's smallest subnormal's bit."""
+    """The exponent of the format's smallest subnormal's bit."""
     mb, eb, _ = _FORMATS[np.dtype(dtype)]
     return 2 - (1 << (eb - 1)) - mb
+
+
+def _scales():
+    """f1, f2 with f1[c + 2] * f2[c + 2] = 2^-(G + cW) for the codes of bins (two factors, each
+    a normal float64, so that scaling a value into its top bin is exact); 0 for the others."""
+    f1, f2 = np.zeros(SPECIAL + 3), np.zeros(SPECIAL + 3)
+    for c in range(_TOP_CODE + 1):
+        first = 600 if c < _SCALE_SPLIT else 0
+        f1[c + 2], f2[c + 2] = 2.0 ** first, 2.0 ** (-(G + c * W) - first)
+    return f1, f2
+
+
+_F1, _F2 = _scales()
+with np.errstate(over="ignore"):
+    _POW2 = np.ldexp(1.0, np.arange(G, G + 2600))   # 2^e at e - G; inf above float64's range
 
 
 def codes(x: np.ndarray, code_dtype=np.int8) -> np.ndarray:
@@ -302,8 +335,13 @@ def slices(x: np.ndarray, top: np.ndarray, k: int, *, rows: int = 1, out=None, b
         out = np.empty(n * k, np.int64)
     block = (n or 1) if block is None else block
     stride = block * k if stride is None else stride
-    _slices_into(np.ascontiguousarray(x).reshape(-1).view(view), rows, mb, eb, top, k, out,
-                 block, stride, accumulate)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    wide = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)     # exact
+    _slices_into(wide, rows, top, k, _F1, _F2, out, block, stride, accumulate)
+    if n and top.max() == SPECIAL:
+        if accumulate:
+            raise AssertionError("inf/NaN slices are never accumulated: sum() counts all rows")
+        _specials_into(flat.view(view), rows, mb, eb, top, k, out, block, stride)
     return out
 
 
@@ -312,12 +350,12 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
     """The slice sums ``limbs`` below ``top`` as ``dtype``, rounded once (flat)."""
     dtype = np.dtype(dtype)
     mb, _, _ = _format(dtype)
-    out = np.empty(top.size, np.float64)
+    out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
     block = (top.size or 1) if block is None else block
     stride = block * k if stride is None else stride
-    _round_into(limbs, top, k, mb + 1, _lowest(dtype), out, block, stride,
+    _round_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
                 np.empty(k + 1, np.int64))
-    if dtype == np.float64:
+    if out.dtype == dtype:
         return out
     with np.errstate(over="ignore"):
         return out.astype(dtype)
