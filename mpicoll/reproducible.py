@@ -233,44 +233,41 @@ def _round_into(limbs, top, k, p, g, pow2, out, block, stride, scratch):
             carry = v >> W
             scratch[k] = v - (carry << W)
             negative = carry < 0
-            if negative:                        # magnitude: two's complement of the digits
-                one = 1
-                for j in range(k + 1):
-                    v = (wmask - scratch[j]) + one
-                    scratch[j] = v & wmask
-                    one = v >> W
+            flip = wmask if negative else 0    # magnitude: two's complement (no branches)
+            one = 1 if negative else 0
+            for j in range(k + 1):
+                v = (scratch[j] ^ flip) + one
+                scratch[j] = v & wmask
+                one = v >> W
             h = k
             while h >= 0 and scratch[h] == 0:
                 h -= 1
             if h < 0:
                 out[i] = 0.0                    # an exact cancellation: +0
                 continue
-            # Phase 2: round at R bits above the window's bottom L = G + (c - k + 1)W.
-            bottom = G + (c - k + 1) * W
-            lead = h * W + _bitlen(scratch[h]) - 1
-            e = max(bottom + lead - (p - 1), g)
-            r = e - bottom
-            q = 0
-            half = 0
-            sticky = False
-            if r > 0:
-                hj = (r - 1) // W
-                hb = r - 1 - hj * W
-                half = (scratch[hj] >> hb) & 1
-                sticky = (scratch[hj] & ((1 << hb) - 1)) != 0
-                for j in range(hj):
-                    if scratch[j] != 0:
-                        sticky = True
-            for j in range(h + 1):
-                d = j * W - r
-                if scratch[j] == 0:
-                    continue
-                if d >= 0:
-                    q += scratch[j] << d
-                elif -d < W:
-                    q += scratch[j] >> -d
-            if half and (sticky or (q & 1)):
-                q += 1
+            # Phase 2: the 62 bits from the leading one (win), and whether any below is set.
+            a = scratch[h]
+            bl = _bitlen(a)
+            b = scratch[h - 1] if h >= 1 else 0
+            c2 = scratch[h - 2] if h >= 2 else 0
+            s = 62 - bl                         # bits taken after a's: 22..61
+            t1 = W - s                          # b's bits below win: -21..18
+            t2 = 2 * W - s                      # c2's: 19..58
+            win = (a << s) | ((b >> t1) if t1 >= 0 else (b << -t1)) | (c2 >> t2)
+            below = (b & ((1 << max(t1, 0)) - 1)) | (c2 & ((1 << t2) - 1))
+            for j in range(h - 2):
+                below |= scratch[j]
+            # Phase 3: round win (bit 0 of weight 2^ew) to p bits, exponent at least g.
+            ew = G + (c - k + 1 + h) * W + bl - 62
+            e = max(ew + 61 - (p - 1), g)
+            drop = e - ew                       # >= 62 - p >= 9
+            if drop >= 63:                      # below half the smallest subnormal
+                out[i] = -0.0 if negative else 0.0
+                continue
+            q = win >> drop
+            rem = win & ((1 << drop) - 1)
+            half = 1 << (drop - 1)
+            q += (rem > half) | ((rem == half) & ((below != 0) | ((q & 1) != 0)))
             value = np.float64(q) * pow2[e - G]
             out[i] = -value if negative else value
 
