@@ -63,6 +63,7 @@ K_RANGE = (2, 8)
 # Above this many limb bytes per rank, ``auto`` reduce-scatters the slices and all-gathers the
 # floats (3 collectives, fewer bytes); below, one all-reduce of the slices (fewer messages).
 SPLIT_BYTES = 256 << 10
+SPLIT = "nodes"     # when auto splits: "nodes" (ranks on several nodes), "always", "never"
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -343,11 +344,16 @@ def slices(x: np.ndarray, top: np.ndarray, k: int, *, rows: int = 1, out=None, b
 
 
 def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
-            stride=None) -> np.ndarray:
-    """The slice sums ``limbs`` below ``top`` as ``dtype``, rounded once (flat)."""
+            stride=None, out=None) -> np.ndarray:
+    """The slice sums ``limbs`` below ``top`` as ``dtype``, rounded once (flat; into ``out``
+    if given)."""
     dtype = np.dtype(dtype)
     mb, _, _ = _format(dtype)
-    out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
+    if out is not None and dtype.itemsize < 4:
+        np.copyto(out, rounded(limbs, top, k, dtype, block=block, stride=stride))
+        return out
+    if out is None:
+        out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
     block = (top.size or 1) if block is None else block
     stride = block * k if stride is None else stride
     _round_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
@@ -529,9 +535,10 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
                         **explicit, **common)
     size = (comm or MPI.COMM_WORLD).Get_size()
     terms = _terms(src)
-    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES:
-        # Phase 2 (large): reduce-scatter the slices (each block ends with the term count),
-        # round this rank's block, all-gather the floats.
+    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES and SPLIT != "never" \
+            and (SPLIT == "always" or _across_nodes(comm)):
+        # Phase 2 (large, several nodes): reduce-scatter the slices (each block ends with the
+        # term count), round this rank's block, all-gather the floats.
         block = -(-n // size)
         stride = block * k + 1
         buf = np.zeros(size * stride, np.int64)
@@ -550,11 +557,19 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
     buf = np.empty(n * k + 1, np.int64)
     _local_slices(src, top, k, out=buf[:n * k])
     buf[-1] = terms
-    total = api.allreduce(buf, op=MPI.SUM, algorithm=algorithm, **explicit, **common)
-    _check_terms(int(total[-1]))
+    api.allreduce(MPI.IN_PLACE, buf, op=MPI.SUM, algorithm=algorithm, **explicit, **common)
+    _check_terms(int(buf[-1]))
     # Phase 3: one rounding.
-    np.copyto(recv.reshape(-1), rounded(total, top, k, dtype))
+    rounded(buf, top, k, dtype, out=recv.reshape(-1))
     return recv
+
+
+def _across_nodes(comm) -> bool:
+    """Whether the ranks span several nodes (then ``auto`` splits the slices' sum: fewer bytes
+    cross the network; on one node the shared-memory all-reduce of the slices is faster)."""
+    from mpi4py import MPI
+    from ._runtime.context import state
+    return len(state(comm or MPI.COMM_WORLD).real_nodes) > 1
 
 
 def reduce_scatter_block(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None,

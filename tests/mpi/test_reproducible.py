@@ -4,6 +4,8 @@ and heavy cancellation, split over the ranks in several ways, summed locally
 segments and virtual nodes: every result on every rank has the bits of the whole set's local
 reproducible sum, which does not depend on N."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -36,6 +38,16 @@ def mine(x, rank, size, how):
     return x if rank == size - 1 else x[:0]
 
 
+@contextlib.contextmanager
+def split(mode):
+    """auto's reduce-scatter + all-gather path on one node too (R.SPLIT)."""
+    saved, R.SPLIT = R.SPLIT, mode
+    try:
+        yield
+    finally:
+        R.SPLIT = saved
+
+
 def bits(a):
     return np.asarray(a).view(np.uint8).tobytes()
 
@@ -60,7 +72,8 @@ def test_executors_segments_and_large_counts(comm, executor):
     """Both executors, 4 KiB segments, and counts past SPLIT_BYTES (auto's reduce-scatter +
     all-gather path), plain arrays (one value per rank) and local sums."""
     problems = []
-    with environment(MPICOLL_EXECUTOR=executor, MPICOLL_SEGMENT_BYTES="4096"):
+    with environment(MPICOLL_EXECUTOR=executor, MPICOLL_SEGMENT_BYTES="4096"), \
+            split("always"):
         for count in (R.SPLIT_BYTES // 16 + 5, 20_011):
             x = data(count, np.float64, seed=1)
             rows = x[:comm.size]                       # one row per rank: a plain array
