@@ -196,81 +196,116 @@ def _shift_into(codes, limbs, top, k, out, block, stride, accumulate):
                 out[at + j] = v
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _round_one(limbs, at, c, k, p, g, pow2, scratch):
+    """Element ``at``'s slice sums (top bin c) as one number rounded once to p significant bits,
+    nearest-even, exponent >= g (the format's subnormals): q.2^e with q <= 2^p, exact in
+    float64 (pow2[e - G] = 2^e, inf above float64's range), so a cast to the format after is
+    exact too, or overflows to inf as it should."""
+    wmask = (1 << W) - 1
+    if c == SPECIAL:
+        nan = limbs[at] >> 31
+        pinf = limbs[at] & (_NAN_UNIT - 1)
+        ninf = limbs[at + 1] & (_NAN_UNIT - 1)
+        if nan or (pinf and ninf):
+            return np.nan
+        return np.inf if pinf else -np.inf
+    if c < 0:
+        return -0.0 if c == MINUS_ZERO else 0.0
+    # Phase 1: carry into k + 1 digits of W bits and a sign.
+    carry = 0
+    for j in range(k):
+        v = limbs[at + j] + carry
+        carry = v >> W
+        scratch[j] = v - (carry << W)
+    v = carry
+    carry = v >> W
+    scratch[k] = v - (carry << W)
+    negative = carry < 0
+    flip = wmask if negative else 0    # magnitude: two's complement (no branches)
+    one = 1 if negative else 0
+    for j in range(k + 1):
+        v = (scratch[j] ^ flip) + one
+        scratch[j] = v & wmask
+        one = v >> W
+    h = k
+    while h >= 0 and scratch[h] == 0:
+        h -= 1
+    if h < 0:
+        return 0.0                      # an exact cancellation: +0
+    # Phase 2: the 62 bits from the leading one (win), and whether any below is set.
+    a = scratch[h]
+    bl = _bitlen(a)
+    b = scratch[h - 1] if h >= 1 else 0
+    c2 = scratch[h - 2] if h >= 2 else 0
+    s = 62 - bl                         # bits taken after a's: 22..61
+    t1 = W - s                          # b's bits below win: -21..18
+    t2 = 2 * W - s                      # c2's: 19..58
+    win = (a << s) | ((b >> t1) if t1 >= 0 else (b << -t1)) | (c2 >> t2)
+    below = (b & ((1 << max(t1, 0)) - 1)) | (c2 & ((1 << t2) - 1))
+    for j in range(h - 2):
+        below |= scratch[j]
+    # Phase 3: round win (bit 0 of weight 2^ew) to p bits, exponent at least g.
+    ew = G + (c - k + 1 + h) * W + bl - 62
+    e = max(ew + 61 - (p - 1), g)
+    drop = e - ew                       # >= 62 - p >= 9
+    if drop >= 63:                      # below half the smallest subnormal
+        return -0.0 if negative else 0.0
+    q = win >> drop
+    rem = win & ((1 << drop) - 1)
+    half = 1 << (drop - 1)
+    q += (rem > half) | ((rem == half) & ((below != 0) | ((q & 1) != 0)))
+    value = np.float64(q) * pow2[e - G]
+    return -value if negative else value
+
+
 @njit(cache=True, nogil=True)
 def _round_into(limbs, top, k, p, g, pow2, out, block, stride, scratch):
-    """out[i] = the slice sums of element i (laid out as in ``_slices_into``) as one number,
-    rounded once to p significant bits, nearest-even, exponent >= g (the format's subnormals):
-    q.2^e with q <= 2^p, exact in float64 (pow2[e - G] = 2^e, inf above float64's range), so
-    a cast to the format after is exact too, or overflows to inf as it should."""
-    wmask = (1 << W) - 1
+    """out[i] = element i's slice sums (laid out as in ``_slices_into``) rounded once
+    (``_round_one``)."""
     n = top.shape[0]
     for blk in range((n + block - 1) // block):
         lo = blk * block
-        hi = min(lo + block, n)
-        for i in range(lo, hi):
+        for i in range(lo, min(lo + block, n)):
+            out[i] = _round_one(limbs, blk * stride + (i - lo) * k, np.int64(top[i]), k, p, g,
+                                pow2, scratch)
+
+
+@njit(cache=True, nogil=True)
+def _round32_into(limbs, top, k, pow2, out, block, stride, scratch):
+    """``_round_into`` for float32 (``out`` float32), fast: the slice sums added in float64,
+    each addition's error found (TwoSum). Where every step was exact, v is the exact sum and
+    float32(v) its one rounding (ties and zeros included); else with an error bound e: where
+    float32(v - e) == float32(v + e) != 0 every number in between, the exact sum included,
+    rounds to it; else (and for tiny, huge or special codes) ``_round_one``."""
+    n = top.shape[0]
+    for blk in range((n + block - 1) // block):
+        lo = blk * block
+        for i in range(lo, min(lo + block, n)):
             at = blk * stride + (i - lo) * k
             c = np.int64(top[i])
-            if c == SPECIAL:
-                nan = limbs[at] >> 31
-                pinf = limbs[at] & (_NAN_UNIT - 1)
-                ninf = limbs[at + 1] & (_NAN_UNIT - 1)
-                if nan or (pinf and ninf):
-                    out[i] = np.nan
-                elif pinf:
-                    out[i] = np.inf
-                else:
-                    out[i] = -np.inf
-                continue
-            if c < 0:
-                out[i] = -0.0 if c == MINUS_ZERO else 0.0
-                continue
-            # Phase 1: carry into k + 1 digits of W bits and a sign.
-            carry = 0
-            for j in range(k):
-                v = limbs[at + j] + carry
-                carry = v >> W
-                scratch[j] = v - (carry << W)
-            v = carry
-            carry = v >> W
-            scratch[k] = v - (carry << W)
-            negative = carry < 0
-            flip = wmask if negative else 0    # magnitude: two's complement (no branches)
-            one = 1 if negative else 0
-            for j in range(k + 1):
-                v = (scratch[j] ^ flip) + one
-                scratch[j] = v & wmask
-                one = v >> W
-            h = k
-            while h >= 0 and scratch[h] == 0:
-                h -= 1
-            if h < 0:
-                out[i] = 0.0                    # an exact cancellation: +0
-                continue
-            # Phase 2: the 62 bits from the leading one (win), and whether any below is set.
-            a = scratch[h]
-            bl = _bitlen(a)
-            b = scratch[h - 1] if h >= 1 else 0
-            c2 = scratch[h - 2] if h >= 2 else 0
-            s = 62 - bl                         # bits taken after a's: 22..61
-            t1 = W - s                          # b's bits below win: -21..18
-            t2 = 2 * W - s                      # c2's: 19..58
-            win = (a << s) | ((b >> t1) if t1 >= 0 else (b << -t1)) | (c2 >> t2)
-            below = (b & ((1 << max(t1, 0)) - 1)) | (c2 & ((1 << t2) - 1))
-            for j in range(h - 2):
-                below |= scratch[j]
-            # Phase 3: round win (bit 0 of weight 2^ew) to p bits, exponent at least g.
-            ew = G + (c - k + 1 + h) * W + bl - 62
-            e = max(ew + 61 - (p - 1), g)
-            drop = e - ew                       # >= 62 - p >= 9
-            if drop >= 63:                      # below half the smallest subnormal
-                out[i] = -0.0 if negative else 0.0
-                continue
-            q = win >> drop
-            rem = win & ((1 << drop) - 1)
-            half = 1 << (drop - 1)
-            q += (rem > half) | ((rem == half) & ((below != 0) | ((q & 1) != 0)))
-            value = np.float64(q) * pow2[e - G]
-            out[i] = -value if negative else value
+            if k < c < _TOP_CODE - 1:
+                base = (c - k + 1) * W              # the window's bottom, minus G
+                v = 0.0
+                a = 0.0
+                exact = True
+                for j in range(k):
+                    limb = limbs[at + j]
+                    t = np.float64(limb) * pow2[base + j * W]
+                    sv = v + t
+                    bv = sv - v
+                    exact &= (abs(limb) <= 9007199254740992) & ((v - (sv - bv)) + (t - bv) == 0)
+                    v = sv
+                    a += abs(t)
+                if exact:
+                    out[i] = np.float32(v)
+                    continue
+                e = a * 2.842170943040401e-14       # 2^-45 > (k + 1).2^-53, k <= 8
+                down, up = np.float32(v - e), np.float32(v + e)
+                if down == up and down != 0:
+                    out[i] = down
+                    continue
+            out[i] = _round_one(limbs, at, c, k, 24, -149, pow2, scratch)
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -356,8 +391,11 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
         out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
     block = (top.size or 1) if block is None else block
     stride = block * k if stride is None else stride
-    _round_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
-                np.empty(k + 1, np.int64))
+    if out.dtype == np.float32:
+        _round32_into(limbs, top, k, _POW2, out, block, stride, np.empty(k + 1, np.int64))
+    else:
+        _round_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
+                    np.empty(k + 1, np.int64))
     if out.dtype == dtype:
         return out
     with np.errstate(over="ignore"):

@@ -288,3 +288,24 @@ def test_wire_bytes():
     n = 1 << 20
     plain = 2 * n * 8 * 3 / 4
     assert R.wire_bytes(n, np.float64, size=4) / plain == pytest.approx((24 + 8 + 2) / 16)
+
+
+def test_float32_fast_rounding_is_the_exact_one():
+    """The float32 rounding's float64 shortcut gives the exact path's bits: sums of two or
+    three float32 values (ties are common), heavy cancellation, and random slice sums."""
+    rng = np.random.default_rng(10)
+    cases = [rng.standard_normal((2, 4000)).astype(np.float32),
+             rng.standard_normal((3, 4000)).astype(np.float32),
+             wide(7, 4000, np.float32, seed=10)]
+    for x in cases:
+        s = R.sum(x)
+        fast = R.rounded(s.limbs, s.codes, s.k, np.float32)
+        exact = np.empty(s.size)
+        R._round_into(s.limbs, s.codes, s.k, 24, -149, R._POW2, exact, s.size or 1,
+                      s.size * s.k, np.empty(s.k + 1, np.int64))
+        assert bits(fast) == bits(exact.astype(np.float32))
+    top = np.full(5000, 26, np.int8)
+    limbs = rng.integers(-2 ** 61, 2 ** 61, 5000 * 2)
+    exact = np.empty(5000)
+    R._round_into(limbs, top, 2, 24, -149, R._POW2, exact, 5000, 10000, np.empty(3, np.int64))
+    assert bits(R.rounded(limbs, top, 2, np.float32)) == bits(exact.astype(np.float32))
