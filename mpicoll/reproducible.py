@@ -597,7 +597,16 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
     buf[-1] = terms
     api.allreduce(MPI.IN_PLACE, buf, op=MPI.SUM, algorithm=algorithm, **explicit, **common)
     _check_terms(int(buf[-1]))
-    # Phase 3: one rounding.
+    # Phase 3: one rounding; auto, large: each rank rounds its block, then an all-gather.
+    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES:
+        rank = (comm or MPI.COMM_WORLD).Get_rank()
+        block = -(-n // size)
+        lo, hi = min(rank * block, n), min((rank + 1) * block, n)
+        floats = np.zeros(size * block, dtype)
+        rounded(buf[lo * k:hi * k], top[lo:hi], k, dtype, out=floats[lo:hi])
+        api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
+        np.copyto(recv.reshape(-1), floats[:n])
+        return recv
     rounded(buf, top, k, dtype, out=recv.reshape(-1))
     return recv
 
