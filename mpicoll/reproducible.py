@@ -489,25 +489,40 @@ _CODE_DTYPE = {True: np.dtype(np.int32), False: np.dtype(np.int8)}   # shm needs
 
 
 def _options(op, compress, error_feedback):
-    from . import api
-    if api._op_name(op) != "sum":
-        raise ValueError(f"reproducible=True needs op SUM, got {api._op_name(op)!r}")
+    from mpi4py import MPI
+    if not (op == MPI.SUM if isinstance(op, MPI.Op) else
+            isinstance(op, str) and op.lower() == "sum"):
+        raise ValueError(f"reproducible=True needs op SUM (MPI.SUM or 'sum'), got {op!r}")
     if compress is not None or error_feedback is not None:
         raise ValueError("reproducible=True can't be combined with compress= or "
                          "error_feedback= (they round on the wire)")
 
 
+def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
+    """A C-contiguous numpy view of ``x`` (an array, or anything numpy reads without a copy)."""
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, (list, tuple)):
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+        x = np.from_dlpack(x) if hasattr(x, "__dlpack__") and not hasattr(
+            x, "__array_interface__") else np.asarray(x)
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got strides {x.strides} for shape "
+                         f"{x.shape}); pass np.ascontiguousarray({name})")
+    if writable and not x.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return x
+
+
 def _input(sendbuf, recvbuf, k, shape_of_recv):
     """``(BinnedSum or array, recv array, k)`` from the caller's buffers."""
     from mpi4py import MPI
-    from . import api
     if isinstance(sendbuf, BinnedSum):
         if k is not None and _k(k, sendbuf.dtype) != sendbuf.k:
             raise ValueError(f"k={k} but the BinnedSum was made with k={sendbuf.k}")
         if recvbuf is None:
             recv = np.empty(shape_of_recv(sendbuf.shape, sendbuf.size), sendbuf.dtype)
         else:
-            recv = api._array(recvbuf, "recvbuf", writable=True)
+            recv = _array(recvbuf, "recvbuf", writable=True)
             if recv.dtype != sendbuf.dtype:
                 raise ValueError(f"recvbuf dtype {recv.dtype} does not match the BinnedSum's "
                                  f"{sendbuf.dtype}")
@@ -515,14 +530,14 @@ def _input(sendbuf, recvbuf, k, shape_of_recv):
     if sendbuf is MPI.IN_PLACE:
         if recvbuf is None:
             raise ValueError("sendbuf=MPI.IN_PLACE needs a recvbuf holding the input")
-        recv = api._array(recvbuf, "recvbuf", writable=True)
+        recv = _array(recvbuf, "recvbuf", writable=True)
         send = recv.copy()
     else:
-        send = api._array(sendbuf, "sendbuf")
+        send = _array(sendbuf, "sendbuf")
         if recvbuf is None:
             recv = np.empty(shape_of_recv(send.shape, send.size), send.dtype)
         else:
-            recv = api._array(recvbuf, "recvbuf", writable=True)
+            recv = _array(recvbuf, "recvbuf", writable=True)
             if recv.dtype != send.dtype:
                 raise ValueError(f"recvbuf dtype {recv.dtype} does not match sendbuf dtype "
                                  f"{send.dtype}")
@@ -559,7 +574,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
     a ``BinnedSum``; ``k``: slices per value (``DEFAULT_K``). The same bits for the same global
     multiset of values whatever the rank count, algorithm, executor, segments or nodes."""
     from mpi4py import MPI
-    from . import api
+    import mpicoll as api       # the public functions (api.py dispatches reproducible= here)
     _options(op, compress, error_feedback)
     src, recv, k = _input(sendbuf, recvbuf, k, lambda shape, n: shape)
     if recv.size != src.size:
@@ -624,7 +639,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", c
     """Reproducible reduce-scatter (SUM): ``mpicoll.reduce_scatter_block``'s arguments, and
     ``sendbuf`` may be a ``BinnedSum``; rank r gets block r of the reproducible sum."""
     from mpi4py import MPI
-    from . import api
+    import mpicoll as api
     _options(op, None, None)
     size = (comm or MPI.COMM_WORLD).Get_size()
 
