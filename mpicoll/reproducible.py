@@ -9,33 +9,33 @@ node layout, for the same global multiset of values (docs/algorithms.md#reproduc
 How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
 
 1. **Bin codes, MAX.** The exponent range is cut into bins of ``W = 40`` bits on a fixed grid
-   (bin b holds the bits of weight ``2^(G + bW)`` to ``2^(G + bW + W - 1)``, G the format's
-   smallest subnormal exponent). Each value's code is the bin of its leading bit (int8; -1 for
-   +0.0, -2 for -0.0, 127 for inf/NaN). One element-wise MAX all-reduce gives each element's
-   top bin B, the same on every rank.
+   (bin b holds the bits of weight ``2^(G + bW)`` to ``2^(G + bW + W - 1)``, G = -1074,
+   float64's smallest subnormal bit, for every dtype). Each value's code is the bin of its
+   leading bit (int8; -1 for +0.0, -2 for -0.0, 127 for inf/NaN). One element-wise MAX
+   all-reduce gives each element's top bin B, the same on every rank.
 2. **Slices.** Each value is cut, on its own, into K integer slices: bins B-K+1 .. B, each a
    signed int64 below 2^W in magnitude; the bits below bin B-K+1 are dropped (truncation toward
    zero, per value, so what is dropped depends on the value and B only, never on order or
    grouping).
 3. **Integer SUM.** The slices are summed as int64 by any algorithm: integer addition is exact
-   and associative while every partial sum stays below 2^63, which n < 2^(63-W) = 2^23 terms
-   guarantee (``CAPACITY``, checked). ``algorithm="auto"`` reduce-scatters the slices and
-   all-gathers the rounded floats, which moves (8K + s)/(2s) + 1/(2s) times the plain
-   all-reduce's bytes (s the element size: 2.1x for float64, K = 3).
+   and associative while every partial sum stays below 2^62, which n <= 2^(62-W) = 2^22 values
+   per element guarantee (``CAPACITY``, checked). An explicit ``algorithm=`` runs the MAX and
+   the SUM; ``auto`` all-reduces the slices on one node (then each rank rounds its block and
+   the floats are all-gathered) and, across nodes, reduce-scatters them (fewer bytes:
+   (8K + s + 2)/(2s) of the plain all-reduce's, s the element size: 2.1x for float64, K = 3).
 4. **One rounding.** The K slice sums are carried into one exact integer and rounded once to the
    nearest float, ties to even (subnormals kept, overflow to +-inf).
 
 So the result is a function of the multiset of values alone: round(sum over values of
-trunc_L(value)), with L the bottom of bin B-K+1. Error: |result - exact| <= u.|exact| + n.2^L,
-with 2^L < 2^(1-(K-1)W).max|x|; with the default K (``DEFAULT_K``) n.2^L <= u.max|x| for
-n <= 2^23 (float64, float16, bfloat16) or n <= 2^15 (float32, K = 2). NaN and inf propagate as
+trunc_L(value)), with L the bottom of bin B-K+1. Error: |result - exact| <= u.|exact| +
+(1 + u).n.2^L, with 2^L <= 2^(-(K-1)W).max|x|; with the default K (``DEFAULT_K``) that is within
+eps.sum|x| and, on same-signed data, 1 ulp, for n up to the capacity (float64, float16 -- exact
+there --, bfloat16) or n <= 2^15 (float32, K = 2). NaN and inf propagate as
 IEEE's sum does (any NaN, or +inf with -inf: NaN, the default quiet NaN, payloads not kept;
 else the infinity); the sum of only -0.0 is -0.0, an exact cancellation +0.0.
 """
 
 from __future__ import annotations
-
-import math
 
 import ml_dtypes
 import numpy as np
@@ -449,10 +449,9 @@ class BinnedSum:
         _check_terms(self.terms + other.terms)
         top = np.maximum(self.codes, other.codes)
         limbs = np.empty_like(self.limbs)
-        _shift_into(self.codes, self.limbs, top, self.k, limbs, top.size or 1, (top.size or 1) * self.k,
-                    False)
-        _shift_into(other.codes, other.limbs, top, self.k, limbs, top.size or 1,
-                    (top.size or 1) * self.k, True)
+        block = top.size or 1
+        _shift_into(self.codes, self.limbs, top, self.k, limbs, block, block * self.k, False)
+        _shift_into(other.codes, other.limbs, top, self.k, limbs, block, block * self.k, True)
         return BinnedSum(self.dtype, self.shape, self.k, top, limbs, self.terms + other.terms)
 
     def __repr__(self) -> str:
