@@ -309,3 +309,14 @@ def test_float32_fast_rounding_is_the_exact_one():
     exact = np.empty(5000)
     R._round_into(limbs, top, 2, 24, -149, R._POW2, exact, 5000, 10000, np.empty(3, np.int64))
     assert bits(R.rounded(limbs, top, 2, np.float32)) == bits(exact.astype(np.float32))
+
+
+def test_bench_flag():
+    """``mpicoll bench --reproducible`` adds the reproducible call; it refuses what it can't do."""
+    from mpicoll.tools import bench
+    args = bench.parse_args(["--reproducible", "-d", "float64"])
+    assert args.reproducible and args.dtype == "float64"
+    for bad in (["-d", "int32"], ["--op", "max"], ["--collective", "allgather"]):
+        with pytest.raises(SystemExit) as exc:
+            bench.parse_args(["--reproducible", *bad])
+        assert exc.value.code == 2
