@@ -39,9 +39,22 @@ ALGORITHMS = tuple(ALLREDUCE)
 
 # ----------------------------------------------------------------------------- blocking
 
+def _reproducible(collective: str, reproducible, *args, **kwargs):
+    """``reproducible=True`` or K: the call by ``mpicoll.reproducible`` (its own collectives:
+    a MAX of the bins, an exact integer sum of the slices, one rounding)."""
+    from . import reproducible as module
+    if reproducible is not True:
+        if type(reproducible) is not int:
+            raise TypeError(f"reproducible must be True, False or an int K (slices per value), "
+                            f"got {reproducible!r}")
+        kwargs["k"] = reproducible
+    return getattr(module, collective)(*args, **kwargs)
+
+
 def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
               inner: str | None = None, outer: str | None = None, order: str | None = None,
-              timeout=None, on_timeout=None, validate=None, compress=None, error_feedback=None):
+              timeout=None, on_timeout=None, validate=None, compress=None, error_feedback=None,
+              reproducible=False):
     """All-reduce: every rank gets ``op`` over all ranks' ``sendbuf``, element-wise.
 
     ``algorithm`` is one of ``ALGORITHMS`` or ``"auto"``. ``inner``/``outer`` choose the
@@ -50,8 +63,15 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
     ``"node"`` or ``"rail"`` (also ``MPICOLL_RING_ORDER``; ``mpicoll.topology.ring_order``).
     ``timeout``, ``on_timeout``, ``validate``: see the module's doc.
     ``compress`` / ``error_feedback``: see ``iallreduce`` (the call is ``iallreduce(...).wait()``).
+    ``reproducible=True`` (or K, the slices per value): a SUM with the same bits whatever the
+    rank count, algorithm or layout (``mpicoll.reproducible``; ``sendbuf`` may be a BinnedSum).
     Returns ``recvbuf``.
     """
+    if reproducible is not False:
+        return _reproducible("allreduce", reproducible, sendbuf, recvbuf, op=op,
+                             algorithm=algorithm, comm=comm, inner=inner, outer=outer,
+                             order=order, timeout=timeout, on_timeout=on_timeout,
+                             validate=validate, compress=compress, error_feedback=error_feedback)
     if compress is not None or error_feedback is not None:
         return iallreduce(sendbuf, recvbuf, op=op, algorithm=algorithm, comm=comm, inner=inner,
                           outer=outer, order=order, timeout=timeout, on_timeout=on_timeout,
@@ -73,13 +93,18 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
 
 
 def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
-                         timeout=None, on_timeout=None, validate=None):
+                         timeout=None, on_timeout=None, validate=None, reproducible=False):
     """Reduce-scatter: rank r gets block r (``sendbuf.size / comm.size`` elements) of the reduction.
 
     With ``MPI.IN_PLACE`` the input is the whole ``recvbuf``; the result lands in its first
     block and the rest of it is left as it was. A new ``recvbuf`` has shape
     ``sendbuf.shape[1:]`` when ``sendbuf.shape[0]`` equals the communicator size, else it is flat.
+    ``reproducible``: as ``allreduce``'s.
     """
+    if reproducible is not False:
+        return _reproducible("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
+                             algorithm=algorithm, comm=comm, timeout=timeout,
+                             on_timeout=on_timeout, validate=validate)
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
         sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
     key = cache.key("reduce_scatter_block", sendbuf, recvbuf, op, algorithm, (), timeout,

@@ -25,6 +25,10 @@ a handle made once per size and algorithm by ``mpicoll.allreduce_init`` (etc.) a
 plain mpi4py call, so ``vs_mpi`` compares against the library as applications usually call it.
 Its results are checked too (one extra call before the warm-up).
 
+``--reproducible`` adds ``reproducible`` (``mpicoll.allreduce(..., reproducible=True)``,
+``auto`` underneath; ``mpicoll.reproducible``) to the algorithms, by default ``auto``,
+``reproducible`` and ``mpi``, and prints its time over the plain ``auto`` call's per size.
+
 Hangs: the validation and warm-up calls run with ``timeout=--timeout`` (300 s) and
 ``on_timeout="abort"``, so a rank that is missing or stuck ends the job with the culprit named
 instead of hanging it; the timed calls run without a timeout, as an application's would.
@@ -118,6 +122,9 @@ def parse_args(argv):
     ap.add_argument("--progress", action="store_true",
                     help="show progress on stderr (on by itself when stdout is a terminal; "
                          "under mpiexec a rank's stdout is a pipe, so pass this)")
+    ap.add_argument("--reproducible", action="store_true",
+                    help="also time reproducible=True (default algorithms: auto, reproducible, "
+                         "mpi); allreduce or reduce_scatter_block, sum, float types")
     ap.add_argument("--no-check", action="store_true",
                     help="skip validation (the #wrong column then shows -)")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
@@ -156,7 +163,10 @@ def parse_args(argv):
     if "mpi" in names and not _reference(args.collective, _dtype(args.dtype)):
         ap.error(f"argument -a/--algorithms: the MPI library has no datatype for "
                  f"{args.dtype}, so 'mpi' can't reduce it")
-    unknown = [a for a in names if a != "auto" and a not in table]
+    if args.reproducible and (not reduces or args.op != "sum"
+                              or args.dtype not in ("float32", "float64", "float16", "bfloat16")):
+        ap.error("--reproducible: allreduce or reduce_scatter_block, --op sum, a float dtype")
+    unknown = [a for a in names if a not in ("auto", "reproducible") and a not in table]
     if unknown:
         ap.error(f"unknown {args.collective} algorithm(s) {unknown}; expected a comma list of "
                  f"{list(table) + ['auto']}")
@@ -257,6 +267,8 @@ class Case:
         c = self.collective
         send = MPI.IN_PLACE if self.inplace else self.input
         kw = dict(algorithm=algorithm, comm=self.comm)
+        if algorithm == "reproducible":
+            kw = dict(algorithm="auto", comm=self.comm, reproducible=True)
         if timeout:
             kw.update(timeout=timeout, on_timeout="abort")
         if algorithm == "mpi" and not timeout:   # timed: the library itself, no mpicoll layer
@@ -318,7 +330,7 @@ class Case:
 def refusal(collective: str, algorithm: str, op: str, dtype: np.dtype) -> str | None:
     """Why ``algorithm`` can't run ``op`` on ``dtype`` (its module's ``supports(op, dtype)``
     says no), else None: the bench leaves it out with this line instead of crashing."""
-    if algorithm in ("auto", "mpi"):
+    if algorithm in ("auto", "mpi", "reproducible"):
         return None
     supports = getattr(lookup(collective, algorithm).module, "supports", None)
     reduces = collective in ("allreduce", "reduce_scatter_block")
@@ -390,14 +402,18 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     nodes = state(comm).nodes()
     table = COLLECTIVES[args.collective]
     algorithms = (args.algorithms.split(",") if args.algorithms
+                  else ["auto"] if args.reproducible
                   else [a for a in table if a != "mpi"] + ["auto", "mpi"])
+    if args.reproducible and "reproducible" not in algorithms:
+        algorithms.append("reproducible")
     reference = _reference(args.collective, _dtype(args.dtype))
     if not reference:                       # no MPI datatype (bfloat16): no vs_mpi column
         algorithms = [a for a in algorithms if a != "mpi"]
     elif "mpi" not in algorithms:
         algorithms.append("mpi")            # vs_mpi needs the reference in the same run
     real_nodes = len(state(comm).real_nodes)
-    unshared = [a for a in algorithms if a not in ("auto", "mpi") and real_nodes > 1
+    unshared = [a for a in algorithms if a not in ("auto", "mpi", "reproducible")
+                and real_nodes > 1
                 and lookup(args.collective, a).has("shared-memory")]
     algorithms = [a for a in algorithms if a not in unshared]   # they need one node
     refused = {a: why for a in algorithms
@@ -450,7 +466,8 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             chosen = None                   # the plan auto ran (recorded from its call)
             wrong, sent = {}, {}
             traffic = state(comm).traffic     # the executor's counters on this communicator
-            persistent = {a: args.persistent and a != "mpi" for a in algorithms}
+            persistent = {a: args.persistent and a not in ("mpi", "reproducible")
+                          for a in algorithms}
             for a in list(algorithms):      # validation, byte counts and warm-up, untimed
                 case.use(a)
                 case.reset()
@@ -504,7 +521,8 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                 st = stats(times[a])
                 runs = chosen if a == "auto" else a
                 pred = (predict(runs, size, case.nbytes, profile, collective=args.collective,
-                                ranks_per_node=rpn) if profile and runs != "mpi" else None)
+                                ranks_per_node=rpn)
+                        if profile and runs not in ("mpi", "reproducible") else None)
                 t = st["time_us"] * 1e-6
                 rec = {"collective": args.collective, "algorithm": a, "size": case.nbytes,
                        "persistent": persistent[a],
@@ -532,6 +550,9 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
                           f"{name:>18} {'in' if inplace else 'out':>5} | {st['time_us']:>10.1f} "
                           f"{rec['algbw']:>7.3f} {rec['busbw']:>7.3f} {wrong_s:>6} | "
                           f"{vs_mpi} {pred_s} {sent_ratio}{extra}", flush=True)
+            if rank == 0 and "reproducible" in times and "auto" in times:
+                print(f"# reproducible / auto at {case.nbytes} B: "
+                      f"{np.median(times['reproducible']) / np.median(times['auto']):.2f}x")
     if rank == 0:
         verdict = ("results not checked (--no-check)" if args.no_check else
                    "all results correct" if total_wrong == 0 else f"{total_wrong} WRONG elements")

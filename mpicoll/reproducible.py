@@ -1,0 +1,665 @@
+"""Reproducible sums: the same bits at any rank count, algorithm, executor, segment size and
+node layout, for the same global multiset of values (docs/algorithms.md#reproducible-sums).
+
+    y = mpicoll.allreduce(x, reproducible=True)             # float64/32/16, bfloat16; op SUM
+    y = mpicoll.reduce_scatter_block(x, reproducible=True)
+    s = mpicoll.reproducible.sum(batch, axis=0)             # a BinnedSum: exact, not yet rounded
+    y = mpicoll.allreduce(s, reproducible=True)             # = the sum of every rank's batch
+
+How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
+
+1. **Bin codes, MAX.** The exponent range is cut into bins of ``W = 40`` bits on a fixed grid
+   (bin b holds the bits of weight ``2^(G + bW)`` to ``2^(G + bW + W - 1)``, G = -1074,
+   float64's smallest subnormal bit, for every dtype). Each value's code is the bin of its
+   leading bit (int8; -1 for +0.0, -2 for -0.0, 127 for inf/NaN). One element-wise MAX
+   all-reduce gives each element's top bin B, the same on every rank.
+2. **Slices.** Each value is cut, on its own, into K integer slices: bins B-K+1 .. B, each a
+   signed int64 below 2^W in magnitude; the bits below bin B-K+1 are dropped (truncation toward
+   zero, per value, so what is dropped depends on the value and B only, never on order or
+   grouping).
+3. **Integer SUM.** The slices are summed as int64 by any algorithm: integer addition is exact
+   and associative while every partial sum stays below 2^62, which n <= 2^(62-W) = 2^22 values
+   per element guarantee (``CAPACITY``, checked). An explicit ``algorithm=`` runs the MAX and
+   the SUM; ``auto`` all-reduces the slices on one node (then each rank rounds its block and
+   the floats are all-gathered) and, across nodes, reduce-scatters them (fewer bytes:
+   (8K + s + 2)/(2s) of the plain all-reduce's, s the element size: 2.1x for float64, K = 3).
+4. **One rounding.** The K slice sums are carried into one exact integer and rounded once to the
+   nearest float, ties to even (subnormals kept, overflow to +-inf).
+
+So the result is a function of the multiset of values alone: round(sum over values of
+trunc_L(value)), with L the bottom of bin B-K+1. Error: |result - exact| <= u.|exact| +
+(1 + u).n.2^L, with 2^L <= 2^(-(K-1)W).max|x|; with the default K (``DEFAULT_K``) that is within
+eps.sum|x| and, on same-signed data, 1 ulp, for n up to the capacity (float64, float16 -- exact
+there --, bfloat16) or n <= 2^15 (float32, K = 2). NaN and inf propagate as
+IEEE's sum does (any NaN, or +inf with -inf: NaN, the default quiet NaN, payloads not kept;
+else the infinity); the sum of only -0.0 is -0.0, an exact cancellation +0.0.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from numba import njit
+from numba.cpython.unsafe.numbers import leading_zeros
+
+__all__ = ["W", "CAPACITY", "DEFAULT_K", "DTYPES", "BinnedSum", "sum", "allreduce",
+           "reduce_scatter_block", "wire_bytes"]
+
+W = 40                          # bits per bin (and per slice)
+CAPACITY = 1 << (62 - W)        # terms per element: |slice sum| < n.2^W <= 2^62, carries fit
+SPECIAL, PLUS_ZERO, MINUS_ZERO = 127, -1, -2        # bin codes that are not bins
+_NAN_UNIT = 1 << 31             # an inf/NaN element's slices count +inf, -inf and NaN (x 2^31)
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+# dtype -> (mantissa bits, exponent bits, the integer view of its bits)
+_FORMATS = {np.dtype(np.float64): (52, 11, np.dtype(np.int64)),
+            np.dtype(np.float32): (23, 8, np.dtype(np.int32)),
+            np.dtype(np.float16): (10, 5, np.dtype(np.int16)),
+            bfloat16: (7, 8, np.dtype(np.int16))}
+DTYPES = tuple(_FORMATS)
+DEFAULT_K = {np.dtype(np.float64): 3, np.dtype(np.float32): 2, np.dtype(np.float16): 2,
+             bfloat16: 2}
+K_RANGE = (2, 8)
+# Above this many limb bytes per rank, ``auto`` reduce-scatters the slices and all-gathers the
+# floats (3 collectives, fewer bytes); below, one all-reduce of the slices (fewer messages).
+SPLIT_BYTES = 256 << 10
+SPLIT = "nodes"     # when auto splits: "nodes" (ranks on several nodes), "always", "never"
+
+
+# ----------------------------------------------------------------------------- kernels
+#
+# The bin grid is float64's for every dtype: bin b holds the bits of weight 2^(G + bW) to
+# 2^(G + bW + W - 1), G = -1074 (the smallest subnormal's bit), so the codes are 0..52. The
+# codes read a value's bits (as a signed integer of its width: the sign is its sign); slicing
+# and rounding compute in float64 and int64, each step exact.
+
+G = -1074
+_TOP_CODE = (1023 - G) // W                 # 52: the bin of float64's largest finite value
+_SCALE_SPLIT = 26                           # below this code, slicing scales in two steps
+
+
+@njit(cache=True, nogil=True)
+def _bitlen(v):
+    """The bit length of v > 0 (LLVM's ctlz)."""
+    return 64 - leading_zeros(np.uint64(v))
+
+
+@njit(cache=True, nogil=True)
+def _codes_into(bits, mb, eb, out):
+    """out[i] = the bin code of the value whose bits are bits[i]."""
+    emask = (1 << eb) - 1
+    mmask = (1 << mb) - 1
+    bias = (1 << (eb - 1)) - 1
+    for i in range(bits.shape[0]):
+        b = np.int64(bits[i])
+        e = (b >> mb) & emask
+        m = b & mmask
+        if e == emask:
+            out[i] = SPECIAL
+        elif e == 0 and m == 0:
+            out[i] = MINUS_ZERO if b < 0 else PLUS_ZERO
+        elif e == 0:
+            out[i] = (1 - bias - mb + _bitlen(m) - 1 - G) // W
+        else:
+            out[i] = (e - bias - G) // W
+
+
+@njit(cache=True, nogil=True)
+def _max_rows_into(codes, rows, out):
+    """out[i] = max over r of codes[r * n + i] (n = out.size)."""
+    n = out.shape[0]
+    for i in range(n):
+        out[i] = codes[i] if rows else PLUS_ZERO
+    for r in range(1, rows):
+        base = r * n
+        for i in range(n):
+            c = codes[base + i]
+            if c > out[i]:
+                out[i] = c
+
+
+@njit(cache=True, nogil=True)
+def _slices_into(x, rows, top, k, f1, f2, out, block, stride, accumulate):
+    """Cut each value of ``x`` (``rows`` rows of n = top.size values, summed row-wise) into k
+    slices below its element's top bin, into ``out``: element i's slices at
+    out[(i // block) * stride + (i % block) * k + j], j = 0 (lowest bin) .. k-1; ``accumulate``:
+    add to what is there. f1[c + 2] * f2[c + 2] = 2^-(G + cW), the top bin's bottom (0 for the
+    codes of zeros and specials: an inf/NaN element is counted by ``_specials_into``)."""
+    n = top.shape[0]
+    span = float(1 << W)
+    for r in range(rows):
+        add = accumulate or r > 0
+        base_x = r * n
+        for blk in range((n + block - 1) // block):
+            lo = blk * block
+            hi = min(lo + block, n)
+            at = blk * stride - lo * k
+            for i in range(lo, hi):
+                c = top[i] + 2
+                y = (np.float64(x[base_x + i]) * f1[c]) * f2[c]
+                y = y if abs(y) < span else 0.0         # inf or NaN: see _specials_into
+                o = at + i * k
+                for j in range(k - 1, -1, -1):
+                    h = np.trunc(y)
+                    if add:
+                        out[o + j] += np.int64(h)
+                    else:
+                        out[o + j] = np.int64(h)
+                    y = (y - h) * span
+
+
+@njit(cache=True, nogil=True)
+def _specials_into(bits, rows, mb, eb, top, k, out, block, stride):
+    """For the elements whose top code is SPECIAL: count this rank's +inf (slice 0), -inf
+    (slice 1) and NaN (2^31 in both) instead of slices."""
+    n = top.shape[0]
+    emask = (1 << eb) - 1
+    mmask = (1 << mb) - 1
+    for i in range(n):
+        if top[i] != SPECIAL:
+            continue
+        at = (i // block) * stride + (i % block) * k
+        for j in range(k):
+            out[at + j] = 0
+        for r in range(rows):
+            b = np.int64(bits[r * n + i])
+            if (b >> mb) & emask != emask:
+                continue
+            if b & mmask:
+                out[at] += _NAN_UNIT
+                out[at + 1] += _NAN_UNIT
+            elif b < 0:
+                out[at + 1] += 1
+            else:
+                out[at] += 1
+
+
+@njit(cache=True, nogil=True)
+def _shift_into(codes, limbs, top, k, out, block, stride, accumulate):
+    """Re-express slices taken below ``codes`` (a partial sum's own top bins) below ``top``
+    (>= codes, element-wise), into ``out`` laid out as in ``_slices_into``: slices of bins
+    under the new window are dropped whole."""
+    for i in range(top.shape[0]):
+        at = (i // block) * stride + (i % block) * k
+        c, t = np.int64(codes[i]), np.int64(top[i])
+        for j in range(k):
+            v = 0
+            if c == SPECIAL:
+                v = limbs[i * k + j]
+            elif c >= 0 and t != SPECIAL:
+                d = t - c
+                if j + d < k:
+                    v = limbs[i * k + j + d]
+            if accumulate:
+                out[at + j] += v
+            else:
+                out[at + j] = v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _round_one(limbs, at, c, k, p, g, pow2, scratch):
+    """Element ``at``'s slice sums (top bin c) as one number rounded once to p significant bits,
+    nearest-even, exponent >= g (the format's subnormals): q.2^e with q <= 2^p, exact in
+    float64 (pow2[e - G] = 2^e, inf above float64's range), so a cast to the format after is
+    exact too, or overflows to inf as it should."""
+    wmask = (1 << W) - 1
+    if c == SPECIAL:
+        nan = limbs[at] >> 31
+        pinf = limbs[at] & (_NAN_UNIT - 1)
+        ninf = limbs[at + 1] & (_NAN_UNIT - 1)
+        if nan or (pinf and ninf):
+            return np.nan
+        return np.inf if pinf else -np.inf
+    if c < 0:
+        return -0.0 if c == MINUS_ZERO else 0.0
+    # Phase 1: carry into k + 1 digits of W bits and a sign.
+    carry = 0
+    for j in range(k):
+        v = limbs[at + j] + carry
+        carry = v >> W
+        scratch[j] = v - (carry << W)
+    v = carry
+    carry = v >> W
+    scratch[k] = v - (carry << W)
+    negative = carry < 0
+    flip = wmask if negative else 0    # magnitude: two's complement (no branches)
+    one = 1 if negative else 0
+    for j in range(k + 1):
+        v = (scratch[j] ^ flip) + one
+        scratch[j] = v & wmask
+        one = v >> W
+    h = k
+    while h >= 0 and scratch[h] == 0:
+        h -= 1
+    if h < 0:
+        return 0.0                      # an exact cancellation: +0
+    # Phase 2: the 62 bits from the leading one (win), and whether any below is set.
+    a = scratch[h]
+    bl = _bitlen(a)
+    b = scratch[h - 1] if h >= 1 else 0
+    c2 = scratch[h - 2] if h >= 2 else 0
+    s = 62 - bl                         # bits taken after a's: 22..61
+    t1 = W - s                          # b's bits below win: -21..18
+    t2 = 2 * W - s                      # c2's: 19..58
+    win = (a << s) | ((b >> t1) if t1 >= 0 else (b << -t1)) | (c2 >> t2)
+    below = (b & ((1 << max(t1, 0)) - 1)) | (c2 & ((1 << t2) - 1))
+    for j in range(h - 2):
+        below |= scratch[j]
+    # Phase 3: round win (bit 0 of weight 2^ew) to p bits, exponent at least g.
+    ew = G + (c - k + 1 + h) * W + bl - 62
+    e = max(ew + 61 - (p - 1), g)
+    drop = e - ew                       # >= 62 - p >= 9
+    if drop >= 63:                      # below half the smallest subnormal
+        return -0.0 if negative else 0.0
+    q = win >> drop
+    rem = win & ((1 << drop) - 1)
+    half = 1 << (drop - 1)
+    q += (rem > half) | ((rem == half) & ((below != 0) | ((q & 1) != 0)))
+    value = np.float64(q) * pow2[e - G]
+    return -value if negative else value
+
+
+@njit(cache=True, nogil=True)
+def _round_into(limbs, top, k, p, g, pow2, out, block, stride, scratch):
+    """out[i] = element i's slice sums (laid out as in ``_slices_into``) rounded once
+    (``_round_one``)."""
+    n = top.shape[0]
+    for blk in range((n + block - 1) // block):
+        lo = blk * block
+        for i in range(lo, min(lo + block, n)):
+            out[i] = _round_one(limbs, blk * stride + (i - lo) * k, np.int64(top[i]), k, p, g,
+                                pow2, scratch)
+
+
+@njit(cache=True, nogil=True)
+def _round32_into(limbs, top, k, pow2, out, block, stride, scratch):
+    """``_round_into`` for float32 (``out`` float32), fast: the slice sums added in float64,
+    each addition's error found (TwoSum). Where every step was exact, v is the exact sum and
+    float32(v) its one rounding (ties and zeros included); else with an error bound e: where
+    float32(v - e) == float32(v + e) != 0 every number in between, the exact sum included,
+    rounds to it; else (and for tiny, huge or special codes) ``_round_one``."""
+    n = top.shape[0]
+    for blk in range((n + block - 1) // block):
+        lo = blk * block
+        for i in range(lo, min(lo + block, n)):
+            at = blk * stride + (i - lo) * k
+            c = np.int64(top[i])
+            if k < c < _TOP_CODE - 1:
+                base = (c - k + 1) * W              # the window's bottom, minus G
+                v = 0.0
+                a = 0.0
+                exact = True
+                for j in range(k):
+                    limb = limbs[at + j]
+                    t = np.float64(limb) * pow2[base + j * W]
+                    sv = v + t
+                    bv = sv - v
+                    exact &= (abs(limb) <= 9007199254740992) & ((v - (sv - bv)) + (t - bv) == 0)
+                    v = sv
+                    a += abs(t)
+                if exact:
+                    out[i] = np.float32(v)
+                    continue
+                e = a * 2.842170943040401e-14       # 2^-45 > (k + 1).2^-53, k <= 8
+                down, up = np.float32(v - e), np.float32(v + e)
+                if down == up and down != 0:
+                    out[i] = down
+                    continue
+            out[i] = _round_one(limbs, at, c, k, 24, -149, pow2, scratch)
+
+
+# ----------------------------------------------------------------------------- the pieces
+
+def _format(dtype) -> tuple:
+    dtype = np.dtype(dtype)
+    try:
+        return _FORMATS[dtype]
+    except KeyError:
+        raise TypeError(f"reproducible sums support dtype {', '.join(map(str, DTYPES))}, not "
+                        f"{dtype}") from None
+
+
+def _k(k, dtype) -> int:
+    if k is None:
+        return DEFAULT_K[np.dtype(dtype)]
+    if not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
+        raise TypeError(f"k (slices per value) must be an integer, got {type(k).__name__}")
+    if not K_RANGE[0] <= k <= K_RANGE[1]:
+        raise ValueError(f"k (slices per value) must be in {K_RANGE[0]}..{K_RANGE[1]}, got {k}")
+    return int(k)
+
+
+def _lowest(dtype) -> int:
+    """The exponent of the format's smallest subnormal's bit."""
+    mb, eb, _ = _FORMATS[np.dtype(dtype)]
+    return 2 - (1 << (eb - 1)) - mb
+
+
+def _scales():
+    """f1, f2 with f1[c + 2] * f2[c + 2] = 2^-(G + cW) for the codes of bins (two factors, each
+    a normal float64, so that scaling a value into its top bin is exact); 0 for the others."""
+    f1, f2 = np.zeros(SPECIAL + 3), np.zeros(SPECIAL + 3)
+    for c in range(_TOP_CODE + 1):
+        first = 600 if c < _SCALE_SPLIT else 0
+        f1[c + 2], f2[c + 2] = 2.0 ** first, 2.0 ** (-(G + c * W) - first)
+    return f1, f2
+
+
+_F1, _F2 = _scales()
+with np.errstate(over="ignore"):
+    _POW2 = np.ldexp(1.0, np.arange(G, G + 2600))   # 2^e at e - G; inf above float64's range
+
+
+def codes(x: np.ndarray, code_dtype=np.int8) -> np.ndarray:
+    """The bin code of every value of ``x`` (flat)."""
+    mb, eb, view = _format(x.dtype)
+    out = np.empty(x.size, code_dtype)
+    _codes_into(np.ascontiguousarray(x).reshape(-1).view(view), mb, eb, out)
+    return out
+
+
+def slices(x: np.ndarray, top: np.ndarray, k: int, *, rows: int = 1, out=None, block=None,
+           stride=None, accumulate=False) -> np.ndarray:
+    """``x``'s values (``rows`` rows of top.size, summed row-wise) cut into k slices below
+    ``top``: an int64 array of top.size * k (or ``out``, laid out in blocks, see the kernel)."""
+    mb, eb, view = _format(x.dtype)
+    n = top.size
+    if out is None:
+        out = np.empty(n * k, np.int64)
+    block = (n or 1) if block is None else block
+    stride = block * k if stride is None else stride
+    flat = np.ascontiguousarray(x).reshape(-1)
+    wide = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)     # exact
+    _slices_into(wide, rows, top, k, _F1, _F2, out, block, stride, accumulate)
+    if n and top.max() == SPECIAL:
+        if accumulate:
+            raise AssertionError("inf/NaN slices are never accumulated: sum() counts all rows")
+        _specials_into(flat.view(view), rows, mb, eb, top, k, out, block, stride)
+    return out
+
+
+def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
+            stride=None, out=None) -> np.ndarray:
+    """The slice sums ``limbs`` below ``top`` as ``dtype``, rounded once (flat; into ``out``
+    if given)."""
+    dtype = np.dtype(dtype)
+    mb, _, _ = _format(dtype)
+    if out is not None and dtype.itemsize < 4:
+        np.copyto(out, rounded(limbs, top, k, dtype, block=block, stride=stride))
+        return out
+    if out is None:
+        out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
+    block = (top.size or 1) if block is None else block
+    stride = block * k if stride is None else stride
+    if out.dtype == np.float32:
+        _round32_into(limbs, top, k, _POW2, out, block, stride, np.empty(k + 1, np.int64))
+    else:
+        _round_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
+                    np.empty(k + 1, np.int64))
+    if out.dtype == dtype:
+        return out
+    with np.errstate(over="ignore"):
+        return out.astype(dtype)
+
+
+def wire_bytes(count: int, dtype, k=None, size: int = 2, split: bool = True) -> int:
+    """Bytes one rank sends in a reproducible all-reduce of ``count`` elements over ``size``
+    ranks by ring-like algorithms (the MAX of int8 codes, the slices' reduce-scatter, the
+    floats' all-gather; ``split=False``: one all-reduce of the slices)."""
+    dtype, k = np.dtype(dtype), _k(k, dtype)
+    frac = (size - 1) / size
+    codes_bytes = 2 * frac * count
+    if split:
+        return round(codes_bytes + frac * count * (8 * k) + frac * count * dtype.itemsize)
+    return round(codes_bytes + 2 * frac * count * 8 * k)
+
+
+# ----------------------------------------------------------------------------- local sums
+
+class BinnedSum:
+    """An exact, not yet rounded, reproducible sum: per element its top bin (``codes``), k
+    slice sums below it (``limbs``, int64, element-major) and how many values it holds
+    (``terms``). ``np.asarray(s)`` / ``s.value()`` rounds it; ``a + b`` merges two;
+    ``mpicoll.allreduce(s, reproducible=True)`` sums it over ranks. Made by ``sum``."""
+
+    __slots__ = ("dtype", "shape", "k", "codes", "limbs", "terms")
+
+    def __init__(self, dtype, shape, k, codes, limbs, terms):
+        self.dtype, self.shape, self.k = np.dtype(dtype), tuple(shape), k
+        self.codes, self.limbs, self.terms = codes, limbs, int(terms)
+
+    @property
+    def size(self) -> int:
+        return self.codes.size
+
+    def value(self) -> np.ndarray:
+        """The sum, rounded once to ``dtype`` (a 0-d array for a scalar sum)."""
+        return rounded(self.limbs, self.codes, self.k, self.dtype).reshape(self.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        v = self.value()
+        return v if dtype is None else v.astype(dtype)
+
+    def __add__(self, other: "BinnedSum") -> "BinnedSum":
+        if not isinstance(other, BinnedSum):
+            return NotImplemented
+        if (other.dtype, other.size, other.k) != (self.dtype, self.size, self.k):
+            raise ValueError(f"can't add a BinnedSum of {other.size} {other.dtype} (k="
+                             f"{other.k}) to one of {self.size} {self.dtype} (k={self.k})")
+        _check_terms(self.terms + other.terms)
+        top = np.maximum(self.codes, other.codes)
+        limbs = np.empty_like(self.limbs)
+        block = top.size or 1
+        _shift_into(self.codes, self.limbs, top, self.k, limbs, block, block * self.k, False)
+        _shift_into(other.codes, other.limbs, top, self.k, limbs, block, block * self.k, True)
+        return BinnedSum(self.dtype, self.shape, self.k, top, limbs, self.terms + other.terms)
+
+    def __repr__(self) -> str:
+        return (f"BinnedSum(shape={self.shape}, dtype={self.dtype}, k={self.k}, "
+                f"terms={self.terms})")
+
+
+def _check_terms(n: int) -> None:
+    if n > CAPACITY:
+        raise OverflowError(f"a reproducible sum of {n} values per element: the int64 slice "
+                            f"sums hold at most {CAPACITY} (2^{62 - W}, bins of W = {W} bits)")
+
+
+def sum(array, axis=0, *, k=None) -> BinnedSum:         # noqa: A001 - the natural name
+    """The reproducible sum of ``array`` along ``axis``, exact and not yet rounded: a
+    ``BinnedSum`` that rounds to the same bits as any other grouping of the same values
+    (``np.asarray`` it, or all-reduce it with ``reproducible=True``)."""
+    a = np.asarray(array)
+    _format(a.dtype)
+    k = _k(k, a.dtype)
+    a = np.ascontiguousarray(np.moveaxis(a, axis, 0)) if a.ndim else a.reshape(1)
+    rows, shape = a.shape[0], a.shape[1:]
+    _check_terms(rows)
+    n = int(np.prod(shape, dtype=np.int64))
+    top = np.empty(n, np.int8)
+    _max_rows_into(codes(a), rows, top)
+    limbs = slices(a, top, k, rows=rows)
+    return BinnedSum(a.dtype, shape, k, top, limbs, rows)
+
+
+# ----------------------------------------------------------------------------- collectives
+
+_CODE_DTYPE = {True: np.dtype(np.int32), False: np.dtype(np.int8)}   # shm needs >= 4 bytes
+
+
+def _options(op, compress, error_feedback):
+    from mpi4py import MPI
+    if not (op == MPI.SUM if isinstance(op, MPI.Op) else
+            isinstance(op, str) and op.lower() == "sum"):
+        raise ValueError(f"reproducible=True needs op SUM (MPI.SUM or 'sum'), got {op!r}")
+    if compress is not None or error_feedback is not None:
+        raise ValueError("reproducible=True can't be combined with compress= or "
+                         "error_feedback= (they round on the wire)")
+
+
+def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
+    """A C-contiguous numpy view of ``x`` (an array, or anything numpy reads without a copy)."""
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, (list, tuple)):
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+        x = np.from_dlpack(x) if hasattr(x, "__dlpack__") and not hasattr(
+            x, "__array_interface__") else np.asarray(x)
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got strides {x.strides} for shape "
+                         f"{x.shape}); pass np.ascontiguousarray({name})")
+    if writable and not x.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return x
+
+
+def _input(sendbuf, recvbuf, k, shape_of_recv):
+    """``(BinnedSum or array, recv array, k)`` from the caller's buffers."""
+    from mpi4py import MPI
+    if isinstance(sendbuf, BinnedSum):
+        if k is not None and _k(k, sendbuf.dtype) != sendbuf.k:
+            raise ValueError(f"k={k} but the BinnedSum was made with k={sendbuf.k}")
+        if recvbuf is None:
+            recv = np.empty(shape_of_recv(sendbuf.shape, sendbuf.size), sendbuf.dtype)
+        else:
+            recv = _array(recvbuf, "recvbuf", writable=True)
+            if recv.dtype != sendbuf.dtype:
+                raise ValueError(f"recvbuf dtype {recv.dtype} does not match the BinnedSum's "
+                                 f"{sendbuf.dtype}")
+        return sendbuf, recv, sendbuf.k
+    if sendbuf is MPI.IN_PLACE:
+        if recvbuf is None:
+            raise ValueError("sendbuf=MPI.IN_PLACE needs a recvbuf holding the input")
+        recv = _array(recvbuf, "recvbuf", writable=True)
+        send = recv.copy()
+    else:
+        send = _array(sendbuf, "sendbuf")
+        if recvbuf is None:
+            recv = np.empty(shape_of_recv(send.shape, send.size), send.dtype)
+        else:
+            recv = _array(recvbuf, "recvbuf", writable=True)
+            if recv.dtype != send.dtype:
+                raise ValueError(f"recvbuf dtype {recv.dtype} does not match sendbuf dtype "
+                                 f"{send.dtype}")
+    _format(send.dtype)
+    return send, recv, _k(k, send.dtype)
+
+
+def _local_codes(src, code_dtype) -> np.ndarray:
+    if isinstance(src, BinnedSum):
+        return src.codes.astype(code_dtype)
+    return codes(src, code_dtype)
+
+
+def _local_slices(src, top, k, *, out=None, block=None, stride=None) -> np.ndarray:
+    """This rank's slices below ``top`` (laid out as in ``_slices_into``)."""
+    if not isinstance(src, BinnedSum):
+        return slices(src, top, k, out=out, block=block, stride=stride)
+    if out is None:
+        out = np.empty(top.size * k, np.int64)
+    block = (top.size or 1) if block is None else block
+    stride = block * k if stride is None else stride
+    _shift_into(src.codes, src.limbs, top, k, out, block, stride, False)
+    return out
+
+
+def _terms(src) -> int:
+    return src.terms if isinstance(src, BinnedSum) else 1
+
+
+def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k=None,
+              inner=None, outer=None, order=None, timeout=None, on_timeout=None, validate=None,
+              compress=None, error_feedback=None):
+    """Reproducible all-reduce (SUM): ``mpicoll.allreduce``'s arguments, and ``sendbuf`` may be
+    a ``BinnedSum``; ``k``: slices per value (``DEFAULT_K``). The same bits for the same global
+    multiset of values whatever the rank count, algorithm, executor, segments or nodes."""
+    from mpi4py import MPI
+    import mpicoll as api       # the public functions (api.py dispatches reproducible= here)
+    _options(op, compress, error_feedback)
+    src, recv, k = _input(sendbuf, recvbuf, k, lambda shape, n: shape)
+    if recv.size != src.size:
+        raise ValueError(f"recvbuf has {recv.size} elements, expected {src.size}")
+    common = dict(comm=comm, timeout=timeout, on_timeout=on_timeout, validate=validate)
+    explicit = dict(inner=inner, outer=outer, order=order) if algorithm != "auto" else {}
+    code_dtype = _CODE_DTYPE[algorithm == "shm" or inner == "shm"]
+    n, dtype = src.size, recv.dtype
+    # Phase 1: every element's top bin.
+    top = api.allreduce(_local_codes(src, code_dtype), op=MPI.MAX, algorithm=algorithm,
+                        **explicit, **common)
+    size = (comm or MPI.COMM_WORLD).Get_size()
+    terms = _terms(src)
+    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES and SPLIT != "never" \
+            and (SPLIT == "always" or _across_nodes(comm)):
+        # Phase 2 (large, several nodes): reduce-scatter the slices (each block ends with the
+        # term count), round this rank's block, all-gather the floats.
+        block = -(-n // size)
+        stride = block * k + 1
+        buf = np.zeros(size * stride, np.int64)
+        buf[stride - 1::stride] = terms
+        _local_slices(src, top, k, out=buf, block=block, stride=stride)
+        mine = api.reduce_scatter_block(buf, algorithm="auto", **common)
+        _check_terms(int(mine[-1]))
+        rank = (comm or MPI.COMM_WORLD).Get_rank()
+        lo, hi = min(rank * block, n), min((rank + 1) * block, n)
+        floats = np.zeros(size * block, dtype)
+        floats[rank * block:rank * block + hi - lo] = rounded(mine, top[lo:hi], k, dtype)
+        gathered = api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
+        np.copyto(recv.reshape(-1), gathered[:n])
+        return recv
+    # Phase 2: one all-reduce of the slices and the term count, with the caller's algorithm.
+    buf = np.empty(n * k + 1, np.int64)
+    _local_slices(src, top, k, out=buf[:n * k])
+    buf[-1] = terms
+    api.allreduce(MPI.IN_PLACE, buf, op=MPI.SUM, algorithm=algorithm, **explicit, **common)
+    _check_terms(int(buf[-1]))
+    # Phase 3: one rounding; auto, large: each rank rounds its block, then an all-gather.
+    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES:
+        rank = (comm or MPI.COMM_WORLD).Get_rank()
+        block = -(-n // size)
+        lo, hi = min(rank * block, n), min((rank + 1) * block, n)
+        floats = np.zeros(size * block, dtype)
+        rounded(buf[lo * k:hi * k], top[lo:hi], k, dtype, out=floats[lo:hi])
+        api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
+        np.copyto(recv.reshape(-1), floats[:n])
+        return recv
+    rounded(buf, top, k, dtype, out=recv.reshape(-1))
+    return recv
+
+
+def _across_nodes(comm) -> bool:
+    """Whether the ranks span several nodes (then ``auto`` splits the slices' sum: fewer bytes
+    cross the network; on one node the shared-memory all-reduce of the slices is faster)."""
+    from mpi4py import MPI
+    from ._runtime.context import state
+    return len(state(comm or MPI.COMM_WORLD).real_nodes) > 1
+
+
+def reduce_scatter_block(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None,
+                         k=None, timeout=None, on_timeout=None, validate=None):
+    """Reproducible reduce-scatter (SUM): ``mpicoll.reduce_scatter_block``'s arguments, and
+    ``sendbuf`` may be a ``BinnedSum``; rank r gets block r of the reproducible sum."""
+    from mpi4py import MPI
+    import mpicoll as api
+    _options(op, None, None)
+    size = (comm or MPI.COMM_WORLD).Get_size()
+
+    def block_shape(shape, total):
+        return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
+
+    src, recv, k = _input(sendbuf, recvbuf, k, block_shape)
+    if src.size % size:
+        raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
+                         f"communicator size {size}")
+    n = src.size // size
+    if recv.size != n:
+        raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
+    common = dict(comm=comm, timeout=timeout, on_timeout=on_timeout, validate=validate)
+    top = api.allreduce(_local_codes(src, np.int8), op=MPI.MAX, algorithm="auto", **common)
+    stride = n * k + 1
+    buf = np.zeros(size * stride, np.int64)
+    buf[stride - 1::stride] = _terms(src)
+    _local_slices(src, top, k, out=buf, block=n or 1, stride=stride)
+    mine = api.reduce_scatter_block(buf, algorithm=algorithm, **common)
+    _check_terms(int(mine[-1]))
+    rank = (comm or MPI.COMM_WORLD).Get_rank()
+    np.copyto(recv.reshape(-1), rounded(mine, top[rank * n:(rank + 1) * n], k, recv.dtype))
+    return recv

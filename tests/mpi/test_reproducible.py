@@ -1,0 +1,136 @@
+"""reproducible=True under MPI (run at N = 1..5): one fixed data set with a wide dynamic range
+and heavy cancellation, split over the ranks in several ways, summed locally
+(``mpicoll.reproducible.sum``) and all-reduced with every algorithm, both executors, small
+segments and virtual nodes: every result on every rank has the bits of the whole set's local
+reproducible sum, which does not depend on N."""
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import mpicoll
+from mpicoll import reproducible as R
+from mpicoll.testing import agree, environment
+
+pytestmark = pytest.mark.mpi
+TERMS = 24
+
+
+def data(count, dtype, seed=0):
+    """TERMS rows of ``count`` values from 1e-30 to 1e30, signed, half of them cancelling."""
+    rng = np.random.default_rng([seed, count])
+    x = 10.0 ** rng.uniform(-30, 30, (TERMS, count)) * rng.choice([-1.0, 1.0], (TERMS, count))
+    x[TERMS // 2:] = -x[:TERMS // 2] * (1 + rng.uniform(-2.0 ** -30, 2.0 ** -30, (TERMS // 2,
+                                                                                count)))
+    if np.dtype(dtype) == np.float16:
+        x = np.clip(x, -6e4, 6e4)
+    return x[rng.permutation(TERMS)].astype(dtype)
+
+
+def mine(x, rank, size, how):
+    """This rank's rows: contiguous, round-robin, or all of them on the last rank."""
+    if how == "contiguous":
+        edges = np.linspace(0, len(x), size + 1).astype(int)
+        return x[edges[rank]:edges[rank + 1]]
+    if how == "round-robin":
+        return x[rank::size]
+    return x if rank == size - 1 else x[:0]
+
+
+@contextlib.contextmanager
+def split(mode):
+    """auto's reduce-scatter + all-gather path on one node too (R.SPLIT)."""
+    saved, R.SPLIT = R.SPLIT, mode
+    try:
+        yield
+    finally:
+        R.SPLIT = saved
+
+
+def bits(a):
+    return np.asarray(a).view(np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("algorithm", mpicoll.ALGORITHMS + ("auto",))
+def test_every_algorithm_same_bits(comm, algorithm):
+    problems = []
+    for dtype in (np.float64, np.float32, np.float16, R.bfloat16):
+        for count in (1, 7, 3 * comm.size + 1):
+            x = data(count, dtype)
+            want = bits(R.sum(x))
+            for how in ("contiguous", "round-robin", "last"):
+                part = R.sum(mine(x, comm.rank, comm.size, how))
+                got = mpicoll.allreduce(part, reproducible=True, algorithm=algorithm, comm=comm)
+                if bits(got) != want:
+                    problems.append(f"{np.dtype(dtype)} n={count} {how}")
+    agree(comm, not problems, problems[:5])
+
+
+@pytest.mark.parametrize("executor", ["python", "compiled"])
+@pytest.mark.parametrize("mode", ["always", "never"])
+def test_executors_segments_and_large_counts(comm, executor, mode):
+    """Both executors, 4 KiB segments, and counts past SPLIT_BYTES: auto's reduce-scatter +
+    all-gather path (mode "always") and its all-reduce + rounding by blocks + all-gather path
+    ("never"); plain arrays (one value per rank) and local sums."""
+    problems = []
+    with environment(MPICOLL_EXECUTOR=executor, MPICOLL_SEGMENT_BYTES="4096"), split(mode):
+        for count in (R.SPLIT_BYTES // 16 + 5, 20_011):
+            x = data(count, np.float64, seed=1)
+            rows = x[:comm.size]                       # one row per rank: a plain array
+            want_rows, want = bits(R.sum(rows)), bits(R.sum(x))
+            for algorithm in ("auto", "ring", "recursive_halving", "mpi")[:4 if mode == "always"
+                                                                          else 1]:
+                got = mpicoll.allreduce(rows[comm.rank], reproducible=True,
+                                        algorithm=algorithm, comm=comm)
+                if bits(got) != want_rows:
+                    problems.append(f"plain n={count} {algorithm}")
+                part = R.sum(mine(x, comm.rank, comm.size, "round-robin"))
+                got = mpicoll.allreduce(part, reproducible=True, algorithm=algorithm, comm=comm)
+                if bits(got) != want:
+                    problems.append(f"local sums n={count} {algorithm}")
+    agree(comm, not problems, problems[:5])
+
+
+@pytest.mark.parametrize("ranks_per_node", ["1", "2", "3"])
+def test_virtual_nodes(comm, ranks_per_node):
+    problems = []
+    with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
+        x = data(33, np.float32, seed=2)
+        want = bits(R.sum(x))
+        part = R.sum(mine(x, comm.rank, comm.size, "contiguous"))
+        for algorithm, options in (("hierarchical", dict(inner="binomial")),
+                                   ("hierarchical", dict(inner="binomial", outer="ring")),
+                                   ("double_binary_tree", {}), ("ring", dict(order="node")),
+                                   ("auto", {})):
+            got = mpicoll.allreduce(part, reproducible=True, algorithm=algorithm, comm=comm,
+                                    **options)
+            if bits(got) != want:
+                problems.append(f"{algorithm} {options}")
+    agree(comm, not problems, problems[:5])
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving", "mpi"])
+def test_reduce_scatter_block(comm, algorithm):
+    n = 5
+    x = data(n * comm.size, np.float64, seed=3)
+    want = bits(np.asarray(R.sum(x))[comm.rank * n:(comm.rank + 1) * n])
+    part = R.sum(mine(x, comm.rank, comm.size, "round-robin"))
+    got = mpicoll.reduce_scatter_block(part, reproducible=True, algorithm=algorithm, comm=comm)
+    agree(comm, bits(got) == want, f"block {comm.rank}")
+
+
+def test_specials_and_refusals_everywhere(comm):
+    """inf on one rank, -inf on another: NaN everywhere; a bad op raises on every rank."""
+    x = np.array([1.0, 2.0, -0.0], np.float64)
+    if comm.rank == 0:
+        x[:2] = np.inf
+    if comm.rank == comm.size - 1:
+        x[1] = -np.inf
+    got = mpicoll.allreduce(x, reproducible=True, comm=comm)
+    want_1 = np.nan if comm.size > 1 else -np.inf
+    agree(comm, got[0] == np.inf and (np.isnan(got[1]) if comm.size > 1 else got[1] == -np.inf)
+          and bits(got[2:]) == bits(np.array([-0.0])), f"{got} (want inf, {want_1}, -0.0)")
+    from mpicoll.testing import raises_everywhere
+    raises_everywhere(comm, ValueError, mpicoll.allreduce, x, op="max", reproducible=True,
+                      comm=comm, match="op SUM")

@@ -1,0 +1,322 @@
+"""Reproducible sums (mpicoll.reproducible), in one process: the collective's phases run on P
+virtual ranks by the in-process executor (P up to 64, every scheduled algorithm, virtual nodes),
+and every result must have the bits of the local reproducible sum of the whole data set;
+accuracy against math.fsum; IEEE's specials; the public entry points at one rank."""
+
+import math
+
+import numpy as np
+import pytest
+
+import mpicoll
+from mpicoll import reproducible as R
+from mpicoll.executors import inprocess
+from mpicoll.registry import ALLREDUCE
+
+SCHEDULED = [a for a, algo in ALLREDUCE.items() if algo.scheduled]
+FLOATS = [np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), R.bfloat16]
+
+
+def wide(terms, count, dtype=np.float64, seed=0, positive=False):
+    """``terms`` rows of ``count`` values from 1e-30 to 1e30 (the half types: their own range),
+    signed unless ``positive``, with heavy cancellation: a third of the rows are the negations
+    of others, a third those negations times (1 + 2^-20)."""
+    rng = np.random.default_rng([seed, terms, count])
+    dtype = np.dtype(dtype)
+    lo, hi = (-30, 30) if dtype.itemsize >= 4 and dtype != np.float16 else (-6, 4)
+    if dtype == R.bfloat16:
+        lo, hi = -30, 30
+    x = 10.0 ** rng.uniform(lo, hi, (terms, count))
+    if not positive:
+        x *= rng.choice([-1.0, 1.0], (terms, count))
+        third = terms // 3
+        x[terms - third:] = -x[:third]
+        x[terms - 2 * third:terms - third] = -x[third:2 * third] * (1 + 2.0 ** -20)
+        x = x[rng.permutation(terms)]
+    return x.astype(dtype)
+
+
+def split(x, parts, how, seed=0):
+    """The rows of ``x`` over ``parts`` ranks: contiguous, round-robin, or random and uneven
+    (some ranks may get none)."""
+    t = x.shape[0]
+    if how == "contiguous":
+        edges = np.linspace(0, t, parts + 1).astype(int)
+        return [x[a:b] for a, b in zip(edges, edges[1:])]
+    if how == "round-robin":
+        return [x[r::parts] for r in range(parts)]
+    rng = np.random.default_rng([seed, parts])
+    owner = rng.integers(0, parts, t)
+    return [x[rng.permutation(np.flatnonzero(owner == r))] for r in range(parts)]
+
+
+def bits(a):
+    a = np.asarray(a)
+    return a.view(np.uint8).tobytes()
+
+
+def simulated(parts, algorithm="ring", path="allreduce", **options):
+    """The reproducible all-reduce of ``parts`` (one BinnedSum or array per virtual rank), its
+    phases run by the in-process executor; returns every rank's result."""
+    p, first = len(parts), parts[0]
+    dtype = first.dtype
+    k = first.k if isinstance(first, R.BinnedSum) else R.DEFAULT_K[dtype]
+    tops = inprocess.allreduce([R._local_codes(s, np.int8) for s in parts], op="max",
+                               algorithm=algorithm, **options)
+    assert all(np.array_equal(t, tops[0]) for t in tops)
+    top, n = tops[0], tops[0].size
+    if path == "allreduce":
+        bufs = [np.append(R._local_slices(s, top, k), R._terms(s)) for s in parts]
+        sums = inprocess.allreduce(bufs, op="sum", algorithm=algorithm, **options)
+        return [R.rounded(t[:-1], top, k, dtype) for t in sums]
+    block = -(-n // p)                          # reduce-scatter, round, all-gather
+    stride = block * k + 1
+    bufs = []
+    for s in parts:
+        buf = np.zeros(p * stride, np.int64)
+        buf[stride - 1::stride] = R._terms(s)
+        bufs.append(R._local_slices(s, top, k, out=buf, block=block, stride=stride))
+    mine = inprocess.reduce_scatter_block(bufs, op="sum", algorithm=path)
+    floats = [R.rounded(m, top[min(r * block, n):min((r + 1) * block, n)], k, dtype)
+              for r, m in enumerate(mine)]
+    gathered = np.concatenate([np.concatenate([f, np.zeros(block - f.size, dtype)])
+                               for f in floats])[:n]
+    return [gathered] * p
+
+
+# ----------------------------------------------------------------------------- the same bits
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_any_split_any_algorithm_same_bits(dtype):
+    """N = 1..8 ranks, three ways of splitting, every scheduled algorithm: all the bits of the
+    whole set's local reproducible sum."""
+    x = wide(40, 23, dtype, seed=1)
+    want = bits(R.sum(x))
+    for p in range(1, 9):
+        for how in ("contiguous", "round-robin", "random"):
+            parts = [R.sum(part) for part in split(x, p, how)]
+            for algorithm in SCHEDULED:
+                for got in simulated(parts, algorithm):
+                    assert bits(got) == want, (dtype, p, how, algorithm)
+
+
+@pytest.mark.parametrize("p", [2, 5, 8, 16, 64])
+def test_virtual_nodes_and_reduce_scatter_path_same_bits(p):
+    """hierarchical and double_binary_tree over virtual nodes of 1..4 ranks, ring in node
+    order, and the reduce-scatter + all-gather path (ring and recursive halving), at P up to 64."""
+    x = wide(2 * p + 3, 17, np.float64, seed=2)
+    want = bits(R.sum(x))
+    parts = [R.sum(part) for part in split(x, p, "random", seed=p)]
+    for per_node in (1, 2, 3, 4):
+        runs = [("hierarchical", dict(ranks_per_node=per_node, inner="ring")),
+                ("hierarchical", dict(ranks_per_node=per_node, inner="binomial",
+                                      outer="ring")),
+                ("double_binary_tree", dict(ranks_per_node=per_node)),
+                ("ring", dict(ranks_per_node=per_node, order="node"))]
+        if per_node == 1:
+            runs += [(a, {}) for a in ("recursive_halving", "recursive_doubling", "binomial")]
+        for algorithm, options in runs:
+            if algorithm == "hierarchical" and per_node > 1 and p % per_node \
+                    and options["inner"] == "ring":
+                continue                            # equal nodes only
+            for got in simulated(parts, algorithm, **options):
+                assert bits(got) == want, (p, per_node, algorithm, options)
+    for path in ("ring", "recursive_halving"):
+        for got in simulated(parts, path=path):
+            assert bits(got) == want, (p, path)
+
+
+def test_one_value_per_rank_at_64_ranks():
+    """Plain arrays (one term per rank, no local sum) at P = 64: the bits of the local sum."""
+    x = wide(64, 31, np.float32, seed=3)
+    want = bits(R.sum(x))
+    for algorithm in ("ring", "recursive_doubling", "binomial", "naive"):
+        for got in simulated(list(x), algorithm):
+            assert bits(got) == want, algorithm
+
+
+def test_grouping_and_order_of_local_sums():
+    """Local merges in any grouping (a + b, micro-batches) give the one-shot sum's bits."""
+    x = wide(30, 9, np.float64, seed=4)
+    want = bits(R.sum(x))
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        order = rng.permutation(30)
+        acc = R.sum(x[order[:1]])
+        for lo in range(1, 30, 4):
+            acc = R.sum(x[order[lo:lo + 4]]) + acc
+        assert bits(acc) == want
+        assert acc.terms == 30
+
+
+# ----------------------------------------------------------------------------- accuracy
+
+def fsum(x):
+    return np.array([math.fsum(x[:, i].astype(np.float64)) for i in range(x.shape[1])])
+
+
+def ulp(v, dtype):
+    v = np.abs(np.asarray(v, np.float64))
+    info = np.finfo(dtype)
+    e = np.floor(np.log2(np.maximum(v, float(info.smallest_normal))))
+    return np.exp2(e - (info.nmant))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, R.bfloat16], ids=str)
+def test_all_positive_within_one_ulp(dtype):
+    x = wide(200, 64, dtype, seed=5, positive=True)
+    exact = fsum(x)
+    got = np.asarray(R.sum(x)).astype(np.float64)
+    assert np.all(np.abs(got - exact) <= ulp(exact, dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, R.bfloat16], ids=str)
+def test_cancellation_within_eps_times_sum_of_magnitudes(dtype):
+    x = wide(201, 64, dtype, seed=6)
+    exact = fsum(x)
+    got = np.asarray(R.sum(x)).astype(np.float64)
+    eps = float(np.finfo(dtype).eps)
+    bound = eps * np.abs(x.astype(np.float64)).sum(axis=0)
+    assert np.all(np.abs(got - exact) <= bound)
+    assert np.any(np.abs(exact) < 1e-3 * np.abs(x.astype(np.float64)).max(axis=0))  # cancelled
+
+
+def test_float16_is_correctly_rounded():
+    """float16's whole range fits in two bins: the sum is exact, then rounded once, so it is
+    the correctly rounded exact sum (fsum of float16 values is exact in float64)."""
+    x = wide(300, 50, np.float16, seed=7)
+    want = fsum(x).astype(np.float16)
+    assert bits(R.sum(x)) == bits(want)
+
+
+def test_more_slices_never_less_accurate():
+    x = wide(100, 40, np.float32, seed=8)
+    exact = fsum(x)
+    errs = [np.abs(np.asarray(R.sum(x, k=k)).astype(np.float64) - exact).max()
+            for k in (2, 3, 4)]
+    assert errs[1] <= errs[0] and errs[2] <= errs[1]
+    assert np.array_equal(np.asarray(R.sum(x, k=4)), exact.astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- IEEE cases
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_one_value_is_itself(dtype):
+    """Every finite value, subnormals and the extremes included, and the specials' kinds."""
+    info = np.finfo(dtype)
+    v = np.array([0.0, -0.0, float(info.max), -float(info.max), float(info.smallest_normal),
+                  float(info.smallest_subnormal), -float(info.smallest_subnormal), 1.0, -3.5,
+                  np.inf, -np.inf], dtype)
+    assert bits(R.sum(v[None])) == bits(v)
+    assert np.isnan(np.asarray(R.sum(np.array([[np.nan]], dtype)))).all()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_specials_zeros_and_overflow(dtype):
+    info = np.finfo(dtype)
+    big, tiny = float(info.max), float(info.smallest_subnormal)
+    cols = [([np.inf, 1.0, -5.0], np.inf), ([-np.inf, 1.0], -np.inf),
+            ([np.inf, -np.inf], np.nan), ([np.nan, np.inf], np.nan), ([1.0, np.nan], np.nan),
+            ([-0.0, -0.0], -0.0), ([0.0, -0.0], 0.0), ([2.5, -2.5], 0.0), ([-2.5, 2.5], 0.0),
+            ([big, big], np.inf), ([-big, -big], -np.inf), ([big, big, -big], big),
+            ([tiny, tiny], 2 * tiny), ([tiny, -tiny, tiny], tiny)]
+    width = max(len(c) for c, _ in cols)
+    x = np.zeros((width, len(cols)), np.float64)
+    want = np.array([w for _, w in cols], np.float64).astype(dtype)
+    for i, (c, _) in enumerate(cols):
+        x[:len(c), i] = c
+    with np.errstate(over="ignore"):
+        x = x.astype(dtype)
+    for i, (c, _) in enumerate(cols):               # padding: +0.0 (or -0.0 for -0 sums)
+        if all(np.signbit(v) and v == 0 for v in c):
+            x[len(c):, i] = -0.0
+    got = np.asarray(R.sum(x))
+    assert bits(got[~np.isnan(want)]) == bits(want[~np.isnan(want)])
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+
+
+def test_rounding_ties_to_even_and_subnormal_results():
+    """1 + 2^-53 (a tie: stays 1), 1 + 2^-53 + 2^-100 (above: 1 + 2^-52), and a sum that lands
+    in the subnormal range, rounded there."""
+    x = np.array([[1.0, 1.0, 2.0 ** -1074 * 3, 1.0],
+                  [2.0 ** -53, 2.0 ** -53, -2.0 ** -1074, 2.0 ** -53],
+                  [0.0, 2.0 ** -100, 0.0, 2.0 ** -53]])
+    got = np.asarray(R.sum(x, k=8))
+    assert got.tolist() == [1.0, 1.0 + 2.0 ** -52, 2.0 ** -1073, 1.0 + 2.0 ** -52]
+
+
+def test_capacity_and_bad_arguments():
+    s = R.sum(np.ones((3, 2)))
+    big = R.BinnedSum(s.dtype, s.shape, s.k, s.codes, s.limbs, R.CAPACITY)
+    with pytest.raises(OverflowError, match="at most"):
+        big + s
+    with pytest.raises(TypeError, match="dtype"):
+        R.sum(np.ones(3, np.int32))
+    with pytest.raises(ValueError, match="k"):
+        R.sum(np.ones(3), k=1)
+    with pytest.raises(ValueError, match="k="):
+        s + R.sum(np.ones((3, 2)), k=4)
+
+
+# ----------------------------------------------------------------------------- entry points
+
+def test_public_calls_at_one_rank():
+    """mpicoll.allreduce / reduce_scatter_block with reproducible=True at one rank: the local
+    reproducible sum's bits, for arrays and BinnedSums; refusals name the problem."""
+    from mpi4py import MPI
+    x = wide(5, 12, np.float32, seed=9)
+    s = mpicoll.reproducible.sum(x)
+    assert bits(mpicoll.allreduce(s, reproducible=True, comm=MPI.COMM_SELF)) == bits(s)
+    assert bits(mpicoll.allreduce(x[0], reproducible=3, comm=MPI.COMM_SELF)) == bits(x[0])
+    assert bits(mpicoll.reduce_scatter_block(s, reproducible=True, comm=MPI.COMM_SELF)) \
+        == bits(s)
+    buf = x[1].copy()
+    mpicoll.allreduce(MPI.IN_PLACE, buf, reproducible=True, comm=MPI.COMM_SELF)
+    assert bits(buf) == bits(x[1])
+    with pytest.raises(ValueError, match="op SUM"):
+        mpicoll.allreduce(x[0], op=MPI.MAX, reproducible=True, comm=MPI.COMM_SELF)
+    with pytest.raises(ValueError, match="compress"):
+        mpicoll.allreduce(x[0], compress="bf16", reproducible=True, comm=MPI.COMM_SELF)
+    with pytest.raises(TypeError, match="dtype"):
+        mpicoll.allreduce(np.ones(3, np.int64), reproducible=True, comm=MPI.COMM_SELF)
+    with pytest.raises(TypeError, match="reproducible"):
+        mpicoll.allreduce(x[0], reproducible="yes", comm=MPI.COMM_SELF)
+
+
+def test_wire_bytes():
+    """The reduce-scatter path sends (8K + s)/(2s) + 1/s times a ring all-reduce's bytes."""
+    n = 1 << 20
+    plain = 2 * n * 8 * 3 / 4
+    assert R.wire_bytes(n, np.float64, size=4) / plain == pytest.approx((24 + 8 + 2) / 16)
+
+
+def test_float32_fast_rounding_is_the_exact_one():
+    """The float32 rounding's float64 shortcut gives the exact path's bits: sums of two or
+    three float32 values (ties are common), heavy cancellation, and random slice sums."""
+    rng = np.random.default_rng(10)
+    cases = [rng.standard_normal((2, 4000)).astype(np.float32),
+             rng.standard_normal((3, 4000)).astype(np.float32),
+             wide(7, 4000, np.float32, seed=10)]
+    for x in cases:
+        s = R.sum(x)
+        fast = R.rounded(s.limbs, s.codes, s.k, np.float32)
+        exact = np.empty(s.size)
+        R._round_into(s.limbs, s.codes, s.k, 24, -149, R._POW2, exact, s.size or 1,
+                      s.size * s.k, np.empty(s.k + 1, np.int64))
+        assert bits(fast) == bits(exact.astype(np.float32))
+    top = np.full(5000, 26, np.int8)
+    limbs = rng.integers(-2 ** 61, 2 ** 61, 5000 * 2)
+    exact = np.empty(5000)
+    R._round_into(limbs, top, 2, 24, -149, R._POW2, exact, 5000, 10000, np.empty(3, np.int64))
+    assert bits(R.rounded(limbs, top, 2, np.float32)) == bits(exact.astype(np.float32))
+
+
+def test_bench_flag():
+    """``mpicoll bench --reproducible`` adds the reproducible call; it refuses what it can't do."""
+    from mpicoll.tools import bench
+    args = bench.parse_args(["--reproducible", "-d", "float64"])
+    assert args.reproducible and args.dtype == "float64"
+    for bad in (["-d", "int32"], ["--op", "max"], ["--collective", "allgather"]):
+        with pytest.raises(SystemExit) as exc:
+            bench.parse_args(["--reproducible", *bad])
+        assert exc.value.code == 2
