@@ -140,8 +140,10 @@ def test_bad_tensors_raise_before_communication(world):
 @pytest.mark.parametrize("call,name", [
     (lambda: dist.reduce(torch.ones(2), dst=0), "reduce"),
     (lambda: dist.all_to_all_single(torch.empty(4), torch.ones(4)), "all_to_all_single"),
-    (lambda: dist.send(torch.ones(2), dst=0), "send"),
-    (lambda: dist.gather(torch.ones(2), dst=0), "gather"),
+    (lambda: dist.send(torch.ones(2), dst=(dist.get_rank() + 1) % dist.get_world_size()),
+     "send"),
+    (lambda: dist.gather(torch.ones(2), [torch.empty(2) for _ in range(dist.get_world_size())]
+                         if dist.get_rank() == 0 else None, dst=0), "gather"),
     (lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.PREMUL_SUM), None),
 ])
 def test_unsupported_ops_name_themselves(world, call, name):
