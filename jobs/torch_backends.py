@@ -18,7 +18,9 @@ one tests/torch checks against Gloo) on the default mpicoll group, on Gloo, and 
 ``mpicoll.torch.compress_hook("bf16")``: the median step time and the weights' relative
 distance from Gloo's.
 
-Writes DIR/torch_backends.json (default results/) and, with matplotlib, torch_backends.png.
+Writes DIR/torch_backends-np<N>.json (default results/) and, with matplotlib,
+DIR/torch_backends-np<N>.png. ``python jobs/torch_backends.py --table A.json [B.json ...]``
+prints the markdown tables of docs/torch.md from such files (no MPI).
 """
 
 from __future__ import annotations
@@ -89,11 +91,12 @@ def relative(a, b) -> float:
 # ----------------------------------------------------------------------------- the sweep
 
 def sizes(begin: int, end: int, factor: int) -> list:
+    """begin, begin * factor, ... up to end, and end itself."""
     out, n = [], begin
-    while n <= end:
+    while n < end:
         out.append(n)
         n *= factor
-    return out
+    return out + [end]
 
 
 def iterations(nbytes: int) -> int:
@@ -108,8 +111,43 @@ def parse_size(text: str) -> int:
     return int(float(text.rstrip("KMG") if mult > 1 else text) * mult)
 
 
+def table(paths) -> str:
+    """docs/torch.md's tables: time and busbw per size, and DDP's step time, per JSON file."""
+    import json
+    out = []
+    for path in paths:
+        data = json.loads(open(path).read())
+        names = data["contenders"]
+        out.append(f"**N = {data['ranks']}** (torch {data['torch']}, median of "
+                   f"{data['repeats']} interleaved rounds; load average "
+                   f"{data['load_average']:.1f} on 2 cores at the end): time per call in us, "
+                   f"auto/gloo = Gloo's time / mpicoll auto's (> 1: mpicoll faster)\n")
+        short = [n.replace("mpicoll ", "") for n in names]
+        out.append("| bytes | " + " | ".join(short) + " | auto/gloo | best mpicoll / gloo |")
+        out.append("|---:|" + "---:|" * (len(names) + 2))
+        for row in data["rows"]:
+            ours = [n for n in names if n.startswith("mpicoll")]
+            best = min(ours, key=lambda n: row[n]["time_us"])
+            cells = [f"{row[n]['time_us']:.0f}" for n in names]
+            out.append(f"| {row['bytes']} | " + " | ".join(cells) +
+                       f" | {row['gloo']['time_us'] / row['mpicoll auto']['time_us']:.2f} | "
+                       f"{row['gloo']['time_us'] / row[best]['time_us']:.2f} "
+                       f"({best.replace('mpicoll ', '')}) |")
+        if data.get("ddp"):
+            out.append("\n| DDP trainer | ms/step (median, slowest rank) | weights vs Gloo (max rel.) |")
+            out.append("|---|---:|---:|")
+            for name, d in data["ddp"].items():
+                out.append(f"| {name} | {d['step_ms']:.2f} | {d['rel_diff_vs_gloo']:.1e} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     import argparse
+    import sys
+    if len(sys.argv) > 2 and sys.argv[1] == "--table":
+        print(table(sys.argv[2:]))
+        return
     from datetime import timedelta
 
     import torch

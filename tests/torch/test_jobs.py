@@ -33,3 +33,45 @@ def test_dead_rank_is_named_through_work_wait(tmp_path, ranks):
         assert future["type"] == "RuntimeError" and future["message"] == wait["message"], row
         assert row["next"]["type"] == "RuntimeError", row      # the group is broken now
         assert 9.5 < row["elapsed"] < 100, row     # init_process_group's 10 s, not mpicoll's 600
+
+
+SINGLE = """
+import torch, torch.distributed as dist
+import mpicoll.torch
+dist.init_process_group("mpicoll")
+x = torch.ones(3)
+dist.all_reduce(x)
+print("size", dist.get_world_size(), "sum", x.tolist(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(200)
+def test_one_process_without_master_addr(tmp_path):
+    """``python script.py``: no launcher, no MASTER_ADDR -- a job of one rank."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MASTER_", "PMI_", "OMPI_", "PMIX_", "HYDRA_"))}
+    proc = subprocess.run([sys.executable, "-c", SINGLE], capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert "size 1 sum [1.0, 1.0, 1.0]" in proc.stdout, proc.stderr[-2000:]
+
+
+@pytest.mark.timeout(200)
+def test_torchrun_is_refused_with_the_launch_to_use(tmp_path):
+    """torchrun starts each process as an MPI job of its own: init_process_group says so."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("no torchrun next to python")
+    script = tmp_path / "single.py"
+    script.write_text(SINGLE)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MASTER_", "PMI_", "OMPI_", "PMIX_", "HYDRA_"))}
+    import socket
+    with socket.socket() as sock:           # a free port for torchrun's store (loopback)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                           "--master-port", str(port), str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode != 0
+    assert "the processes are not one MPI job" in proc.stderr, proc.stderr[-3000:]
+    assert "mpiexec -n 2" in proc.stderr
