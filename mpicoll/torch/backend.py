@@ -42,6 +42,7 @@ the mpicoll exception as ``__cause__`` (c10d's convention: DDP and ``dist.all_re
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -57,10 +58,14 @@ __all__ = ["NAME", "Options", "ProcessGroupMpicoll", "Work", "register", "tensor
 
 NAME = "mpicoll"
 _RED = dist.ReduceOp
-_OPS = {_RED.SUM: "sum", _RED.PRODUCT: "prod", _RED.MIN: "min", _RED.MAX: "max",
-        _RED.BAND: "band", _RED.BOR: "bor", _RED.BXOR: "bxor", _RED.AVG: "sum"}
-_BOOL_OPS = {_RED.SUM: "lor", _RED.MAX: "lor", _RED.BOR: "lor", _RED.PRODUCT: "land",
-             _RED.MIN: "land", _RED.BAND: "land", _RED.BXOR: "lxor"}
+# keyed by the RedOpType's int value: hashing pybind11's enum costs more than the call's rest
+_OPS = {int(k): v for k, v in {
+    _RED.SUM: "sum", _RED.PRODUCT: "prod", _RED.MIN: "min", _RED.MAX: "max",
+    _RED.BAND: "band", _RED.BOR: "bor", _RED.BXOR: "bxor", _RED.AVG: "sum"}.items()}
+_BOOL_OPS = {int(k): v for k, v in {
+    _RED.SUM: "lor", _RED.MAX: "lor", _RED.BOR: "lor", _RED.PRODUCT: "land",
+    _RED.MIN: "land", _RED.BAND: "land", _RED.BXOR: "lxor"}.items()}
+_AVG = int(_RED.AVG)
 _BLOCKING_ONLY = {"shm"}            # all-reduce algorithms without a nonblocking form
 _FAILURES = (CollectiveTimeout, CommunicatorBroken, ArgumentMismatch)
 _SUPPORTED = ("all_reduce, all_reduce_coalesced, reduce_scatter_tensor, reduce_scatter, "
@@ -108,7 +113,8 @@ def tensor_view(t, what: str = "tensor") -> np.ndarray:
         raise ValueError(f"{what} is not contiguous (shape {tuple(t.shape)}, stride "
                          f"{t.stride()}): the mpicoll backend works in place on the tensor's "
                          f"memory; pass t.contiguous() (a copy) and copy the result back")
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if t.dtype == torch.bfloat16:       # numpy has no bfloat16: its int16 bits, as ml_dtypes'
         import ml_dtypes
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
@@ -122,16 +128,19 @@ def tensor_view(t, what: str = "tensor") -> np.ndarray:
 
 def _op(opts, t) -> tuple[str, bool]:
     """mpicoll's op name for ``opts.reduceOp`` on ``t``, and whether to divide (AVG)."""
-    kind = opts.reduceOp.op if hasattr(opts.reduceOp, "op") else opts.reduceOp
-    if kind not in _OPS:
-        raise NotImplementedError(f"the mpicoll backend does not implement ReduceOp {kind}")
+    op = opts.reduceOp
+    kind = int(op.op if hasattr(op, "op") else op)
+    name = _OPS.get(kind)
+    if name is None:
+        raise NotImplementedError(f"the mpicoll backend does not implement ReduceOp "
+                                  f"{_RED.RedOpType(kind)}")
+    if kind == _AVG:
+        if not (t.is_floating_point() or t.is_complex()):
+            raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got {t.dtype}")
+        return name, True
     if t.dtype == torch.bool:
-        if kind == _RED.AVG:
-            raise TypeError("ReduceOp.AVG needs a floating-point tensor, got torch.bool")
         return _BOOL_OPS[kind], False
-    if kind == _RED.AVG and not (t.is_floating_point() or t.is_complex()):
-        raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got {t.dtype}")
-    return _OPS[kind], kind == _RED.AVG
+    return name, False
 
 
 def _seconds(timeout) -> float | None:
@@ -143,6 +152,27 @@ def _seconds(timeout) -> float | None:
 
 
 # ----------------------------------------------------------------------------- work
+
+class _Flag:
+    """A ``threading.Event`` for a Work finished at birth (no thread ever waits on it)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self):
+        self._set = False
+
+    def set(self):
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout=None) -> bool:
+        return self._set
+
+
+_NO_LOCK = contextlib.nullcontext()
+
 
 def _failure(what: str, exc: BaseException) -> RuntimeError:
     error = RuntimeError(f"mpicoll backend, {what}: {type(exc).__name__}: {exc}")
@@ -163,8 +193,8 @@ class Work(dist._Work):
         self._what, self._requests, self._result, self._after = what, list(requests), \
             result, after
         self._future = torch.futures.Future()
-        self._lock = threading.Lock()
-        self._done = threading.Event()
+        self._lock = _NO_LOCK if not self._requests else threading.Lock()
+        self._done = _Flag() if not self._requests else threading.Event()
         self._error: RuntimeError | None = None
         if not self._requests:
             self._finish(error)
@@ -276,6 +306,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         super().__init__(rank, size)
         from mpi4py import MPI
         self.comm = comm
+        self._size = size
         self.options = options if options is not None else Options()
         self.timeout = timeout
         self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
@@ -314,7 +345,10 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
             except _FAILURES as exc:
                 return Work(what, result=result, error=exc)
         work = Work(what, requests, result, after)
-        _completer.add(work)
+        if all(r.done for r in requests):      # one rank, empty tensors: nothing in flight
+            work._complete()
+        else:
+            _completer.add(work)
         return work
 
     def _kwargs(self, collective: str, opts) -> dict:
@@ -343,14 +377,15 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
                     return None
                 return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw)
             calls.append(call)
-        size = self.size()
+        size = self._size
 
         def finish():
             for t in averaged:
                 t.div_(size)
             if after is not None:
                 after()
-        return self._submit(what, calls, result, opts, after=finish,
+        return self._submit(what, calls, result, opts,
+                            after=finish if averaged or after is not None else None,
                             algorithm=kw["algorithm"])
 
     def allreduce_coalesced(self, tensors, opts=None):
