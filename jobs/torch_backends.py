@@ -120,15 +120,16 @@ def table(paths) -> str:
         names = data["contenders"]
         out.append(f"**N = {data['ranks']}** (torch {data['torch']}, median of "
                    f"{data['repeats']} interleaved rounds; load average "
-                   f"{data['load_average']:.1f} on 2 cores at the end): time per call in us, "
-                   f"auto/gloo = Gloo's time / mpicoll auto's (> 1: mpicoll faster)\n")
+                   f"{data['load_average']:.1f} on 2 cores at the end): bus bandwidth in MB/s "
+                   f"(2 (N-1)/N bytes / time; the time per call is in the JSON); auto/gloo = "
+                   f"Gloo's time / mpicoll auto's (> 1: mpicoll faster)\n")
         short = [n.replace("mpicoll ", "") for n in names]
         out.append("| bytes | " + " | ".join(short) + " | auto/gloo | best mpicoll / gloo |")
         out.append("|---:|" + "---:|" * (len(names) + 2))
         for row in data["rows"]:
             ours = [n for n in names if n.startswith("mpicoll")]
             best = min(ours, key=lambda n: row[n]["time_us"])
-            cells = [f"{row[n]['time_us']:.0f}" for n in names]
+            cells = [f"{row[n]['busbw_GBps'] * 1e3:.3g}" for n in names]
             out.append(f"| {row['bytes']} | " + " | ".join(cells) +
                        f" | {row['gloo']['time_us'] / row['mpicoll auto']['time_us']:.2f} | "
                        f"{row['gloo']['time_us'] / row[best]['time_us']:.2f} "
