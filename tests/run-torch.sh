@@ -11,18 +11,31 @@ cd "$(dirname "$0")/.."
 bin="$PWD/${TORCH_VENV:-.venv-torch}/bin"
 export MPIEXEC_TIMEOUT=${MPIEXEC_TIMEOUT:-900}
 status=0
+
+clean_stale_shm() {   # as tests/run.sh: this user's MPICH segments no running process maps
+    local mapped f    # (dead_rank.py's ranks end with os._exit and leave theirs behind)
+    mapped=$(cat /proc/[0-9]*/maps 2>/dev/null | grep -o '/dev/shm/mpich_[^ ]*' | sort -u)
+    for f in /dev/shm/mpich_shm_* /dev/shm/mpich_vci_*; do
+        [ -O "$f" ] || continue
+        grep -qxF "$f" <<<"$mapped" || rm -f "$f"
+    done
+}
+
 if [ ! -x "$bin/python" ] || ! "$bin/python" -c 'import torch' 2>/dev/null; then
     echo "no torch environment at $bin: run this through 'bash run.sh test'"
     exit 1
 fi
 for n in 2 4; do
+    clean_stale_shm
     echo "== torch backend tests, mpiexec -n $n"
     PATH="$bin:$PATH" timeout -k 15 600 mpiexec -n "$n" python -m mpi4py -m pytest \
         tests/torch/test_backend.py --with-mpi -x -q --timeout=300 --timeout-method=thread \
         -W ignore::FutureWarning --color=no "$@" || status=1
 done
+clean_stale_shm
 echo "== torch job tests (tests/torch/test_jobs.py: a dead rank, mpiexec -n 2 and 4)"
 PATH="$bin:$PATH" timeout -k 15 900 python -m pytest tests/torch/test_jobs.py -q \
     --color=no "$@" || status=1
+clean_stale_shm
 echo "torch leg: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status
