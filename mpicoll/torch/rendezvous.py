@@ -4,9 +4,10 @@
 ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` and builds a ``TCPStore``. After
 ``import mpicoll.torch``:
 
-* ``MASTER_ADDR`` set (``torchrun``, or a script that sets it): torch's own ``env://``,
-  unchanged (``RANK`` / ``WORLD_SIZE`` still come from the environment or the arguments);
-* ``MASTER_ADDR`` not set: MPI starts (``mpi4py``), the rank and size are ``COMM_WORLD``'s, and
+* ``MASTER_ADDR`` set and a rank given (``RANK`` in the environment, as ``torchrun`` sets it,
+  or ``init_process_group(rank=...)``): torch's own ``env://``, unchanged;
+* otherwise (a cluster may export ``MASTER_ADDR`` to every job; without a rank torch's
+  ``env://`` would fail): MPI starts (``mpi4py``), the rank and size are ``COMM_WORLD``'s, and
   the store is a ``TCPStore`` that rank 0 serves on a port the kernel picks, whose address
   reaches the others through ``MPI_Bcast``: ``127.0.0.1`` when every rank shares rank 0's node
   (loopback only), else rank 0's host name. A ``rank=`` / ``world_size=`` that disagrees with
@@ -18,7 +19,8 @@ store (they run over MPI); torch keeps it for what it does outside the collectiv
 
 Wrapping ``env://`` replaces the entry in ``torch.distributed.rendezvous``'s handler table
 (``_rendezvous_handlers``, private): ``register_rendezvous_handler`` refuses a scheme that
-exists. The wrapper hands every call with ``MASTER_ADDR`` set to torch's handler untouched.
+exists. The wrapper hands every call with ``MASTER_ADDR`` and a rank to torch's handler
+untouched.
 """
 
 from __future__ import annotations
@@ -86,10 +88,12 @@ def install() -> None:
         return
 
     def env_or_mpi(url, timeout=timedelta(minutes=30), **kwargs):
-        if os.environ.get("MASTER_ADDR"):
+        ranked = "RANK" in os.environ or "rank" in parse_qs(urlparse(url).query)
+        if os.environ.get("MASTER_ADDR") and ranked:
             return env(url, timeout=timeout, **kwargs)
         return mpi_rendezvous(url, timeout=timeout, **kwargs)
 
     env_or_mpi._mpicoll_wrapped = True
-    env_or_mpi.__doc__ = "torch's env:// when MASTER_ADDR is set, else mpi:// (mpicoll.torch)"
+    env_or_mpi.__doc__ = ("torch's env:// when MASTER_ADDR and a rank are set, else mpi:// "
+                          "(mpicoll.torch)")
     handlers["env"] = env_or_mpi
