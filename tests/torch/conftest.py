@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+try:
+    import torch  # noqa: F401
+except ImportError:                 # the main environment: nothing here to collect
+    collect_ignore_glob = ["*.py"]
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 
 
