@@ -4,7 +4,8 @@
 #   1. tests/torch/test_backend.py under mpiexec -n 2 and -n 4: every supported collective, the
 #      errors, async futures, DDP against Gloo (1e-6) and bit-identical with a fixed algorithm;
 #   2. tests/torch/test_jobs.py (serial; launches mpiexec jobs of 2 and 4 ranks): a dead rank
-#      named through Work.wait().
+#      named through Work.wait(); one process without a launcher; torchrun refused; MPI
+#      without THREAD_MULTIPLE.
 # MPICOLL_SKIP_TORCH=1 skips it (run.sh), except under CI=true. Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ for n in 2 4; do
         -W ignore::FutureWarning --color=no "$@" || status=1
 done
 clean_stale_shm
-echo "== torch job tests (tests/torch/test_jobs.py: a dead rank, mpiexec -n 2 and 4)"
+echo "== torch job tests (tests/torch/test_jobs.py: a dead rank, launchers, SERIALIZED MPI)"
 PATH="$bin:$PATH" timeout -k 15 900 python -m pytest tests/torch/test_jobs.py -q \
     --color=no "$@" || status=1
 clean_stale_shm

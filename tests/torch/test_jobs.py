@@ -75,3 +75,32 @@ def test_torchrun_is_refused_with_the_launch_to_use(tmp_path):
     assert proc.returncode != 0
     assert "the processes are not one MPI job" in proc.stderr, proc.stderr[-3000:]
     assert "mpiexec -n 2" in proc.stderr
+
+
+SERIALIZED = """
+import mpi4py
+mpi4py.rc.thread_level = "serialized"          # no progress thread: every call blocking
+import sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import mpicoll.torch
+from torch_backends import train
+dist.init_process_group("mpicoll")
+assert dist.group.WORLD.threaded is False
+x = torch.ones(5)
+work = dist.all_reduce(x, async_op=True)
+assert work.is_completed() and float(x[0]) == dist.get_world_size()
+weights, _ = train(steps=5)
+print("serialized ok", dist.get_rank(), float(weights.sum()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(240)
+def test_without_thread_multiple_every_call_is_blocking_and_ddp_runs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", SERIALIZED,
+                           str(HERE.parents[1] / "jobs")], capture_output=True, text=True,
+                          timeout=200, env=env)
+    lines = [l.split() for l in proc.stdout.splitlines() if l.startswith("serialized ok")]
+    assert len(lines) == 2 and lines[0][3] == lines[1][3], (proc.stdout[-1000:],
+                                                            proc.stderr[-2000:])
