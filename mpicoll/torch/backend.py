@@ -1,0 +1,601 @@
+"""``ProcessGroupMpicoll``: torch.distributed's collectives on CPU tensors, run by mpicoll.
+
+Supported (the torch call -> the mpicoll call, on the tensors' own memory):
+
+    all_reduce (SUM PRODUCT MIN MAX BAND BOR BXOR AVG)   iallreduce / allreduce, in place
+    all_reduce_coalesced                                 one iallreduce over the packed tensors
+    reduce_scatter_tensor                                ireduce_scatter_block(input, output)
+    reduce_scatter (list form)                           the same, inputs packed first
+    all_gather_into_tensor                               iallgather(input, output)
+    all_gather (list form)                               iallgather, then copied to the list
+    broadcast                                            ibcast, in place
+    barrier                                              a one-byte iallreduce
+
+Everything else (reduce, gather, scatter, all_to_all, send/recv, the *_coalesced gathers and
+scatters, monitored_barrier, PREMUL_SUM) raises ``NotImplementedError`` naming the op.
+
+Tensors: contiguous CPU tensors are viewed as numpy arrays (``Tensor.numpy()``, bfloat16 as
+``ml_dtypes.bfloat16`` over an int16 view): no copy, the result lands in the tensor. Others get
+a ``TypeError`` (not on the CPU, sparse, a dtype mpicoll lacks) or a ``ValueError``
+(non-contiguous). float16 and bfloat16 are reduced by mpicoll's kernels (in float32, rounded
+once). AVG is SUM, then division by the group size on every rank (floating types only, as
+NCCL; Gloo has no AVG). On bool tensors SUM and MAX and BOR are logical or, PRODUCT and MIN and
+BAND logical and, BXOR logical xor (NCCL's reading).
+
+Asynchrony: torch passes ``opts.asyncOp``. ``async_op=True`` -- and every call DDP makes --
+starts mpicoll's nonblocking call (``iallreduce``...); the progress thread runs it while the
+caller computes, and the returned ``Work``'s future completes when the request does (a
+completion thread waits on the requests in order; mpicoll's ``Request`` has no callback).
+``async_op=False`` runs mpicoll's blocking call (its fast paths: persistent plans, the
+compiled executor, ``shm``) and returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE``
+(no progress thread) every call is blocking. ``algorithm="shm"`` has no nonblocking form: its
+calls are blocking too.
+
+Errors: bad arguments raise at the call, before any communication (``TypeError`` /
+``ValueError``, as Gloo's). A collective that fails -- ``CollectiveTimeout`` naming the ranks
+it waited for, ``CommunicatorBroken``, ``ArgumentMismatch`` -- fails its ``Work``:
+``Work.wait()`` and ``Work.get_future().wait()`` raise ``RuntimeError`` with mpicoll's message,
+the mpicoll exception as ``__cause__`` (c10d's convention: DDP and ``dist.all_reduce`` raise
+``RuntimeError`` from any backend).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import mpicoll
+from mpicoll.errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
+
+__all__ = ["NAME", "Options", "ProcessGroupMpicoll", "Work", "register", "tensor_view"]
+
+NAME = "mpicoll"
+_RED = dist.ReduceOp
+# keyed by the RedOpType's int value: hashing pybind11's enum costs more than the call's rest
+_OPS = {int(k): v for k, v in {
+    _RED.SUM: "sum", _RED.PRODUCT: "prod", _RED.MIN: "min", _RED.MAX: "max",
+    _RED.BAND: "band", _RED.BOR: "bor", _RED.BXOR: "bxor", _RED.AVG: "sum"}.items()}
+_BOOL_OPS = {int(k): v for k, v in {
+    _RED.SUM: "lor", _RED.MAX: "lor", _RED.BOR: "lor", _RED.PRODUCT: "land",
+    _RED.MIN: "land", _RED.BAND: "land", _RED.BXOR: "lxor"}.items()}
+_AVG = int(_RED.AVG)
+_BLOCKING_ONLY = {"shm"}            # all-reduce algorithms without a nonblocking form
+_FAILURES = (CollectiveTimeout, CommunicatorBroken, ArgumentMismatch)
+_SUPPORTED = ("all_reduce, all_reduce_coalesced, reduce_scatter_tensor, reduce_scatter, "
+              "all_gather_into_tensor, all_gather, broadcast, barrier")
+
+
+@dataclass
+class Options:
+    """What ``init_process_group("mpicoll", pg_options=Options(...))`` (or ``new_group``) sets.
+
+    ``algorithm``: the all-reduce algorithm (one of ``mpicoll.ALGORITHMS`` or ``"auto"``), or a
+    dict ``{collective: algorithm}`` over ``"allreduce"``, ``"reduce_scatter_block"``,
+    ``"allgather"``, ``"bcast"`` (missing ones: ``"auto"``). ``timeout``: seconds, overriding
+    ``init_process_group(timeout=)``'s for every call of the group.
+    """
+
+    algorithm: str | dict = "auto"
+    timeout: float | None = None
+
+    def algorithm_for(self, collective: str) -> str:
+        if isinstance(self.algorithm, dict):
+            unknown = set(self.algorithm) - {"allreduce", "reduce_scatter_block", "allgather",
+                                             "bcast"}
+            if unknown:
+                raise ValueError(f"Options.algorithm names unknown collective(s) "
+                                 f"{sorted(unknown)}; use allreduce, reduce_scatter_block, "
+                                 f"allgather, bcast")
+            return self.algorithm.get(collective, "auto")
+        return self.algorithm if collective == "allreduce" else "auto"
+
+
+# ----------------------------------------------------------------------------- tensors
+
+def tensor_view(t, what: str = "tensor") -> np.ndarray:
+    """A numpy array over ``t``'s memory (no copy), or a ``TypeError`` / ``ValueError`` naming
+    what is wrong with ``t``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise TypeError(f"{what} is on {t.device}: the mpicoll backend reduces CPU tensors; "
+                        f"use .cpu() (a copy), or the 'nccl' backend for CUDA tensors")
+    if t.layout != torch.strided:
+        raise TypeError(f"{what} has layout {t.layout}: the mpicoll backend takes dense tensors")
+    if not t.is_contiguous():
+        raise ValueError(f"{what} is not contiguous (shape {tuple(t.shape)}, stride "
+                         f"{t.stride()}): the mpicoll backend works in place on the tensor's "
+                         f"memory; pass t.contiguous() (a copy) and copy the result back")
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype == torch.bfloat16:       # numpy has no bfloat16: its int16 bits, as ml_dtypes'
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    try:
+        return t.resolve_conj().resolve_neg().numpy() if (t.is_conj() or t.is_neg()) \
+            else t.numpy()
+    except (TypeError, RuntimeError) as exc:
+        raise TypeError(f"{what} has dtype {t.dtype}, which the mpicoll backend cannot "
+                        f"reduce ({exc})") from None
+
+
+def _op(opts, t) -> tuple[str, bool]:
+    """mpicoll's op name for ``opts.reduceOp`` on ``t``, and whether to divide (AVG)."""
+    op = opts.reduceOp
+    kind = int(op.op if hasattr(op, "op") else op)
+    name = _OPS.get(kind)
+    if name is None:
+        raise NotImplementedError(f"the mpicoll backend does not implement ReduceOp "
+                                  f"{_RED.RedOpType(kind)}")
+    if kind == _AVG:
+        if not (t.is_floating_point() or t.is_complex()):
+            raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got {t.dtype}")
+        return name, True
+    if t.dtype == torch.bool:
+        return _BOOL_OPS[kind], False
+    return name, False
+
+
+def _seconds(timeout) -> float | None:
+    """c10d's per-call timeout (a timedelta; negative or zero: unset) in seconds, or None."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    return seconds if seconds > 0 else None
+
+
+# ----------------------------------------------------------------------------- work
+
+class _Flag:
+    """A ``threading.Event`` for a Work finished at birth (no thread ever waits on it)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self):
+        self._set = False
+
+    def set(self):
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout=None) -> bool:
+        return self._set
+
+
+_NO_LOCK = contextlib.nullcontext()
+
+
+def _failure(what: str, exc: BaseException) -> RuntimeError:
+    error = RuntimeError(f"mpicoll backend, {what}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    error.peers = getattr(exc, "peers", getattr(exc, "ranks", []))
+    return error
+
+
+class Work(dist._Work):
+    """One torch collective in flight: mpicoll ``Request`` s, and what to do when they end.
+
+    ``wait()`` returns True or raises ``RuntimeError`` (the collective's failure);
+    ``get_future()`` completes with the collective's output tensors at the same moment.
+    """
+
+    def __init__(self, what: str, requests=(), result=None, after=None, error=None):
+        super().__init__()
+        self._what, self._requests, self._result, self._after = what, list(requests), \
+            result, after
+        self._future = torch.futures.Future()
+        self._lock = _NO_LOCK if not self._requests else threading.Lock()
+        self._done = _Flag() if not self._requests else threading.Event()
+        self._error: RuntimeError | None = None
+        if not self._requests:
+            self._finish(error)
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error else "done" if self._done.is_set() else "in flight"
+        return f"<mpicoll Work {self._what}: {state}>"
+
+    def _finish(self, error) -> None:
+        with self._lock:                # the first to get here completes the future
+            if self._done.is_set():
+                return
+            if error is None and self._after is not None:
+                try:
+                    self._after()
+                except Exception as exc:        # noqa: BLE001 -- reported through the Work
+                    error = exc
+            self._error = None if error is None else (
+                error if isinstance(error, RuntimeError) and not isinstance(
+                    error, CommunicatorBroken) else _failure(self._what, error))
+            self._done.set()
+        if self._error is None:
+            self._future.set_result(self._result)
+        else:
+            self._future.set_exception(self._error)
+
+    def _complete(self, timeout: float | None = None) -> None:
+        """Wait for the requests (``timeout`` tightens their deadline) and finish."""
+        error = None
+        try:
+            for request in self._requests:
+                request.wait(timeout)
+        except Exception as exc:                # noqa: BLE001 -- reported through the Work
+            error = exc
+        self._finish(error)
+        self._done.wait()
+
+    def wait(self, timeout=None) -> bool:
+        self._complete(_seconds(timeout))
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def get_future(self):
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        return self._result
+
+
+class _Completer:
+    """One daemon thread per process: waits on in-flight ``Work`` in order of start and
+    completes their futures (what DDP waits on), so no caller has to call ``Work.wait()``."""
+
+    def __init__(self):
+        self._queue: collections.deque = collections.deque()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, work: Work) -> None:
+        with self._ready:
+            self._queue.append(work)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mpicoll-torch-completer",
+                                                daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                work = self._queue[0]
+            work._complete()
+            with self._ready:
+                self._queue.popleft()
+
+    def drain(self) -> None:
+        """Wait until every Work added so far has finished."""
+        with self._ready:
+            pending = list(self._queue)
+        for work in pending:
+            work._done.wait()
+
+
+_completer = _Completer()
+
+
+# ----------------------------------------------------------------------------- the group
+
+class ProcessGroupMpicoll(dist.ProcessGroup):
+    """A torch process group whose collectives are mpicoll's, on the MPI communicator ``comm``.
+
+    ``options`` (``Options``) may be changed between calls (``dist.group.WORLD.options``).
+    """
+
+    def __init__(self, comm, rank: int, size: int, timeout: float | None,
+                 options: Options | None = None):
+        super().__init__(rank, size)
+        from mpi4py import MPI
+        self.comm = comm
+        self._size = size
+        self.options = options if options is not None else Options()
+        self.timeout = timeout
+        self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
+    def __repr__(self) -> str:
+        return (f"<ProcessGroupMpicoll rank {self.rank()} of {self.size()}, "
+                f"algorithm={self.options.algorithm!r}, timeout={self._timeout()}>")
+
+    def getBackendName(self) -> str:
+        return NAME
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _timeout(self, opts=None) -> float | None:
+        per_call = _seconds(getattr(opts, "timeout", None))
+        if per_call is not None:
+            return per_call
+        return self.options.timeout if self.options.timeout is not None else self.timeout
+
+    def _submit(self, what: str, calls, result, opts, *, after=None, algorithm="auto") -> Work:
+        """Run ``calls`` -- each ``call(blocking)`` runs one mpicoll collective and returns its
+        Request (or None when blocking) -- and wrap them in a Work."""
+        blocking = (not getattr(opts, "asyncOp", True) or not self.threaded
+                    or algorithm in _BLOCKING_ONLY)
+        if blocking:
+            try:
+                for call in calls:
+                    call(True)
+            except _FAILURES as exc:
+                return Work(what, result=result, after=after, error=exc)
+            return Work(what, result=result, after=after)
+        requests = []
+        for call in calls:
+            try:
+                requests.append(call(False))
+            except _FAILURES as exc:
+                return Work(what, result=result, error=exc)
+        work = Work(what, requests, result, after)
+        if all(r.done for r in requests):      # one rank, empty tensors: nothing in flight
+            work._complete()
+        else:
+            _completer.add(work)
+        return work
+
+    def _kwargs(self, collective: str, opts) -> dict:
+        return {"algorithm": self.options.algorithm_for(collective), "comm": self.comm,
+                "timeout": self._timeout(opts)}
+
+    # ---------------------------------------------------------------- collectives
+
+    def allreduce(self, tensors, opts=None):
+        opts = dist.AllreduceOptions() if opts is None else opts
+        return self._allreduce("all_reduce", tensors, tensors, opts)
+
+    def _allreduce(self, what: str, tensors, result, opts, after=None):
+        from mpi4py import MPI
+        kw = self._kwargs("allreduce", opts)
+        calls, averaged = [], []
+        for t in tensors:
+            view = tensor_view(t, f"{what} tensor")
+            op, average = _op(opts, t)
+            if average:
+                averaged.append(t)
+
+            def call(blocking, view=view, op=op):
+                if blocking:
+                    mpicoll.allreduce(MPI.IN_PLACE, view, op=op, **kw)
+                    return None
+                return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw)
+            calls.append(call)
+        size = self._size
+
+        def finish():
+            for t in averaged:
+                t.div_(size)
+            if after is not None:
+                after()
+        return self._submit(what, calls, result, opts,
+                            after=finish if averaged or after is not None else None,
+                            algorithm=kw["algorithm"])
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = dist.AllreduceCoalescedOptions() if opts is None else opts
+        if not tensors:
+            return Work("all_reduce_coalesced", result=tensors)
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) > 1:
+            raise TypeError(f"all_reduce_coalesced needs tensors of one dtype, got "
+                            f"{sorted(str(d) for d in dtypes)}")
+        for i, t in enumerate(tensors):
+            tensor_view(t, f"all_reduce_coalesced tensor {i}")
+        packed = torch.cat([t.reshape(-1) for t in tensors])    # one collective, as Gloo
+
+        def unpack():
+            offset = 0
+            for t in tensors:
+                t.copy_(packed[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+        return self._allreduce("all_reduce_coalesced", [packed], tensors, opts, after=unpack)
+
+    def broadcast(self, tensors, opts=None):
+        opts = dist.BroadcastOptions() if opts is None else opts
+        kw = self._kwargs("bcast", opts)
+        root = opts.rootRank
+        calls = []
+        for t in tensors:
+            view = tensor_view(t, "broadcast tensor")
+
+            def call(blocking, view=view):
+                if blocking:
+                    mpicoll.bcast(view, root, **kw)
+                    return None
+                return mpicoll.ibcast(view, root, **kw)
+            calls.append(call)
+        return self._submit("broadcast", calls, tensors, opts)
+
+    def barrier(self, opts=None):
+        opts = dist.BarrierOptions() if opts is None else opts
+        _completer.drain()              # as Gloo's: after this group's work in flight
+        token = np.zeros(1, np.uint8)
+        kw = {**self._kwargs("allreduce", opts), "algorithm": "auto"}
+
+        def call(blocking):
+            if blocking:
+                mpicoll.allreduce(token, op="max", **kw)
+                return None
+            return mpicoll.iallreduce(token, op="max", **kw)
+        return self._submit("barrier", [call], [], opts)
+
+    def all_gather_single(self, output, input, opts=None):
+        src, dst = tensor_view(input, "all_gather_into_tensor input"), \
+            tensor_view(output, "all_gather_into_tensor output")
+        if input.dtype != output.dtype:
+            raise TypeError(f"all_gather_into_tensor: output dtype {output.dtype} differs from "
+                            f"input dtype {input.dtype}")
+        if output.numel() != self.size() * input.numel():
+            raise ValueError(f"all_gather_into_tensor: output has {output.numel()} elements, "
+                             f"expected {self.size()} x {input.numel()}")
+        kw = self._kwargs("allgather", opts)
+
+        def call(blocking):
+            if blocking:
+                mpicoll.allgather(src, dst, **kw)
+                return None
+            return mpicoll.iallgather(src, dst, **kw)
+        return self._submit("all_gather_into_tensor", [call], [output], opts)
+
+    _allgather_base = all_gather_single
+
+    def allgather(self, output_lists, inputs, opts=None):
+        calls, copies = [], []
+        size = self.size()
+        for outputs, t in zip(output_lists, inputs):
+            src = tensor_view(t, "all_gather input")
+            if len(outputs) != size:
+                raise ValueError(f"all_gather: {len(outputs)} output tensors for a group of "
+                                 f"{size}")
+            for r, o in enumerate(outputs):
+                if o.numel() != t.numel() or o.dtype != t.dtype:
+                    raise ValueError(f"all_gather: output {r} is {o.dtype} x {o.numel()}, the "
+                                     f"input {t.dtype} x {t.numel()}")
+                if o.device.type != "cpu":
+                    raise TypeError(f"all_gather output {r} is on {o.device}, not the CPU")
+            gathered = torch.empty(size * t.numel(), dtype=t.dtype)
+            dst = tensor_view(gathered)
+            copies.append((outputs, gathered, t.numel()))
+            kw = self._kwargs("allgather", opts)
+
+            def call(blocking, src=src, dst=dst, kw=kw):
+                if blocking:
+                    mpicoll.allgather(src, dst, **kw)
+                    return None
+                return mpicoll.iallgather(src, dst, **kw)
+            calls.append(call)
+
+        def unpack():
+            for outputs, gathered, n in copies:
+                for r, o in enumerate(outputs):
+                    o.copy_(gathered[r * n:(r + 1) * n].view_as(o))
+        return self._submit("all_gather", calls, output_lists, opts, after=unpack)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        opts = dist.ReduceScatterOptions() if opts is None else opts
+        src = tensor_view(input, "reduce_scatter_tensor input")
+        dst = tensor_view(output, "reduce_scatter_tensor output")
+        if input.dtype != output.dtype:
+            raise TypeError(f"reduce_scatter_tensor: output dtype {output.dtype} differs from "
+                            f"input dtype {input.dtype}")
+        if input.numel() != self.size() * output.numel():
+            raise ValueError(f"reduce_scatter_tensor: input has {input.numel()} elements, "
+                             f"expected {self.size()} x {output.numel()}")
+        return self._reduce_scatter("reduce_scatter_tensor", [(src, dst, output)], [output],
+                                    opts)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        opts = dist.ReduceScatterOptions() if opts is None else opts
+        size, triples = self.size(), []
+        for output, inputs in zip(outputs, input_lists):
+            dst = tensor_view(output, "reduce_scatter output")
+            if len(inputs) != size:
+                raise ValueError(f"reduce_scatter: {len(inputs)} input tensors for a group of "
+                                 f"{size}")
+            for r, t in enumerate(inputs):
+                if t.numel() != output.numel() or t.dtype != output.dtype:
+                    raise ValueError(f"reduce_scatter: input {r} is {t.dtype} x {t.numel()}, "
+                                     f"the output {output.dtype} x {output.numel()}")
+                tensor_view(t, f"reduce_scatter input {r}")
+            packed = torch.cat([t.reshape(-1) for t in inputs])
+            triples.append((tensor_view(packed), dst, output))
+        return self._reduce_scatter("reduce_scatter", triples, outputs, opts)
+
+    def _reduce_scatter(self, what: str, triples, result, opts):
+        kw = self._kwargs("reduce_scatter_block", opts)
+        calls, averaged = [], []
+        for src, dst, output in triples:
+            op, average = _op(opts, output)
+            if average:
+                averaged.append(output)
+
+            def call(blocking, src=src, dst=dst, op=op):
+                if blocking:
+                    mpicoll.reduce_scatter_block(src, dst, op=op, **kw)
+                    return None
+                return mpicoll.ireduce_scatter_block(src, dst, op=op, **kw)
+            calls.append(call)
+        size = self.size()
+
+        def finish():
+            for t in averaged:
+                t.div_(size)
+        return self._submit(what, calls, result, opts, after=finish)
+
+    # ---------------------------------------------------------------- the rest
+
+
+def _unsupported(torch_name: str):
+    def method(self, *args, **kwargs):
+        raise NotImplementedError(f"the mpicoll backend does not implement {torch_name}; it "
+                                  f"has {_SUPPORTED} (use a 'gloo' group for the rest: "
+                                  f"dist.new_group(backend='gloo'))")
+    method.__name__ = torch_name
+    method.__doc__ = f"Not implemented: raises NotImplementedError naming {torch_name}."
+    return method
+
+
+for _method, _torch_name in {
+        "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+        "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
+        "all_to_all_single": "all_to_all_single", "send": "send", "recv": "recv",
+        "recv_anysource": "recv (from any source)", "allgather_coalesced": "all_gather_coalesced",
+        "all_gather_single_coalesced": "all_gather_into_tensor_coalesced",
+        "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+        "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+        "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+        "monitored_barrier": "monitored_barrier"}.items():
+    setattr(ProcessGroupMpicoll, _method, _unsupported(_torch_name))
+
+
+# ----------------------------------------------------------------------------- registration
+
+def _create(backend_options, options):
+    """The backend's creator (torch's extended API): the group's MPI communicator."""
+    from mpi4py import MPI
+    if options is not None and not isinstance(options, Options):
+        raise TypeError(f"pg_options for the mpicoll backend must be mpicoll.torch.Options, got "
+                        f"{type(options).__name__}")
+    world = MPI.COMM_WORLD
+    rank, size = backend_options.group_rank, backend_options.group_size
+    ranks = list(backend_options.global_ranks_in_group)
+    if not ranks:                                   # the default group: all of COMM_WORLD
+        if (rank, size) != (world.Get_rank(), world.Get_size()):
+            raise RuntimeError(
+                f"the mpicoll backend runs over MPI, and torch's rank {rank} of {size} is MPI's "
+                f"rank {world.Get_rank()} of {world.Get_size()}: the processes are not one MPI "
+                f"job (torchrun starts each as an MPI job of its own). Launch with "
+                f"'mpiexec -n {size} python ...' or srun instead (docs/torch.md)")
+        comm = world.Dup()
+    else:                                           # new_group(ranks): only its members call
+        comm = world.Create_group(world.Get_group().Incl(ranks))
+        if comm.Get_rank() != rank:
+            raise RuntimeError(f"new_group: torch's group rank {rank}, MPI's {comm.Get_rank()}")
+    timeout = backend_options.timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else None
+    return ProcessGroupMpicoll(comm, rank, size, seconds, options)
+
+
+def register() -> None:
+    """Register ``"mpicoll"`` with torch.distributed for CPU tensors (once)."""
+    if not hasattr(dist.Backend, NAME.upper()):
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])

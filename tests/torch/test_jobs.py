@@ -1,0 +1,107 @@
+"""Serial tests of the torch backend that launch small mpiexec jobs of their own (the torch
+environment: tests/run-torch.sh)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
+    [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_dead_rank_is_named_through_work_wait(tmp_path, ranks):
+    assert MPIEXEC, "mpiexec not found next to python or on PATH (pip install .[mpich])"
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run([MPIEXEC, "-disable-auto-cleanup", "-n", str(ranks), sys.executable,
+                           str(HERE / "dead_rank.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=200, env=env)
+    rows = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert len(rows) == ranks - 1, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    dead = ranks - 1
+    for row in rows:
+        wait, future = row["wait"], row["future"]
+        assert wait["type"] == "RuntimeError" and wait["cause"] == "CollectiveTimeout", row
+        assert f"rank(s) [{dead}]" in wait["message"] and dead in wait["peers"], row
+        assert future["type"] == "RuntimeError" and future["message"] == wait["message"], row
+        assert row["next"]["type"] == "RuntimeError", row      # the group is broken now
+        assert 9.5 < row["elapsed"] < 100, row     # init_process_group's 10 s, not mpicoll's 600
+
+
+SINGLE = """
+import torch, torch.distributed as dist
+import mpicoll.torch
+dist.init_process_group("mpicoll")
+x = torch.ones(3)
+dist.all_reduce(x)
+print("size", dist.get_world_size(), "sum", x.tolist(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(200)
+def test_one_process_without_master_addr(tmp_path):
+    """``python script.py``: no launcher, no MASTER_ADDR -- a job of one rank."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MASTER_", "PMI_", "OMPI_", "PMIX_", "HYDRA_"))}
+    proc = subprocess.run([sys.executable, "-c", SINGLE], capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert "size 1 sum [1.0, 1.0, 1.0]" in proc.stdout, proc.stderr[-2000:]
+
+
+@pytest.mark.timeout(200)
+def test_torchrun_is_refused_with_the_launch_to_use(tmp_path):
+    """torchrun starts each process as an MPI job of its own: init_process_group says so."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("no torchrun next to python")
+    script = tmp_path / "single.py"
+    script.write_text(SINGLE)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MASTER_", "PMI_", "OMPI_", "PMIX_", "HYDRA_"))}
+    import socket
+    with socket.socket() as sock:           # a free port for torchrun's store (loopback)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                           "--master-port", str(port), str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode != 0
+    assert "the processes are not one MPI job" in proc.stderr, proc.stderr[-3000:]
+    assert "mpiexec -n 2" in proc.stderr
+
+
+SERIALIZED = """
+import mpi4py
+mpi4py.rc.thread_level = "serialized"          # no progress thread: every call blocking
+import sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import mpicoll.torch
+from torch_backends import train
+dist.init_process_group("mpicoll")
+assert dist.group.WORLD.threaded is False
+x = torch.ones(5)
+work = dist.all_reduce(x, async_op=True)
+assert work.is_completed() and float(x[0]) == dist.get_world_size()
+weights, _ = train(steps=5)
+from mpi4py import MPI
+sums = MPI.COMM_WORLD.gather(float(weights.sum()), root=0)
+if dist.get_rank() == 0:
+    print("serialized ok", len(sums), len(set(sums)), flush=True)     # ranks, distinct sums
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(240)
+def test_without_thread_multiple_every_call_is_blocking_and_ddp_runs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", SERIALIZED,
+                           str(HERE.parents[1] / "jobs")], capture_output=True, text=True,
+                          timeout=200, env=env)
+    assert "serialized ok 2 1" in proc.stdout, (proc.stdout[-1000:], proc.stderr[-2000:])
