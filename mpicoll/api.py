@@ -17,19 +17,17 @@ count, dtype, op, algorithm and root, raising ``ArgumentMismatch`` on every rank
 from __future__ import annotations
 
 import functools
-import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from . import compression, kernels, model, select, settings
+from . import compression, kernels, model, select, settings, shm
 from ._runtime import context
 from ._runtime.call import Call, disagree, failed
 from ._runtime.watch import Watch
 from .errors import ArgumentMismatch, CollectiveTimeout
-from .algorithms import allreduce_shm
 from .executors import compiled
 from .executors.progress import Request, waitall
 from .registry import ALLREDUCE, COLLECTIVES, Algorithm, lookup
@@ -293,13 +291,13 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
     elements, the op, the scratch -- made before the agreement step (None: nothing to run)."""
     comm = call.comm
     if algo.has("shared-memory"):       # no schedule: checked and compiled here, run by the call
-        allreduce_shm.check(call.open(), op, np.dtype(dtype))
-        allreduce_shm.warmup(np.dtype(dtype))
+        shm.check(call.open(), op, np.dtype(dtype))
+        shm.warmup(np.dtype(dtype))
         return SharedMemory(call, np.dtype(dtype), op) \
             if comm.Get_size() > 1 and count > 0 else None
     if options.get("inner") == "shm":   # node phases in shared memory (hierarchical's option)
-        _check_node_phases(call.open(), op, np.dtype(dtype))
-        allreduce_shm.warmup(np.dtype(dtype))
+        shm.check_node_phases(call.open(), op, np.dtype(dtype))
+        shm.warmup(np.dtype(dtype))
         return SharedMemory(call, np.dtype(dtype), op, algo, options["outer"]) \
             if comm.Get_size() > 1 and count > 0 else None
     if algo.library or comm.Get_size() == 1 or count == 0:
@@ -313,48 +311,8 @@ def _prepare(call: Call, algo: Algorithm, count: int, dtype, op: str | None, opt
     return execute, sched, internode, op, scratch
 
 
-def _outside_real_nodes(st) -> list:
-    """The nodes of the layout (``st.nodes()``) that do not lie inside one real node: ranks
-    that can't share one memory window."""
-    real = [set(r) for r in st.real_nodes]
-    return [list(n) for n in st.nodes() if not any(set(n) <= r for r in real)]
-
-
-def _check_node_phases(st, op: str, dtype: np.dtype) -> None:
-    """Raise ``ValueError`` unless hierarchical's shm node phases can run: every node of the
-    layout inside one real node (ranks that share memory), an op and dtype ``shm`` reduces."""
-    outside = _outside_real_nodes(st)
-    if outside:
-        raise ValueError(f"hierarchical inner='shm' needs every node inside one real node (it "
-                         f"shares a memory window); nodes {outside} span several: "
-                         f"{[list(r) for r in st.real_nodes]}")
-    if not allreduce_shm.supports(op, dtype):
-        raise ValueError(f"hierarchical inner='shm' supports op {', '.join(allreduce_shm.OPS)} "
-                         f"on dtype {', '.join(map(str, allreduce_shm.DTYPES))}, not {op!r} on "
-                         f"{dtype}")
-
-
-def _node_phases_by_default(call: Call, inner, op: str, dtype: np.dtype, nbytes: int) -> bool:
-    """Whether a blocking ``hierarchical`` call whose inner was not chosen (by argument or
-    ``MPICOLL_HIER_INNER``) runs its node phases in shared memory: where ``auto`` would run
-    ``shm`` on one node of the node's ranks (``select.shm_wins``: each node's size, and the
-    ranks of its real node against its cores), when every node has the same number (> 1) of
-    ranks, inside one real node, and ``shm`` reduces the op and dtype."""
-    if inner is not None or settings.get("MPICOLL_HIER_INNER") is not None or \
-            nbytes < select.SHM_MIN_BYTES or not allreduce_shm.supports(op, dtype):
-        return False
-    st = call.open()
-    nodes = st.nodes()
-    cores = max(1, (os.cpu_count() or 1) * len(nodes[0]) // max(len(r) for r in st.real_nodes))
-    return (len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1
-            and not _outside_real_nodes(st)
-            and select.shm_wins(nbytes, len(nodes[0]), cores,
-                                single_copy=allreduce_shm.single_copy_expected(len(nodes[0]),
-                                                                               cores)))
-
-
 class SharedMemory:
-    """A blocking or persistent all-reduce in ``allreduce_shm``'s window, on this rank: ``shm``
+    """A blocking or persistent all-reduce in ``mpicoll.shm``'s window, on this rank: ``shm``
     itself (every rank on one node), or -- with ``algo`` and ``outer`` -- an algorithm's node
     phases with ``inner="shm"`` (hierarchical): the window of this rank's node, and between the
     node phases the ``outer`` all-reduce of its shard of each chunk with the same local rank of
@@ -382,9 +340,9 @@ class SharedMemory:
             mismatch) -> None:
         """From ``src`` (flat; may be ``dst``: in place) into ``dst``. ``watch``: the call's
         ``Watch`` (or None), or a function that makes it (a prepared call's,
-        ``Prepared.shared``); ``signature``, ``mismatch``: ``allreduce_shm.allreduce``'s."""
+        ``Prepared.shared``); ``signature``, ``mismatch``: ``shm.allreduce``'s."""
         if self.nodes is None:
-            allreduce_shm.allreduce(self.st, src, dst, self.op, watch, signature, mismatch)
+            shm.allreduce(self.st, src, dst, self.op, watch, signature, mismatch, tag=tag)
             return
         st = self.st
 
@@ -398,9 +356,8 @@ class SharedMemory:
             self.execute(sched, part, st.comm, op=self.op, tag=tag, scratch=scratch,
                          traffic=st.traffic, watch=watch() if callable(watch) else watch)
             st.traffic["internode_bytes"] += sched.totals[0] * part.itemsize  # all off-node
-        allreduce_shm.allreduce(st, src, dst, self.op, watch, signature, mismatch,
-                                nodes=self.nodes,
-                                between=between if len(self.nodes) > 1 else None)
+        shm.allreduce(st, src, dst, self.op, watch, signature, mismatch, tag=tag,
+                      nodes=self.nodes, between=between if len(self.nodes) > 1 else None)
 
 
 def _warmup(call: Call, op: str, dtype) -> None:
@@ -466,10 +423,8 @@ settings.on_reload(_picked.cache_clear)
 
 
 def _shared_memory(call: Call, op: str, dtype) -> bool:
-    """Whether ``auto`` may run ``shm`` (``select``): every rank on one node (as the MPI library
-    sees it), and an op and dtype it reduces."""
-    return (len(call.open().real_nodes) == 1 and op in allreduce_shm.OPS
-            and dtype in allreduce_shm.DTYPES)
+    """Whether ``auto`` may run ``shm`` (``select``): ``shm.usable``."""
+    return shm.usable(call.open(), op, dtype)
 
 
 def _shm_signature(call: Call) -> tuple:
@@ -757,11 +712,11 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
             algo = _unless_library_lacks("allreduce", lookup("allreduce", select.allreduce(
                 recv.nbytes, size, count, call.open().ranks_per_node if size > 1 else None,
                 shared_memory=size > 1 and _shared_memory(call, opname, recv.dtype),
-                single_copy=allreduce_shm.single_copy_expected(size))),
+                single_copy=shm.single_copy_expected(size))),
                 recv.dtype, opname, recv.nbytes, size, count)
         options = _options(call, algo, given, auto)
-        if "inner" in options and size > 1 and _node_phases_by_default(
-                call, inner, opname, recv.dtype, recv.nbytes):
+        if "inner" in options and size > 1 and shm.node_phases_by_default(
+                call.open(), inner, opname, recv.dtype, recv.nbytes):
             options = {**options, "inner": "shm"}
         prepared = _prepare(call, algo, count, recv.dtype, opname, options)
         call.agree(algo.name, op=opname, dtype=recv.dtype, count=count,
