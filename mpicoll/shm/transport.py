@@ -5,13 +5,15 @@
 in one window) and ``hierarchical``'s shared-memory node phases (``nodes``: one window per node
 of the layout, and ``between``, the inter-node all-reduce of this rank's reduced slice).
 
-Failures. Every wait returns to Python each SPIN_SECONDS; then (``_late``) this rank looks at
-the ranks of its window: one whose process is gone (``probe.alive``), or that published
-``aborted`` (it gave up on the window), ends the call at once with ``CommunicatorBroken`` --
-the communicator is marked broken, so the next call raises at once too -- and this rank
-publishes ``aborted`` in turn, so that a rank waiting on it learns in one spin. Then the
-call's deadline, if any (``Watch.overdue``: the roll call names the ranks whose flags are
-missing). A read of another rank's memory that fails (single copy) ends the call the same way.
+Failures. Every wait returns to Python each SPIN_SECONDS (``_late``): first the call's
+deadline, if any (``Watch.overdue``: past it, or when another rank's roll call has come, the
+roll call names the ranks whose flags are missing); then the ranks of the window: one whose
+process is gone (``probe.alive``), or that published ``aborted`` (it gave up on the window),
+ends the call at once with ``CommunicatorBroken`` -- the communicator is marked broken, so the
+next call raises at once too -- and this rank publishes ``aborted`` in turn, so that a rank
+waiting on it learns in one spin, deadline or not. A read of another rank's memory that fails
+(single copy) ends the call the same way. Any other failure mid-call (a timeout, an
+interrupt) also publishes ``aborted``.
 """
 
 from __future__ import annotations
@@ -214,11 +216,16 @@ def window_rank(st, nodes) -> int:
 
 def _late(st, window, get_watch, which: int, seq: int, waiting: int, step: str,
           nsteps: int) -> None:
-    """A flag wait outlasted its spin: end the call if a rank of the window died or gave up
-    (``_broken``); else ``watch.overdue`` (raises past the deadline or at a roll call), naming
-    in ``st.comm``'s ranks those whose flag ``which`` is short of ``seq`` (``waiting``, the
-    rank the wait stopped at, if none is any more)."""
+    """A flag wait outlasted its spin: ``watch.overdue`` (raises past the deadline or at a roll
+    call), naming in ``st.comm``'s ranks those whose flag ``which`` is short of ``seq``
+    (``waiting``, the rank the wait stopped at, if none is any more); then end the call if a
+    rank of the window died or gave up without a roll call (``_broken``)."""
     flags = window.flags
+    watch = get_watch()
+    if watch is not None:
+        short = [j for j in range(window.size)
+                 if j != window.rank and flags[(FLAGS * j + which) * LINE] < seq] or [waiting]
+        watch.overdue(step, nsteps, [window.members[j] for j in short])
     for j in range(window.size):
         if j == window.rank:
             continue
@@ -228,11 +235,6 @@ def _late(st, window, get_watch, which: int, seq: int, waiting: int, step: str,
                     "rank died, or its memory could not be read)")
         if pid and not probe.alive(pid):
             _broken(st, window, f"rank {window.members[j]} (pid {pid}) died during the call")
-    watch = get_watch()
-    if watch is not None:
-        short = [j for j in range(window.size)
-                 if j != window.rank and flags[(FLAGS * j + which) * LINE] < seq] or [waiting]
-        watch.overdue(step, nsteps, [window.members[j] for j in short])
 
 
 def _broken(st, window, reason: str):
