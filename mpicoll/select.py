@@ -15,7 +15,7 @@ In order, the first that has an answer decides:
 Before all of them, an all-reduce whose ranks all share one node (the caller says so:
 ``shared_memory=True``, for a blocking or persistent call whose op and dtype ``shm`` reduces)
 runs ``shm`` from ``SHM_MIN_BYTES`` on (``shm_wins``): at every size where ``shm`` reads the
-other ranks' buffers in place (``single_copy``: ``allreduce_shm.single_copy_expected``, a core
+other ranks' buffers in place (``single_copy``: ``shm.single_copy_expected``, a core
 per rank on Linux) or the node has fewer cores than ranks; else -- copying through its window
 with a core per rank -- up to ``SHM_MAX_BYTES``. Measured on this machine (docs/performance.md,
 "shm"; interleaved bench runs): at N = 2 on 2 cores, reading in place, shm was 1.3-1.5x MPI's
@@ -40,18 +40,16 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 
 from . import model, settings
 from .registry import lookup
+from .shm.policy import SHM_MAX_BYTES, SHM_MIN_BYTES, shm_wins  # noqa: F401 (shm's band, here)
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "choose", "ring_order",
            "without_library", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES",
            "DEFAULT_TUNING", "shm_wins"]
 
 SHORT_MSG = 8192
-SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
-SHM_MAX_BYTES = 131072      # ... up to this size copying through its window, a core per rank
 DEFAULT_TUNING = settings.PROFILES / "tuning.json"
 
 
@@ -124,18 +122,6 @@ def reload() -> None:
     """Forget cached decisions, tables and profiles (after changing the environment)."""
     for cached in (choose, _table, model.default_profile):
         cached.cache_clear()
-
-
-def shm_wins(nbytes: int, ranks: int, cores: int | None = None,
-             single_copy: bool = False) -> bool:
-    """Whether ``shm`` is ``auto``'s all-reduce of ``nbytes`` on ``ranks`` ranks sharing a node of
-    ``cores`` cores (None: ``os.cpu_count()``, the machine's, the same on every rank of it): from
-    ``SHM_MIN_BYTES``; at every size when it reads in place (``single_copy``:
-    ``allreduce_shm.single_copy_expected``) or the ranks outnumber the cores, else up to
-    ``SHM_MAX_BYTES``."""
-    if ranks < 2 or nbytes < SHM_MIN_BYTES:
-        return False
-    return single_copy or nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
 
 
 def allreduce(nbytes: int, size: int, count: int, ranks_per_node: int | None = None,

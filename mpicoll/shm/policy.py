@@ -3,7 +3,9 @@
 ``shm`` runs every op and dtype the schedules run (``mpicoll.kernels``: MPI's table of which op
 applies to which type), so what it needs is a place: every rank of the window inside one real
 node, as the MPI library's ``COMM_TYPE_SHARED`` split sees it (``CommState.real_nodes``).
-``single_copy_expected`` is the part of ``select``'s ``shm`` band that depends on the node.
+``shm_wins`` is ``auto``'s ``shm`` band (``select`` imports it: "before all of them, an
+all-reduce whose ranks all share one node ..."), ``single_copy_expected`` the part of it that
+depends on the node.
 """
 
 from __future__ import annotations
@@ -15,11 +17,24 @@ import numpy as np
 from .. import kernels, settings
 from .probe import HAVE_READV
 
-__all__ = ["OPS", "DTYPES", "supports", "check", "usable", "outside_real_nodes",
+__all__ = ["SHM_MIN_BYTES", "SHM_MAX_BYTES", "shm_wins", "OPS", "DTYPES", "supports", "check", "usable", "outside_real_nodes",
            "check_node_phases", "node_phases_by_default", "single_copy_expected"]
 
 OPS = kernels.OPS                   # every op and dtype the schedules run (MPI's pairs)
 DTYPES = kernels.DTYPES
+SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
+SHM_MAX_BYTES = 131072      # ... up to this size copying through its window, a core per rank
+
+
+def shm_wins(nbytes: int, ranks: int, cores: int | None = None,
+             single_copy: bool = False) -> bool:
+    """Whether ``shm`` is ``auto``'s all-reduce of ``nbytes`` on ``ranks`` ranks sharing a node of
+    ``cores`` cores (None: ``os.cpu_count()``, the machine's, the same on every rank of it): from
+    ``SHM_MIN_BYTES``; at every size when it reads in place (``single_copy``:
+    ``single_copy_expected``) or the ranks outnumber the cores, else up to ``SHM_MAX_BYTES``."""
+    if ranks < 2 or nbytes < SHM_MIN_BYTES:
+        return False
+    return single_copy or nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
 
 
 def supports(op: str, dtype) -> bool:
@@ -75,19 +90,18 @@ def check_node_phases(st, op: str, dtype) -> None:
 def node_phases_by_default(st, inner, op: str, dtype, nbytes: int) -> bool:
     """Whether a blocking ``hierarchical`` call whose inner was not chosen (by argument or
     ``MPICOLL_HIER_INNER``) runs its node phases in shared memory: where ``auto`` would run
-    ``shm`` on one node of the node's ranks (``select.shm_wins``: each node's size, and the
+    ``shm`` on one node of the node's ranks (``shm_wins``: each node's size, and the
     ranks of its real node against its cores), when every node has the same number (> 1) of
     ranks, inside one real node, and ``shm`` reduces the op and dtype."""
-    from .. import select       # (select's module imports the registry, which imports shm)
     if inner is not None or settings.get("MPICOLL_HIER_INNER") is not None or \
-            nbytes < select.SHM_MIN_BYTES or not supports(op, dtype):
+            nbytes < SHM_MIN_BYTES or not supports(op, dtype):
         return False
     nodes = st.nodes()
     cores = max(1, (os.cpu_count() or 1) * len(nodes[0]) // max(len(r) for r in st.real_nodes))
     return (len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1
             and not outside_real_nodes(st)
-            and select.shm_wins(nbytes, len(nodes[0]), cores,
-                                single_copy=single_copy_expected(len(nodes[0]), cores)))
+            and shm_wins(nbytes, len(nodes[0]), cores,
+                         single_copy=single_copy_expected(len(nodes[0]), cores)))
 
 
 def single_copy_expected(ranks: int, cores: int | None = None) -> bool:
