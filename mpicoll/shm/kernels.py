@@ -57,7 +57,13 @@ SUM, PROD, MAX, MIN = (CODES.index(name) for name in ("sum", "prod", "max", "min
 
 def code(op: str, dtype) -> int:
     """The kernel code of ``op`` on ``dtype`` (a pair MPI allows: ``kernels.check``)."""
-    return CODES.index(kernels.kernel_name(op, dtype))
+    found = _codes.get((op, dtype))
+    if found is None:
+        found = _codes[op, np.dtype(dtype)] = CODES.index(kernels.kernel_name(op, dtype))
+    return found
+
+
+_codes: dict = {}
 
 
 def _register() -> None:
