@@ -32,6 +32,7 @@ run each time it outlasts a spin: the deadline, the roll call, a rank that died.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import mmap
 import os
@@ -150,7 +151,7 @@ def make(comm: MPI.Intracomm, members: tuple, capacity: int, tag: int, wanted: b
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.posix_fallocate(fd, 0, total)
+                _reserve(fd, total)
                 region = mmap.mmap(fd, total)
             finally:
                 os.close(fd)
@@ -226,6 +227,17 @@ def _exchange(comm, requests, get_watch, peers) -> None:
     else:
         watch.wait(requests, "making the shared window (its name, from its first rank)",
                    peers=list(peers))
+
+
+def _reserve(fd: int, total: int) -> None:
+    """Give the file ``total`` bytes of memory now (``posix_fallocate``: a full tmpfs raises
+    here, ENOSPC), or only its size where the file system can't reserve."""
+    try:
+        os.posix_fallocate(fd, 0, total)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, total)
 
 
 def _unlink(path: str) -> None:
