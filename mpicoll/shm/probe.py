@@ -62,18 +62,20 @@ def read_word(pid: int, address: int) -> int | None:
 
 def alive(pid: int) -> bool:
     """Whether process ``pid`` (a rank on this node) still runs: it exists and is not a zombie
-    (a dead rank its launcher has not reaped yet)."""
+    (a dead rank its launcher has not reaped yet). Cheap enough for every 10 ms of a wait, and
+    allocates next to nothing (no buffered file: a persistent call must not)."""
     try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
-    except FileNotFoundError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    except OSError:                 # no /proc: ask the kernel
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
+    except PermissionError:
+        pass
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:                     # gone meanwhile, or no /proc: kill() had the word
+        return not os.path.isdir("/proc")
+    try:
+        head = os.read(fd, 128)         # "pid (comm) S ...": comm is at most 16 bytes
+    finally:
+        os.close(fd)
+    return head[head.rfind(b")") + 2:][:1] not in (b"Z", b"X")
