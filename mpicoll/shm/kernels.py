@@ -32,9 +32,9 @@ from .. import kernels
 from .probe import HAVE_READV, LIBC, READV
 
 __all__ = ["CODES", "code", "FLAGS", "LINE", "ARRIVED", "REDUCED", "GATHERED", "SIGNATURE",
-           "PID", "SRC", "DST", "WHOLE", "PROBE", "ABORTED", "ANSWER", "publish", "DONE", "MISMATCH", "BETWEEN",
-           "UNREADABLE", "BLOCK", "slice_of", "missing", "reduce_into", "combine",
-           "window_copy", "single_copy", "warmup"]
+           "PID", "SRC", "DST", "WHOLE", "PROBE", "ABORTED", "ANSWER", "DONE", "MISMATCH",
+           "BETWEEN", "UNREADABLE", "BLOCK", "publish", "slice_of", "missing", "reduce_into",
+           "combine", "window_copy", "single_copy", "warmup"]
 
 BLOCK = 2048                # elements reduced per block (the block of out stays in L1)
 LINE = 16                   # int64s per flag: each flag alone in 128 bytes (two cache lines)

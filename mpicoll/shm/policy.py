@@ -17,8 +17,9 @@ import numpy as np
 from .. import kernels, settings
 from .probe import HAVE_READV
 
-__all__ = ["SHM_MIN_BYTES", "SHM_MAX_BYTES", "shm_wins", "OPS", "DTYPES", "supports", "check", "usable", "outside_real_nodes",
-           "check_node_phases", "node_phases_by_default", "single_copy_expected"]
+__all__ = ["SHM_MIN_BYTES", "SHM_MAX_BYTES", "shm_wins", "OPS", "DTYPES", "supports", "check",
+           "usable", "outside_real_nodes", "check_node_phases", "node_phases_by_default",
+           "single_copy_expected"]
 
 OPS = kernels.OPS                   # every op and dtype the schedules run (MPI's pairs)
 DTYPES = kernels.DTYPES
