@@ -38,10 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from . import cache, compression, kernels, model, ops, select, settings
+from . import cache, compression, kernels, model, ops, select, settings, shm
 from ._runtime import loading
 from ._runtime.call import Call
-from .algorithms import allreduce_shm
 from .buffers import Layout
 from .executors import compiled, segments
 from .executors import progress
@@ -174,9 +173,9 @@ def make(call: Call, collective: str, algorithm, layout: Layout, *, op=None, roo
         options["root"] = root
     run_by = executor(algo, options, form)
     if algo.has("shared-memory") and size > 1:
-        allreduce_shm.check(st, opname, dtype)
+        shm.check(st, opname, dtype)
     if options.get("inner") == "shm" and size > 1:
-        _check_node_phases(st, opname, dtype)
+        shm.check_node_phases(st, opname, dtype)
     rule = _segment_rule() if run_by == "compiled" else ""
     st.last_plan = p = Plan(collective, algo, options, opname, dtype, layout.work.size,
                             layout.block, run_by, rule, codec, nodes, size)
@@ -210,20 +209,6 @@ def executor(algo: Algorithm, options: dict, form: str) -> str:
     if form == "nonblocking" and options.get("inner") != "shm":
         return "progress"
     return "compiled" if _choose() is compiled.execute else "python"
-
-
-def _check_node_phases(st, op: str, dtype: np.dtype) -> None:
-    """Raise ``ValueError`` unless hierarchical's shm node phases can run: every node of the
-    layout inside one real node (ranks that share memory), an op and dtype ``shm`` reduces."""
-    outside = select.outside_real_nodes(st)
-    if outside:
-        raise ValueError(f"hierarchical inner='shm' needs every node inside one real node (it "
-                         f"shares a memory window); nodes {outside} span several: "
-                         f"{[list(r) for r in st.real_nodes]}")
-    if not allreduce_shm.supports(op, dtype):
-        raise ValueError(f"hierarchical inner='shm' supports op {', '.join(allreduce_shm.OPS)} "
-                         f"on dtype {', '.join(map(str, allreduce_shm.DTYPES))}, not {op!r} on "
-                         f"{dtype}")
 
 
 @functools.lru_cache(maxsize=256)

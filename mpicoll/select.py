@@ -48,18 +48,16 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 
 from . import model, ops, settings
-from .algorithms import allreduce_shm
 from .registry import Algorithm, lookup
+from .shm import policy
+from .shm.policy import SHM_MAX_BYTES, SHM_MIN_BYTES, shm_wins  # noqa: F401 (shm's band, here)
 
 __all__ = ["decide", "choose", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES",
-           "DEFAULT_TUNING", "shm_wins", "outside_real_nodes"]
+           "DEFAULT_TUNING", "shm_wins"]
 
 SHORT_MSG = 8192
-SHM_MIN_BYTES = 16384       # auto runs shm on one node from this size (docs/performance.md)
-SHM_MAX_BYTES = 131072      # ... up to this size copying through its window, a core per rank
 DEFAULT_TUNING = settings.PROFILES / "tuning.json"
 
 
@@ -134,42 +132,17 @@ def reload() -> None:
         cached.cache_clear()
 
 
-def shm_wins(nbytes: int, ranks: int, cores: int | None = None,
-             single_copy: bool = False) -> bool:
-    """Whether ``shm`` is ``auto``'s all-reduce of ``nbytes`` on ``ranks`` ranks sharing a node of
-    ``cores`` cores (None: ``os.cpu_count()``, the machine's, the same on every rank of it): from
-    ``SHM_MIN_BYTES``; at every size when it reads in place (``single_copy``:
-    ``allreduce_shm.single_copy_expected``) or the ranks outnumber the cores, else up to
-    ``SHM_MAX_BYTES``."""
-    if ranks < 2 or nbytes < SHM_MIN_BYTES:
-        return False
-    return single_copy or nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
-
-
-def outside_real_nodes(st) -> list:
-    """The nodes of the layout (``st.nodes()``) that do not lie inside one real node: ranks
-    that can't share one memory window."""
-    real = [set(r) for r in st.real_nodes]
-    return [list(n) for n in st.nodes() if not any(set(n) <= r for r in real)]
-
-
 def _shm_row(st, op: str | None, dtype, nbytes: int, size: int) -> bool:
-    """The ``shm`` row: every rank on one real node, an op and dtype shm reduces, shm wins."""
-    return (op is not None and len(st.real_nodes) == 1 and allreduce_shm.supports(op, dtype)
-            and shm_wins(nbytes, size, single_copy=allreduce_shm.single_copy_expected(size)))
+    """The ``shm`` row: every rank on one real node, an op and dtype shm reduces, shm wins
+    (``shm.policy``: its band, where it reads in place)."""
+    return (op is not None and policy.usable(st, op, dtype)
+            and shm_wins(nbytes, size, single_copy=policy.single_copy_expected(size)))
 
 
 def _inner_row(st, op: str | None, dtype, nbytes: int) -> bool:
-    """The ``inner`` row: hierarchical's node phases in shared memory by default."""
-    if op is None or settings.get("MPICOLL_HIER_INNER") is not None or \
-            nbytes < SHM_MIN_BYTES or not allreduce_shm.supports(op, dtype):
-        return False
-    nodes = st.nodes()
-    per_node = len(nodes[0])
-    cores = max(1, (os.cpu_count() or 1) * per_node // max(len(r) for r in st.real_nodes))
-    return (len({len(n) for n in nodes}) == 1 and per_node > 1 and not outside_real_nodes(st)
-            and shm_wins(nbytes, per_node, cores,
-                         single_copy=allreduce_shm.single_copy_expected(per_node, cores)))
+    """The ``inner`` row: hierarchical's node phases in shared memory by default
+    (``shm.policy.node_phases_by_default``: equal nodes inside real nodes, shm's band)."""
+    return op is not None and policy.node_phases_by_default(st, None, op, dtype, nbytes)
 
 
 def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: int, dtype,

@@ -12,7 +12,7 @@ consecutive ranks with ``MPICOLL_RANKS_PER_NODE=k``). Two compositions:
   to the node's first rank. Phase 2: the leaders all-reduce the whole vector with ``outer``.
   Phase 3: binomial broadcast inside each node.
 * shared memory (``inner="shm"``; the same number of ranks on every node, each node inside one
-  real node) -- the shard shape with ``shm``'s window (``allreduce_shm``) as the node phases,
+  real node) -- the shard shape with ``shm``'s window (``mpicoll.shm``) as the node phases,
   as MPICH's and Open MPI's shared-memory node phases do. Phase 1: each rank copies its input
   into the node's window and reduces its shard of all the node's inputs straight from it.
   Phase 2: as in shard, chunk by chunk. Phase 3: each rank copies the others' shards out of
@@ -47,7 +47,7 @@ INNER = {
     "recursive_halving": (reduce_scatter_recursive_halving, allgather_recursive_doubling),
     "binomial": (reduce_binomial, bcast_binomial),
 }
-SHM = "shm"     # the shared-memory node phases (no schedule: api runs them, allreduce_shm)
+SHM = "shm"     # the shared-memory node phases (no schedule: api runs them on mpicoll.shm)
 INNERS = (*INNER, SHM)
 # outer name -> the all-reduce the nodes (or their shards) run between them
 OUTER = {

@@ -1,4 +1,4 @@
-"""The shared-memory runner: an all-reduce in ``allreduce_shm``'s window, on this rank.
+"""The shared-memory runner: an all-reduce in ``mpicoll.shm``'s window, on this rank.
 
 Either ``shm`` itself (every rank on one node), or -- with ``algo`` and ``outer`` -- an
 algorithm's node phases with ``inner="shm"`` (hierarchical): the window of this rank's node,
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
-from ..algorithms import allreduce_shm
+from .. import kernels, shm
 from . import compiled
 
 __all__ = ["SharedMemory"]
@@ -26,7 +25,7 @@ class SharedMemory:
     def __init__(self, st, dtype: np.dtype, op: str, execute=None, algo=None,
                  outer: str | None = None):
         self.st, self.op, self.nodes = st, op, None
-        allreduce_shm.warmup(dtype)
+        shm.warmup(dtype)
         if outer is None:
             return
         self.nodes = st.nodes()
@@ -43,9 +42,9 @@ class SharedMemory:
     def run(self, src: np.ndarray, dst: np.ndarray, tag: int, watch, signature: int,
             mismatch) -> None:
         """``watch``: the call's ``Watch`` (or None), or a function that makes it (a cached
-        call's); ``signature``, ``mismatch``: ``allreduce_shm.allreduce``'s."""
+        call's); ``signature``, ``mismatch``: ``shm.allreduce``'s."""
         if self.nodes is None:
-            allreduce_shm.allreduce(self.st, src, dst, self.op, watch, signature, mismatch)
+            shm.allreduce(self.st, src, dst, self.op, watch, signature, mismatch, tag=tag)
             return
         st = self.st
 
@@ -59,6 +58,5 @@ class SharedMemory:
             self.execute(sched, part, st.comm, op=self.op, tag=tag, scratch=scratch,
                          traffic=st.traffic, watch=watch() if callable(watch) else watch)
             st.traffic["internode_bytes"] += sched.totals[0] * part.itemsize  # all off-node
-        allreduce_shm.allreduce(st, src, dst, self.op, watch, signature, mismatch,
-                                nodes=self.nodes,
-                                between=between if len(self.nodes) > 1 else None)
+        shm.allreduce(st, src, dst, self.op, watch, signature, mismatch, tag=tag,
+                      nodes=self.nodes, between=between if len(self.nodes) > 1 else None)

@@ -1,15 +1,20 @@
-"""``shm``, the shared-memory all-reduce (``algorithms/allreduce_shm.py``), under MPI.
+"""``shm``, the shared-memory all-reduce (``algorithms/allreduce_shm.py`` on ``mpicoll.shm``),
+under MPI.
 
 It has no schedule, so its exact check is its own: every rank ends with the bits of numpy's
-``op.reduce`` over the inputs stacked in rank order -- the left-to-right fold it promises --
-for random floats (where a different order would show in the last bits), every op and dtype
-it supports, in and out of place, at counts around N and around its chunk size. (Exact inputs
-against MPI_Allreduce: tests/mpi/test_collectives.py, which runs every algorithm.)
+ufunc folded over the inputs in rank order -- the left-to-right fold it promises -- for random
+floats (where a different order would show in the last bits), every op and dtype MPI allows,
+in and out of place, at counts around N and around its chunk size. (Exact inputs against
+MPI_Allreduce: tests/mpi/test_collectives.py, which runs every algorithm.) Also: the window's
+life (made with messages on the call's tag, freed locally, no file left), and the failures of
+issue #22 -- shm on one rank against mpi on another, and ``Free`` after a failed call -- end
+in errors, not hangs.
 """
 
 import hashlib
 import math
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -17,9 +22,8 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import select
-from mpicoll._runtime.context import state
-from mpicoll.algorithms import allreduce_shm
+from mpicoll import kernels, select, shm
+from mpicoll._runtime.context import known, state
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout
 from mpicoll.schedule import block_displs
 from mpicoll.testing import agree, environment, raises_everywhere
@@ -34,45 +38,52 @@ def one_node(request, comm):
     refusal = request.function is test_shm_refuses_what_it_cannot_do
     if len(state(comm).real_nodes) > 1 and not refusal:
         pytest.skip("the ranks span several nodes: shm refuses (tested)")
-UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+ORIGINAL = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+FOUR = ("sum", "prod", "max", "min")
 
 
 def inputs(size, n, dtype, seed):
     """Every rank's input (all ranks make all of them: the reference needs them)."""
-    out = []
+    out, dtype = [], np.dtype(dtype)
     for r in range(size):
         rng = np.random.default_rng([seed, r, n])
-        if np.dtype(dtype).kind == "f":
+        if dtype.kind == "b":
+            x = rng.integers(0, 2, n)
+        elif dtype.kind == "c":
+            x = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+        elif dtype.kind in "iu":
+            x = rng.integers(-5, 6, n)
+        else:                               # float16, bfloat16, float32, float64
             x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)
             x[rng.random(n) < 0.01] = np.nan if n > 50 else 1.0      # NaNs: max/min keep order
-        else:
-            x = rng.integers(-5, 6, n)
         out.append(x.astype(dtype))
     return out
 
 
 def rank_order(xs, op, dtype):
-    """op over the inputs in rank order, left to right: ((x0 op x1) op x2) ... (a loop, not
-    ``ufunc.reduce``: from 8 inputs numpy's add.reduce may sum pairwise)."""
+    """op over the inputs in rank order, left to right: ((x0 op x1) op x2) ... (a loop of
+    numpy's -- or ml_dtypes' -- ufunc, ``kernels.numpy_kernel``; not ``ufunc.reduce``: from 8
+    inputs numpy's add.reduce may sum pairwise)."""
     acc = np.array(xs[0], dtype=dtype)
+    fold = kernels.numpy_kernel(op, acc.dtype)
     for x in xs[1:]:
-        UFUNC[op](acc, x, out=acc)
+        fold(kernels.as_storage(acc), kernels.as_storage(np.asarray(x, dtype)))
     return acc
 
 
 def counts(p):
-    chunk = allreduce_shm.CHUNK_BYTES // 4            # float32 elements per chunk
+    chunk = shm.CHUNK_BYTES // 4            # float32 elements per chunk
     return sorted({0, 1, max(p - 1, 1), p, p + 1, 7, 1001, 65537, chunk + 2 * p + 1})
 
 
 def test_shm_gives_the_rank_order_bits(comm):
     problems, results = [], []
     for n in counts(comm.size):
-        for dtype in allreduce_shm.DTYPES:
+        for dtype in ORIGINAL:
             xs = inputs(comm.size, n, dtype, 1)
             mine = xs[comm.rank]
             keep = mine.copy()
-            for op in allreduce_shm.OPS:
+            for op in FOUR:
                 if op == "prod" and dtype.kind == "f":
                     xs_op = [np.where(np.isnan(x), x, np.sign(x)) for x in xs]   # +-1: finite
                 else:
@@ -102,6 +113,33 @@ def test_shm_gives_the_rank_order_bits(comm):
           "ranks ended with different bits")
 
 
+def test_every_op_and_dtype_mpi_allows(comm):
+    """Every (op, dtype) pair MPI allows -- float16, bfloat16, complex, bool, every integer
+    width, the logical and bitwise ops -- through the window (N + 1 and 1001 elements) and,
+    where the node allows it, in place (20001 elements: from 16 KiB for every item size), in
+    and out of place: the rank-order bits on every rank, the same on all."""
+    problems, digest = [], hashlib.sha256()
+    for dtype in kernels.DTYPES:
+        for n in (comm.size + 1, 1001, 20001):
+            xs = inputs(comm.size, n, dtype, 3)
+            for op in kernels.ops_for(dtype):
+                xs_op = xs
+                if op == "prod" and dtype.kind != "c" and kernels.allowed("max", dtype) \
+                        and dtype.kind not in "iu":             # finite float products
+                    xs_op = [np.where(np.isnan(x), x, np.sign(x)).astype(dtype) for x in xs]
+                want = rank_order(xs_op, op, dtype)
+                out = mpicoll.allreduce(xs_op[comm.rank], op=op, algorithm="shm", comm=comm)
+                inplace = xs_op[comm.rank].copy()
+                mpicoll.allreduce(MPI.IN_PLACE, inplace, op=op, algorithm="shm", comm=comm)
+                for how, got in (("out of place", out), ("in place", inplace)):
+                    if got.tobytes() != want.tobytes():
+                        problems.append(f"{dtype} {op} n={n} {how}: not the rank-order bits")
+                digest.update(out.tobytes())
+    agree(comm, not problems, problems[:5])
+    agree(comm, len(set(comm.allgather(digest.hexdigest()))) == 1,
+          "ranks ended with different bits")
+
+
 def test_window_is_reused_and_grows(comm):
     """Copying through the window (single copy off): repeated calls reuse one window (one
     sequence number per chunk); a larger size class replaces it; shrinking keeps the larger
@@ -113,20 +151,19 @@ def test_window_is_reused_and_grows(comm):
         with environment(MPICOLL_SHM_SINGLE_COPY="off"):
             out = mpicoll.allreduce(x, algorithm="shm", comm=comm)
         if comm.size > 1:
-            windows.append((id(st.shared.window), st.shared.window.capacity,
-                            st.shared.window.seq))
+            windows.append((id(st.shared), st.shared.capacity, st.shared.seq))
         if not np.array_equal(out, np.full(n, comm.size * (comm.size + 1) / 2)):
             problems.append(f"n={n}: wrong sum")
     if comm.size > 1:
         ids = [w[0] for w in windows]
         capacities = [w[1] for w in windows]
-        if not (ids[0] == ids[1] and capacities[0] == capacities[1] == allreduce_shm.MIN_BYTES):
+        if not (ids[0] == ids[1] and capacities[0] == capacities[1] == shm.MIN_BYTES):
             problems.append(f"the second call of a size did not reuse the window: {windows[:2]}")
-        if capacities != sorted(capacities) or capacities[-1] != allreduce_shm.CHUNK_BYTES:
+        if capacities != sorted(capacities) or capacities[-1] != shm.CHUNK_BYTES:
             problems.append(f"capacities {capacities}")
         if ids[5] != ids[4]:
             problems.append("a smaller call replaced the window")
-        chunks = -(-2_000_000 * 8 // allreduce_shm.CHUNK_BYTES)
+        chunks = -(-2_000_000 * 8 // shm.CHUNK_BYTES)
         if windows[-1][2] - windows[-2][2] != chunks:
             problems.append(f"sequence numbers {[w[2] for w in windows]}: expected +{chunks} "
                             "for the last call")
@@ -163,7 +200,7 @@ def test_auto_runs_shm_on_one_node(comm):
         shared.append(traffic["shared_bytes"] > before)
         agree(comm, np.array_equal(out, np.full(n, float(comm.size))), f"n={n}: wrong sum")
     want = [False, True, comm.size > os.cpu_count()
-            or allreduce_shm.single_copy_expected(comm.size)]
+            or shm.single_copy_expected(comm.size)]
     agree(comm, shared == want, f"shm ran at ({small}, {large}, {larger}) elements: {shared}, "
           f"expected {want} ({comm.size} ranks, {os.cpu_count()} cores)")
 
@@ -303,7 +340,7 @@ def single_copy_window(comm):
     where the ranks may not read each other's memory (a seccomp profile or ptrace policy
     that refuses process_vm_readv: then ``shm`` copies through the window, tested above)."""
     mpicoll.allreduce(np.ones(8), algorithm="shm", comm=comm)
-    window = state(comm).shared.window
+    window = state(comm).shared
     agree(comm, len(set(comm.allgather(window.single_copy))) == 1, "the ranks disagree")
     if not window.single_copy:
         pytest.skip("process_vm_readv between these ranks is not allowed here")
@@ -321,13 +358,13 @@ def test_single_copy_gives_the_rank_order_bits(comm):
     with environment(MPICOLL_SHM_SINGLE_COPY="on"):
         window = single_copy_window(comm)
         st, p, problems = state(comm), comm.size, []
-        whole_max = allreduce_shm.WHOLE_MAX_BYTES
-        for dtype in allreduce_shm.DTYPES:
-            for nbytes in (allreduce_shm.SINGLE_COPY_MIN_BYTES, whole_max, whole_max + 8,
-                           3 * allreduce_shm.PIECE_BYTES + 24):
+        whole_max = shm.WHOLE_MAX_BYTES
+        for dtype in ORIGINAL:
+            for nbytes in (shm.SINGLE_COPY_MIN_BYTES, whole_max, whole_max + 8,
+                           3 * shm.PIECE_BYTES + 24):
                 n = nbytes // dtype.itemsize + (p - 1)
                 xs = inputs(p, n, dtype, 2)
-                for op in allreduce_shm.OPS:
+                for op in FOUR:
                     xs_op = [np.where(np.isnan(x), x, np.sign(x)) for x in xs] \
                         if op == "prod" and dtype.kind == "f" else xs
                     want = rank_order(xs_op, op, dtype).tobytes()
@@ -400,7 +437,7 @@ def test_single_copy_absent_rank_is_named(comm):
         pytest.skip("needs two ranks")
     with environment(MPICOLL_SHM_SINGLE_COPY="on"):
         single_copy_window(comm)
-        absent, n = comm.size - 1, allreduce_shm.SINGLE_COPY_MIN_BYTES
+        absent, n = comm.size - 1, shm.SINGLE_COPY_MIN_BYTES
         error, elapsed = None, 0.0
         if comm.rank != absent:
             start = time.monotonic()
@@ -420,3 +457,65 @@ def test_single_copy_absent_rank_is_named(comm):
                   f"{error!r} after {elapsed:.2f} s")
         else:
             agree(comm, error is not None and error.gave_up, f"late rank: {error!r}")
+
+
+def test_window_leaves_no_file(comm):
+    """Windows of three size classes made and dropped: no file of any rank's is left in
+    /dev/shm (the first rank unlinks it once every rank has mapped it)."""
+    if comm.size == 1:
+        pytest.skip("one rank: no window")
+    for n in (10, 5000, 300_000):
+        with environment(MPICOLL_SHM_SINGLE_COPY="off"):
+            mpicoll.allreduce(np.ones(n), algorithm="shm", comm=comm)
+    comm.Barrier()
+    prefixes = [f"mpicoll-{os.getuid()}-{pid}-" for pid in comm.allgather(os.getpid())]
+    directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    left = [f for f in os.listdir(directory) if f.startswith(tuple(prefixes))]
+    agree(comm, not left, f"left in {directory}: {left}")
+
+
+@pytest.mark.parametrize("who", ["first", "last"])
+def test_shm_against_mpi_ends_at_the_deadline(comm, who):
+    """One rank calls ``shm`` on a fresh communicator, the others ``mpi`` (issue #22: the shm
+    rank blocked forever in ``Split_type``). Making the window takes no collective now, only
+    messages on the call's tag: every rank raises -- ``ArgumentMismatch`` naming the algorithms,
+    or ``CollectiveTimeout`` -- within the deadline and a roll call."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    shm_rank = 0 if who == "first" else comm.size - 1
+    fresh = comm.Dup()
+    error, start = None, time.monotonic()
+    try:
+        mpicoll.allreduce(np.ones(1000), algorithm="shm" if comm.rank == shm_rank else "mpi",
+                          comm=fresh, timeout=2.0)
+    except (ArgumentMismatch, CollectiveTimeout) as exc:
+        error = exc
+    elapsed = time.monotonic() - start
+    fresh.Free()
+    agree(comm, error is not None and elapsed < 2.0 + 4.0, f"{error!r} after {elapsed:.1f} s")
+    agree(comm, not isinstance(error, ArgumentMismatch) or "shm" in str(error),
+          f"names the algorithms: {error}")
+
+
+def test_free_after_a_failed_call_does_not_hang(comm):
+    """Rank 0 passes count 0 (nothing to do: it returns), the others 10 elements: they time out
+    and mark their communicator broken, rank 0's is not. ``Free`` then completes on every rank
+    (issue #22: the rank whose communicator was not broken blocked in a collective
+    ``MPI_Win_free``; a window's free is local now)."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    fresh = comm.Dup()
+    mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=fresh)      # the window exists
+    error = None
+    try:
+        mpicoll.allreduce(np.ones(0 if comm.rank == 0 else 10), algorithm="shm", comm=fresh,
+                          timeout=1.0)
+    except CollectiveTimeout as exc:
+        error = exc
+    broken = known(fresh).broken is not None
+    start = time.monotonic()
+    fresh.Free()
+    elapsed = time.monotonic() - start
+    agree(comm, (error is None and not broken) if comm.rank == 0 else
+          (error is not None and broken), f"rank {comm.rank}: {error!r}, broken {broken}")
+    agree(comm, elapsed < 5.0, f"Free took {elapsed:.1f} s")

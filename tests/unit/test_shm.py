@@ -1,28 +1,39 @@
-"""``shm``'s compiled core without MPI: threads play the ranks on one shared array.
+"""``mpicoll.shm`` without MPI: threads play the ranks on one shared array.
 
-``_allreduce`` is compiled ``nogil``, so p threads run it truly at once on one region laid out
-as the window is (flags, then 2 x p segments): the same protocol, the same flags, the same
-double buffering, with a chunk of a few elements so that one call goes through dozens of chunks
-and both buffers are reused again and again while other threads still read them. Every call
-must give every thread numpy's rank-order bits. The single-copy core (``_allreduce_single``)
-runs the same way: every thread publishes this process's pid, so its ``process_vm_readv``
-reads the other threads' buffers through the kernel as it reads another process's. Also
-checked: the flags are atomic acquire loads and release stores in the compiled code (the
-memory-ordering argument of the module).
+``kernels.window_copy`` is compiled ``nogil``, so p threads run it truly at once on one region
+laid out as the window is (flags, then 2 x p segments): the same protocol, the same flags, the
+same double buffering, with a chunk of a few elements so that one call goes through dozens of
+chunks and both buffers are reused again and again while other threads still read them. Every
+call must give every thread numpy's rank-order bits, for every op and dtype MPI allows. The
+single-copy core (``kernels.single_copy``) runs the same way: every thread publishes this
+process's pid, so its ``process_vm_readv`` reads the other threads' buffers through the kernel
+as it reads another process's. Also checked: the flags are atomic acquire loads and release
+stores in the compiled code (the memory-ordering argument of ``mpicoll.shm``), a window made on
+``COMM_SELF`` leaves no file behind, and a dead or aborted peer ends a call with
+``CommunicatorBroken``.
 """
 
+import mmap
 import os
 import re
+import subprocess
+import sys
 import threading
+import types as pytypes
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 from numba import njit, types
 
-from mpicoll.algorithms import allreduce_shm as shm
+from mpicoll import kernels as K
+from mpicoll import shm
+from mpicoll.algorithms import allreduce_shm
+from mpicoll.errors import CommunicatorBroken
+from mpicoll.shm import kernels as core
+from mpicoll.shm import probe, transport, window
 
-UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+ORIGINAL = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 
 
 def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None,
@@ -34,13 +45,14 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None
     all-reduce does) a left fold over the nodes of the same local rank's slices, in node order,
     met at a barrier. ``single``: the single-copy core instead, ``"whole"`` or ``"slice"``
     (``chunk``: the elements per other rank of its scratch); ``inplace``: each thread's input
-    is its output."""
-    p, dtype = len(inputs), inputs[0].dtype
+    is its output. Half types run as their uint16 bits, as ``transport`` runs them."""
+    p, user = len(inputs), inputs[0].dtype
+    dtype, code = K.storage(user), core.code(op, user)
     L = p // (nodes or 1)
-    regions = [(np.zeros(shm.FLAGS * L * shm.LINE, np.int64), np.zeros((2, L, chunk), dtype))
+    regions = [(np.zeros(core.FLAGS * L * core.LINE, np.int64), np.zeros((2, L, chunk), dtype))
                for _ in range(nodes or 1)]
     for flags, _ in regions:
-        flags[shm.PID::shm.FLAGS * shm.LINE] = os.getpid()
+        flags[core.PID::core.FLAGS * core.LINE] = os.getpid()
     meet = [threading.Barrier(nodes or 1) for _ in range(L)]
     slots = {}
     outs = [[None] * calls for _ in range(p)]
@@ -51,10 +63,10 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None
         c = resume // 4
         at = c * chunk
         if single:          # one "chunk": the whole vector
-            lo, hi = shm._slice(dst.size, L, local)
+            lo, hi = core.slice_of(dst.size, L, local)
             part = dst[lo:hi]
         else:
-            lo, hi = shm._slice(min(chunk, dst.size - at), L, local)
+            lo, hi = core.slice_of(min(chunk, dst.size - at), L, local)
             part = dst[at + lo:at + hi]
         slots[node, local] = part.copy()
         meet[local].wait(60)
@@ -70,28 +82,28 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None
         node, local = divmod(r, L)
         flags, data = regions[node]
         try:
-            acc = np.empty(shm.BLOCK, dtype)
+            acc = np.empty(core.BLOCK, dtype)
             scratch, iov = np.empty(chunk * max(1, L - 1), dtype), np.zeros(4, np.int64)
             for k in range(calls):
-                dst = inputs[r].copy() if inplace else np.empty_like(inputs[r])
-                src = dst if inplace else inputs[r]
+                dst = K.as_storage(inputs[r].copy() if inplace else np.empty_like(inputs[r]))
+                src = dst if inplace else K.as_storage(inputs[r])
                 seq0, resume = 1 + k * nchunks, 0
                 while True:
                     if single:
-                        resume, waiting = shm._allreduce_single(
-                            src, dst, flags, local, 1 + k, resume, shm.OPS.index(op), acc,
+                        resume, waiting = core.single_copy(
+                            src, dst, flags, local, 1 + k, resume, code, acc,
                             scratch, chunk, iov, MPI.Wtime() + 0.01, yield_after, 7,
                             single == "whole", nodes is not None)
                     else:
-                        resume, waiting = shm._allreduce(
-                            src, dst, data, flags, local, seq0, resume, shm.OPS.index(op),
+                        resume, waiting = core.window_copy(
+                            src, dst, data, flags, local, seq0, resume, code,
                             acc, MPI.Wtime() + 0.01, yield_after, 7, nodes is not None)
-                    if resume == shm.DONE:
+                    if resume == core.DONE:
                         break
                     assert resume >= 0, (resume, waiting)
-                    if waiting == shm.BETWEEN:
+                    if waiting == core.BETWEEN:
                         between(node, local, dst, resume, data, seq0)
-                outs[r][k] = dst.copy()
+                outs[r][k] = dst.view(user).copy()
         except Exception as exc:        # noqa: BLE001 - reported by the test
             errors.append(exc)
 
@@ -105,40 +117,94 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None
 
 
 def rank_order(inputs, op):
-    """numpy's left fold in rank order: ``acc = x_0; ufunc(acc, x_j, out=acc)``."""
+    """numpy's left fold in rank order: ``acc = x_0; ufunc(acc, x_j, out=acc)`` (numpy's
+    ufunc, or ml_dtypes' for bfloat16: ``kernels.numpy_kernel``)."""
     want = inputs[0].copy()
+    fold = K.numpy_kernel(op, want.dtype)
     for x in inputs[1:]:
-        UFUNC[op](want, x, out=want)
+        fold(K.as_storage(want), K.as_storage(x))
     return want
+
+
+def make_inputs(rng, p, count, dtype, op):
+    """p inputs of ``dtype`` that exercise ``op``: floats of mixed magnitude (NaNs and signed
+    zeros for max and min), integers that wrap around, truth values as 0/1 and other numbers."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return [rng.integers(0, 2, count).astype(bool) for _ in range(p)]
+    if dtype.kind in "iu":
+        if op in ("band", "bor", "bxor", "sum"):      # every bit pattern (sums wrap around)
+            return [np.frombuffer(rng.bytes(count * dtype.itemsize), dtype).copy()
+                    for _ in range(p)]
+        return [rng.integers(-3 if op in ("prod", "max", "min") else 0, 4, count)
+                .astype(dtype) for _ in range(p)]
+    if dtype.kind == "c":
+        return [(rng.standard_normal(count) + 1j * rng.standard_normal(count)).astype(dtype)
+                for _ in range(p)]
+    scale = 1 if op == "prod" else 1e3
+    xs = [(rng.standard_normal(count) * scale).astype(np.float32).astype(dtype)
+          for _ in range(p)]
+    if op in ("max", "min") and count > 3:
+        for r, x in enumerate(xs):
+            x[r % count] = np.nan       # NaN against numbers, NaN against NaN
+            x[3] = np.nan
+            x[2] = -0.0 if r % 2 else 0.0
+    return xs
+
+
+def same_bits(got, want) -> bool:
+    return got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("single", [None, "slice", "whole"])
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
-@pytest.mark.parametrize("op", shm.OPS)
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
 def test_threads_as_ranks_get_rank_order_bits(p, op, single):
-    """Every dtype, counts around p and a long one, out of place and in place (the single
-    copy's whole mode falls back to slices in place): numpy's rank-order bits everywhere, NaNs
-    included for max and min."""
+    """mpicoll's four original dtypes, counts around p and a long one, out of place and in
+    place (the single copy's whole mode falls back to slices in place): numpy's rank-order
+    bits everywhere, NaNs included for max and min."""
     rng = np.random.default_rng(p)
-    for dtype in shm.DTYPES:
+    for dtype in ORIGINAL:
         for count in sorted({0, 1, p - 1, p + 1, 7, 1000}):
-            if np.dtype(dtype).kind == "f":
-                inputs = [(rng.standard_normal(count) * (1 if op == "prod" else 1e3))
-                          .astype(dtype) for _ in range(p)]
-                if op in ("max", "min") and count > 3:
-                    for r, x in enumerate(inputs):
-                        x[r % count] = np.nan       # NaN against numbers, NaN against NaN
-                        x[3] = np.nan
-            else:
-                inputs = [rng.integers(-3, 4, count).astype(dtype) for _ in range(p)]
+            inputs = make_inputs(rng, p, count, dtype, op)
             want = rank_order(inputs, op)
             for inplace in (False, True):
                 outs = run_ranks(inputs, op, chunk=5 + p, calls=3, single=single,
                                  inplace=inplace)
                 for r in range(p):
                     for k in range(3):
-                        assert outs[r][k].tobytes() == want.tobytes(), \
+                        assert same_bits(outs[r][k], want), \
                             f"{dtype} count={count} rank {r} call {k} in place {inplace}"
+
+
+@pytest.mark.parametrize("op", K.OPS)
+def test_every_op_and_dtype_mpi_allows(op):
+    """Every dtype ``op`` applies to (``kernels.ops_for``: half types as their bits, complex,
+    bool, every integer width): window copy at 3 ranks, single copy by slices at 3 ranks and
+    whole at 2, in and out of place -- the rank-order bits of numpy's (ml_dtypes') ufunc."""
+    rng = np.random.default_rng(sum(map(ord, op)))
+    dtypes = [d for d in K.DTYPES if K.allowed(op, d)]
+    assert dtypes and all(shm.supports(op, d) for d in dtypes)
+    for dtype in dtypes:
+        for p, single in ((3, None), (3, "slice"), (2, "whole")):
+            for count in (4, 300):
+                inputs = make_inputs(rng, p, count, dtype, op)
+                want = rank_order(inputs, op)
+                for inplace in (False, True):
+                    outs = run_ranks(inputs, op, chunk=7, calls=2, single=single,
+                                     inplace=inplace)
+                    bad = [(r, k) for r in range(p) for k in range(2)
+                           if not same_bits(outs[r][k], want)]
+                    assert not bad, f"{dtype} {op} p={p} {single} n={count} in place " \
+                                    f"{inplace}: rank, call {bad[:3]}"
+
+
+def test_supports_exactly_mpis_pairs():
+    """``shm`` refuses only what MPI refuses (the op doesn't apply to the type)."""
+    for dtype in K.DTYPES:
+        for op in K.OPS:
+            assert shm.supports(op, dtype) == K.allowed(op, dtype), (op, dtype)
+    assert not shm.supports("sum", np.dtype("S4"))
 
 
 def test_many_chunks_both_yield_policies():
@@ -146,10 +212,10 @@ def test_many_chunks_both_yield_policies():
     for p in (3, 4):
         rng = np.random.default_rng(7)
         inputs = [rng.standard_normal(20_000) for _ in range(p)]
-        want = np.add.reduce(np.stack(inputs), axis=0)
-        for yield_after in (0.0, shm.YIELD_AFTER):
+        want = rank_order(inputs, "sum")
+        for yield_after in (0.0, window.YIELD_AFTER):
             outs = run_ranks(inputs, "sum", chunk=10, calls=2, yield_after=yield_after)
-            assert all(o.tobytes() == want.tobytes() for ranks in outs for o in ranks)
+            assert all(same_bits(o, want) for ranks in outs for o in ranks)
 
 
 def test_flags_are_acquire_loads_and_release_stores():
@@ -157,9 +223,9 @@ def test_flags_are_acquire_loads_and_release_stores():
     ``store atomic ... release`` -- not plain loads that LLVM could hoist out of the spin."""
     f64, i64 = types.Array(types.float64, 1, "C"), types.int64
     flags = types.Array(types.int64, 1, "C")
-    wait = njit(shm._missing.py_func)         # fresh, uncached: numba shows a cached one's IR
+    wait = njit(core.missing.py_func)         # fresh, uncached: numba shows a cached one's IR
     wait.compile((flags, i64, i64, i64, i64, types.float64, types.float64))
-    run = njit(shm._allreduce.py_func)
+    run = njit(core.window_copy.py_func)
     run.compile((f64, f64, types.Array(types.float64, 3, "C"), flags, i64, i64, i64, i64, f64,
                  types.float64, types.float64, i64, types.boolean))
     loads = "\n".join(wait.inspect_llvm().values())
@@ -179,19 +245,91 @@ def test_node_phases_around_a_between_phase(nodes, L, single):
     p = nodes * L
     for count in (1, L + 1, 1000):
         inputs = [rng.standard_normal(count) for _ in range(p)]
-        node_sums = []
-        for node in range(nodes):
-            acc = inputs[node * L].copy()
-            for j in range(1, L):
-                np.add(acc, inputs[node * L + j], out=acc)
-            node_sums.append(acc)
-        want = node_sums[0].copy()
-        for node in range(1, nodes):
-            np.add(want, node_sums[node], out=want)
+        node_sums = [rank_order(inputs[node * L:(node + 1) * L], "sum") for node in range(nodes)]
+        want = rank_order(node_sums, "sum")
         outs = run_ranks(inputs, "sum", chunk=7 + p, calls=3, nodes=nodes, single=single)
         for r in range(p):
             for k in range(3):
-                assert outs[r][k].tobytes() == want.tobytes(), f"count={count} rank {r} call {k}"
+                assert same_bits(outs[r][k], want), f"count={count} rank {r} call {k}"
+
+
+def test_a_window_on_one_rank_leaves_no_file():
+    """``window.make`` on COMM_SELF: mapped, probed (one rank: no single copy), its file in
+    /dev/shm already unlinked; ``free`` is local and may be called twice."""
+    before = set(os.listdir(window._directory()))
+    w = window.make(MPI.COMM_SELF, (0,), window.size_class(10), 0, True, lambda: None,
+                    lambda *a: pytest.fail("no wait should be overdue"))
+    assert w.capacity == window.MIN_BYTES and w.seq == 1 and not w.single_copy
+    assert w.pid(0) == os.getpid()
+    assert set(os.listdir(window._directory())) - before == set()
+    w.free()
+    w.free()
+
+
+def fake_window(pid_of_peer: int, capacity: int = window.MIN_BYTES):
+    """A two-rank window over anonymous memory, this process rank 0, the peer ``pid``."""
+    total = core.FLAGS * 2 * core.LINE * 8 + 2 * 2 * capacity
+    w = window.Window(mmap.mmap(-1, total), (0, 1), 0, capacity)
+    w.flags[core.PID] = os.getpid()
+    w.flags[core.FLAGS * core.LINE + core.PID] = pid_of_peer
+    return w
+
+
+def fake_state():
+    return pytypes.SimpleNamespace(broken=None, traffic={"shared_bytes": 0})
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_dead_peer_ends_the_wait_and_breaks_the_communicator():
+    """A wait that outlasts its spin looks at the window's ranks: the peer's process is gone
+    (or a zombie), so the call raises CommunicatorBroken naming it, marks the communicator
+    broken and publishes ``aborted`` for the ranks waiting on this one -- with no deadline."""
+    assert probe.alive(os.getpid())
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        for _ in range(200):
+            if not probe.alive(zombie.pid):
+                break
+            threading.Event().wait(0.01)
+        assert not probe.alive(zombie.pid), "a zombie counts as dead"
+    finally:
+        zombie.wait()
+    w, st = fake_window(dead_pid()), fake_state()
+    with pytest.raises(CommunicatorBroken, match=r"rank 1 \(pid \d+\) died"):
+        w.wait(core.ARRIVED, 2, lambda win, which, seq, j: transport._late(
+            st, win, lambda: None, which, seq, j, "test", 1))
+    assert "died" in st.broken and w.flags[core.ABORTED] == 1
+
+
+def test_an_aborted_peer_ends_the_wait():
+    """The peer lives but published ``aborted``: this rank's wait ends as well."""
+    w, st = fake_window(os.getpid()), fake_state()
+    w.flags[core.FLAGS * core.LINE + core.ABORTED] = 1
+    with pytest.raises(CommunicatorBroken, match="rank 1 gave up"):
+        transport._late(st, w, lambda: None, core.ARRIVED, 2, 1, "test", 1)
+    assert st.broken
+
+
+@pytest.mark.skipif(not probe.HAVE_READV, reason="no process_vm_readv")
+def test_single_copy_from_a_dead_peer_breaks_the_communicator():
+    """Single copy: the peer published its buffers and died; reading them fails, and the call
+    raises CommunicatorBroken naming the dead rank (not a bare RuntimeError)."""
+    w, st = fake_window(dead_pid()), fake_state()
+    peer = core.FLAGS * core.LINE
+    w.flags[peer + core.SIGNATURE] = 5
+    w.flags[peer + core.SRC] = w.flags[peer + core.DST] = 4096
+    w.flags[peer + core.ARRIVED * core.LINE] = 2
+    w.seq = 1
+    x = np.ones(5000)
+    with pytest.raises(CommunicatorBroken, match="died during the call"):
+        transport._single_copy(st, w, x, np.empty_like(x), x, core.code("sum", x.dtype),
+                               lambda: None, 5, None, None)
+    assert st.broken and w.flags[core.ABORTED] == 1
 
 
 def test_size_classes():
@@ -201,7 +339,7 @@ def test_size_classes():
 
 
 def test_cost_formula():
-    assert shm.cost(1, 1e6, 1, 1, 1) == 0.0
+    assert allreduce_shm.cost(1, 1e6, 1, 1, 1) == 0.0
     # p = 2: 2 alpha + 2 n beta + n/2 gamma
-    assert shm.cost(2, 1000.0, 1.0, 0.01, 0.001) == pytest.approx(2 + 20 + 0.5)
-    assert shm.bytes_sent(0, 4, 1e6) == 0.0
+    assert allreduce_shm.cost(2, 1000.0, 1.0, 0.01, 0.001) == pytest.approx(2 + 20 + 0.5)
+    assert allreduce_shm.bytes_sent(0, 4, 1e6) == 0.0

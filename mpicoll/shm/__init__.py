@@ -1,0 +1,71 @@
+"""Shared memory as a transport: ranks on one node reduce straight from each other's memory.
+
+Two users compose it: the ``shm`` all-reduce (``algorithms/allreduce_shm.py``: every rank of
+the communicator in one window) and ``hierarchical``'s node phases with ``inner="shm"`` (one
+window per node, and the inter-node all-reduce of each rank's reduced slice in between).
+
+Modules, bottom up:
+
+* ``probe``     -- what the OS allows: ``process_vm_readv`` between ranks (and the
+                   ``PR_SET_PTRACER`` widening it may need), whether a rank's process lives;
+* ``kernels``   -- the compiled core: atomic flags, the waits, the window-copy protocol and
+                   the single copy, reducing with ``mpicoll.kernels``' kernels (every op and
+                   dtype MPI allows, the bits of numpy's ufuncs);
+* ``window``    -- the window: one file in /dev/shm that the node's ranks map, made with two
+                   small messages on the call's tag and flag waits (no MPI collective), freed
+                   locally; the single-copy probe;
+* ``policy``    -- when it can run (``check``, ``supports``, ``usable``, ``check_node_phases``)
+                   and when it is chosen by default (``single_copy_expected``,
+                   ``node_phases_by_default``): what ``api`` and ``select`` ask;
+* ``transport`` -- ``allreduce``: which window, which path, the deadline and the failures.
+
+The protocol (p ranks, rank r owns slice r of ``schedule.block_displs``; ``seq`` a sequence
+number every rank counts alike, one per chunk of the window copy, one per single-copy call):
+
+    window copy (below 16 KiB, or where the ranks may not read each other's memory)
+      Phase 1 (copy in)  r copies its input -- all but slice r -- into its segment and
+                         publishes ``arrived[r] = seq`` (with the hash of the call's arguments
+                         beside it: a rank that sees another hash raises ArgumentMismatch);
+      Phase 2 (reduce)   once every ``arrived[j] >= seq``, r reduces slice r of all p inputs in
+                         rank order, ``op(...op(op(x_0, x_1), x_2)..., x_(p-1))``, in blocks
+                         that stay in L1, into its segment and its output; publishes
+                         ``reduced[r]``;
+      Phase 3 (copy out) once every ``reduced[j] >= seq``, r copies every other slice out.
+    single copy (from 16 KiB, ``MPICOLL_SHM_SINGLE_COPY``)
+      Phase 1 (publish)  r publishes its buffers' addresses beside ``arrived[r]``;
+      Phase 2 (reduce)   r reads its slice of every other input in place (``process_vm_readv``)
+                         and reduces it in rank order into its output; publishes ``reduced[r]``
+                         (at 2 ranks up to 256 KiB each rank reduces the whole vector instead);
+      Phase 3 (gather)   r reads every other rank's reduced slice from that rank's output;
+      Phase 4 (release)  r publishes ``gathered[r]`` and waits for every rank's (until then
+                         another rank may still read r's buffers).
+
+Each slice is reduced once, by one rank, in the fixed order 0..p-1, then copied: every rank
+ends with the same bits, those of ``acc = x_0; ufunc(acc, x_j, out=acc)`` for j = 1 .. p-1
+(the left fold tests/mpi/test_shm.py checks, for every op and dtype).
+
+Memory ordering: a flag is written with a C11 release store after the data it covers and read
+with an acquire load before the data (``kernels.load_acquire`` / ``store_release``, LLVM atomic
+instructions: plain ``mov``s on x86-64, barriers on weaker processors), as MPICH's
+``release_gather`` waits on ``MPL_atomic_uint64_t`` flags. The segments are double-buffered by
+the parity of ``seq``: before r writes buffer ``seq % 2`` again every rank has finished reading
+it in chunk ``seq - 2`` (it published ``arrived = seq - 1`` after, and r waited for that).
+
+Waiting: a wait spins for 20 us, then yields the core between polls, and returns to Python
+every 10 ms (``transport._late``): a rank that died or gave up ends the call at once with
+``CommunicatorBroken``; with a deadline, ``Watch.overdue`` raises ``CollectiveTimeout`` naming
+the ranks whose flags are missing. Details, cost and measurements: docs/algorithms.md ("shm"),
+docs/reliability.md ("Shared memory"), docs/performance.md.
+"""
+
+from .kernels import warmup
+from .policy import (DTYPES, OPS, check, check_node_phases, node_phases_by_default,
+                     outside_real_nodes, single_copy_expected, supports, usable)
+from .transport import (PIECE_BYTES, SINGLE_COPY_MIN_BYTES, WHOLE_MAX_BYTES, allreduce,
+                        window_rank)
+from .window import CHUNK_BYTES, MIN_BYTES, Window, size_class
+
+__all__ = ["allreduce", "check", "supports", "usable", "check_node_phases",
+           "node_phases_by_default", "outside_real_nodes", "single_copy_expected", "warmup",
+           "window_rank", "Window", "size_class", "OPS", "DTYPES", "CHUNK_BYTES", "MIN_BYTES",
+           "SINGLE_COPY_MIN_BYTES", "PIECE_BYTES", "WHOLE_MAX_BYTES"]

@@ -1,0 +1,247 @@
+"""The shared window: one segment of memory that the ranks of a node map, its flags and data.
+
+Layout: FLAGS lines of LINE int64s per rank (``kernels``), then 2 x p segments of ``capacity``
+bytes (``data[buffer, rank]``, double-buffered by the parity of the sequence number). The
+capacity is the size class of the vector (``size_class``: a power of two from MIN_BYTES to
+CHUNK_BYTES); a longer vector goes through in chunks, and a call that needs a larger class
+makes a new window (at the same call on every rank) and drops the old one. Memory: 2 x p x
+capacity bytes, at most 2 x p x 4 MiB, in the node's tmpfs (``/dev/shm``), as MPICH's and
+Open MPI's own shared-memory segments are.
+
+Making one takes no MPI collective, so nothing here can block outside the call's deadline,
+and freeing one is local (``free``: unmap), so it can't hang either -- not even after a failed
+call, when another rank may never come to free its part (issue #22):
+
+    Step 1  window rank 0 creates a file in /dev/shm (``O_EXCL``, mode 0600, its size
+            reserved with ``posix_fallocate``, so a full tmpfs is an error here, not a SIGBUS
+            later) and sends its name to the others: one small message each on the call's own
+            tag (``Isend``/``Irecv``, polled under the deadline). A rank in another call (the
+            tag carries the call's number and the hash of its arguments) never matches it;
+    Step 2  each rank maps it, writes its pid and the address of a probe word into its line
+            and publishes ``arrived = 1``; once every rank has, rank 0 unlinks the file (the
+            memory lives on while mapped; nothing is left behind if a rank dies later);
+    Step 3  the probe: each rank that wants single copy reads every other rank's probe word
+            with ``process_vm_readv`` (``probe.read_word``), publishes its answer and
+            ``reduced = 1``; single copy is on when every rank's answer is yes -- the node
+            agrees, so every rank takes the same path. The call that made the window then
+            starts at sequence number 2.
+
+Each wait is ``kernels.missing`` on a flag, with the caller's ``overdue(window, which, seq, rank)``
+run each time it outlasts a spin: the deadline, the roll call, a rank that died.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import mmap
+import os
+import tempfile
+
+import numpy as np
+from mpi4py import MPI
+
+from . import probe
+from .kernels import (ABORTED, ANSWER, ARRIVED, FLAGS, LINE, PID, PROBE, REDUCED, missing, publish)
+
+__all__ = ["Window", "size_class", "make", "CHUNK_BYTES", "MIN_BYTES", "YIELD_AFTER",
+           "SPIN_SECONDS"]
+
+CHUNK_BYTES = 4 << 20       # the largest segment: longer vectors go through in chunks
+MIN_BYTES = 4 << 10         # the smallest size class
+SPIN_SECONDS = 0.01         # a wait returns to Python this often (the Watch, or Ctrl-C)
+YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
+                            # (at once when the node has more ranks than this rank has cores)
+NAME_BYTES = 512            # step 1's message: the file's path, or "!" and why it failed
+_MAGIC = 0x6D7069636F6C6C00     # the probe word of rank j: _MAGIC + j
+_made = itertools.count()
+
+
+def size_class(nbytes: int) -> int:
+    """Segment bytes for a vector of ``nbytes``: a power of two, MIN_BYTES to CHUNK_BYTES."""
+    return min(CHUNK_BYTES, max(MIN_BYTES, 1 << max(0, nbytes - 1).bit_length()))
+
+
+def _directory() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+class Window:
+    """One node's shared window as this rank maps it: ``flags`` (int64, FLAGS x LINE per rank),
+    ``data`` (the segments' bytes), ``seq`` (the last sequence number used), ``single_copy``
+    (the node's probe said yes). ``members``: the window's ranks in the communicator, in
+    window order; ``rank``: this rank's index among them."""
+
+    def __init__(self, region: mmap.mmap, members: tuple, rank: int, capacity: int):
+        size = len(members)
+        self.members, self.rank, self.capacity = members, rank, capacity
+        self.seq, self.single_copy, self._views, self._scratch = 0, False, {}, {}
+        self._region = region
+        memory = np.frombuffer(region, np.uint8)
+        header = FLAGS * size * LINE * 8
+        self.flags = memory[:header].view(np.int64)
+        self.data = memory[header:header + 2 * size * capacity]
+        # more ranks than cores: the rank waited for may need this core, yield at once
+        self.yield_after = 0.0 if size > len(os.sched_getaffinity(0)) else YIELD_AFTER
+        self.iov = np.zeros(4, np.int64)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def pid(self, j: int) -> int:
+        """Window rank ``j``'s process id."""
+        return int(self.flags[FLAGS * j * LINE + PID])
+
+    def wait(self, which: int, seq: int, overdue) -> None:
+        """Until every rank's flag ``which`` reaches ``seq``; ``overdue(self, which, seq, j)``
+        each time the wait outlasts a spin (j: a rank still short)."""
+        while True:
+            j = missing(self.flags, which, seq, self.rank, self.size,
+                        MPI.Wtime() + SPIN_SECONDS, self.yield_after)
+            if j < 0:
+                return
+            overdue(self, which, seq, j)
+
+    def views(self, dtype: np.dtype):
+        """``(data, acc)``: the segments as ``data[buffer, rank, element]`` of ``dtype`` (a
+        storage dtype: ``kernels.storage``), and BLOCK elements of scratch (made once per
+        dtype)."""
+        from .kernels import BLOCK
+        got = self._views.get(dtype)
+        if got is None:
+            got = self._views[dtype] = (
+                self.data.view(dtype).reshape(2, self.size, self.capacity // dtype.itemsize),
+                np.empty(BLOCK, dtype))
+        return got
+
+    def scratch(self, dtype: np.dtype, count: int, piece_bytes: int) -> tuple:
+        """Single copy: ``(scratch, piece)``, room for ``piece`` elements of each other rank --
+        as much of ``count`` as ``piece_bytes`` allows (kept per dtype, grown when a longer
+        vector needs more)."""
+        piece = max(1, min(count, piece_bytes // (self.size - 1) // dtype.itemsize))
+        got = self._scratch.get(dtype)
+        if got is None or got.size < piece * (self.size - 1):
+            got = self._scratch[dtype] = np.empty(piece * (self.size - 1), dtype)
+        return got, got.size // (self.size - 1)
+
+    def free(self) -> None:
+        """Unmap this rank's view of the window: local, never blocks (the memory goes when the
+        last rank's mapping does)."""
+        self.flags = self.data = None
+        self._views, self._scratch = {}, {}
+        try:
+            self._region.close()
+        except BufferError:             # an array still points into it: unmapped when it goes
+            pass
+
+
+def make(comm: MPI.Intracomm, members: tuple, capacity: int, tag: int, wanted: bool,
+         get_watch, overdue) -> Window:
+    """Steps 1-3 (module doc) on the ranks ``members`` of ``comm`` (this rank among them):
+    the new window. ``wanted``: this rank would read in place (``policy.single_copy_expected``);
+    ``get_watch()``: the call's ``Watch`` or None; ``overdue``: as in ``Window.wait`` (with
+    window None before this rank has mapped it)."""
+    size, me = len(members), members.index(comm.Get_rank())
+    total = FLAGS * size * LINE * 8 + 2 * size * capacity
+    path = None
+    name = np.zeros(NAME_BYTES, np.uint8)
+    if me == 0:                     # Step 1: create, reserve, map, tell the others
+        path = os.path.join(_directory(), f"mpicoll-{os.getuid()}-{os.getpid()}-{next(_made)}")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _reserve(fd, total)
+                region = mmap.mmap(fd, total)
+            finally:
+                os.close(fd)
+            text = path.encode()
+        except OSError as exc:
+            region, text = None, f"!{exc}".encode()[:NAME_BYTES]
+        name[:len(text)] = np.frombuffer(text, np.uint8)
+        _exchange(comm, [comm.Isend(name, peer, tag) for peer in members[1:]], get_watch,
+                  members[1:])
+        if region is None:
+            _unlink(path)
+            raise OSError(f"shm: could not make a shared window of {total} bytes in "
+                          f"{_directory()}: {text[1:].decode()}")
+    else:
+        _exchange(comm, [comm.Irecv(name, members[0], tag)], get_watch, members[:1])
+        text = name.tobytes().rstrip(b"\0").decode()
+        if text.startswith("!"):
+            raise OSError(f"shm: rank {members[0]} could not make the shared window: "
+                          f"{text[1:]}")
+        try:
+            fd = os.open(text, os.O_RDWR)
+        except FileNotFoundError:       # rank 0 gave up on this call before this rank came
+            overdue(None, ARRIVED, 1, 0)
+            raise RuntimeError(f"shm: rank {members[0]} gave up on this call before rank "
+                               f"{comm.Get_rank()} came (its shared window is gone)") from None
+        try:
+            region = mmap.mmap(fd, total)
+        finally:
+            os.close(fd)
+    window = Window(region, tuple(members), me, capacity)
+    try:
+        _attach_and_probe(window, wanted, overdue)
+    except BaseException:
+        publish(window.flags, FLAGS * me * LINE + ABORTED, 1)   # tell the ranks still waiting
+        window.free()
+        raise
+    finally:
+        if path is not None:
+            _unlink(path)
+    return window
+
+
+def _attach_and_probe(window: Window, wanted: bool, overdue) -> None:
+    """Steps 2 and 3 on a mapped window."""
+    flags, me, size = window.flags, window.rank, window.size
+    line = FLAGS * me * LINE
+    word = np.array([_MAGIC + me], np.int64)       # kept alive until every rank has read it
+    if wanted:
+        probe.allow_reads_by_any()      # before the others may try to read
+    flags[line + PID] = os.getpid()
+    flags[line + PROBE] = word.ctypes.data
+    publish(flags, line + ARRIVED * LINE, 1)
+    window.wait(ARRIVED, 1, overdue)    # (then rank 0 may unlink the file: ``make``)
+    ok = wanted and size > 1
+    for j in range(size if ok else 0):
+        if j != me:
+            got = probe.read_word(window.pid(j), int(flags[FLAGS * j * LINE + PROBE]))
+            ok = ok and got == _MAGIC + j
+    flags[line + ANSWER] = 1 if ok else 0
+    publish(flags, line + REDUCED * LINE, 1)
+    window.wait(REDUCED, 1, overdue)
+    window.single_copy = size > 1 and all(flags[FLAGS * j * LINE + ANSWER] == 1
+                                          for j in range(size))
+    window.seq = 1
+    del word                            # every rank has read it (they published reduced)
+
+
+def _exchange(comm, requests, get_watch, peers) -> None:
+    """Complete Step 1's messages: under the call's deadline when there is one."""
+    watch = get_watch()
+    if watch is None:
+        MPI.Request.Waitall(requests)
+    else:
+        watch.wait(requests, "making the shared window (its name, from its first rank)",
+                   peers=list(peers))
+
+
+def _reserve(fd: int, total: int) -> None:
+    """Give the file ``total`` bytes of memory now (``posix_fallocate``: a full tmpfs raises
+    here, ENOSPC), or only its size where the file system can't reserve."""
+    try:
+        os.posix_fallocate(fd, 0, total)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, total)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
