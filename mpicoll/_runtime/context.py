@@ -57,7 +57,7 @@ class CommState:
         self.last_cached = (None, None)         # the most recently used: (key, entry)
         # fail fast, never diverge (docs/reliability.md)
         self.history = 0                        # running hash of the calls' signatures (tags.chain)
-        self.recent = [-1] * RECENT             # the tag of call number n at [n % RECENT]
+        self.recent = np.full(RECENT, -1, np.int64)  # call n's tag at [n % RECENT] (no int kept)
         self.last = self.before = None          # the last call's tags.Signature, the one before
         self._calls, self._hashes = self.tags    # (for label)
         self.notices: list = []                 # other ranks' notices not acted on yet (notice.py)
