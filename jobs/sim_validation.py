@@ -142,7 +142,8 @@ def published_rows(only=None) -> list[dict]:
         if only is not None and label not in only:
             continue
         fab = fabric.preset(name, nodes, 8)
-        r = timed.simulate(coll, algo, fab, nbytes)
+        # NCCL's tuning-model latency has no channel term: the latency rows run one tree
+        r = timed.simulate(coll, algo, fab, nbytes, channels=1 if metric == "time" else None)
         ours = r.busbw if metric == "busbw" else r.time
         rows.append({"case": label, "collective": coll, "algorithm": algo, "fabric": name,
                      "nodes": nodes, "per_node": 8, "bytes": nbytes, "metric": metric,

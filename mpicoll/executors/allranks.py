@@ -258,7 +258,7 @@ def _sharded_ring_waves(members: np.ndarray, count: int):
             block = (nodes - s - shift) % M
 
             def slices(block=block):
-                return (shard[:, None] + np.stack([d[block] for d in sd])).ravel()
+                return (shard[:-1, None] + np.stack([d[block] for d in sd])).ravel()
 
             if even:
                 yield Wave(src, dst, int(sizes[0, 0]), reduce, False, slices,

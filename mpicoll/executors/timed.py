@@ -246,20 +246,27 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
             d = rem[f] / rate[f]
             if d < dt:
                 dt = d
+        by_end = True
         tn = t + dt
         if nxt < n and release[order[nxt]] < tn:
             tn = release[order[nxt]]
+            by_end = False
         step = tn - t
         k = 0
         for i in range(nact):
             f = act[i]
             d = rem[f] / rate[f]
-            if d <= step * (1.0 + 1e-12):
-                end[f] = t + d
+            if (by_end and d <= dt * (1.0 + 1e-9)) or d <= step * 1e-12:
+                end[f] = tn if not by_end else t + d
                 rem[f] = 0.0
                 done += 1
             else:
                 rem[f] -= rate[f] * step
+                if rem[f] <= size[f] * 1e-12:
+                    end[f] = tn
+                    rem[f] = 0.0
+                    done += 1
+                    continue
                 act[k] = f
                 k += 1
         nact = k
@@ -613,16 +620,19 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
                              f"{list(fabric.protocols)}")
         tree = algo.name in TREES
         best = None
+        cache: dict = {}                 # schedule-built waves, shared by the protocols
         for name in names:
             fab = fabric.with_protocol(name, tree)
             r = simulate(collective, algorithm, fab, nbytes, itemsize=itemsize, delay=delay,
                          direct=direct, root=root, channels=channels or fabric.nchannels,
-                         general=general, _base=fabric.protocols[name].base_of(tree), **options)
+                         general=general, _base=fabric.protocols[name].base_of(tree),
+                         _cache=cache, **options)
             r.protocol, r.fabric = name, fabric.name
             if best is None or r.time < best.time:
                 best = r
         return best
     base = options.pop("_base", 0.0)
+    cache = options.pop("_cache", None)
     size = fabric.size
     count = call_count(collective, nbytes, size, itemsize)
     kwargs = {}
@@ -639,8 +649,14 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
         link = fabric.nic if fabric.nodes > 1 else fabric.intra
         kwargs.update(algo.pick(size, -(-count // nch), kwargs["nodes"], link.alpha,
                                 1 / link.bandwidth, fabric.gamma))
-    r = run(waves(algo, size, count, direct=direct, channels=nch, per_node=fabric.per_node,
-                  **kwargs), fabric, itemsize=itemsize, delay=delay, nbytes=count * itemsize,
+    key = (algo.name, count, nch, repr(sorted(kwargs.items())))
+    wl = cache.get(key) if cache is not None else None
+    if wl is None:
+        wl = waves(algo, size, count, direct=direct, channels=nch, per_node=fabric.per_node,
+                   **kwargs)
+        if cache is not None and isinstance(wl, list):
+            cache[key] = wl
+    r = run(wl, fabric, itemsize=itemsize, delay=delay, nbytes=count * itemsize,
             collective=collective, general=general, base=base)
     r.channels = nch
     return r
