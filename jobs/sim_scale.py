@@ -36,11 +36,12 @@ def one(case: str) -> dict:
     nodes, per_node = map(int, shape.split("x"))
     timed.simulate("allreduce", algorithm, fabric.preset(name, 4, per_node), 1 << 20,
                    **options)                                                   # warm-up
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = timed.simulate("allreduce", algorithm, fabric.preset(name, nodes, per_node),
                        parse_size(size), **options)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"case": case, "ranks": nodes * per_node, "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
             "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "predicted_ms": round(r.time * 1e3, 3), "waves": r.waves,
             "busbw_GBps": round(r.busbw / 1e9, 2), "critical_path": r.critical_path()}
@@ -57,18 +58,19 @@ def main() -> int:
     if args.one:
         print(json.dumps(one(args.one)))
         return 0
-    print(f"| case | ranks | wall (s) | peak RSS (MiB) | predicted (ms) | busbw (GB/s) | "
-          f"waves | critical path |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print(f"| case | ranks | wall (s) | CPU (s) | peak RSS (MiB) | predicted (ms) | "
+          f"busbw (GB/s) | waves | critical path |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for case in args.case or CASES:
         try:
             out = subprocess.run([sys.executable, __file__, "--one", case], capture_output=True,
                                  text=True, check=True, timeout=args.timeout).stdout
         except subprocess.TimeoutExpired:
-            print(f"| `{case}` | | > {args.timeout:g} (stopped) | | | | | |", flush=True)
+            print(f"| `{case}` | | > {args.timeout:g} (stopped) | | | | | | |", flush=True)
             continue
         r = json.loads(out.strip().splitlines()[-1])
-        print(f"| `{r['case']}` | {r['ranks']} | {r['wall_s']} | {r['peak_rss_MiB']} | "
+        print(f"| `{r['case']}` | {r['ranks']} | {r['wall_s']} | {r['cpu_s']} | "
+              f"{r['peak_rss_MiB']} | "
               f"{r['predicted_ms']} | {r['busbw_GBps']} | {r['waves']} | {r['critical_path']} |",
               flush=True)
     return 0
