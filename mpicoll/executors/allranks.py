@@ -16,7 +16,11 @@ at 16,384 ranks has 537 million operations), so two algorithms also have a direc
   timed executor evaluates the step once;
 * ``node_layout_waves`` -- the node-layout all-reduce, composed the way its schedule is: the
   node-local phase of one node replicated on every node, the inter-node all-reduce of one shard
-  (over the node count) replicated on every local rank, and the node-local phase back.
+  (over the node count) replicated on every local rank (an outer ring built directly), and the
+  node-local phase back; a generator.
+
+``waves(..., channels=C)`` splits a call into C parts run in lockstep, each on a permutation of
+the ranks (``ring_channel_order``: NCCL-like rail-aligned rings; ``rotate_channel``).
 
 ``waves(algo, size, count, **kwargs)`` picks the direct form when there is one for the
 algorithm and its options, else ``from_schedules``.
