@@ -1,8 +1,15 @@
 """The timed executor's validation tables and the node-scaling figure of docs/simulator.md.
 
+    python jobs/sim_validation.py published --json docs/simulator-validation.json  # the table
     python jobs/sim_validation.py measured       # 4b: this-machine vs docs/results bench JSON
     python jobs/sim_validation.py nccl           # 4c: dgx-h100 vs NCCL's tuning model
     python jobs/sim_validation.py nodes -o docs/simulator-nodes.png   # hierarchical vs ring
+
+``published`` is the validation table of docs/simulator.md (issue 24): every row a published
+measurement or NCCL's own tuning model, our prediction on the ``dgx-h100-nccl`` /
+``dgx-a100-nccl`` fabrics (parameters from data sheets and NCCL's source, none fitted to a row)
+and the ratio; ``--json`` keeps the rows, ``render`` prints the table from them (what
+tests/unit/test_sim_validation.py compares with the doc). ``measured --json`` likewise.
 
 Not MPI: the simulator runs on one core. Prints markdown tables.
 """
@@ -20,25 +27,158 @@ from mpicoll.executors import fabric, timed
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def measured(args) -> None:
-    """4b: the timed executor on this-machine beside the measured bench medians."""
-    for path in args.results:
+def measured_tables(results, profile=None) -> list[dict]:
+    """4b's rows: per bench file, per size, per algorithm with a schedule: simulated and
+    measured us. Algorithms without a schedule (``shm``, ``mpi``, ``auto``) are skipped and
+    listed in ``skipped``."""
+    from mpicoll.registry import lookup
+    out = []
+    for path in results:
         bench = json.loads(Path(path).read_text())
         n = bench["nranks"]
-        fab = fabric.preset("this-machine", 1, n, profile=args.profile)
-        print(f"\n`{Path(path).name}` ({n} ranks, one node; simulated / measured)\n")
-        names = [a for a in dict.fromkeys(r["algorithm"] for r in bench["records"])
-                 if a not in ("mpi", "auto")]
-        print("| size (B) | " + " | ".join(names) + " |")
-        print("|---:|" + "---:|" * len(names))
+        fab = fabric.preset("this-machine", 1, n, profile=profile)
+        names, skipped = [], []
+        for a in dict.fromkeys(r["algorithm"] for r in bench["records"]):
+            try:
+                ok = lookup("allreduce", a).scheduled
+            except ValueError:
+                ok = False
+            (names if ok else skipped).append(a)
+        rows = []
         for size in sorted({r["size"] for r in bench["records"]}):
-            cells = []
+            cells = {}
             for name in names:
-                rec = next(r for r in bench["records"] if r["algorithm"] == name
-                           and r["size"] == size and not r["inplace"])
+                rec = next((r for r in bench["records"] if r["algorithm"] == name
+                            and r["size"] == size and not r["inplace"]), None)
+                if rec is None:
+                    continue
                 sim = timed.simulate("allreduce", name, fab, size).time * 1e6
-                cells.append(f"{sim:.1f} / {rec['time_us']:.1f} = {sim / rec['time_us']:.2f}")
-            print(f"| {size} | " + " | ".join(cells) + " |")
+                cells[name] = [round(sim, 1), round(rec["time_us"], 1)]
+            rows.append({"size": size, "cells": cells})
+        out.append({"file": Path(path).name, "nranks": n, "algorithms": names,
+                    "skipped": skipped, "rows": rows})
+    return out
+
+
+def render_measured(tables) -> str:
+    lines = []
+    for t in tables:
+        lines += ["", f"`{t['file']}` ({t['nranks']} ranks, one node; simulated / measured us; "
+                      f"no schedule to simulate, skipped: {', '.join(t['skipped']) or 'none'})",
+                  "", "| size (B) | " + " | ".join(t["algorithms"]) + " |",
+                  "|---:|" + "---:|" * len(t["algorithms"])]
+        for row in t["rows"]:
+            cells = []
+            for name in t["algorithms"]:
+                if name not in row["cells"]:
+                    cells.append("-")
+                    continue
+                sim, meas = row["cells"][name]
+                cells.append(f"{sim:.1f} / {meas:.1f} = {sim / meas:.2f}")
+            lines.append(f"| {row['size']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines).strip("\n")
+
+
+def measured(args) -> None:
+    """4b: the timed executor on this-machine beside the measured bench medians."""
+    tables = measured_tables(args.results, args.profile)
+    print(render_measured(tables))
+    if args.json:
+        Path(args.json).write_text(json.dumps(tables, indent=1) + "\n")
+
+
+# ----------------------------------------------------------------------------- published
+
+SOURCES = {
+    "212": "nccl-tests #212 (sjeaugey: NVLink line rate 450 GB/s, ~370 GB/s busbw with the "
+           "protocol overhead, for ring all-reduce and for the other collectives)",
+    "a100": "nccl #812 / nccl-tests #290: DGX-A100, 8 HDR NICs per node, all-reduce busbw "
+            "~192 GB/s across nodes (8 x 24 GB/s)",
+    "h100": "nccl-tests #290 / #212: DGX-H100, 8 NDR NICs per node, 46-48 GB/s per NIC x 8, "
+            "~370 GB/s",
+    "model": "NCCL 2.30 src/graph/tuning.cc: tree LL (NCCL's pick at 8 KiB), latency "
+             "6.8 + 2((8-1) x 0.6 + lg(nodes) x 5.0) us + bytes / bandwidth",
+}
+
+
+def nccl_tree_ll(nodes: int, ppn: int, nbytes: float) -> float:
+    """NCCL 2.30's tuning model for the tree LL all-reduce, seconds (shared/notes/sim-anchors.md
+    section 3): latency 6.8 + 2((ppn-1) 0.6 + floor(lg nodes) 5.0) us; bandwidth 16 channels x
+    24 GB/s (two channels per 48 GB/s NIC), x0.92, capped at 16 x 36.0 (Hopper, > 2 nodes),
+    /3.8 for LL, algbw = busbw / 2 (its size-indexed correction table left out: < 1 % here)."""
+    lat = 6.8 + 2 * ((ppn - 1) * 0.6 + math.floor(math.log2(nodes)) * 5.0)
+    bus = min(0.92 * 16 * 24.0, 16 * 36.0) / 3.8
+    return lat * 1e-6 + nbytes / (bus * 0.5 * 1e9)
+
+
+# (label, collective, algorithm, preset, nodes, bytes, metric, anchor, tolerance, source)
+PUBLISHED = [
+    ("1 x 8 H100, ring all-reduce, 1 GiB", "allreduce", "ring", "dgx-h100-nccl", 1, 1 << 30,
+     "busbw", 370e9, 0.20, "212"),
+    ("1 x 8 H100, ring all-reduce, 8 GiB", "allreduce", "ring", "dgx-h100-nccl", 1, 8 << 30,
+     "busbw", 370e9, 0.20, "212"),
+    ("1 x 8 H100, all-gather, 1 GiB", "allgather", "ring", "dgx-h100-nccl", 1, 1 << 30,
+     "busbw", 370e9, 0.20, "212"),
+    ("1 x 8 H100, reduce-scatter, 1 GiB", "reduce_scatter_block", "ring", "dgx-h100-nccl", 1,
+     1 << 30, "busbw", 370e9, 0.20, "212"),
+    ("4 x DGX-A100, ring all-reduce, 4 GiB", "allreduce", "ring", "dgx-a100-nccl", 4, 4 << 30,
+     "busbw", 192e9, 0.20, "a100"),
+    ("16 x DGX-A100, ring all-reduce, 4 GiB", "allreduce", "ring", "dgx-a100-nccl", 16, 4 << 30,
+     "busbw", 192e9, 0.20, "a100"),
+    ("4 x DGX-H100, ring all-reduce, 4 GiB", "allreduce", "ring", "dgx-h100-nccl", 4, 4 << 30,
+     "busbw", 370e9, 0.20, "h100"),
+    ("16 x DGX-H100, ring all-reduce, 4 GiB", "allreduce", "ring", "dgx-h100-nccl", 16, 4 << 30,
+     "busbw", 370e9, 0.20, "h100"),
+] + [
+    (f"{k} x DGX-H100, tree all-reduce, 8 KiB", "allreduce", "double_binary_tree",
+     "dgx-h100-nccl", k, 8192, "time", nccl_tree_ll(k, 8, 8192), 0.30, "model")
+    for k in (16, 128)     # 1,024 nodes: double_binary_tree has no all-ranks form yet, and
+]                          # from_schedules at 8,192 ranks did not end in 30 min on this VM
+
+
+def published_rows(only=None) -> list[dict]:
+    rows = []
+    for (label, coll, algo, name, nodes, nbytes, metric, anchor, tol, src) in PUBLISHED:
+        if only is not None and label not in only:
+            continue
+        fab = fabric.preset(name, nodes, 8)
+        # NCCL's tuning-model latency has no channel term: the latency rows run one tree
+        r = timed.simulate(coll, algo, fab, nbytes, channels=1 if metric == "time" else None)
+        ours = r.busbw if metric == "busbw" else r.time
+        rows.append({"case": label, "collective": coll, "algorithm": algo, "fabric": name,
+                     "nodes": nodes, "per_node": 8, "bytes": nbytes, "metric": metric,
+                     "anchor": anchor, "ours": ours, "ratio": ours / anchor,
+                     "tolerance": tol, "protocol": r.protocol, "channels": r.channels,
+                     "max_link": r.max_link, "source": src})
+    return rows
+
+
+def render_published(rows) -> str:
+    def q(row, v):
+        return f"{v / 1e9:.0f} GB/s" if row["metric"] == "busbw" else f"{v * 1e6:.1f} us"
+    lines = ["| case | anchor | ours | ratio | band | protocol, channels | bottleneck | source |",
+             "|---|---:|---:|---:|---:|---|---|---|"]
+    for row in rows:
+        ok = abs(row["ratio"] - 1) <= row["tolerance"]
+        lines.append(f"| {row['case']} | {q(row, row['anchor'])} | {q(row, row['ours'])} | "
+                     f"{row['ratio']:.2f}{'' if ok else ' (out)'} | "
+                     f"+-{row['tolerance'] * 100:.0f} % | {row['protocol']}, "
+                     f"{row['channels']} | {row['max_link']} | [{row['source']}] |")
+    lines.append("")
+    lines += [f"[{k}] {v}" for k, v in SOURCES.items()]
+    return "\n".join(lines)
+
+
+def published(args) -> None:
+    rows = published_rows()
+    print(render_published(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def render(args) -> None:
+    data = json.loads(Path(args.json).read_text())
+    print(render_published(data) if args.what_table == "published" else render_measured(data))
 
 
 def nccl_model(nodes: int, ppn: int, nbytes: float) -> tuple[float, float]:
@@ -125,6 +265,12 @@ def main() -> int:
     m.add_argument("results", nargs="*", default=[str(ROOT / "docs/results/allreduce-np2.json"),
                                                    str(ROOT / "docs/results/allreduce-np4.json")])
     m.add_argument("--profile", default=None, help="default: the shipped profile")
+    m.add_argument("--json", help="write the rows here")
+    p = sub.add_parser("published")
+    p.add_argument("--json", help="write the rows here")
+    r = sub.add_parser("render")
+    r.add_argument("what_table", choices=["published", "measured"])
+    r.add_argument("json")
     c = sub.add_parser("nccl")
     c.add_argument("--nodes", type=int, nargs="*", default=[1, 5, 25, 125, 625, 3125])
     c.add_argument("--sizes", type=lambda s: int(float(s)), nargs="*",
@@ -135,7 +281,8 @@ def main() -> int:
     n.add_argument("--sizes", type=int, nargs="*", default=[192 << 10, 12 << 20, 768 << 20])
     n.add_argument("-o", "--output", default=str(ROOT / "docs/simulator-nodes.png"))
     args = ap.parse_args()
-    {"measured": measured, "nccl": nccl, "nodes": nodes}[args.what](args)
+    {"measured": measured, "nccl": nccl, "nodes": nodes, "published": published,
+     "render": render}[args.what](args)
     return 0
 
 

@@ -16,7 +16,11 @@ at 16,384 ranks has 537 million operations), so two algorithms also have a direc
   timed executor evaluates the step once;
 * ``node_layout_waves`` -- the node-layout all-reduce, composed the way its schedule is: the
   node-local phase of one node replicated on every node, the inter-node all-reduce of one shard
-  (over the node count) replicated on every local rank, and the node-local phase back.
+  (over the node count) replicated on every local rank (an outer ring built directly), and the
+  node-local phase back; a generator.
+
+``waves(..., channels=C)`` splits a call into C parts run in lockstep, each on a permutation of
+the ranks (``ring_channel_order``: NCCL-like rail-aligned rings; ``rotate_channel``).
 
 ``waves(algo, size, count, **kwargs)`` picks the direct form when there is one for the
 algorithm and its options, else ``from_schedules``.
@@ -30,25 +34,26 @@ import numpy as np
 
 from ..algorithms import allreduce_hierarchical, allreduce_ring
 from ..schedule import Recv, Send, block_displs
-from .inprocess import _link
 
 __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
-           "has_direct_form"]
+           "has_direct_form", "ring_channel_order", "rotate_channel", "channel_waves"]
 
 
 class Wave:
     """One step of every rank taking part, as arrays over its messages.
 
     ``elements``, ``reduce`` and ``left`` are an array or one value for all messages; ``key``
-    is set when the same wave shape (src, dst, elements) repeats, so it is evaluated once.
+    is set when the same wave shape (src, dst, elements) repeats, so it is evaluated once;
+    ``route`` when the same (src, dst) repeats with other sizes, so it is routed once.
     ``slices()`` gives each message's offset in the sender's and the receiver's buffer.
     """
 
-    __slots__ = ("src", "dst", "elements", "reduce", "left", "key", "_slices")
+    __slots__ = ("src", "dst", "elements", "reduce", "left", "key", "route", "_slices")
 
-    def __init__(self, src, dst, elements, reduce, left, slices, key=None):
+    def __init__(self, src, dst, elements, reduce, left, slices, key=None, route=None):
         self.src, self.dst, self.elements = src, dst, elements
         self.reduce, self.left, self._slices, self.key = reduce, left, slices, key
+        self.route = route              # set when the same (src, dst) repeats
 
     def slices(self) -> tuple[np.ndarray, np.ndarray]:
         lo = self._slices() if callable(self._slices) else self._slices
@@ -64,6 +69,7 @@ def _full(value, n):
 
 def from_schedules(scheds) -> list[Wave]:
     """The waves of one schedule per rank (checked as the in-process executor checks them)."""
+    from .inprocess import _link
     size = len(scheds)
     links = _link(scheds)            # raises ScheduleMismatch naming the message
     nsteps = [len(s.steps) for s in scheds]
@@ -151,15 +157,20 @@ def ring_waves(size: int, count: int) -> Iterable[Wave]:
     ranks = np.arange(size)
     right = (ranks + 1) % size
     even = bool((sizes == sizes[0]).all()) and sizes[0] > 0
+    full = bool((sizes > 0).all())
     for phase, (shift, reduce) in enumerate(((1, True), (0, False))):   # RS, then AG
         for s in range(size - 1):
             if even:           # every wave alike but for its offsets, computed when asked
                 yield Wave(ranks, right, int(sizes[0]), reduce, False,
                            lambda s=s, shift=shift: displs[(ranks - s - shift) % size],
-                           key=("ring", size, int(sizes[0])))
+                           key=("ring", size, int(sizes[0])), route=("ring", size))
                 continue
             block = (ranks - s - shift) % size
             el = sizes[block]
+            if full:           # every rank sends: the same route, other sizes
+                yield Wave(ranks, right, el, reduce, False, lambda b=block: displs[b],
+                           route=("ring", size))
+                continue
             keep = el > 0
             b = block[keep]
             yield Wave(ranks[keep], right[keep], el[keep], reduce, False,
@@ -179,32 +190,40 @@ def _remap(w: Wave, ranks: np.ndarray, offset) -> tuple:
             (_full(lo_r, n) + off).ravel())
 
 
-def _merge(parts: list[tuple]) -> Wave:
+def _merge(parts: list[tuple], key=None) -> Wave:
     cols = [np.concatenate([p[i] for p in parts]) for i in range(7)]
-    return Wave(cols[0], cols[1], cols[2], cols[3], cols[4], (cols[5], cols[6]))
+    return Wave(cols[0], cols[1], cols[2], cols[3], cols[4], (cols[5], cols[6]), key=key)
 
 
 def _group_waves(module, size: int, count: int) -> list[Wave]:
+    if module is allreduce_ring:
+        return list(ring_waves(size, count))
     return from_schedules([module.schedule(r, size, count) for r in range(size)])
 
 
-def node_layout_waves(size: int, count: int, *, nodes, inner: str, outer: str) -> list[Wave]:
-    """The node-layout all-reduce (``allreduce_hierarchical``) on nodes of equal size.
+def node_layout_waves(size: int, count: int, *, nodes, inner: str, outer: str):
+    """The node-layout all-reduce (``allreduce_hierarchical``) on nodes of equal size, wave by
+    wave (a generator: the waves of 24,576 ranks are never all in memory).
 
     Phase 1 and 3: the node-local schedules of L ranks, the same on every node. Phase 2 (shard):
     local rank i of every node runs the outer all-reduce on shard i; (leader): the nodes' first
-    ranks run it on the whole vector.
+    ranks run it on the whole vector. An outer ring is built directly (``ring_waves``'s
+    arithmetic on every shard at once), other outers from their schedules over the M nodes.
     """
     members = np.array(nodes, dtype=np.int64)          # (M nodes, L ranks)
     M, L = members.shape
     first, last = allreduce_hierarchical.INNER[inner]
     outer_module = allreduce_hierarchical.OUTER[outer]
     zero = np.zeros(M, dtype=np.int64)
-    phase1 = [_merge([_remap(w, members, zero)]) for w in _group_waves(first, L, count)]
-    phase3 = [_merge([_remap(w, members, zero)]) for w in _group_waves(last, L, count)]
+    tag = ("node-layout", M, L, inner, outer, count)
+    for k, w in enumerate(_group_waves(first, L, count)):
+        yield _merge([_remap(w, members, zero)], key=tag + (1, k))
     if inner == "binomial":
         leaders = members[:, :1].T                     # one row: the leaders
-        phase2 = [_merge([_remap(w, leaders, [0])]) for w in _group_waves(outer_module, M, count)]
+        for k, w in enumerate(_group_waves(outer_module, M, count)):
+            yield _merge([_remap(w, leaders, [0])], key=tag + (2, k))
+    elif outer_module is allreduce_ring:
+        yield from _sharded_ring_waves(members, count)
     else:
         shard = block_displs(count, L)
         per_count: dict[int, list[Wave]] = {}
@@ -217,8 +236,110 @@ def node_layout_waves(size: int, count: int, *, nodes, inner: str, outer: str) -
                 if len(rows) <= k:
                     rows.append([])
                 rows[k].append(_remap(w, members[:, i:i + 1].T, [shard[i]]))
-        phase2 = [_merge(parts) for parts in rows]
-    return phase1 + phase2 + phase3
+        for k, parts in enumerate(rows):
+            yield _merge(parts, key=tag + (2, k))
+    for k, w in enumerate(_group_waves(last, L, count)):
+        yield _merge([_remap(w, members, zero)], key=tag + (3, k))
+
+
+def _sharded_ring_waves(members: np.ndarray, count: int):
+    """Local rank i of every node runs the ring all-reduce of shard i over the M nodes: each
+    wave is every shard's ring step at once (messages shard-major, node-minor)."""
+    M, L = members.shape
+    if M < 2:
+        return
+    shard = np.array(block_displs(count, L))
+    sd = [np.array(block_displs(int(shard[i + 1] - shard[i]), M)) for i in range(L)]
+    sizes = np.array([np.diff(d) for d in sd])            # (L, M): block sizes per shard
+    nodes = np.arange(M)
+    src = members.T.ravel()                                 # shard i, node n -> members[n, i]
+    dst = members[(nodes + 1) % M].T.ravel()
+    even = bool((sizes == sizes[0, 0]).all()) and sizes[0, 0] > 0
+    full = bool((sizes > 0).all())
+    route = ("sharded-ring", M, L)
+    for shift, reduce in ((1, True), (0, False)):
+        for s in range(M - 1):
+            block = (nodes - s - shift) % M
+
+            def slices(block=block):
+                return (shard[:-1, None] + np.stack([d[block] for d in sd])).ravel()
+
+            if even:
+                yield Wave(src, dst, int(sizes[0, 0]), reduce, False, slices,
+                           key=route + (int(sizes[0, 0]),), route=route)
+                continue
+            el = sizes[:, block].ravel()
+            if full:
+                yield Wave(src, dst, el, reduce, False, slices, route=route)
+                continue
+            keep = el > 0
+            yield Wave(src[keep], dst[keep], el[keep], reduce, False,
+                       lambda slices=slices, keep=keep: slices()[keep])
+
+
+# ----------------------------------------------------------------------------- channels
+
+def ring_channel_order(nodes: int, per_node: int, channel: int) -> np.ndarray:
+    """Channel ``channel``'s ring over ``nodes`` x ``per_node`` ranks (block placement), as
+    NCCL builds its rings: position -> rank. Each node is entered on one rail and left on
+    another, and the hop between nodes stays on one rail (same NIC index both ends); over the
+    ``per_node`` channels every NIC sends for exactly one channel and receives for one.
+
+    Node n is entered at local rank (channel + s_n) % g and left at (channel + s_{n+1}) % g,
+    with s = 0, 1, 0, 1, ... (an odd node count ends ..., 1, 2; with 2 ranks per node it keeps
+    one cross-rail hop).
+    """
+    g, M = per_node, nodes
+    if M == 1 or g == 1:
+        return np.array([(i + channel) % g + n * g for n in range(M) for i in range(g)])
+    s = [n % 2 for n in range(M)]
+    if M % 2 and g >= 3:
+        s[-1] = 2
+    out = []
+    for n in range(M):
+        e, x = (channel + s[n]) % g, (channel + s[(n + 1) % M]) % g
+        rest = [(e + j) % g for j in range(1, g) if (e + j) % g != x]
+        path = [e] + rest + ([x] if x != e else [])
+        out.extend(n * g + i for i in path)
+    return np.array(out, dtype=np.int64)
+
+
+def rotate_channel(size: int, per_node: int, channel: int) -> np.ndarray:
+    """Logical rank -> rank for channel ``channel`` of a non-ring algorithm: local ranks rotated
+    by the channel, so its node leaders (and their NICs) differ from channel to channel."""
+    r = np.arange(size)
+    return r // per_node * per_node + (r % per_node + channel) % per_node
+
+
+def channel_waves(parts: list, perms: list, offsets: list):
+    """Channels run in lockstep: wave k of every channel's waves (``parts``, on logical ranks
+    mapped by ``perms``, slices moved by ``offsets``) make wave k of the call."""
+    from itertools import zip_longest
+    for ws in zip_longest(*parts):
+        got = [(w, p, o) for w, p, o in zip(ws, perms, offsets) if w is not None and len(w)]
+        if not got:
+            continue
+        src = np.concatenate([p[w.src] for w, p, _ in got])
+        dst = np.concatenate([p[w.dst] for w, p, _ in got])
+
+        def col(name):
+            vals = [getattr(w, name) for w, _, _ in got]
+            if all(np.ndim(v) == 0 for v in vals) and len({v for v in vals}) == 1:
+                return vals[0]
+            return np.concatenate([_full(v, len(w)) for v, (w, _, _) in zip(vals, got)])
+
+        def slices(got=got):
+            lo = [w.slices() for w, _, _ in got]
+            return (np.concatenate([_full(a, len(w)) + o for (a, _), (w, _, o) in zip(lo, got)]),
+                    np.concatenate([_full(b, len(w)) + o for (_, b), (w, _, o) in zip(lo, got)]))
+
+        keyed = [w.key for w in ws]
+        key = ("channels",) + tuple(keyed) if all(k is not None for k in keyed) else None
+        routes = [w.route or w.key if w is not None else None for w in ws]
+        route = (("channels",) + tuple(routes)
+                 if all(r is not None for r, w in zip(routes, ws) if w is not None) else None)
+        yield Wave(src, dst, col("elements"), col("reduce"), col("left"), slices, key=key,
+                   route=route)
 
 
 _DIRECT = {allreduce_ring: ("ring", lambda size, count, **o: ring_waves(size, count)),
@@ -234,11 +355,27 @@ def has_direct_form(algo, options: dict, nodes=None) -> bool:
     return nodes is not None and len({len(n) for n in nodes}) == 1
 
 
-def waves(algo, size: int, count: int, *, direct: bool = True, **kwargs) -> Iterable[Wave]:
+def waves(algo, size: int, count: int, *, direct: bool = True, channels: int = 1,
+          per_node: int = 1, **kwargs) -> Iterable[Wave]:
     """All ranks' waves of ``algo`` (a ``registry.Algorithm``) for one call.
 
     ``kwargs`` are what its ``schedule`` takes (``nodes``, ``root``, its options).
+    ``channels`` > 1 splits the call into that many (``block_displs(count, channels)``), run in
+    lockstep: the rank-order ring on NCCL-like rail-aligned rings (``ring_channel_order``), any
+    other algorithm on its ranks rotated inside each node (``rotate_channel``).
     """
+    if channels > 1:
+        displs = block_displs(count, channels)
+        ring = (algo.module is allreduce_ring and direct
+                and kwargs.get("order", "rank") == "rank")
+        nodes = size // per_node
+        parts, perms = [], []
+        for k in range(channels):
+            c = displs[k + 1] - displs[k]
+            parts.append(waves(algo, size, c, direct=direct, **kwargs))
+            perms.append(ring_channel_order(nodes, per_node, k) if ring
+                         else rotate_channel(size, per_node, k))
+        return channel_waves(parts, perms, displs[:-1])
     options = {k: v for k, v in kwargs.items() if k not in ("nodes", "root")}
     if direct and has_direct_form(algo, options, kwargs.get("nodes")):
         form = _DIRECT[algo.module][1]

@@ -23,8 +23,15 @@ A message takes one of three paths:
 A path's latency is the alpha of its class (``intra``, ``nic``, ``spine``: the spine's alpha is
 the whole cross-spine path's). ``gamma`` is seconds per byte reduced.
 
-Presets (``preset(name, ...)``): ``flat``, ``dgx-h100``, ``seed-lab``, ``this-machine``, or a JSON
-file with the fields of ``Fabric`` (``docs/simulator.md`` gives the sources of the numbers).
+NCCL-like fabrics also declare ``channels`` (0: one per NIC, i.e. ``per_node``: the timed
+executor splits a collective over that many rings or trees, each on its own NIC), ``protocols``
+(``Protocol``: per-hop alpha of each link class, bandwidth efficiency and a per-call base, as
+NCCL's LL / LL128 / Simple; the timed executor picks the fastest per call and reports it) and
+``overlap`` (a rank's reduction runs while its messages arrive, as a pipelining executor does).
+
+Presets (``preset(name, ...)``): ``flat``, ``dgx-h100``, ``seed-lab``, ``this-machine``,
+``dgx-h100-nccl``, ``dgx-a100-nccl``, or a JSON file with the fields of ``Fabric``
+(``docs/simulator.md`` gives the sources of the numbers).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LinkClass", "Fabric", "Routes", "PRESETS", "preset", "from_json", "INTRA", "LEAF",
+__all__ = ["LinkClass", "Protocol", "Fabric", "Routes", "PRESETS", "preset", "from_json", "INTRA", "LEAF",
            "SPINE", "PATH_NAMES"]
 
 INTRA, LEAF, SPINE = 0, 1, 2
@@ -58,6 +65,38 @@ class LinkClass:
                              f"alpha={self.alpha!r}, bandwidth={self.bandwidth!r}")
 
 
+CLASSES = ("intra", "nic", "spine")
+TREES = ("double_binary_tree", "binomial")      # the algorithms timed with a protocol's tree alphas
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One protocol (NCCL's LL, LL128, Simple): per-hop ``alpha`` of each link class (a dict
+    ``{"intra": s, "nic": s, "spine": s}``), the fraction of each link's bandwidth it gets
+    (``efficiency``) and a ``base`` latency once per call. ``tree_alpha`` / ``tree_base`` (optional)
+    are the ones of tree algorithms (``TREES``), as NCCL's tuning table has one row per algorithm."""
+
+    alpha: dict
+    efficiency: float = 1.0
+    base: float = 0.0
+    tree_alpha: dict | None = None
+    tree_base: float | None = None
+
+    def __post_init__(self):
+        for a in (self.alpha, self.tree_alpha or self.alpha):
+            if set(a) != set(CLASSES) or not all(v >= 0 for v in a.values()):
+                raise ValueError(f"a protocol's alpha needs {list(CLASSES)} >= 0, got {a!r}")
+        if not (0 < self.efficiency <= 1 and self.base >= 0):
+            raise ValueError(f"a protocol needs 0 < efficiency <= 1 and base >= 0, got "
+                             f"{self.efficiency!r}, {self.base!r}")
+
+    def alphas(self, tree: bool) -> dict:
+        return self.tree_alpha if tree and self.tree_alpha else self.alpha
+
+    def base_of(self, tree: bool) -> float:
+        return self.tree_base if tree and self.tree_base is not None else self.base
+
+
 @dataclass(frozen=True)
 class Fabric:
     """``nodes`` x ``per_node`` ranks on intra-node ports, NICs, leaves and a spine."""
@@ -72,6 +111,9 @@ class Fabric:
     leaf: str = "rail"
     nodes_per_leaf: int | None = None      # None: "rail" -> all nodes, "node" -> 1
     oversubscription: float = 1.0
+    channels: int = 1                      # 0: one per NIC (per_node)
+    protocols: dict | None = None          # name -> Protocol
+    overlap: bool = False                  # reduction overlapped with the transfer
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -82,6 +124,20 @@ class Fabric:
         if self.oversubscription <= 0 or self.gamma < 0:
             raise ValueError(f"oversubscription must be > 0 and gamma >= 0, got "
                              f"{self.oversubscription} and {self.gamma}")
+        if self.channels < 0:
+            raise ValueError(f"channels must be >= 0 (0: one per NIC), got {self.channels}")
+
+    @property
+    def nchannels(self) -> int:
+        """Channels of a call: ``channels``, or one per NIC of a node (0)."""
+        return self.channels or self.per_node
+
+    def with_protocol(self, name: str, tree: bool = False) -> "Fabric":
+        """This fabric as protocol ``name`` sees it: its alphas, bandwidths x its efficiency."""
+        p = self.protocols[name]
+        a = p.alphas(tree)
+        cls = {c: LinkClass(a[c], getattr(self, c).bandwidth * p.efficiency) for c in CLASSES}
+        return replace(self, name=f"{self.name}/{name}", protocols=None, **cls)
 
     @property
     def size(self) -> int:
@@ -101,7 +157,10 @@ class Fabric:
                 f"nic {gb(self.nic)}, spine {gb(self.spine)}, leaf={self.leaf}"
                 + (f" ({self.nodes_per_leaf} nodes per leaf)" if self.nodes_per_leaf else "")
                 + f", oversubscription {self.oversubscription:g}, "
-                f"gamma {self.gamma * 1e12:g} ps/B")
+                f"gamma {self.gamma * 1e12:g} ps/B"
+                + (f", {self.nchannels} channel(s)" if self.nchannels > 1 else "")
+                + (f", protocols {'/'.join(self.protocols)}" if self.protocols else "")
+                + (", reduction overlapped" if self.overlap else ""))
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -144,6 +203,7 @@ class Routes:
         self.alpha = np.array([f.intra.alpha, f.nic.alpha, f.spine.alpha])
         self.cap = np.array([f.intra.bandwidth, f.nic.bandwidth,
                              min(f.spine.bandwidth, f.nic.bandwidth)])
+        self.up_leaf = 4 * N                     # first leaf -> spine link
 
     def leaf(self, r):
         f = self.fabric
@@ -222,8 +282,50 @@ def _this_machine(nodes, per_node, profile=None, **_):
     return Fabric("this-machine", nodes, per_node, intra, inter, inter, p.gamma, leaf="single")
 
 
+# NCCL 2.30 src/graph/tuning.cc, per-hop hardware latency of each protocol (LL, LL128, Simple),
+# us: ring NVLink 0.6/1.9/3.4, NET 2.7/4.0/14; tree NVLink 0.6/1.25/4.0, NET 5.0/8.5/14; base
+# ring 6.6/14/8.4, tree 6.8/14/8.4. Bandwidth: LL 1/2 of the link (8 B lines of 4 B data + 4 B
+# flag), LL128 0.92 (tuning.cc's factor), Simple all of it.
+_NCCL = {
+    "LL": ((0.6, 2.7), (0.6, 5.0), 6.6, 6.8, 0.5),
+    "LL128": ((1.9, 4.0), (1.25, 8.5), 14.0, 14.0, 0.92),
+    "Simple": ((3.4, 14.0), (4.0, 14.0), 8.4, 8.4, 1.0),
+}
+
+
+def nccl_protocols() -> dict:
+    """LL, LL128 and Simple with NCCL's own constants (``tuning.cc``)."""
+    def cls(pair):
+        return {"intra": pair[0] * 1e-6, "nic": pair[1] * 1e-6, "spine": pair[1] * 1e-6}
+    return {name: Protocol(cls(ring), eff, base * 1e-6, cls(tree), tbase * 1e-6)
+            for name, (ring, tree, base, tbase, eff) in _NCCL.items()}
+
+
+def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, **_):
+    """A DGX on a rail-optimized fat tree as NCCL plans it: NVLink and NIC at the bandwidths
+    NCCL's topology search assigns them, one channel per NIC, NCCL's protocols, the reduction
+    inside the transfer (NCCL's kernels reduce each slice as it arrives)."""
+    return Fabric(name, nodes, per_node, intra=LinkClass(0.0, nvlink), nic=LinkClass(0.0, nic),
+                  spine=LinkClass(0.0, nic), gamma=1e-12 if gamma is None else gamma,
+                  leaf="rail", nodes_per_leaf=32, channels=0, protocols=nccl_protocols(),
+                  overlap=True)
+
+
+def _dgx_h100_nccl(nodes, per_node, **kw):
+    """H100: 18 NVLink4 x 20.6 GB/s (topo.h SM90_NVLINK_BW), NDR 400 Gb/s NIC = 50 GB/s, which
+    NCCL's ring search runs at 48 GB/s per channel (search.cc sm90SpeedArrayInter)."""
+    return _nccl("dgx-h100-nccl", 18 * 20.6e9, 48e9, nodes, per_node, **kw)
+
+
+def _dgx_a100_nccl(nodes, per_node, **kw):
+    """A100: 12 NVLink3 x 20 GB/s (topo.h SM80_NVLINK_BW), HDR 200 Gb/s NIC = 25 GB/s, run at
+    24 GB/s per channel (search.cc speedArrayInter)."""
+    return _nccl("dgx-a100-nccl", 12 * 20.0e9, 24e9, nodes, per_node, **kw)
+
+
 PRESETS = {"flat": _flat, "dgx-h100": _dgx_h100, "seed-lab": _seed_lab,
-           "this-machine": _this_machine}
+           "this-machine": _this_machine, "dgx-h100-nccl": _dgx_h100_nccl,
+           "dgx-a100-nccl": _dgx_a100_nccl}
 
 
 def from_json(path, nodes: int, per_node: int) -> Fabric:
@@ -233,8 +335,10 @@ def from_json(path, nodes: int, per_node: int) -> Fabric:
         data.setdefault("name", Path(path).stem)
         data.setdefault("nodes", nodes)
         data.setdefault("per_node", per_node)
-        for c in ("intra", "nic", "spine"):
+        for c in CLASSES:
             data[c] = LinkClass(**data[c])
+        if data.get("protocols"):
+            data["protocols"] = {k: Protocol(**v) for k, v in data["protocols"].items()}
         return Fabric(**data)
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise ValueError(f"{path}: not a fabric file: {e}") from None

@@ -4,26 +4,35 @@ It runs what the MPI executor runs -- the schedules of ``mpicoll.registry``'s al
 waves (``allranks``: one step of every rank taking part, both ends of each message in the same
 wave) over a ``fabric.Fabric``, and keeps one clock per rank:
 
-* a message starts when both ends have entered the step that holds it;
-* it takes the alpha of its path, plus its bytes over its share of the most loaded link on its
-  path. The messages of one wave are the ones in flight together; a link's capacity is shared in
-  proportion to bytes, so every message on a link finishes when the link has carried them all
-  (``load / capacity``; with equal messages this is max-min fairness). A path through the spine
-  also never goes faster than one spine link (``fabric.spine.bandwidth``);
-* a rank's step ends when its messages have ended, plus gamma x the bytes it reduces.
+* a message starts when both ends have entered the step that holds it; it pays the alpha of its
+  path first (latency, no sharing: SimGrid's convention), then moves its bytes as a fluid flow;
+* *sharing is max-min fair* (progressive filling): the flows of a wave that are moving at the same
+  time get the max-min fair rates of their links (and a path through the spine never more than
+  one spine link, ``fabric.spine.bandwidth``), re-solved whenever one of them starts or ends, as
+  SimGrid's flow model does. Flows of different waves do not share (a wave is one logical round);
+* a rank's step ends when its messages have ended, plus gamma x the bytes it reduces (or, on a
+  fabric with ``overlap``, when both the messages and the reduction, started with the step, are
+  done).
 
 So on a contention-free flat fabric a step takes alpha + beta.max(sent, received) + gamma.reduced,
 the in-process executor's clock and the model of every ``cost()`` formula.
 
 ``simulate(...)`` returns a ``Result``: each rank's finish, the time (the last finish), algbw and
-busbw, bytes per path and per link class, the most loaded link, inter-node and cross-rail hops
-(distinct rank pairs) and messages, the slowest message rate, and the critical path of the last
-rank to finish split into straggler delay, latency, transfer and reduction. ``delay=`` (seconds per
-rank, added before the call) is the straggler hook.
+busbw, bytes per path and per link class, the bottleneck link (the one that held messages back
+longest), inter-node and cross-rail hops (distinct rank pairs) and messages, the slowest message
+rate, the protocol and channel count used, and the critical path of the last rank to finish split
+into straggler delay, latency, transfer and reduction. ``delay=`` (seconds per rank, added before
+the call) is the straggler hook.
 
-Speed: a wave shape that repeats (``Wave.key``) is routed once; while every rank's clock is the
-same and a wave moves every rank alike (a ring step on a flat fabric), one number stands for all
-ranks; otherwise one compiled pass over the wave's messages updates the per-rank clocks.
+Speed, with every shortcut exact: a wave's routing is computed once per route (``Wave.route``)
+and its timing once per shape (``Wave.key``); a wave whose flows can all run at their own path's
+rate at once (*contention-free*: no link asked for more than its capacity) has transfer times
+that do not depend on when its flows start, so while every rank's clock is the same and such a
+wave moves every rank alike, one number stands for all ranks, and when wave and clocks repeat
+every P ranks (a leaf group), ranks 0..P-1 stand for all. A contended wave is solved once at
+equal start times (cached) while all clocks are equal, else re-solved with the ranks' clocks.
+``general=True`` skips every shortcut (the tests compare both). Hop statistics are streamed:
+memory is linear in the ranks. numba is loaded on the first call, not at import.
 """
 
 from __future__ import annotations
@@ -31,13 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
-from ..registry import bus_factor, lookup
-from .allranks import waves
-from .fabric import INTRA, PATH_NAMES, Fabric, Routes
+from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
 
-__all__ = ["Result", "run", "simulate", "call_count"]
+__all__ = ["Result", "run", "simulate", "call_count", "maxmin"]
 
 CRITICAL = ("delay", "latency", "transfer", "reduction", "messages")
 
@@ -50,6 +56,11 @@ def call_count(collective: str, nbytes: int, size: int, itemsize: int) -> int:
     return count
 
 
+def _bus_factor(collective: str, n: int) -> float:
+    from ..registry import bus_factor
+    return bus_factor(collective, n)
+
+
 @dataclass
 class Result:
     fabric: str
@@ -60,14 +71,17 @@ class Result:
     path_bytes: dict                        # bytes sent on each path (intra-node, ...)
     path_messages: dict
     class_bytes: dict                       # bytes carried by each link class (every hop)
-    max_link_bytes: float
-    max_link: str
+    max_link_bytes: float                   # bytes carried by the bottleneck link
+    max_link: str                           # the bottleneck: the link that held messages back longest
     internode_hops: int                     # distinct (src, dst) pairs that cross nodes
     cross_rail_hops: int                    # ... that cross rails
     bottleneck_bw: float                    # slowest message rate (bytes / transfer time)
     critical: dict = field(default_factory=dict)   # of the last rank to finish
     waves: int = 0
     collective: str = "allreduce"
+    max_link_time: float = 0.0              # seconds the bottleneck held messages back
+    protocol: str | None = None             # the protocol picked (fabrics that declare some)
+    channels: int = 1
 
     @property
     def algbw(self) -> float:
@@ -75,7 +89,7 @@ class Result:
 
     @property
     def busbw(self) -> float:
-        return self.algbw * bus_factor(self.collective, self.size)
+        return self.algbw * _bus_factor(self.collective, self.size)
 
     @property
     def internode_bytes(self) -> float:
@@ -91,57 +105,17 @@ class Result:
         return f"{int(c['messages'])} messages: {parts or '0'}"
 
 
-class _Shape:
-    """A wave's routing: per message alpha and transfer time, link loads, hop statistics."""
+# ----------------------------------------------------------------------------- kernels
 
-    def __init__(self, routes: Routes, src, dst, nbytes):
-        n = len(src)
-        b = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (n,))
-        kind = routes.kind(src, dst)
-        links = routes.links(src, dst, kind)
-        self.load = np.bincount(links.ravel(), weights=np.repeat(b, 4), minlength=routes.nlinks)
-        share = (self.load / routes.capacity)[links].max(axis=1)
-        self.drain = np.maximum(share, b / routes.cap[kind])
-        self.alpha = routes.alpha[kind]
-        self.path_bytes = np.bincount(kind, weights=b, minlength=3)
-        self.path_messages = np.bincount(kind, minlength=3)
-        g = routes.fabric.per_node
-        net = kind != INTRA
-        cross = net & (src % g != dst % g)                  # one rail when g == 1
-        N = routes.size
-        self.internode = np.unique(src[net] * N + dst[net])
-        self.cross = np.unique(src[cross] * N + dst[cross])
-        self.rate = float((b / self.drain).min()) if n else np.inf
-        dur = self.alpha + self.drain
-        self.uniform = None       # (alpha, transfer) when the wave moves every rank alike
-        self.periodic = None      # the wave on ranks 0..P-1 when it repeats every P ranks
-        if not (n == N and n and _is_perm(src, N) and _is_perm(dst, N)):
-            return
-        if np.ptp(dur) == 0:
-            self.uniform = (float(self.alpha[0]), float(self.drain[0]))
-        P = routes.period
-        if P < N:
-            rows = N // P
-            order = np.argsort(src)
-            d = dst[order].reshape(rows, P)
-            a, dr = self.alpha[order].reshape(rows, P), self.drain[order].reshape(rows, P)
-            moved = (d - (np.arange(rows) * P)[:, None]) % N
-            if (moved == moved[0]).all() and (a == a[0]).all() and (dr == dr[0]).all():
-                self.periodic = (np.arange(P), moved[0] % P, a[0].copy(), dr[0].copy())
-
-
-def _is_perm(a, n) -> bool:
-    return bool((np.bincount(a, minlength=n) == 1).all())
-
-
-@njit(cache=True)
-def _advance(t, comp, src, dst, alpha, drain, red):      # pragma: no cover (compiled)
-    """One wave on per-rank clocks ``t``; ``comp`` holds each rank's critical path parts."""
+def _advance_py(t, comp, src, dst, alpha, drain, red, overlap, t2, c2, fin, win, pre,
+                redt):  # pragma: no cover (compiled)
+    """One wave on per-rank clocks ``t``; ``comp`` holds each rank's critical path parts.
+    Writes the new clocks into ``t2``, ``c2`` (``fin`` .. ``redt``: work space, one per rank)."""
     n = t.shape[0]
-    fin = np.full(n, -np.inf)
-    win = np.full(n, -1)
-    pre = np.zeros(n, np.int64)
-    redt = np.zeros(n)
+    for r in range(n):
+        fin[r] = -np.inf
+        win[r] = -1
+        redt[r] = 0.0
     for f in range(src.shape[0]):
         a, b = src[f], dst[f]
         if t[a] >= t[b]:
@@ -154,18 +128,270 @@ def _advance(t, comp, src, dst, alpha, drain, red):      # pragma: no cover (com
         if end > fin[b]:
             fin[b], win[b], pre[b] = end, f, p
         redt[b] += red[f]
-    t2 = t.copy()
-    c2 = comp.copy()
+    m = comp.shape[1]
     for r in range(n):
         f = win[r]
-        if f >= 0:
-            t2[r] = fin[r] + redt[r]
-            c2[r, :] = comp[pre[r], :]
-            c2[r, 1] += alpha[f]
-            c2[r, 2] += drain[f]
-            c2[r, 3] += redt[r]
-            c2[r, 4] += 1.0
-    return t2, c2
+        if f < 0:
+            t2[r] = t[r]
+            for j in range(m):
+                c2[r, j] = comp[r, j]
+            continue
+        if overlap:
+            end = max(fin[r], t[r] + redt[r])
+        else:
+            end = fin[r] + redt[r]
+        t2[r] = end
+        q = pre[r]
+        for j in range(m):
+            c2[r, j] = comp[q, j]
+        c2[r, 1] += alpha[f]
+        c2[r, 2] += drain[f]
+        c2[r, 3] += end - fin[r]
+        c2[r, 4] += 1.0
+
+
+def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cover (compiled)
+    """Fluid max-min sharing (progressive filling), re-solved whenever a flow starts or ends.
+
+    Flow f starts moving at ``release[f]`` with ``size[f]`` bytes on the links ``links[f]``
+    (``pad``: none), never faster than ``flowcap[f]``; returns each flow's end time.
+    """
+    n = release.shape[0]
+    end = np.empty(n)
+    rem = size.copy()
+    rate = np.zeros(n)
+    order = np.argsort(release)
+    act = np.empty(n, np.int64)
+    mark = np.empty(n, np.int64)
+    frozen = np.zeros(n, np.bool_)
+    remcap = capacity.copy()
+    cnt = np.zeros(capacity.shape[0], np.int64)
+    nact = 0
+    nxt = 0
+    done = 0
+    t = release[order[0]] if n > 0 else 0.0
+    while done < n:
+        while nxt < n and release[order[nxt]] <= t:
+            f = order[nxt]
+            nxt += 1
+            if rem[f] <= 0.0:
+                end[f] = t
+                done += 1
+            else:
+                act[nact] = f
+                nact += 1
+        if nact == 0:
+            t = release[order[nxt]]
+            continue
+        # progressive filling over the moving flows
+        for i in range(nact):
+            f = act[i]
+            frozen[f] = False
+            for j in range(links.shape[1]):
+                lk = links[f, j]
+                if lk != pad:
+                    remcap[lk] = capacity[lk]
+                    cnt[lk] = 0
+        for i in range(nact):
+            f = act[i]
+            for j in range(links.shape[1]):
+                lk = links[f, j]
+                if lk != pad:
+                    cnt[lk] += 1
+        left = nact
+        while left > 0:
+            level = np.inf
+            for i in range(nact):
+                f = act[i]
+                if frozen[f]:
+                    continue
+                if flowcap[f] < level:
+                    level = flowcap[f]
+                for j in range(links.shape[1]):
+                    lk = links[f, j]
+                    if lk != pad:
+                        s = remcap[lk] / cnt[lk]
+                        if s < level:
+                            level = s
+            tol = level * (1.0 + 1e-12)
+            nfz = 0
+            for i in range(nact):
+                f = act[i]
+                if frozen[f]:
+                    continue
+                hit = flowcap[f] <= tol
+                if not hit:
+                    for j in range(links.shape[1]):
+                        lk = links[f, j]
+                        if lk != pad and remcap[lk] / cnt[lk] <= tol:
+                            hit = True
+                            break
+                if hit:
+                    mark[nfz] = f
+                    nfz += 1
+            for k in range(nfz):
+                f = mark[k]
+                frozen[f] = True
+                rate[f] = level
+                left -= 1
+                for j in range(links.shape[1]):
+                    lk = links[f, j]
+                    if lk != pad:
+                        remcap[lk] -= level
+                        cnt[lk] -= 1
+        # the next event: a flow ends or one starts
+        dt = np.inf
+        for i in range(nact):
+            f = act[i]
+            d = rem[f] / rate[f]
+            if d < dt:
+                dt = d
+        by_end = True
+        tn = t + dt
+        if nxt < n and release[order[nxt]] < tn:
+            tn = release[order[nxt]]
+            by_end = False
+        step = tn - t
+        k = 0
+        for i in range(nact):
+            f = act[i]
+            d = rem[f] / rate[f]
+            if (by_end and d <= dt * (1.0 + 1e-9)) or d <= step * 1e-12:
+                end[f] = tn if not by_end else t + d
+                rem[f] = 0.0
+                done += 1
+            else:
+                rem[f] -= rate[f] * step
+                if rem[f] <= size[f] * 1e-12:
+                    end[f] = tn
+                    rem[f] = 0.0
+                    done += 1
+                    continue
+                act[k] = f
+                k += 1
+        nact = k
+        t = tn
+    return end
+
+
+_K: dict = {}
+
+
+def _kernel(name):
+    """The compiled kernel ``name`` (numba is imported on the first call, not at import)."""
+    if not _K:
+        from numba import njit
+        _K["advance"] = njit(cache=True)(_advance_py)
+        _K["maxmin"] = njit(cache=True)(_maxmin_py)
+    return _K[name]
+
+
+def maxmin(release, size, links, capacity, flowcap=None) -> np.ndarray:
+    """End times of flows under max-min sharing, re-solved at every start and end (SimGrid's
+    model): ``release`` (s) and ``size`` (bytes) per flow, ``links`` a list of link-id lists,
+    ``capacity`` bytes/s per link, ``flowcap`` an optional per-flow rate cap."""
+    n = len(release)
+    width = max([len(x) for x in links] + [1])
+    pad = len(capacity)
+    lk = np.full((n, width), pad, dtype=np.int64)
+    for f, path in enumerate(links):
+        lk[f, :len(path)] = path
+    cap = np.append(np.asarray(capacity, dtype=np.float64), np.inf)
+    fc = np.full(n, np.inf) if flowcap is None else np.asarray(flowcap, dtype=np.float64)
+    return _kernel("maxmin")(np.asarray(release, dtype=np.float64),
+                             np.asarray(size, dtype=np.float64), lk, cap, fc, pad)
+
+
+# ----------------------------------------------------------------------------- routes and shapes
+
+class _Route:
+    """A wave's paths (``src`` -> ``dst``): kinds, link ids, alpha and rate cap per message, the
+    link that limits each, whether the wave is contention-free; accumulates what it carried."""
+
+    def __init__(self, routes: Routes, src, dst):
+        n = len(src)
+        N = routes.size
+        self.src, self.dst = src, dst
+        kind = self.kind = routes.kind(src, dst)
+        links = self.links = routes.links(src, dst, kind)
+        self.alpha = routes.alpha[kind]
+        capl = routes.capacity[links]
+        self.flowcap = np.minimum(capl.min(axis=1), routes.cap[kind])
+        use = np.bincount(links.ravel(), weights=np.repeat(self.flowcap, links.shape[1]),
+                          minlength=routes.nlinks)
+        self.free = bool((use[:-1] <= routes.capacity[:-1] * (1 + 1e-12)).all())
+        # The link that holds each message back: the most oversubscribed on its path (the one
+        # of least capacity when none is), the leaf's uplink when the spine's cap binds.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            demand = np.where(np.isfinite(capl), use[links] / capl, 0.0)
+        j = np.lexsort((capl, -demand), axis=-1)[:, 0] if n else np.zeros(0, np.int64)
+        self.limit = links[np.arange(n), j]
+        capped = (kind == SPINE) & (routes.cap[SPINE] < capl.min(axis=1))
+        self.limit[capped] = links[capped, 2]
+        self.perm = bool(n == N and n and _is_perm(src, N) and _is_perm(dst, N))
+        g = routes.fabric.per_node
+        net = kind != INTRA
+        cross = net & (src % g != dst % g)                  # one rail when g == 1
+        self.internode = np.unique(src[net] * N + dst[net])
+        self.cross = np.unique(src[cross] * N + dst[cross])
+        self.bytes = np.zeros(n)
+        self.fbytes = np.zeros(n)           # bytes of the waves timed at bytes / flowcap
+        self.drain = np.zeros(n)
+        self.waves = 0
+        self.minrate = float(self.flowcap.min()) if n else np.inf
+
+    def solve(self, routes: Routes, start, b) -> np.ndarray:
+        """Each message's transfer time when the messages start at ``start`` (max-min)."""
+        release = start + self.alpha
+        end = _kernel("maxmin")(release, b, self.links, routes.capacity, self.flowcap,
+                                routes.pad)
+        return end - release
+
+
+class _Shape:
+    """A wave's timing at one set of message sizes: transfer times when they do not depend on
+    the start times (contention-free) or at equal starts; the uniform and periodic shortcuts."""
+
+    def __init__(self, routes: Routes, route: _Route, b):
+        self.route, self.b = route, b
+        self.uses = 0
+        n = len(b)
+        if route.free:
+            self.drain = b / route.flowcap
+        else:
+            self.drain = route.solve(routes, np.zeros(n), b)   # at equal starts
+        self.rate = _rate(b, self.drain)
+        self.uniform = None       # (alpha, transfer) when the wave moves every rank alike
+        self.periodic = None      # the wave on ranks 0..P-1 when it repeats every P ranks
+        if not route.perm:
+            return
+        src, dst, N = route.src, route.dst, routes.size
+        dur = route.alpha + self.drain
+        fin = np.zeros(N)
+        np.maximum.at(fin, src, dur)
+        np.maximum.at(fin, dst, dur)
+        if np.ptp(fin) == 0:
+            mine = np.flatnonzero((src == 0) | (dst == 0))
+            f = int(mine[np.argmax(dur[mine])])
+            self.uniform = (float(route.alpha[f]), float(self.drain[f]))
+        P = routes.period
+        if P < N and route.free:
+            rows = N // P
+            order = np.argsort(src)
+            d = dst[order].reshape(rows, P)
+            a, dr = route.alpha[order].reshape(rows, P), self.drain[order].reshape(rows, P)
+            moved = (d - (np.arange(rows) * P)[:, None]) % N
+            if (moved == moved[0]).all() and (a == a[0]).all() and (dr == dr[0]).all():
+                self.periodic = (np.arange(P), moved[0] % P, a[0].copy(), dr[0].copy())
+
+
+def _rate(b, drain) -> float:
+    ok = drain > 0
+    return float((b[ok] / drain[ok]).min()) if ok.any() else np.inf
+
+
+def _is_perm(a, n) -> bool:
+    return bool((np.bincount(a, minlength=n) == 1).all())
 
 
 class _Clocks:
@@ -173,13 +399,15 @@ class _Clocks:
     one value for all ranks (``uniform``), one per rank of a period of the fabric
     (``periodic``: rank r stands for r, r + P, r + 2P, ...), or one per rank (``full``)."""
 
-    def __init__(self, delay: np.ndarray, period: int):
-        self.size, self.period = len(delay), period
+    def __init__(self, delay: np.ndarray, period: int, overlap: bool, general: bool):
+        self.size, self.period, self.overlap = len(delay), period, overlap
+        self.general = general
+        self._work = None
         self.t = delay.copy()
         self.comp = np.zeros((len(delay), len(CRITICAL)))
         self.comp[:, 0] = delay
         self.mode = "full"
-        if len(delay) and (delay == delay[0]).all():
+        if len(delay) and (delay == delay[0]).all() and not general:
             self.mode, self.t, self.comp = "uniform", self.t[:1], self.comp[:1]
 
     def expand(self, mode: str) -> None:
@@ -188,94 +416,90 @@ class _Clocks:
         self.t, self.comp = np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
         self.mode = mode
 
-    def advance(self, shape: "_Shape", src, dst, red) -> None:
-        """One wave; ``red``: seconds of reduction per message (one value if all alike)."""
+    def _step(self, src, dst, alpha, drain, red):
+        n = len(self.t)
+        if self._work is None or len(self._work[0]) != n:
+            self._work = (np.empty(n), np.empty_like(self.comp), np.empty(n),
+                          np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n))
+        t2, c2, *work = self._work
+        _kernel("advance")(self.t, self.comp, src, dst, alpha, drain, red, self.overlap, t2, c2,
+                           *work)
+        self._work = (self.t, self.comp, *work)
+        self.t, self.comp = t2, c2
+
+    def advance(self, routes: Routes, shape: _Shape | None, route: _Route, b, red):
+        """One wave; ``red``: seconds of reduction per message (one value if all alike).
+        Returns the transfer times when they had to be solved for these clocks, else None."""
         alike = np.ndim(red) == 0
-        if self.mode == "uniform" and shape.uniform is not None and alike:
-            a, dr = shape.uniform
-            self.t = self.t + (a + dr + red)
-            self.comp = self.comp + (0.0, a, dr, red, 1.0)
-            return
-        if self.mode != "full" and shape.periodic is not None and alike:
-            if self.mode == "uniform":
-                self.expand("periodic")
-            s, d, a, dr = shape.periodic
-            self.t, self.comp = _advance(self.t, self.comp, s, d, a, dr, np.full(len(s), red))
-            return
+        if shape is not None:
+            if self.mode == "uniform" and shape.uniform is not None and alike:
+                a, dr = shape.uniform
+                r = float(red)
+                extra = max(0.0, r - a - dr) if self.overlap else r
+                self.t = self.t + (a + dr + extra)
+                self.comp = self.comp + (0.0, a, dr, extra, 1.0)
+                return None
+            if self.mode != "full" and shape.periodic is not None and alike:
+                if self.mode == "uniform":
+                    self.expand("periodic")
+                s, d, a, dr = shape.periodic
+                self._step(s, d, a, dr, np.full(len(s), float(red)))
+                return None
         if self.mode != "full":
+            uniform_start = self.mode == "uniform"
             self.expand("full")
-        red = np.ascontiguousarray(np.broadcast_to(red, (len(src),)), dtype=np.float64)
-        self.t, self.comp = _advance(self.t, self.comp, src, dst, shape.alpha, shape.drain, red)
+        else:
+            uniform_start = False
+        red = np.ascontiguousarray(np.broadcast_to(red, (len(route.src),)), dtype=np.float64)
+        if shape is not None and (route.free or uniform_start):
+            self._step(route.src, route.dst, route.alpha, shape.drain, red)
+            return None
+        if route.free and not self.general:
+            self._step(route.src, route.dst, route.alpha, b / route.flowcap, red)
+            return None
+        drain = route.solve(routes, np.maximum(self.t[route.src], self.t[route.dst]), b)
+        self._step(route.src, route.dst, route.alpha, drain, red)
+        return drain
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         reps = self.size // len(self.t) if len(self.t) else 0
         return np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
 
 
-def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
-        collective: str = "allreduce") -> Result:
-    """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank."""
-    routes = fabric.routes()
-    N = fabric.size
-    d = np.zeros(N) if delay is None else np.asarray(delay, dtype=np.float64)
-    if d.shape != (N,) or not (d >= 0).all():
-        raise ValueError(f"delay must be {N} non-negative seconds (one per rank), got "
-                         f"{d.shape[0] if d.ndim == 1 else d.shape} values")
-    clocks = _Clocks(d, routes.period)
-    shapes: dict = {}
-    repeats: dict = {}
-    totals = _Totals(routes)
-    count = 0
-    for w in wave_list:
-        if len(w) == 0:
-            continue
-        count += 1
-        src, dst = np.asarray(w.src, dtype=np.int64), np.asarray(w.dst, dtype=np.int64)
-        el = w.elements
-        shape = shapes.get(w.key) if w.key is not None else None
-        if shape is None:
-            shape = _Shape(routes, src, dst, np.asarray(el) * itemsize)
-            totals.first(shape)
-            if w.key is not None:
-                shapes[w.key] = shape
-        if w.key is None:
-            totals.add(shape, 1)
-        else:
-            repeats[w.key] = repeats.get(w.key, 0) + 1
-        red = fabric.gamma * itemsize * (np.asarray(el, dtype=np.float64) * np.asarray(w.reduce))
-        clocks.advance(shape, src, dst, float(red) if np.ndim(red) == 0 else red)
-    for key, k in repeats.items():
-        totals.add(shapes[key], k)
-    t, comp = clocks.finish()
-    last = int(t.argmax()) if N else 0
-    top, top_bytes = totals.top()
-    return Result(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
-                  totals.path_messages, totals.class_bytes(), top_bytes, routes.name(top),
-                  totals.hops(totals.internode), totals.hops(totals.cross), totals.rate,
-                  dict(zip(CRITICAL, map(float, comp[last]))) if N else {}, count, collective)
-
-
 class _Totals:
-    """What a run moved: bytes per link, per path, hop pairs, the slowest message rate."""
+    """What a run moved, streamed: bytes per link and per path, the time each link held
+    messages back, distinct hop pairs, the slowest message rate."""
 
     def __init__(self, routes: Routes):
         self.routes = routes
         self.loads = np.zeros(routes.nlinks)
+        self.held = np.zeros(routes.nlinks)
         self.path_bytes = {name: 0.0 for name in PATH_NAMES}
         self.path_messages = {name: 0 for name in PATH_NAMES}
-        self.internode, self.cross = [], []
+        self.internode = np.zeros(0, np.int64)
+        self.cross = np.zeros(0, np.int64)
         self.rate = np.inf
 
-    def first(self, shape: "_Shape") -> None:
-        self.internode.append(shape.internode)
-        self.cross.append(shape.cross)
-        self.rate = min(self.rate, shape.rate)
+    def seen(self, route: _Route) -> None:
+        """A route's hop pairs, once per route."""
+        if len(route.internode):
+            self.internode = np.union1d(self.internode, route.internode)
+        if len(route.cross):
+            self.cross = np.union1d(self.cross, route.cross)
 
-    def add(self, shape: "_Shape", k: int) -> None:
-        self.loads += k * shape.load
+    def flush(self, route: _Route) -> None:
+        """Add what ``route`` carried (its accumulated bytes and transfer times)."""
+        k = route.links.shape[1]
+        self.loads += np.bincount(route.links.ravel(), weights=np.repeat(route.bytes, k),
+                                  minlength=self.routes.nlinks)
+        held = np.zeros(self.routes.nlinks)
+        np.maximum.at(held, route.limit, route.drain + route.fbytes / route.flowcap)
+        self.held += held
+        pb = np.bincount(route.kind, weights=route.bytes, minlength=3)
+        pm = np.bincount(route.kind, minlength=3)
         for i, name in enumerate(PATH_NAMES):
-            self.path_bytes[name] += k * float(shape.path_bytes[i])
-            self.path_messages[name] += k * int(shape.path_messages[i])
+            self.path_bytes[name] += float(pb[i])
+            self.path_messages[name] += route.waves * int(pm[i])
 
     def class_bytes(self) -> dict:
         n2 = 2 * self.routes.size
@@ -283,27 +507,132 @@ class _Totals:
                 "nic": float(self.loads[n2:2 * n2].sum()),
                 "spine": float(self.loads[2 * n2:-1].sum())}
 
-    def top(self) -> tuple[int, float]:
-        loads = self.loads[:-1]                 # not the padding link
-        i = int(loads.argmax()) if len(loads) else 0
-        return i, float(loads[i]) if len(loads) else 0.0
+    def top(self) -> tuple[int, float, float]:
+        held = self.held[:-1]                   # not the padding link
+        if not len(held):
+            return 0, 0.0, 0.0
+        i = int(held.argmax())
+        return i, float(self.loads[i]), float(held[i])
 
-    @staticmethod
-    def hops(parts) -> int:
-        return len(np.unique(np.concatenate(parts))) if parts else 0
+
+# ----------------------------------------------------------------------------- running
+
+def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
+        collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Result:
+    """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
+
+    ``general=True`` takes no shortcut: every wave is max-min solved at the ranks' own clocks.
+    ``base``: seconds added to every rank's start (a protocol's per-call latency).
+    """
+    routes = fabric.routes()
+    N = fabric.size
+    d = np.zeros(N) if delay is None else np.asarray(delay, dtype=np.float64)
+    if d.shape != (N,) or not (d >= 0).all():
+        raise ValueError(f"delay must be {N} non-negative seconds (one per rank), got "
+                         f"{d.shape[0] if d.ndim == 1 else d.shape} values")
+    clocks = _Clocks(d + base, routes.period, fabric.overlap, general)
+    route_cache: dict = {}
+    shapes: dict = {}
+    totals = _Totals(routes)
+    count = 0
+    for w in wave_list:
+        if len(w) == 0:
+            continue
+        count += 1
+        rkey = getattr(w, "route", None) or w.key
+        route = route_cache.get(rkey) if rkey is not None else None
+        if route is None:
+            route = _Route(routes, np.asarray(w.src, dtype=np.int64),
+                           np.asarray(w.dst, dtype=np.int64))
+            totals.seen(route)
+            if rkey is not None:
+                route_cache[rkey] = route
+        el = w.elements
+        shape = shapes.get(w.key) if w.key is not None and not general else None
+        if shape is None:
+            if np.ndim(el):
+                b = np.asarray(el, dtype=np.float64) * itemsize
+            else:
+                b = np.full(len(route.src), float(el) * itemsize)
+            if w.key is not None and not general:
+                shape = shapes[w.key] = _Shape(routes, route, b)
+        else:
+            b = shape.b
+        if fabric.gamma == 0 or (np.ndim(w.reduce) == 0 and not w.reduce):
+            red = 0.0
+        else:
+            red = fabric.gamma * itemsize * (np.asarray(el, dtype=np.float64)
+                                             * np.asarray(w.reduce))
+        solved = clocks.advance(routes, shape, route, b, float(red) if np.ndim(red) == 0 else red)
+        route.waves += 1
+        if solved is None and shape is not None:
+            shape.uses += 1
+        elif solved is None:              # contention-free: transfer = bytes / the path's rate
+            route.bytes += b
+            route.fbytes += b
+            totals.rate = min(totals.rate, route.minrate)
+        else:
+            route.bytes += b
+            route.drain += solved
+            totals.rate = min(totals.rate, _rate(b, solved))
+        if rkey is None:
+            totals.flush(route)
+    for shape in shapes.values():
+        if shape.uses:
+            shape.route.bytes += shape.uses * shape.b
+            shape.route.drain += shape.uses * shape.drain
+            totals.rate = min(totals.rate, shape.rate)
+    for route in route_cache.values():
+        totals.flush(route)
+    t, comp = clocks.finish()
+    last = int(t.argmax()) if N else 0
+    top, top_bytes, top_time = totals.top()
+    return Result(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
+                  totals.path_messages, totals.class_bytes(), top_bytes,
+                  routes.name(top) if top_time > 0 else "(none)",
+                  len(totals.internode), len(totals.cross), totals.rate,
+                  dict(zip(CRITICAL, map(float, comp[last]))) if N else {}, count, collective,
+                  top_time)
 
 
 def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, itemsize: int = 4,
-             delay=None, direct: bool = True, root: int = 0, **options) -> Result:
+             delay=None, direct: bool = True, root: int = 0, channels: int | None = None,
+             protocol: str | None = None, general: bool = False, **options) -> Result:
     """Time one call of ``algorithm`` (a name in ``mpicoll.registry``) on ``fabric``.
 
     ``options`` are the algorithm's declared ones (``order=``, ``inner=``, ...), checked by the
     registry; node-layout algorithms get the fabric's nodes. ``direct=False`` always builds the
     waves from every rank's ``schedule()`` (slow at scale; the tests compare both).
+    ``channels``: split the call over that many rings or trees, each on its own NIC (default:
+    the fabric's, ``Fabric.nchannels``). On a fabric with ``protocols`` the call is timed with
+    each (``protocol=`` picks one) and the fastest is returned, its name in ``Result.protocol``.
     """
+    from ..registry import lookup
+    from .allranks import waves
+
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")
+    if fabric.protocols:
+        names = [protocol] if protocol else list(fabric.protocols)
+        if protocol and protocol not in fabric.protocols:
+            raise ValueError(f"unknown protocol {protocol!r}; {fabric.name} has "
+                             f"{list(fabric.protocols)}")
+        tree = algo.name in TREES
+        best = None
+        cache: dict = {}                 # schedule-built waves, shared by the protocols
+        for name in names:
+            fab = fabric.with_protocol(name, tree)
+            r = simulate(collective, algorithm, fab, nbytes, itemsize=itemsize, delay=delay,
+                         direct=direct, root=root, channels=channels or fabric.nchannels,
+                         general=general, _base=fabric.protocols[name].base_of(tree),
+                         _cache=cache, **options)
+            r.protocol, r.fabric = name, fabric.name
+            if best is None or r.time < best.time:
+                best = r
+        return best
+    base = options.pop("_base", 0.0)
+    cache = options.pop("_cache", None)
     size = fabric.size
     count = call_count(collective, nbytes, size, itemsize)
     kwargs = {}
@@ -312,10 +641,22 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     if algo.has("root"):
         kwargs["root"] = root
     kwargs.update(algo.resolve(options, kwargs.get("nodes")))
+    nch = channels if channels is not None else fabric.nchannels
+    if algo.has("root") or collective != "allreduce":
+        nch = 1                     # channels split all-reduces (rooted calls keep their root)
+    nch = max(1, min(nch, count))
     if algo.pick is not None and "nodes" in kwargs:      # e.g. a pipeline's chunk count
         link = fabric.nic if fabric.nodes > 1 else fabric.intra
-        kwargs.update(algo.pick(size, count, kwargs["nodes"], link.alpha, 1 / link.bandwidth,
-                                fabric.gamma))
-    return run(waves(algo, size, count, direct=direct, **kwargs), fabric, itemsize=itemsize,
-               delay=delay, nbytes=count * itemsize, collective=collective)
-
+        kwargs.update(algo.pick(size, -(-count // nch), kwargs["nodes"], link.alpha,
+                                1 / link.bandwidth, fabric.gamma))
+    key = (algo.name, count, nch, repr(sorted(kwargs.items())))
+    wl = cache.get(key) if cache is not None else None
+    if wl is None:
+        wl = waves(algo, size, count, direct=direct, channels=nch, per_node=fabric.per_node,
+                   **kwargs)
+        if cache is not None and isinstance(wl, list):
+            cache[key] = wl
+    r = run(wl, fabric, itemsize=itemsize, delay=delay, nbytes=count * itemsize,
+            collective=collective, general=general, base=base)
+    r.channels = nch
+    return r

@@ -6,11 +6,12 @@
     mpicoll simulate --fabric seed-lab --nodes 2 --per-node 8 -a ring --order rail
 
 Columns as ``mpicoll bench``'s (GB = 1e9 B, algbw = size / time, busbw = algbw x the bus factor),
-from the timed executor (``mpicoll.executors.timed``) instead of a clock, then the most loaded
-link and the bytes it carried, the bytes that crossed nodes and the rank pairs that cross rails.
+from the timed executor (``mpicoll.executors.timed``) instead of a clock, then the protocol and
+channels used, the bottleneck link (the one that held messages back longest) and the bytes it
+carried, the bytes that crossed nodes and the rank pairs that cross rails.
 Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-h100``, ``seed-lab``,
-``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile) or a JSON file
-(``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
+``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile), ``dgx-h100-nccl``,
+``dgx-a100-nccl`` (channels, NCCL's protocols) or a JSON file (``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
 ``mpicoll plot`` draws it.
 """
 
@@ -32,7 +33,8 @@ __all__ = ["main", "parse_seconds", "parse_bandwidth"]
 
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
 _RATES = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
-DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "seed-lab": 8}
+DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "seed-lab": 8, "dgx-h100-nccl": 8,
+                    "dgx-a100-nccl": 8}
 
 
 def _number_unit(text: str, what: str) -> tuple[float, str]:
@@ -86,6 +88,11 @@ def parse_args(argv):
     ap.add_argument("--bandwidth", type=parse_bandwidth, help="flat: bytes/s (25GB/s)")
     ap.add_argument("--gamma", type=parse_seconds, help="seconds per byte reduced (e.g. 1ps)")
     ap.add_argument("--profile", help="this-machine: a mpicoll calibrate profile")
+    ap.add_argument("--channels", type=positive_int,
+                    help="split each all-reduce over this many rings/trees, one per NIC "
+                         "(default: the fabric's)")
+    ap.add_argument("--protocol", help="force one of the fabric's protocols (default: the "
+                                       "fastest per size)")
     ap.add_argument("--json", metavar="PATH", help="write the results here (bench's keys)")
     args = ap.parse_args(argv)
     if (args.alpha is not None or args.bandwidth is not None) and args.fabric != "flat":
@@ -141,17 +148,25 @@ def main(argv=None) -> int:
             ap.error(f"{name!r} has no schedule ({algo.describe()}): nothing to simulate")
         declared = {o.name for o in algo.options}
         options[name] = {"order": args.order} if args.order and "order" in declared else {}
-    if args.order and not any(options.values()):
+        if args.channels:
+            options[name]["channels"] = args.channels
+        if args.protocol:
+            if not fabric.protocols or args.protocol not in fabric.protocols:
+                ap.error(f"--protocol {args.protocol}: {fabric.name} declares "
+                         f"{list(fabric.protocols or [])}")
+            options[name]["protocol"] = args.protocol
+    if args.order and not any(o.get("order") for o in options.values()):
         ap.error(f"--order: none of {names} declares an `order` option")
     sizes = sizes_from(args.minbytes, args.maxbytes, args.stepfactor)
     if not sizes:
         ap.error(f"empty size range: -b {args.minbytes} is above -e {args.maxbytes}")
     print(f"# mpicoll simulate: {args.collective}, {fabric.size} ranks, {fabric.describe()}")
     print("# time = the last rank's finish on the timed executor; GB = 1e9 B; busbw = algbw x "
-          "the bus factor; max link = the link that carried the most bytes")
+          "the bus factor; max link = the bottleneck (the link that held messages back "
+          "longest) and the bytes it carried")
     print(f"{'size(B)':>10} {'count':>9} {'type':>7} {'redop':>5} {'algorithm':>18} | "
-          f"{'time(us)':>10} {'algbw':>7} {'busbw':>7} | {'max link':>26} {'bytes':>10} "
-          f"{'internode':>10} {'x-rail':>6}")
+          f"{'time(us)':>10} {'algbw':>7} {'busbw':>7} | {'proto,ch':>9} {'max link':>26} "
+          f"{'bytes':>10} {'internode':>10} {'x-rail':>6}")
     records = []
     for nbytes in sizes:
         for name in names:
@@ -173,10 +188,11 @@ def main(argv=None) -> int:
                 "internode_hops": r.internode_hops, "internode_bytes": r.internode_bytes,
                 "bottleneck_GBps": r.bottleneck_bw / 1e9, "class_bytes": r.class_bytes,
                 "path_messages": r.path_messages, "critical_path": r.critical,
-                "order": options[name].get("order")})
+                "order": options[name].get("order"), "protocol": r.protocol,
+                "channels": r.channels, "max_link_time_us": r.max_link_time * 1e6})
             print(f"{r.nbytes:>10} {r.nbytes // 4:>9} {'float32':>7} {'sum':>5} {name:>18} | "
                   f"{t_us:>10.1f} {r.algbw / 1e9:>7.3f} {r.busbw / 1e9:>7.3f} | "
-                  f"{r.max_link:>26} {r.max_link_bytes:>10.3g} {r.internode_bytes:>10.3g} "
+                  f"{(r.protocol or '-') + ',' + str(r.channels):>9} {r.max_link:>26} {r.max_link_bytes:>10.3g} {r.internode_bytes:>10.3g} "
                   f"{r.cross_rail_hops:>6}", flush=True)
     if args.json:
         with open(args.json, "w") as f:

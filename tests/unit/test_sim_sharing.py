@@ -1,0 +1,214 @@
+"""The timed executor at datacenter scale (issue 24): max-min sharing that is true, the fast
+paths equal to the general one, the bottleneck link, streamed (linear) memory, channels,
+protocols, a cheap import.
+
+The hand-checkable cases use 1 MB messages on 1 GB/s links with no latency, so a message alone
+takes 1 ms.
+"""
+
+import subprocess
+import sys
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from mpicoll.executors import allranks, timed
+from mpicoll.executors import fabric as fabrics
+from mpicoll.executors.allranks import Wave
+
+pytestmark = pytest.mark.timeout(300)
+
+MB, GBPS = 1_000_000, 1e9
+
+
+def _flat(n):
+    return fabrics.preset("flat", n, 1, alpha=0.0, bandwidth=GBPS)
+
+
+def _wave(src, dst, sizes, fab, delay=None, **kw):
+    w = Wave(np.array(src), np.array(dst), np.array(sizes, dtype=np.int64), False, False, 0)
+    return timed.run([w], fab, itemsize=1, delay=delay, **kw)
+
+
+# ----------------------------------------------------------------------------- max-min by hand
+
+@pytest.mark.parametrize("general", [False, True])
+def test_four_flows_first_ends_at_one_and_a_half_ms(general):
+    # 0->1, 0->2, 3->2, 4->2: rank 2's downlink is shared by three (1/3 GB/s each), so 0->1
+    # gets the 2/3 GB/s left on rank 0's uplink and ends at 1.5 ms; the three end at 3 ms.
+    r = _wave([0, 0, 3, 4], [1, 2, 2, 2], [MB] * 4, _flat(5), general=general)
+    assert r.finish[1] == pytest.approx(1.5e-3)
+    assert r.finish[[0, 2, 3, 4]] == pytest.approx([3e-3] * 4)
+    assert r.max_link == "NIC down, rank 2"
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_unequal_flows_small_one_ends_at_two_ms(general):
+    # 1 MB and 3 MB into rank 2: half the link each until the small one ends (2 ms), then the
+    # big one alone: 2 MB more at 1 GB/s, 4 ms.
+    r = _wave([0, 1], [2, 2], [MB, 3 * MB], _flat(3), general=general)
+    assert list(r.finish * 1e3) == pytest.approx([2, 4, 4])
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_straggler_on_an_incast_link_does_not_share_with_a_finished_flow(general):
+    # Rank 1 is 10 ms late: rank 0's message has the link alone and ends at 1 ms; rank 1's
+    # starts at 10 ms and ends at 11.
+    r = _wave([0, 1], [2, 2], [MB, MB], _flat(3), delay=[0, 10e-3, 0], general=general)
+    assert list(r.finish * 1e3) == pytest.approx([1, 11, 11])
+
+
+def test_maxmin_gives_a_flow_bottlenecked_elsewhere_its_share():
+    # A crosses a 0.25 GB/s link and a 1 GB/s link that B also crosses: A gets 0.25, B the
+    # 0.75 left (not 0.5); after A ends (4 ms) ... B ended first, at 1/0.75 = 1.33 ms.
+    end = timed.maxmin([0, 0], [MB, MB], [[0, 1], [1]], [0.25 * GBPS, GBPS])
+    assert end == pytest.approx([4e-3, MB / 0.75e9])
+    # a late flow re-solves the rates when it starts: 2 MB from 0, 1 MB from 1 ms on one link
+    end = timed.maxmin([0, 1e-3], [2 * MB, MB], [[0], [0]], [GBPS])
+    assert end == pytest.approx([3e-3, 3e-3])
+    # a per-flow cap leaves the rest of the link to the others
+    end = timed.maxmin([0, 0], [MB, MB], [[0], [0]], [GBPS], flowcap=[0.1 * GBPS, np.inf])
+    assert end == pytest.approx([10e-3, MB / 0.9e9])
+
+
+# ----------------------------------------------------------------------------- fast == general
+
+CASES = [
+    ("ring", fabrics.preset("dgx-h100", 4, 4), {}),
+    ("ring", fabrics.preset("seed-lab", 2, 8), {}),
+    ("hierarchical", fabrics.preset("dgx-h100", 6, 2), {}),
+    ("hierarchical", fabrics.preset("dgx-h100", 4, 4), {"outer": "ring"}),
+    ("recursive_doubling", fabrics.preset("seed-lab", 2, 4), {}),
+    ("ring", fabrics.preset("dgx-h100-nccl", 2, 4), {"protocol": "Simple"}),
+    ("double_binary_tree", fabrics.preset("dgx-h100-nccl", 2, 4), {"protocol": "LL"}),
+]
+
+
+@pytest.mark.parametrize("name, fab, opts", CASES,
+                         ids=[f"{c[0]}-{c[1].name}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize("nbytes", [4096, 1000001, 1 << 22])
+def test_fast_paths_equal_the_general_solution(name, fab, opts, nbytes):
+    rng = np.random.default_rng(nbytes)
+    for delay in (None, rng.exponential(20e-6, fab.size)):
+        fast = timed.simulate("allreduce", name, fab, nbytes, delay=delay, **opts)
+        slow = timed.simulate("allreduce", name, fab, nbytes, delay=delay, general=True, **opts)
+        np.testing.assert_allclose(fast.finish, slow.finish, rtol=1e-9)
+        assert fast.max_link_time == pytest.approx(slow.max_link_time, rel=1e-9)  # ties: any
+        assert fast.path_bytes == pytest.approx(slow.path_bytes)
+
+
+# ----------------------------------------------------------------------------- bottleneck
+
+def test_max_link_is_the_bottleneck_not_the_busiest():
+    # 100 MB over NVLink (450 GB/s, 0.22 ms) and 10 MB across rails through the spine
+    # (5 GB/s, 2 ms): the NVLink port carries 10x the bytes, the spine link holds things back.
+    fab = fabrics.preset("seed-lab", 2, 8)
+    r = _wave([0, 7], [1, 8], [100 * MB, 10 * MB], fab)
+    assert r.max_link == "leaf 7 -> spine"
+    assert r.max_link_bytes == 10 * MB
+    assert r.max_link_time == pytest.approx(10 * MB / 5e9)
+
+
+# ----------------------------------------------------------------------------- scale, memory
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_uneven_ring_memory_is_linear_and_hops_streamed():
+    # 1e8 B on N ranks: blocks of unequal size, every wave a new shape (issue 24: 13.7 GB at
+    # 16,384 ranks when each wave's hop pairs were kept). Memory must grow like N, not N^2.
+    timed.simulate("allreduce", "ring", _flat(4), 1 << 20)                 # compile
+    peaks = {}
+    for n in (512, 1024):
+        r, peaks[n] = _peak(lambda n=n: timed.simulate("allreduce", "ring", _flat(n), 10 ** 8))
+        assert r.waves == 2 * (n - 1) and r.internode_hops == n
+        assert 10 ** 8 % (4 * n) != 0
+    assert peaks[1024] < 3 * peaks[512], peaks
+    assert peaks[1024] < 20 << 20, peaks
+
+
+def test_hierarchical_outer_ring_has_a_direct_form_and_streams():
+    fab = fabrics.preset("dgx-h100", 48, 8)
+    count = 10 ** 6 + 3                           # uneven shards and blocks
+    algo = __import__("mpicoll.registry", fromlist=["lookup"]).lookup("allreduce", "hierarchical")
+    gen = allranks.waves(algo, fab.size, count, nodes=fab.node_layout(), inner="ring",
+                         outer="ring")
+    assert not isinstance(gen, list)             # a generator: never all waves at once
+    x = timed.simulate("allreduce", "hierarchical", fab, 4 * count, outer="ring")
+    small = fabrics.preset("dgx-h100", 6, 4)
+    a = timed.simulate("allreduce", "hierarchical", small, 4 * count, outer="ring")
+    b = timed.simulate("allreduce", "hierarchical", small, 4 * count, outer="ring", direct=False)
+    np.testing.assert_allclose(a.finish, b.finish, rtol=1e-12)
+    assert x.waves == 2 * 7 + 2 * 47 + 0 and x.time > 0
+
+
+# ----------------------------------------------------------------------------- channels
+
+@pytest.mark.parametrize("nodes, g", [(1, 8), (2, 8), (3, 8), (4, 8), (5, 4), (16, 8), (4, 2)])
+def test_channel_rings_stay_on_rails_and_use_every_nic_once(nodes, g):
+    sends, recvs = {}, {}
+    for c in range(g):
+        ring = allranks.ring_channel_order(nodes, g, c)
+        assert sorted(ring) == list(range(nodes * g))
+        for a, b in zip(ring, np.roll(ring, -1)):
+            if a // g != b // g:
+                assert a % g == b % g, (c, a, b)             # the hop between nodes: one rail
+                sends.setdefault(a, []).append(c)
+                recvs.setdefault(b, []).append(c)
+    if nodes > 1:
+        assert sorted(sends) == sorted(recvs) == list(range(nodes * g))
+        assert all(len(v) == 1 for v in [*sends.values(), *recvs.values()])
+
+
+def test_channels_give_nccl_bus_bandwidth_across_nodes():
+    # 4 DGX-H100, 4 GiB, Simple: 8 rings, one per NIC at 48 GB/s: busbw 8 x 48 = 384 GB/s
+    # less the per-step latency (2(p-1) steps of 14 us on ~11 us ... ), one channel ~48.
+    fab = fabrics.preset("dgx-h100-nccl", 4, 8)
+    r8 = timed.simulate("allreduce", "ring", fab, 4 << 30)
+    r1 = timed.simulate("allreduce", "ring", fab, 4 << 30, channels=1)
+    assert (r8.channels, r1.channels, r8.protocol) == (8, 1, "Simple")
+    assert 0.9 * 384e9 < r8.busbw <= 384e9
+    assert r1.busbw < 48e9 and r1.max_link.startswith("NIC")
+    assert r8.cross_rail_hops == 0
+
+
+def test_protocol_picked_per_size_and_reported():
+    fab = fabrics.preset("dgx-h100-nccl", 2, 8)
+    small = timed.simulate("allreduce", "ring", fab, 8192)
+    big = timed.simulate("allreduce", "ring", fab, 1 << 30)
+    assert (small.protocol, big.protocol) == ("LL", "Simple")
+    ll = timed.simulate("allreduce", "ring", fab, 8192, protocol="LL")
+    simple = timed.simulate("allreduce", "ring", fab, 8192, protocol="Simple")
+    assert ll.time == small.time < simple.time
+    # LL's per-call base (6.6 us) is on every rank's critical path
+    assert small.critical["delay"] == pytest.approx(6.6e-6)
+    with pytest.raises(ValueError, match="unknown protocol"):
+        timed.simulate("allreduce", "ring", fab, 8192, protocol="nope")
+
+
+def test_overlap_hides_the_reduction_behind_the_transfer():
+    base = fabrics.preset("flat", 4, 1, alpha=0.0, bandwidth=GBPS, gamma=0.5e-9)
+    over = fabrics.Fabric(**{**base.__dict__, "overlap": True})
+    plain = timed.simulate("allreduce", "ring", base, 4 * MB)
+    hid = timed.simulate("allreduce", "ring", over, 4 * MB)
+    step = MB / GBPS                                   # 1 MB blocks
+    assert plain.time == pytest.approx(6 * step + 3 * 0.5 * step)
+    assert hid.time == pytest.approx(6 * step)
+
+
+# ----------------------------------------------------------------------------- import
+
+def test_import_is_cheap():
+    code = ("import sys, mpicoll.executors.timed, mpicoll.executors.allranks; "
+            "print(sorted(m for m in ('numba', 'mpicoll.registry', 'mpicoll.kernels') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "[]"

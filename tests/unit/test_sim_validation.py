@@ -1,0 +1,82 @@
+"""docs/simulator.md's generated tables are current (issue 24), like tests/unit/test_labs.py for
+docs/labs.md:
+
+* the validation table against published numbers is what ``jobs/sim_validation.py render
+  published docs/simulator-validation.json`` prints, every row is within its band, and the
+  cheap rows simulated today give the recorded predictions;
+* section 4b is what ``render measured docs/simulator-measured.json`` prints, its measured
+  column is today's ``docs/results/allreduce-np{2,4}.json``, and its simulated column today's
+  simulator.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "jobs"))
+
+import sim_validation  # noqa: E402
+
+DOC = (ROOT / "docs" / "simulator.md").read_text()
+PUBLISHED = json.loads((ROOT / "docs" / "simulator-validation.json").read_text())
+MEASURED = json.loads((ROOT / "docs" / "simulator-measured.json").read_text())
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def block(name: str) -> str:
+    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    assert begin in DOC and end in DOC, f"docs/simulator.md lost its {name} markers"
+    return DOC.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def test_validation_table_in_the_doc_is_the_json():
+    assert block("sim_validation published") == sim_validation.render_published(PUBLISHED), \
+        "stale: python jobs/sim_validation.py published --json docs/simulator-validation.json"
+
+
+def test_every_row_of_the_issue_is_there_and_in_its_band():
+    cases = {r["case"] for r in PUBLISHED}
+    assert cases == {row[0] for row in sim_validation.PUBLISHED}
+    for r in PUBLISHED:
+        assert abs(r["ratio"] - 1) <= r["tolerance"], r
+        assert r["ratio"] == pytest.approx(r["ours"] / r["anchor"])
+    latency = [r for r in PUBLISHED if r["metric"] == "time"]
+    assert sorted(r["nodes"] for r in latency) == [16, 128]     # 1,024: see the doc
+    for r in latency:        # the anchor is NCCL's tuning model, recomputed here
+        assert r["anchor"] == pytest.approx(sim_validation.nccl_tree_ll(r["nodes"], 8, 8192))
+
+
+CHEAP = ["1 x 8 H100, ring all-reduce, 1 GiB", "1 x 8 H100, reduce-scatter, 1 GiB",
+         "4 x DGX-H100, ring all-reduce, 4 GiB", "4 x DGX-A100, ring all-reduce, 4 GiB"]
+
+
+def test_cheap_rows_simulate_today_as_recorded():
+    today = {r["case"]: r for r in sim_validation.published_rows(only=set(CHEAP))}
+    assert set(today) == set(CHEAP)
+    for r in PUBLISHED:
+        if r["case"] in today:
+            assert today[r["case"]]["ours"] == pytest.approx(r["ours"], rel=1e-6), r["case"]
+            assert today[r["case"]]["protocol"] == r["protocol"]
+
+
+def test_section_4b_is_the_json_and_todays_bench_results():
+    assert block("sim_validation measured") == sim_validation.render_measured(MEASURED), \
+        "stale: python jobs/sim_validation.py measured --json docs/simulator-measured.json"
+    for table in MEASURED:
+        bench = json.loads((ROOT / "docs" / "results" / table["file"]).read_text())
+        assert "shm" in table["skipped"] or "shm" not in {r["algorithm"] for r in
+                                                          bench["records"]}
+        for row in table["rows"]:
+            for name, (_, meas) in row["cells"].items():
+                rec = next(r for r in bench["records"] if r["algorithm"] == name
+                           and r["size"] == row["size"] and not r["inplace"])
+                assert meas == round(rec["time_us"], 1), (table["file"], name, row["size"])
+    # the simulated column, today, on the first sizes of the first file
+    first = MEASURED[0]
+    today = sim_validation.measured_tables([str(ROOT / "docs" / "results" / first["file"])])[0]
+    for a, b in zip(first["rows"][:3], today["rows"][:3]):
+        assert a == b
