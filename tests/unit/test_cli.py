@@ -337,7 +337,18 @@ def test_bench_leaves_out_what_an_algorithm_refuses_for_every_dtype_and_op():
                 else:
                     assert why is None, (name, op, dtype, why)
             assert bench.refusal("allgather", "ring", op, dtype) is None
-    assert left_out > 0                         # bfloat16, int8, band ... are left out
+    assert left_out == 0                        # shm runs every pair now (mpicoll.shm)
+
+
+def test_bench_refusal_names_the_pair_an_algorithm_refuses(monkeypatch):
+    """An algorithm whose module's supports() says no is left out with the pair named."""
+    from mpicoll import kernels
+    from mpicoll.algorithms import allreduce_shm
+    from mpicoll.tools import bench
+    monkeypatch.setattr(allreduce_shm, "supports", lambda op, dtype: op != "band", raising=False)
+    why = bench.refusal("allreduce", "shm", "band", kernels.DTYPES[0])
+    assert why is not None and f"band on {kernels.DTYPES[0]}" in why
+    assert bench.refusal("allreduce", "shm", "sum", kernels.DTYPES[0]) is None
 
 
 class _Comm:
