@@ -3,24 +3,47 @@
     python jobs/call_overhead.py                  # COMM_SELF: no transfers, only the layers
     python jobs/call_overhead.py --count 1024 --reps 15
     python jobs/call_overhead.py --buffers        # + other buffers, and mpicoll.Comm's calls
+    python jobs/call_overhead.py --buffers --json docs/results/call_overhead.json
+    python jobs/call_overhead.py --table docs/results/call_overhead.json   # docs/performance.md
 
 On ``COMM_SELF`` a collective moves no data, so its time is what mpicoll's Python layer costs:
 argument checks, algorithm choice and copy-in for a plain call; the copy-in alone (after one
 attribute check) for a persistent handle (``mpicoll.allreduce_init``). Each form is timed in
 batches of ``--iters`` calls, the forms taking turns batch by batch (so a loaded machine slows
 them alike), ``--reps`` batches each; it prints the median and the best batch's mean per call
-in microseconds. Issue 12's goals: <= 1.5 us persistent, <= 2.5 us plain.
+in microseconds. Issue 18's goals, quiet machine: persistent <= 1.0 us, plain <= 2.0 us,
+other buffers and ``mpicoll.Comm`` <= 3.0 us (``GOALS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 import mpicoll
+
+
+GOALS = {"persistent allreduce_init, h()": 1.0, "plain allreduce(x, out)": 2.0,
+         "plain allreduce(array.array x2)": 3.0, "plain allreduce(memoryview x2)": 3.0,
+         "plain allreduce(DLPack-only x2)": 3.0, "plain allreduce(__array_interface__ x2)": 3.0,
+         "mpicoll.Comm.Allreduce(x, out)": 3.0, "Comm.Allreduce([x, DOUBLE], [out, DOUBLE])": 3.0}
+
+
+def table(path) -> str:
+    """docs/performance.md's table from a ``--json`` file: median and best batch per form."""
+    with open(path) as f:
+        data = json.load(f)
+    rows = [f"| form | median µs | best µs | goal µs |", "|---|---:|---:|---:|"]
+    for r in data["forms"]:
+        goal = GOALS.get(r["form"])
+        rows.append(f"| {r['form']} | {r['median_us']:.2f} | {r['best_us']:.2f} | "
+                    f"{'' if goal is None else f'≤ {goal:g}'} |")
+    return "\n".join(rows)
 
 
 def main(argv=None) -> int:
@@ -31,7 +54,12 @@ def main(argv=None) -> int:
     ap.add_argument("--buffers", action="store_true",
                     help="also time plain allreduce on array.array, memoryview, a DLPack-only "
                          "and an __array_interface__-only object, and mpicoll.Comm.Allreduce")
+    ap.add_argument("--json", help="write the medians here")
+    ap.add_argument("--table", metavar="JSON", help="print the markdown table of a --json file")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
     comm = MPI.COMM_SELF
     x, out = np.ones(args.count), np.empty(args.count)
     inplace = np.ones(args.count)
@@ -65,6 +93,14 @@ def main(argv=None) -> int:
     print(f"{'form':<{width}} {'median(us)':>10} {'best(us)':>9}")
     for name, t in times.items():
         print(f"{name:<{width}} {np.median(t):>10.2f} {min(t):>9.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"count": args.count, "iters": args.iters, "reps": args.reps,
+                       "load": os.getloadavg()[0],
+                       "library": MPI.Get_library_version().splitlines()[0].strip(),
+                       "forms": [{"form": name, "median_us": float(np.median(t)),
+                                  "best_us": float(min(t))} for name, t in times.items()]},
+                      f, indent=1)
     return 0
 
 

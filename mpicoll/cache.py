@@ -37,6 +37,7 @@ __all__ = ["PER_COMM", "Entry", "key", "remember", "allreduce", "reduce_scatter_
 
 PER_COMM = 64
 _epoch = 0
+_OP_KEYS = ops.KEYS
 
 
 @settings.on_reload
@@ -196,7 +197,7 @@ def key(collective: str, sendbuf, recvbuf, op, algorithm, options: tuple, timeou
         send = None, None
     else:
         return None
-    opkey = ops.key(op)
+    opkey = op if type(op) is str else _OP_KEYS.get(id(op))     # ops.key, inlined
     if opkey is None:
         return None
     k = (collective, _epoch, algorithm, opkey, *send, *recv, *options)

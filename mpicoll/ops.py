@@ -17,20 +17,20 @@ from mpi4py.util import dtlib
 from . import kernels
 from .registry import COLLECTIVES, Algorithm
 
-__all__ = ["OPS", "MPI_OPS", "DTYPE_NAMES", "name", "key", "mpi_name", "library_has", "check"]
+__all__ = ["OPS", "MPI_OPS", "KEYS", "DTYPE_NAMES", "name", "key", "mpi_name", "library_has", "check"]
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN,
            "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR,
            "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR}
 OPS = tuple(MPI_OPS)
 DTYPE_NAMES = ", ".join(str(d) for d in kernels.DTYPES)
-_KEYS = {id(mpi_op): op for op, mpi_op in MPI_OPS.items()}     # MPI.SUM ... live forever
+KEYS = {id(mpi_op): op for op, mpi_op in MPI_OPS.items()}     # MPI.SUM ... live forever
 
 
 def key(op) -> str | None:
     """The op's name for a cache key, cheaply: a name given as a string, or one of mpi4py's
     predefined op objects (by identity); None for anything else (the full path checks it)."""
-    return op if type(op) is str else _KEYS.get(id(op))
+    return op if type(op) is str else KEYS.get(id(op))
 
 
 def mpi_name(op) -> str:
