@@ -42,10 +42,10 @@ TOKENS = {
     "equal-nodes": "some of its options need the same number of ranks on every node",
     "root": "one rank is the root; schedule(..., root=)",
     "library": "the MPI library's own collective: no schedule, no cost formula",
-    "shared-memory": "reduces in an MPI-3 shared-memory window, not by messages: every rank on "
-                     "one node (the MPI library's COMM_TYPE_SHARED split), blocking and "
-                     "persistent calls only; no schedule (nothing to simulate or trace), a cost "
-                     "formula for one node",
+    "shared-memory": "reduces in a shared-memory window (mpicoll.shm), not by messages: every "
+                     "rank on one node (the MPI library's COMM_TYPE_SHARED split); a request "
+                     "runs it whole in the progress engine; no schedule (nothing to simulate or "
+                     "trace), a cost formula for one node",
     "cost-approximate": "cost() approximates the schedule's time (a pipeline's fill and drain); "
                         "its round count is exact",
     "own-rounding": "each rank groups the reduction its own way: float results can differ "

@@ -51,7 +51,7 @@ class CommState:
         self._scratch: dict = {}
         self._nodes: dict = {}
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
-        self.shared = None                      # allreduce_shm's node communicator and window
+        self.shared = None                      # mpicoll.shm's window of this communicator
         self.node_shared: dict = {}             # the same per node layout (hierarchical's)
         self.cached = OrderedDict()             # cache.Entry: plain calls' plans, LRU
         self.last_cached = (None, None)         # the most recently used: (key, entry)
