@@ -181,3 +181,21 @@ def test_buckets_missed_ready_raises_on_every_rank_then_recovers(comm):
     b.wait()
     want = comm.size * (comm.size + 1) / 2
     agree(comm, all((a == want).all() for a in g), f"after the failed step: {g}")
+
+
+@pytest.mark.parametrize("variable, values, field", [
+    ("MPICOLL_EXECUTOR", ("python", "compiled"), "executor"),
+    ("MPICOLL_SEGMENT_BYTES", ("1M", "2M"), "segments"),
+])
+def test_a_per_rank_choice_that_differs_is_an_argument_mismatch(comm, variable, values, field):
+    """Rank 0 runs another executor, or splits messages by another segment rule, than the
+    others: every rank raises ArgumentMismatch naming the field (never a bare MPI error)."""
+    from mpicoll.errors import ArgumentMismatch
+    from mpicoll.executors import compiled
+    from mpicoll.testing import raises_everywhere
+    if comm.size < 2 or compiled.available() is not None:
+        pytest.skip("needs two ranks and the compiled executor")
+    x = np.ones(1 << 19, np.float32)         # 2 MiB: segmented by a 1 MiB rule
+    with environment(**{variable: values[0] if comm.rank == 0 else values[1]}):
+        raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce, x, algorithm="ring",
+                          comm=comm, timeout=30, match=field)
