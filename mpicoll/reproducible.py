@@ -42,6 +42,8 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
+from .buffers import array
+
 __all__ = ["W", "CAPACITY", "DEFAULT_K", "DTYPES", "BinnedSum", "sum", "allreduce",
            "reduce_scatter_block", "wire_bytes"]
 
@@ -497,21 +499,6 @@ def _options(op, compress, error_feedback):
                          "error_feedback= (they round on the wire)")
 
 
-def _array(x, name: str, *, writable: bool = False) -> np.ndarray:
-    """A C-contiguous numpy view of ``x`` (an array, or anything numpy reads without a copy)."""
-    if not isinstance(x, np.ndarray):
-        if isinstance(x, (list, tuple)):
-            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
-        x = np.from_dlpack(x) if hasattr(x, "__dlpack__") and not hasattr(
-            x, "__array_interface__") else np.asarray(x)
-    if not x.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (got strides {x.strides} for shape "
-                         f"{x.shape}); pass np.ascontiguousarray({name})")
-    if writable and not x.flags.writeable:
-        raise ValueError(f"{name} is read-only")
-    return x
-
-
 def _input(sendbuf, recvbuf, k, shape_of_recv):
     """``(BinnedSum or array, recv array, k)`` from the caller's buffers."""
     from mpi4py import MPI
@@ -521,7 +508,7 @@ def _input(sendbuf, recvbuf, k, shape_of_recv):
         if recvbuf is None:
             recv = np.empty(shape_of_recv(sendbuf.shape, sendbuf.size), sendbuf.dtype)
         else:
-            recv = _array(recvbuf, "recvbuf", writable=True)
+            recv = array(recvbuf, "recvbuf", writable=True)
             if recv.dtype != sendbuf.dtype:
                 raise ValueError(f"recvbuf dtype {recv.dtype} does not match the BinnedSum's "
                                  f"{sendbuf.dtype}")
@@ -529,14 +516,14 @@ def _input(sendbuf, recvbuf, k, shape_of_recv):
     if sendbuf is MPI.IN_PLACE:
         if recvbuf is None:
             raise ValueError("sendbuf=MPI.IN_PLACE needs a recvbuf holding the input")
-        recv = _array(recvbuf, "recvbuf", writable=True)
+        recv = array(recvbuf, "recvbuf", writable=True)
         send = recv.copy()
     else:
-        send = _array(sendbuf, "sendbuf")
+        send = array(sendbuf, "sendbuf")
         if recvbuf is None:
             recv = np.empty(shape_of_recv(send.shape, send.size), send.dtype)
         else:
-            recv = _array(recvbuf, "recvbuf", writable=True)
+            recv = array(recvbuf, "recvbuf", writable=True)
             if recv.dtype != send.dtype:
                 raise ValueError(f"recvbuf dtype {recv.dtype} does not match sendbuf dtype "
                                  f"{send.dtype}")
