@@ -206,25 +206,27 @@ def threads(comm, a, form, t):
 
 
 def buckets_missed_ready(comm, a, form, t):
-    """Rank 0 misses ready(1) once; then two normal steps: are the sums right everywhere?"""
-    arrays = [np.zeros(COUNT), np.zeros(COUNT)]
+    """Rank 0 misses ready(1) once: every rank must raise for that step (its sums are not
+    valid anywhere); then two normal steps: are the sums right everywhere?"""
+    arrays = [np.zeros(COUNT), np.zeros(COUNT)]     # the gradients (Buckets copies them)
     b = mpicoll.Buckets(arrays, bucket_bytes=COUNT * 8, comm=comm, algorithm=a, timeout=t,
                         average=False)
+    raised = False
     try:
         for i in (1, 0):
-            b.grads[i][:] = comm.Get_rank() + 1
+            arrays[i][:] = comm.Get_rank() + 1
             if not (i == 1 and comm.Get_rank() == 0):
                 b.ready(i)
         b.wait()
-    except Exception:               # noqa: BLE001 - the step that went wrong
-        pass
+    except ValueError:              # the step that went wrong, on every rank
+        raised = True
     for _ in range(2):
         for i in (1, 0):
-            b.grads[i][:] = comm.Get_rank() + 1
+            arrays[i][:] = comm.Get_rank() + 1
             b.ready(i)
         b.wait()
-    right = all(np.array_equal(g, _sum(comm)) for g in b.grads)
-    return b.grads[0][:1], right
+    right = raised and all(np.array_equal(g, _sum(comm)) for g in arrays)
+    return arrays[0][:1], right
 
 
 def shm_vs_mpi(comm, a, form, t):
@@ -282,8 +284,9 @@ CASES = {
     "kernel lock held": (kernel_lock, "allreduce", ("blocking",), None,
                          "CollectiveTimeout everywhere within the deadline + 1 s, nobody "
                          "named as absent"),
-    "Buckets missed ready": (buckets_missed_ready, "buckets", ("blocking",), "lead",
-                             "later steps right everywhere (reset on every error path)"),
+    "Buckets missed ready": (buckets_missed_ready, "buckets", ("blocking",), None,
+                             "ValueError on every rank for that step, later steps right "
+                             "everywhere (reset on every error path)"),
     "shm vs mpi": (shm_vs_mpi, "allreduce", ("blocking",), "shm",
                    "ArgumentMismatch everywhere (hangs in Split_type before the shm fix)"),
 }

@@ -45,12 +45,16 @@ class Persistent:
     ``result`` is the output array (``recvbuf``, or ``buf`` for bcast); ``plan`` the plan."""
 
     __slots__ = ("result", "collective", "plan", "_call", "_state", "_layout", "_run",
-                 "_library", "_request", "_copies", "_active", "_freed", "_shared")
+                 "_library", "_request", "_copies", "_active", "_freed", "_shared",
+                 "_nonblocking")
 
     def __init__(self, call: Call, p, layout, *, request=None, run=None, copies: bool = True):
         self.result, self.collective, self.plan = layout.result, call.collective, p
         self._call, self._state, self._layout = call, call.open(), layout
         self._run, self._library = run, request         # a schedule's or shm's run, MPI's
+        # start() of MPI's own collective: its nonblocking call in the progress engine (which
+        # comm.Free settles; MPICH fails a persistent request tested while it frees)
+        self._nonblocking = None
         self._copies = copies and request is None
         self._request: Request | None = None            # the progress engine's, at start()
         self._active = self._freed = False
@@ -72,20 +76,19 @@ class Persistent:
         """Start the collective and return at once (see the module's doc)."""
         self._usable()
         self._rearm()
-        if self._library is not None:
-            self._library.Start()
-        else:
-            if self._request is None:
-                self._request = Request(f"persistent {self.plan.describe()}",
-                                        result=self.result, deferred=self._once)
-            self._request.start(self._call, self._state.traffic)
+        if self._request is None:       # the progress engine runs it (comm.Free settles it)
+            what = f"persistent {self.plan.describe()}"
+            self._request = Request(what, result=self.result, deferred=self._once) \
+                if self._library is None else \
+                Request(what, result=self.result, library=self._nonblocking)
+        self._request.start(self._call, self._state.traffic)
         self._active = True
 
     def test(self) -> bool:
         """Whether the collective started is done (moves it on where the caller progresses)."""
         if not self._active:
             return True
-        done = self._library.Test() if self._library is not None else self._request.test()
+        done = self._request.test()
         if done:
             self._active = False
         return done
@@ -96,18 +99,7 @@ class Persistent:
         if not self._active:
             return self.result
         self._active = False
-        if self._library is None:
-            return self._request.wait()
-        watch = self._call.watch
-        try:
-            if watch is None:
-                self._library.Wait()
-            else:
-                watch.wait([self._library], f"MPI_{self.collective.capitalize()}_init")
-        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
-            self._call._failed(exc)
-            raise
-        return self.result
+        return self._request.wait()
 
     def free(self) -> None:
         """Drop the handle (MPI's persistent request with ``algorithm="mpi"``); it can't run
@@ -167,17 +159,18 @@ def bind(call: Call, p, layout) -> Persistent:
     if kind == "library":
         p.agree(call)
         args, kwargs = plan.library_args(p, layout)
-        return Persistent(call, p, layout, request=plan.LIBRARY[p.collective][2](
-            call.open().comm, *args, **kwargs))
+        _, nonblocking, persistent = plan.LIBRARY[p.collective]
+        handle = Persistent(call, p, layout,
+                            request=persistent(call.open().comm, *args, **kwargs))
+        handle._nonblocking = lambda comm: nonblocking(comm, *args, **kwargs)
+        return handle
     if kind == "shared":
         p.agree(call)
         (src, dst), signed = plan.shared_buffers(layout), plan.shm_signature(call)
         return Persistent(call, p, layout, run=lambda watch: prepared.run(
             src, dst, call.tag, watch, *signed), copies=False)
-    run_once = None
-    if kind == "schedule":
-        run_once = plan.bound(call, p, prepared, layout.work)
-    p.agree(call)
+    p.agree(call)           # first: the tag the bound run keeps carries the arguments' hash
+    run_once = plan.bound(call, p, prepared, layout.work) if kind == "schedule" else None
     return Persistent(call, p, layout, run=run_once)
 
 
