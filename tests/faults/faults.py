@@ -107,12 +107,13 @@ def late(world, timeout, algorithm) -> None:
 
 def dies(world, timeout, algorithm, how) -> None:
     comm = world.Dup()
+    # every rank on the Python executor, which waits in a Watch.wait every step (the compiled
+    # one only in a step that outlasts its spin): the executor is part of the call's signature
+    # (ranks on different executors get ArgumentMismatch), so all ranks run the same one
+    os.environ["MPICOLL_EXECUTOR"] = "python"
+    settings.reload()
     call("allreduce", algorithm, comm)
-    if world.Get_rank() == FAULTY:
-        # dies in a Watch.wait: the Python executor waits there every step (the compiled one
-        # only in a step that outlasts its spin); the survivors keep the default executor
-        os.environ["MPICOLL_EXECUTOR"] = "python"
-        settings.reload()
+    if world.Get_rank() == FAULTY:          # dies in a Watch.wait, mid-schedule
         real_wait = watch.Watch.wait
 
         def dying_wait(self, requests, step, nsteps=0, *args):
