@@ -176,9 +176,15 @@ def test_segmented_persistent_calls_allocate_nothing(comm, algorithm):
             first, peak = tracemalloc.get_traced_memory()
             for _ in range(30):
                 h()
-            second, peak = tracemalloc.get_traced_memory()
+            second, _ = tracemalloc.get_traced_memory()
+            for _ in range(30):
+                h()
+            third, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-    agree(comm, second - first <= 64 and first - start <= 1024 and peak - start <= 4096,
-          f"kept {first - start} B after 30 calls and {second - start} B after 60, peak "
-          f"{peak - start} B above the start")
+    # a leak grows batch after batch; one object more alive at one snapshot (a float or an int
+    # of the deadline or the counters, 24-80 B: seen at 8 ranks on 2 cores) does not
+    grows = min(second - first, third - second) > 64
+    agree(comm, not grows and first - start <= 1024 and peak - start <= 4096,
+          f"kept {first - start} B after 30 calls, {second - start} B after 60 and "
+          f"{third - start} B after 90, peak {peak - start} B above the start")
