@@ -31,13 +31,9 @@ from mpicoll.topology import ORDERS, ring_order
 
 
 def auto_order(nodes) -> str | None:
-    """The order of ``auto``'s ring on ``nodes`` for a large all-gather (``select.decide``'s
-    order row; None: auto runs no ring there, or in the declared order)."""
+    """The order of ``auto``'s rings on ``nodes`` (``select``'s order row)."""
     from mpicoll.testing import Layout
-    auto, extra = select.decide("allgather", "auto", nbytes=1 << 26, count=1 << 23,
-                                size=sum(map(len, nodes)), dtype=np.dtype(np.float64),
-                                op=None, st=Layout(nodes), given={})
-    return extra.get("order") if auto.name == "ring" else None
+    return select.auto_ring_order(Layout(nodes))
 
 
 def internode_elements(sched, rank, where) -> int:

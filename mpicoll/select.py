@@ -54,7 +54,7 @@ from .registry import Algorithm, lookup
 from .shm import policy
 from .shm.policy import SHM_MAX_BYTES, SHM_MIN_BYTES, shm_wins  # noqa: F401 (shm's band, here)
 
-__all__ = ["decide", "choose", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES",
+__all__ = ["decide", "auto_ring_order", "choose", "reload", "SHORT_MSG", "SHM_MIN_BYTES", "SHM_MAX_BYTES",
            "DEFAULT_TUNING", "shm_wins"]
 
 SHORT_MSG = 8192
@@ -145,6 +145,15 @@ def _inner_row(st, op: str | None, dtype, nbytes: int) -> bool:
     return op is not None and policy.node_phases_by_default(st, None, op, dtype, nbytes)
 
 
+def auto_ring_order(st) -> str | None:
+    """The ``order`` row: the order of ``auto``'s rings on ``st``'s node layout -- ``"node"``
+    when the ranks span nodes and ``MPICOLL_RING_ORDER`` is unset, else None (the declared
+    default, or the variable, decides)."""
+    if settings.get("MPICOLL_RING_ORDER") is None and len(st.nodes()) > 1:
+        return "node"
+    return None
+
+
 def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: int, dtype,
            op: str | None, st, given: dict, scheduled: bool = False) -> tuple[Algorithm, dict]:
     """The algorithm a call runs, and the options the table sets (the module's rows): for
@@ -166,8 +175,8 @@ def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: in
     names = {o.name for o in algo.options}
     extra = {}
     if auto and "order" in names and size > 1 and given.get("order") is None and \
-            settings.get("MPICOLL_RING_ORDER") is None and len(st.nodes()) > 1:
-        extra["order"] = "node"
+            auto_ring_order(st) is not None:
+        extra["order"] = auto_ring_order(st)
     if "inner" in names and size > 1 and not scheduled and given.get("inner") is None and \
             _inner_row(st, op, dtype, nbytes):
         extra["inner"] = "shm"
