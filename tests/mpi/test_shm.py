@@ -218,8 +218,12 @@ def test_persistent_shm(comm):
 
 def test_shm_refuses_what_it_cannot_do(comm):
     st = state(comm)
-    out = mpicoll.iallreduce(np.ones(4), algorithm="shm", comm=comm).wait()  # deferred, whole
-    agree(comm, np.array_equal(out, np.full(4, float(comm.size))), f"iallreduce shm: {out}")
+    if len(st.real_nodes) == 1:         # a request runs it whole in the progress engine
+        out = mpicoll.iallreduce(np.ones(4), algorithm="shm", comm=comm).wait()
+        agree(comm, np.array_equal(out, np.full(4, float(comm.size))), f"iallreduce shm: {out}")
+    else:
+        raises_everywhere(comm, ValueError, mpicoll.iallreduce, np.ones(4), algorithm="shm",
+                          comm=comm, match="needs every rank on one node")
     if comm.size == 1:
         return
     real = st._nodes[None]
