@@ -174,9 +174,9 @@ def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: in
             algo = lookup(collective, _classic(collective, nbytes, size, count))
     names = {o.name for o in algo.options}
     extra = {}
-    if auto and "order" in names and size > 1 and given.get("order") is None and \
-            auto_ring_order(st) is not None:
-        extra["order"] = auto_ring_order(st)
+    order = auto_ring_order(st) if auto and "order" in names and size > 1 else None
+    if order is not None and given.get("order") is None:
+        extra["order"] = order
     if "inner" in names and size > 1 and not scheduled and given.get("inner") is None and \
             _inner_row(st, op, dtype, nbytes):
         extra["inner"] = "shm"
