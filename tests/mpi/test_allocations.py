@@ -8,6 +8,11 @@ no more allocated after the second batch than after the first (a leak grows with
 and one call's transient peak must stay far below the buffer (no buffer-sized temporary per
 call; the persistent compiled call without a timeout under 1 KiB). ``jobs/allocations.py`` prints the same
 measurement as a table.
+
+tracemalloc traces every thread of the process: on a loaded machine a background thread (the
+MPI progress engine's Python callers, a deadline watch that fired once) can land one allocation
+inside a window. A measurement that fails on any rank is therefore taken once more, by all ranks
+together, and the test asserts on the second one: a leak or a per-call temporary shows in both.
 """
 
 import sys
@@ -29,6 +34,18 @@ CALLS = 100                  # per batch: a leak of one small object per call is
 GROWTH = 256                 # bytes a second batch may add (none seen: replaced ints only)
 
 
+def measured(comm, call, calls, peak_limit):
+    """``allocations.measure``, taken again (on every rank) if it failed the limits on any."""
+    def good(got):
+        first, second = got["surviving_after"]
+        return (second - first <= GROWTH and first <= 4 * GROWTH
+                and got["transient_peak"] <= peak_limit)
+    got = allocations.measure(call, calls)
+    if not all(comm.allgather(good(got))):
+        got = allocations.measure(call, calls)
+    return got
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("timeout", [None, 60.0])
 @pytest.mark.parametrize("executor", ["compiled", "python"])
@@ -36,17 +53,17 @@ GROWTH = 256                 # bytes a second batch may add (none seen: replaced
 def test_no_allocation_survives_a_call(comm, how, executor, timeout):
     case = next(make for name, ex, t, make in allocations.cases(comm, COUNT)
                 if (name, ex, t) == (how, executor, timeout))
+    # the persistent compiled call without a timeout is the numba dispatch (~250 B); with a
+    # timeout a step that outlasts the spin goes to the Watch (MPI.Request objects: ~4 KiB)
+    lean = (how, executor, timeout) == ("persistent", "compiled", None)
+    limit = 1024 if lean else COUNT * 8 // 4
     with environment(MPICOLL_EXECUTOR=executor):
-        got = allocations.measure(case(), CALLS)
+        got = measured(comm, case(), CALLS, limit)
     first, second = got["surviving_after"]
     where = "; ".join(got["sites"]) or "no site"
     agree(comm, second - first <= GROWTH and first <= 4 * GROWTH,
           f"{how} allreduce ({executor}, timeout={timeout}) left {first} B after {CALLS} calls "
           f"and {second} B after {2 * CALLS}: {where}")
-    # the persistent compiled call without a timeout is the numba dispatch (~250 B); with a
-    # timeout a step that outlasts the spin goes to the Watch (MPI.Request objects: ~4 KiB)
-    lean = (how, executor, timeout) == ("persistent", "compiled", None)
-    limit = 1024 if lean else COUNT * 8 // 4
     agree(comm, got["transient_peak"] <= limit,
           f"{how} allreduce ({executor}, timeout={timeout}): one call's transient peak "
           f"{got['transient_peak']} B, expected <= {limit} B")
@@ -57,8 +74,8 @@ def test_no_allocation_survives_a_call(comm, how, executor, timeout):
 def test_no_allocation_survives_a_plain_call_of_any_algorithm(comm, algorithm):
     x = np.arange(COUNT, dtype=np.float64) + comm.rank
     y = np.empty_like(x)
-    got = allocations.measure(lambda: mpicoll.allreduce(x, y, algorithm=algorithm, comm=comm),
-                              CALLS // 2)
+    got = measured(comm, lambda: mpicoll.allreduce(x, y, algorithm=algorithm, comm=comm),
+                   CALLS // 2, COUNT * 8 // 4)
     first, second = got["surviving_after"]
     agree(comm, second - first <= GROWTH and first <= 4 * GROWTH,
           f"plain {algorithm} allreduce left {first} B after {CALLS // 2} calls and {second} B "

@@ -98,7 +98,9 @@ class Job:
 
     def explain(self) -> str:
         try:
-            log = self.log()[-3000:]
+            # without the transport's shutdown warnings (UCX prints one per unmatched message)
+            log = "\n".join(line for line in self.log().splitlines()
+                             if "UCX  WARN" not in line)[-3000:]
         except AssertionError as e:
             log = str(e)
         return (f"job {self.name} ({self.id}): exit {self.rc} after {self.seconds:.0f} s\n"
