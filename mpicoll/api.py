@@ -177,10 +177,9 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allreduce(sendbuf, recvbuf)
         compression.check_feedback(error_feedback, compress, layout.work.size)
-        p = plan.make(call, "allreduce", algorithm, layout, op=op, compress=compress,
-                      given={"inner": inner, "outer": outer, "order": order},
-                      form="nonblocking")
-        return plan.start(call, p, layout, error_feedback)
+        return plan.begin(call, "allreduce", algorithm, layout, op=op, compress=compress,
+                          given={"inner": inner, "outer": outer, "order": order},
+                          error_feedback=error_feedback)
 
 
 def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
@@ -189,9 +188,7 @@ def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto"
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
                                               call.comm.Get_rank())
-        p = plan.make(call, "reduce_scatter_block", algorithm, layout, op=op,
-                      form="nonblocking")
-        return plan.start(call, p, layout)
+        return plan.begin(call, "reduce_scatter_block", algorithm, layout, op=op)
 
 
 def iallgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=None,
@@ -199,8 +196,7 @@ def iallgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=No
     """Start an all-gather (arguments as ``allgather``); returns a ``Request``."""
     with Call("allgather", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allgather(sendbuf, recvbuf, call.comm.Get_size(), call.comm.Get_rank())
-        p = plan.make(call, "allgather", algorithm, layout, form="nonblocking")
-        return plan.start(call, p, layout)
+        return plan.begin(call, "allgather", algorithm, layout)
 
 
 def ibcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=None,
@@ -208,6 +204,5 @@ def ibcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout
     """Start a broadcast of ``buf`` from ``root``, in place; returns a ``Request``."""
     with Call("bcast", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.bcast(buf)
-        p = plan.make(call, "bcast", algorithm, layout,
-                      root=buffers.root(root, call.comm.Get_size()), form="nonblocking")
-        return plan.start(call, p, layout)
+        return plan.begin(call, "bcast", algorithm, layout,
+                          root=buffers.root(root, call.comm.Get_size()))

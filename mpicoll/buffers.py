@@ -11,6 +11,7 @@ Every form of a collective (blocking, nonblocking, persistent) runs the same lay
 
 from __future__ import annotations
 
+import array
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +39,8 @@ def view(x, name: str) -> np.ndarray:
     (or ``__array_struct__``), ``__dlpack__`` (a CPU tensor: PyTorch, JAX ...) or the buffer
     protocol (``array.array``, ``memoryview``: their format gives the dtype; ``bytearray`` and
     ``bytes`` are uint8, ``bytes`` read-only)."""
+    if type(x) in _BUFFER_TYPES:                # the buffer protocol's usual objects, first
+        return _from_buffer(x if type(x) is memoryview else memoryview(x), x, name)
     if isinstance(x, (list, tuple)):
         raise TypeError(f"{name} must be an array, got {type(x).__name__}; pass "
                         f"np.asarray({name}) (a copy: a result would not land in the "
@@ -63,6 +66,10 @@ def view(x, name: str) -> np.ndarray:
     except TypeError:
         raise TypeError(f"{name} must be an array (numpy, or an object with the buffer "
                         f"protocol, __array_interface__ or __dlpack__), got {kind(x)}") from None
+    return _from_buffer(memory, x, name)
+
+
+def _from_buffer(memory: memoryview, x, name: str) -> np.ndarray:
     try:
         return np.asarray(memory)
     except (TypeError, ValueError, NotImplementedError) as exc:
@@ -70,11 +77,20 @@ def view(x, name: str) -> np.ndarray:
                         f"cannot read: {exc}") from None
 
 
+_BUFFER_TYPES = frozenset({memoryview, bytearray, bytes, array.array})
+
+
 def as_numpy(x):
     """``x`` as a numpy view of its memory where it can be read as one (a buffer object,
     ``__array_interface__``, ``__dlpack__``), so that a call with it finds its plan in the
     cache as a numpy array's would; else ``x`` itself (the full path then names what is wrong,
     on the rank that passed it, inside the call)."""
+    kind_of = type(x)
+    if kind_of in _BUFFER_TYPES:
+        try:
+            return np.asarray(x if kind_of is memoryview else memoryview(x))
+        except (TypeError, ValueError, NotImplementedError):
+            return x
     if x is None or x is MPI.IN_PLACE or isinstance(x, (np.ndarray, list, tuple)):
         return x
     try:

@@ -51,12 +51,13 @@ class Entry:
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
                  "on_timeout", "run", "internode_bytes", "rank", "block", "shared_memory",
-                 "hashed", "agreed", "plan", "sig")
+                 "hashed", "agreed", "plan", "sig", "noop")
 
     def __init__(self, call: Call, plan, prepared):
         self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), plan.block
         self.plan = plan
-        self.numbered = call._state is not None         # the call took a number (and a tag)
+        # the call took a number (and a tag); alone, nothing is sent and nothing to number
+        self.numbered = call._state is not None and not call.alone
         self.sig = sig = call.signature     # (the tag: CommState.label, issue #22)
         self.offset = 0 if sig is None else sig.offset
         self.signature = "" if sig is None else sig.text
@@ -73,6 +74,8 @@ class Entry:
             self.run = compiled.Reusable(sched, plan.dtype, st.comm, op=op, scratch=scratch,
                                          traffic=st.traffic)
             self.internode_bytes = internode * plan.dtype.itemsize
+        # alone on the communicator: the copies are the whole call
+        self.noop = self.run is None and self.shared_memory is None and not self.numbered
 
     @context.exclusive                      # one thread at a time (issue #22)
     def __call__(self, st, buf: np.ndarray) -> None:
@@ -153,19 +156,30 @@ def remember(call: Call, key, plan, prepared) -> None:
         table.popitem(last=False)
 
 
+_last = (None, None)        # the communicator _entry last found a state of, and that state
+
+
 def _entry(comm, key):
     """The entry of ``key`` on ``comm``, or None (the full path). The table is a
-    least-recently-used one: a hit moves its entry last, unless it is the last one already."""
+    least-recently-used one: a hit moves its entry last, unless it is the last one already.
+    The communicator's state is remembered for the next call on the same communicator object
+    (one pair, replaced whole: thread-safe), until it is freed."""
+    global _last
     if comm is None:
         comm = MPI.COMM_WORLD
-    elif not isinstance(comm, MPI.Intracomm):
-        return None, None
-    try:
-        st = context.known(comm)
-    except MPI.Exception:           # a freed communicator: the full path names it
-        return None, None
-    if st is None:
-        return None, None
+    last = _last
+    if comm is last[0] and not last[1].freed:
+        st = last[1]
+    else:
+        if not isinstance(comm, MPI.Intracomm):
+            return None, None
+        try:
+            st = context.known(comm)
+        except MPI.Exception:           # a freed communicator: the full path names it
+            return None, None
+        if st is None:
+            return None, None
+        _last = comm, st
     last = st.last_cached                 # (key, entry), replaced whole: thread-safe
     if key == last[0]:
         return st, last[1]
@@ -186,21 +200,21 @@ def key(collective: str, sendbuf, recvbuf, op, algorithm, options: tuple, timeou
     collective has none), options and reliability options of the types that are valid (so
     that ``True == 1`` or ``np.int64(5) == 5`` cannot pass for another)."""
     if type(recvbuf) is np.ndarray:
-        recv = recvbuf.dtype, recvbuf.size
+        rtype, rsize = recvbuf.dtype, recvbuf.size
     elif recvbuf is None and collective == "allreduce":
-        recv = None, None
+        rtype = rsize = None
     else:
         return None
     if type(sendbuf) is np.ndarray:
-        send = sendbuf.dtype, sendbuf.size
+        stype, ssize = sendbuf.dtype, sendbuf.size
     elif sendbuf is MPI.IN_PLACE and recvbuf is not None:
-        send = None, None
+        stype = ssize = None
     else:
         return None
     opkey = op if type(op) is str else _OP_KEYS.get(id(op))     # ops.key, inlined
     if opkey is None:
         return None
-    k = (collective, _epoch, algorithm, opkey, *send, *recv, *options)
+    k = (collective, _epoch, algorithm, opkey, stype, ssize, rtype, rsize, options)
     if timeout is None and on_timeout is None and validate is None:
         return k
     if (timeout is not None and type(timeout) is not float and type(timeout) is not int) or \
@@ -247,7 +261,8 @@ def allreduce(k, sendbuf, recvbuf, comm):
             recvbuf[...] = sendbuf
         else:                       # same element count, any shape: the flat views
             np.copyto(recvbuf.reshape(-1), sendbuf.reshape(-1))
-    entry(st, recvbuf)
+    if not entry.noop:
+        entry(st, recvbuf)
     return recvbuf
 
 

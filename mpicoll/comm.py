@@ -268,6 +268,25 @@ def _nonnegative(value, what: str, name: str) -> int:
     return int(value)
 
 
+_REDUCED = frozenset(kernels.DTYPES)
+
+
+def _plain(msg):
+    """The numpy array a reduction's buffer spec is, when it is one as it stands -- an exact
+    numpy array of a dtype mpicoll reduces, or ``[array, datatype]`` with the array's own
+    predefined datatype (seen before) -- else None (``_message`` parses it). The common case,
+    in a fraction of a microsecond: the call then finds its plan in the cache."""
+    if type(msg) is np.ndarray:
+        return msg if msg.dtype in _REDUCED else None
+    if (type(msg) is list or type(msg) is tuple) and len(msg) == 2:
+        buf, datatype = msg
+        if type(buf) is np.ndarray and isinstance(datatype, MPI.Datatype) and \
+                _PREDEFINED.get(datatype.handle) is buf.dtype and buf.dtype in _REDUCED and \
+                buf.flags.c_contiguous:
+            return buf
+    return None
+
+
 def _reducible(x, name: str):
     """``x``, if mpicoll reduces its dtype (else ``Unsupported``: ``fallback`` may take it)."""
     dtype = getattr(x, "dtype", None)
@@ -677,6 +696,11 @@ class Comm:
     # blocking (None, as mpi4py's), nonblocking (Request), persistent (Prequest)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
+        recv = _plain(recvbuf)
+        send = MPI.IN_PLACE if _in_place(sendbuf) else _plain(sendbuf)
+        if recv is not None and send is not None:       # (the buffers as they are)
+            api.allreduce(send, recv, op=op, algorithm=self._per["allreduce"], comm=self.comm)
+            return
         self._run("Allreduce", api.allreduce, self._reduce_args, (sendbuf, recvbuf),
                   "allreduce", op=op)
 

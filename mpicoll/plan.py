@@ -39,7 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import cache, compression, kernels, model, ops, select, settings, shm
-from ._runtime import loading
+from ._runtime import loading, setup
 from ._runtime.call import Call
 from .buffers import Layout
 from .executors import compiled, segments
@@ -48,7 +48,7 @@ from .executors.progress import Request
 from .executors.shared import SharedMemory
 from .registry import Algorithm, lookup
 
-__all__ = ["Plan", "make", "last", "prepare", "run", "start", "request", "bound", "executor",
+__all__ = ["Plan", "make", "begin", "last", "prepare", "run", "start", "request", "bound", "executor",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
            "LIBRARY"]
 
@@ -137,6 +137,29 @@ def make(call: Call, collective: str, algorithm, layout: Layout, *, op=None, roo
     """The plan of one call (this rank's checks raise here, before any communication);
     ``form``: ``blocking`` or ``persistent`` (the compiled or Python executor), ``nonblocking``
     (the progress engine)."""
+    checked = _check(collective, algorithm, layout, op, given, compress)
+    return _decide(call, checked, layout, root, form)
+
+
+def begin(call: Call, collective: str, algorithm, layout: Layout, *, op=None, root=None,
+          given: dict | None = None, compress=None, error_feedback=None) -> Request:
+    """A nonblocking call: ``make`` then ``start``, returning the started request. Never
+    waits for other ranks: on a communicator mpicoll has not set up yet (its first call) this
+    rank's checks raise here and the rest goes to the communicator's background thread
+    (``_runtime.setup``); the request returned follows it."""
+    checked = _check(collective, algorithm, layout, op, given, compress)
+
+    def go() -> Request:
+        return start(call, _decide(call, checked, layout, root, "nonblocking"), layout,
+                     error_feedback)
+    if setup.ready_now(call):
+        return go()
+    return setup.later(call, go, f"{collective} {algorithm}", layout.result)
+
+
+def _check(collective: str, algorithm, layout: Layout, op, given, compress) -> tuple:
+    """This rank's own checks of one call: no communication, nothing that needs the
+    communicator set up."""
     declared = given or {}                  # the keywords of the form, None: not given
     given = {k: v for k, v in declared.items() if v is not None}
     opname = None if op is None else ops.name(op)
@@ -159,6 +182,13 @@ def make(call: Call, collective: str, algorithm, layout: Layout, *, op=None, roo
         raise ValueError(f"{'/'.join(given)} apply only to an algorithm that declares them, "
                          "not to 'auto'")
     _local_checks(algo, opname, given)
+    return collective, algo, opname, dtype, codec, given, declared
+
+
+def _decide(call: Call, checked: tuple, layout: Layout, root, form: str) -> Plan:
+    """The rest of ``make``: ``auto``'s choice and the options (they need the communicator's
+    node layout: the first call on it sets it up), the executor, the checks of the node."""
+    collective, algo, opname, dtype, codec, given, declared = checked
     size = call.comm.Get_size()
     st = call.open()
     algo, extra = select.decide(collective, "auto" if algo is None else algo.name,

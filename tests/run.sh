@@ -24,6 +24,10 @@ export MPIEXEC_TIMEOUT=${MPIEXEC_TIMEOUT:-1500}     # Hydra's own backstop, in s
 LOGDIR=$(mktemp -d)
 passed=0 failed=0 skipped=0 status=0
 
+stage() {    # stage TITLE: a stage's header, with the time (CI's duration, stage by stage)
+    echo "== [$(date +%T)] $1"
+}
+
 record() {   # record NAME LOG RC: add the pytest counts of one run to the totals
     local p f s
     p=$(grep -aEo '[0-9]+ passed' "$2" | tail -1 | grep -Eo '[0-9]+' || echo 0)
@@ -53,18 +57,18 @@ clean_stale_shm() {
 }
 
 clean_stale_shm
-echo "== unit tests (serial, one process)"
+stage "unit tests (serial, one process)"
 python -m pytest tests/unit -q "$@" 2>&1 | tee "$LOGDIR/unit.log"
 record unit "$LOGDIR/unit.log" "${PIPESTATUS[0]}"
 
 clean_stale_shm
-echo "== job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
+stage "job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
 timeout -k 15 1800 python -m pytest tests/jobs -q "$@" 2>&1 | tee "$LOGDIR/jobs.log"
 record jobs "$LOGDIR/jobs.log" "${PIPESTATUS[0]}"
 
 for n in $RANKS; do
     clean_stale_shm
-    echo "== MPI tests, mpiexec -n $n"
+    stage "MPI tests, mpiexec -n $n"
     timeout -k 15 1800 mpiexec -n "$n" python -m mpi4py -m pytest tests/mpi --with-mpi -x -q \
         --timeout=600 --timeout-method=thread "$@" 2>&1 | tee "$LOGDIR/mpi-$n.log"
     record "mpiexec -n $n" "$LOGDIR/mpi-$n.log" "${PIPESTATUS[0]}"
@@ -75,12 +79,12 @@ done
 # temporary directory) with their communicators wrapped in mpicoll.Comm, at N = 2 and 3. If pip
 # can't get the release the leg is skipped, saying why -- except under CI=true, where that fails.
 clean_stale_shm
-echo "== drop-in: mpi4py's collective suites through mpicoll.Comm (tests/dropin)"
+stage "drop-in: mpi4py's collective suites through mpicoll.Comm (tests/dropin)"
 sdist_dir=$(mktemp -d)
 if sdist=$(python tests/dropin/mpi4py_suites.py "$sdist_dir" 2>"$LOGDIR/dropin-pip.log"); then
     for n in 2 3; do
         clean_stale_shm
-        echo "== drop-in, mpiexec -n $n"
+        stage "drop-in, mpiexec -n $n"
         timeout -k 15 600 mpiexec -n "$n" python -m mpi4py -m pytest tests/dropin --with-mpi -q \
             --mpi4py-sdist "$sdist" --timeout=300 --timeout-method=thread "$@" 2>&1 \
             | tee "$LOGDIR/dropin-$n.log"
@@ -105,11 +109,11 @@ OPENMPI_TESTS=(tests/mpi/test_collectives.py tests/mpi/test_compiled.py
     tests/mpi/test_nonblocking.py::test_request_timeout_names_the_missing_rank
     tests/mpi/test_reliability.py::test_options_keep_answers_exact)
 if [ "${MPICOLL_SKIP_OPENMPI:-0}" = 1 ] && [ "${CI:-}" != true ]; then
-    echo "== Open MPI tests skipped (MPICOLL_SKIP_OPENMPI=1)"
+    stage "Open MPI tests skipped (MPICOLL_SKIP_OPENMPI=1)"
 else
     openmpi_bin="$PWD/${OPENMPI_VENV:-.venv-openmpi}/bin"
     for n in 2 4; do
-        echo "== MPI tests under Open MPI, mpiexec -n $n"
+        stage "MPI tests under Open MPI, mpiexec -n $n"
         if [ ! -x "$openmpi_bin/mpiexec" ]; then
             echo "no Open MPI environment at $openmpi_bin: run this through 'bash run.sh test'" \
                 | tee "$LOGDIR/openmpi-$n.log"
@@ -125,7 +129,7 @@ else
     done
 fi
 
-echo "== Slurm integration tests (tests/slurm: the slurm/ job scripts on the local cluster)"
+stage "Slurm integration tests (tests/slurm: the slurm/ job scripts on the local cluster)"
 bash tests/run-slurm.sh "$@" 2>&1 | tee "$LOGDIR/slurm.log"
 record slurm "$LOGDIR/slurm.log" "${PIPESTATUS[0]}"
 

@@ -106,7 +106,7 @@ class Call:
             st = attach(self.comm)
             st.check(self.collective)
             self._state = st
-            if not st.made:
+            if not st.made or st.background is not None:
                 st.ready(self.watch)
             self.number = self.tag = st.next_number()      # the hash comes with agree
             if self.watch is not None:
@@ -242,6 +242,8 @@ class Call:
         st = self._st
         if st.broken:
             return
+        if st.background is not None and self._state is None:
+            st.background.wait_empty()      # calls started in the background come first
         if self._state is not None:         # numbered already
             call = st.calls
         elif st.made:                       # take this call's number (no communication)

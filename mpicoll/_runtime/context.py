@@ -64,6 +64,8 @@ class CommState:
         self.failed_here: set = set()           # calls (absolute numbers) that failed on this rank
         self.outbox: list = []                  # (message, request) of the notices this rank sent
         self.lock = threading.RLock()           # held by the thread in a call on it (enter)
+        self.background = None                  # first nonblocking calls being started (setup.py)
+        self.freed = False                      # the user freed the communicator (free)
         notice.register(comm, self)
 
     def check(self, what: str = "mpicoll") -> None:
@@ -75,7 +77,12 @@ class CommState:
                 "communicator (comm.Dup() on every rank) to go on")
 
     def ready(self, watch=None) -> None:
-        """Make the duplicate (under ``watch``'s deadline, if any), then find the nodes."""
+        """Make the duplicate (under ``watch``'s deadline, if any), then find the nodes. While
+        the first nonblocking calls are started in the background (``setup``), wait for them:
+        they come first."""
+        background = self.background
+        if background is not None:
+            background.wait_empty()
         self.check()
         if self.made:
             return
@@ -179,8 +186,11 @@ class CommState:
         they are received and dropped here (those still in flight cannot be). Not for
         ``COMM_WORLD``/``COMM_SELF``, whose attributes MPI deletes inside ``MPI_Finalize``, and
         whose context is never reused."""
+        self.freed = True
         if MPI.Is_finalized():
             return
+        if self.background is not None:     # first calls being started (setup.py): let them
+            self.background.wait_empty()
         tag = roll_call_tag()
         builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
         if self.made and not builtin:

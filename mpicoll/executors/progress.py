@@ -105,6 +105,7 @@ class Request:
         self._call = self._state = self._watch = self._traffic = None
         self._tag, self._index, self._pending, self._peers = 0, 0, [], []
         self._when_done: list = []      # mpicoll.Comm's hook (when_done)
+        self._following = False         # (following)
 
     @property
     def cuts(self):
@@ -194,6 +195,43 @@ class Request:
             fn(self._error)
     # --- end of mpicoll.Comm's hunk
 
+    # --- a communicator's first call, started by another thread (_runtime/setup.py)
+    @classmethod
+    def following(cls, what: str, state, result=None) -> "Request":
+        """A request in flight at once, for a call whose start another thread does (the first
+        nonblocking call on a communicator: ``_runtime.setup``); it completes with the request
+        that thread hands it (``adopt``), or fails with the error it met (``refuse``)."""
+        req = cls(what, result=result)
+        req._following, req._inner, req._state, req._nsteps = True, None, state, 1
+        with _turn():
+            req._finished.clear()
+            _active.append(req)
+            _wake.notify()
+        _ensure_thread()
+        return req
+
+    def adopt(self, inner: "Request") -> None:
+        with _turn():
+            self._inner = inner
+            _wake.notify()
+
+    def refuse(self, error: BaseException) -> None:
+        with _turn():
+            self._inner = error
+            _wake.notify()
+
+    def _follow(self) -> bool:
+        inner = self._inner
+        if inner is None or isinstance(inner, Request) and not inner.done:
+            return False
+        if isinstance(inner, BaseException):
+            self._error = inner
+        else:
+            self._error, self._index = inner._error, self._nsteps
+        self._call_when_done()
+        self._finished.set()
+        return True
+
     # ------------------------------------------------------------------------- running
 
     def start(self, call, traffic: dict) -> "Request":
@@ -264,6 +302,11 @@ class Request:
         return self.result
 
     def _tighten(self, timeout) -> None:
+        if self._following:             # the request it follows has the deadline
+            inner = self._inner
+            if isinstance(inner, Request):
+                inner._tighten(timeout)
+            return
         from .._runtime.call import _timeout
         from .._runtime.watch import Watch
         seconds = _timeout(timeout, "timeout")
@@ -323,6 +366,8 @@ class Request:
         """Look once (lock held): finish every step that completed and post the next. Returns
         whether anything moved."""
         moved = False
+        if self._following:
+            return self._follow()
         if self._deferred is not None:          # the engine runs it whole, here
             self._deferred(self._watch)
             self._index = self._nsteps

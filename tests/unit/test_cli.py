@@ -116,6 +116,7 @@ print("MPI initialised:", MPI.Is_initialized())
 """
 
 
+@pytest.mark.timeout(600)      # eleven Python processes (matplotlib's import in two): minutes under load
 def test_commands_without_communication_do_not_initialise_mpi(tmp_path):
     results = bench_results(tmp_path / "r.json", [(8, "ring", 9.0), (8, "binomial", 5.0)])
     for argv in (["trace", "ring"], ["model", "-N", "8"], ["report", results],

@@ -228,18 +228,20 @@ def test_diverged_report():
 
 def test_a_second_thread_gets_concurrent_call():
     """While one thread is in a call on a communicator (its lock held), another thread's call
-    on it raises ConcurrentCall at once, and the communicator is broken (told to the others)."""
+    on it raises ConcurrentCall at once, and the communicator is broken (told to the others).
+    A call alone on its communicator sends nothing and takes no lock (nothing can pair
+    wrongly), so the second thread enters as a call of 2+ ranks does (``context.enter``, which
+    ``Call`` and the cached path use; the fault matrix's "threads" rows run it at N = 2, 3)."""
     import threading
     comm = MPI.COMM_SELF.Dup()
     x = np.ones(4)
     mpicoll.allreduce(x, comm=comm)
-    mpicoll.allreduce(x, comm=comm)                    # prepared from now on
     st = context.attach(comm)
     got = []
     st.lock.acquire()                                  # "another thread is in a call"
     try:
-        worker = threading.Thread(target=lambda: got.append(_raises(mpicoll.allreduce, x,
-                                                                    comm=comm)))
+        worker = threading.Thread(target=lambda: got.append(_raises(context.enter, st,
+                                                                    "allreduce")))
         worker.start()
         worker.join(10)
     finally:

@@ -1,0 +1,95 @@
+"""A communicator's first nonblocking call, started without blocking (issue 18).
+
+The first mpicoll call on a communicator makes mpicoll's duplicate of it and finds its node
+layout (``CommState.ready``: the presence check, ``MPI_Comm_idup``, ``MPI_Comm_split_type``).
+That waits for every rank, and the plan of the call needs the node layout. A nonblocking call
+must still return at once: this valid MPI program must complete ::
+
+    rank 0: req = iallreduce(x, comm=c); c.Ssend(msg, dest=1); req.wait()
+    rank 1: c.Recv(msg, source=0); req = iallreduce(x, comm=c); req.wait()
+
+So on a communicator that is not ready, ``iallreduce`` and its kin check their own arguments
+(raising at once, as always), then hand the rest of the call -- the set-up, the plan, the
+agreement step, the start -- to one background thread per communicator, and return a
+``progress.Request`` that follows it. Calls made on the communicator while that thread still
+works keep their order: a later nonblocking call joins its queue; a blocking or persistent
+call, or anything else that needs the communicator ready, waits until the queue is empty
+(``CommState.ready``). Errors reach the request (``wait`` raises them) and, as a blocking
+call's, the other ranks (``Call.__exit__``: notices, a broken communicator).
+
+With ``validate=True`` the call agrees before it returns (that is what it asks for), so it
+starts on the caller's thread. Needs the progress thread (``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With
+``caller`` progress no other thread may call MPI while the caller does, and the first
+nonblocking call on a communicator makes the duplicate before it returns, as a blocking one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from .call import Call
+from .context import attach
+
+__all__ = ["ready_now", "later"]
+
+
+def ready_now(call: Call) -> bool:
+    """Whether ``call`` can start on the caller's thread without waiting for other ranks."""
+    if call.alone or call.validate:     # (validate=True: the agreement step at the start)
+        return True
+    st = attach(call.comm)
+    if st.made and st.background is None:
+        return True
+    from ..executors import progress         # (thread mode needs MPI_THREAD_MULTIPLE)
+    return progress.mode() != "thread"
+
+
+def later(call: Call, go, what: str, result):
+    """``go()`` (the call's plan and start; returns the started request) on the
+    communicator's background thread; returns the request that follows it, in flight now."""
+    from ..executors import progress
+    st = attach(call.comm)
+    follower = progress.Request.following(what, st, result)
+    with _lock:
+        queue = st.background
+        if queue is None:
+            queue = st.background = Background(st)
+        queue.jobs.append((call, go, follower))
+        if not queue.thread.is_alive() and not queue.started:
+            queue.started = True
+            queue.thread.start()
+    return follower
+
+
+_lock = threading.Lock()            # st.background and its queue
+
+
+class Background:
+    """The queue of first calls of one communicator, and the thread that starts them."""
+
+    def __init__(self, st):
+        self.st, self.jobs, self.started = st, deque(), False
+        self.empty = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="mpicoll-setup", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            with _lock:
+                if not self.jobs:
+                    self.st.background = None
+                    self.empty.set()
+                    return
+                call, go, follower = self.jobs.popleft()
+            try:
+                inner = go()
+            except BaseException as exc:    # noqa: BLE001 - the request's wait raises it
+                call.__exit__(type(exc), exc, exc.__traceback__)   # as a blocking call's
+                follower.refuse(exc)
+            else:
+                follower.adopt(inner)
+
+    def wait_empty(self) -> None:
+        """Block until every queued call has started (not from the background thread)."""
+        if threading.current_thread() is not self.thread:
+            self.empty.wait()
