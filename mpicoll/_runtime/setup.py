@@ -71,7 +71,20 @@ class Background:
     def __init__(self, st):
         self.st, self.jobs, self.started = st, deque(), False
         self.empty = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="mpicoll-setup", daemon=True)
+        self.thread = threading.Thread(target=self._guarded, name="mpicoll-setup", daemon=True)
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        finally:                    # never leave a caller waiting for a thread that is gone
+            with _lock:
+                if self.st.background is self:
+                    self.st.background = None
+                pending, self.jobs = list(self.jobs), deque()
+            for _, _, follower in pending:
+                follower.refuse(RuntimeError("mpicoll: the thread that starts a "
+                                             "communicator's first calls stopped"))
+            self.empty.set()
 
     def _run(self) -> None:
         while True:
@@ -84,8 +97,10 @@ class Background:
             try:
                 inner = go()
             except BaseException as exc:    # noqa: BLE001 - the request's wait raises it
-                call.__exit__(type(exc), exc, exc.__traceback__)   # as a blocking call's
-                follower.refuse(exc)
+                try:
+                    call.__exit__(type(exc), exc, exc.__traceback__)   # as a blocking call's
+                finally:
+                    follower.refuse(exc)
             else:
                 follower.adopt(inner)
 
