@@ -14,6 +14,8 @@ from pathlib import Path
 
 from mpi4py import MPI
 
+from _figure import save_figure  # noqa: F401 -- (re-exported: the jobs import it from here)
+
 RANK = MPI.COMM_WORLD.Get_rank()
 
 
@@ -39,22 +41,6 @@ def say(*args) -> None:
 
 def write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"# wrote {path}", flush=True)
-
-
-def save_figure(draw, path: Path) -> None:
-    """``draw(plt)`` returns a figure, saved to ``path``; a missing matplotlib only warns."""
-    try:
-        import matplotlib
-    except ImportError:
-        print(f"# no matplotlib: skipped {path} (pip install matplotlib)", file=sys.stderr)
-        return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig = draw(plt)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
     print(f"# wrote {path}", flush=True)
 
 

@@ -125,7 +125,7 @@ def main(argv=None) -> int:
         print(f"#   N.alpha/beta:        {summary['n_alpha_over_beta']:.0f} B  ({summary['link']}"
               f" alpha = {summary['alpha_us']:.2f} us, beta = "
               f"{summary['beta_ns_per_byte']:.4f} ns/B)")
-    save_figure(draw(summary), out / "crossover.png")
+    save_figure(out / "crossover.png", draw(summary))
     return status
 
 

@@ -96,7 +96,7 @@ def main(argv=None) -> int:
             print(f"{r['size']:>10} {r['hierarchical_us']:>10.1f} {r['best_flat']:>18} "
                   f"{r['best_flat_us']:>10.1f} {r['speedup']:>8.2f}")
         bench_plot(path, out / "hierarchical_vs_flat.png")
-        save_figure(draw_speedup(res), out / "hierarchical_speedup.png")
+        save_figure(out / "hierarchical_speedup.png", draw_speedup(res))
     return status
 
 

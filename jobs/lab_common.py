@@ -13,6 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from _figure import save_figure  # noqa: F401 -- (re-exported: the labs import it from here)
+
 __all__ = ["parser", "write_json", "save_figure", "claim", "crossover", "BLOCK", "SUMMARY",
            "fill", "update", "recorded"]
 
@@ -32,25 +34,6 @@ def write_json(path: Path | None, data) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"# wrote {path}", flush=True)
-
-
-def save_figure(path: Path | None, draw) -> None:
-    """``draw(plt)`` returns a figure, saved to ``path``; no path or no matplotlib: skipped."""
-    if path is None:
-        return
-    try:
-        import matplotlib
-    except ImportError:
-        print(f"# no matplotlib: skipped {path} (pip install matplotlib)", file=sys.stderr)
-        return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig = draw(plt)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    print(f"# wrote {path}", flush=True)
 
 
 def claim(lab: str, seed: str, ours: str) -> str:

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
                "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
                "records": records}
         write_json(out / "scaling.json", res)
-        save_figure(draw(res), out / "scaling.png")
+        save_figure(out / "scaling.png", draw(res))
         print(f"# {'all results correct' if total_wrong == 0 else f'{total_wrong} WRONG'}")
     return 1 if world.bcast(total_wrong) else 0
 
