@@ -17,7 +17,9 @@ at 16,384 ranks has 537 million operations), so two algorithms also have a direc
 * ``node_layout_waves`` -- the node-layout all-reduce, composed the way its schedule is: the
   node-local phase of one node replicated on every node, the inter-node all-reduce of one shard
   (over the node count) replicated on every local rank (an outer ring built directly), and the
-  node-local phase back; a generator.
+  node-local phase back; a generator;
+* ``tree_waves`` -- the double binary tree all-reduce, one wave per global round of its
+  pipeline, from per-rank arrays (parent, height, depth in each tree); a generator.
 
 ``waves(..., channels=C)`` splits a call into C parts run in lockstep, each on a permutation of
 the ranks (``ring_channel_order``: NCCL-like rail-aligned rings; ``rotate_channel``).
@@ -32,11 +34,11 @@ from typing import Iterable
 
 import numpy as np
 
-from ..algorithms import allreduce_hierarchical, allreduce_ring
+from ..algorithms import allreduce_double_binary_tree, allreduce_hierarchical, allreduce_ring
 from ..schedule import Recv, Send, block_displs
 
 __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
-           "has_direct_form", "ring_channel_order", "rotate_channel", "channel_waves"]
+           "has_direct_form", "tree_waves", "ring_channel_order", "rotate_channel", "channel_waves"]
 
 
 class Wave:
@@ -277,6 +279,60 @@ def _sharded_ring_waves(members: np.ndarray, count: int):
                        lambda slices=slices, keep=keep: slices()[keep])
 
 
+def tree_waves(size: int, count: int, *, nodes, chunks: int | None = None):
+    """The double binary tree all-reduce (``allreduce_double_binary_tree``), wave by wave: wave
+    g is the schedule's global round g on every rank at once (a generator).
+
+    Per tree t, rank x with parent: it sends chunk c up in round c + h(x) (its parent reduces
+    it) and receives chunk c down in round c + H + d(x) - 1 (copied), so round g holds, per
+    tree, the ranks with 0 <= g - h(x) < k going up and 0 <= g - H - d(x) + 1 < k going down.
+    A wave's ``route`` and ``key`` are digests of its arrays, so the pipeline's full-flow
+    rounds (the same ranks, the same chunk sizes) are routed and timed once.
+    """
+    import hashlib
+    dbt = allreduce_double_binary_tree
+    if size < 2:
+        return
+    if chunks is None:
+        chunks = dbt.best_chunks(size, count, nodes)
+    halves = block_displs(count, 2)
+    trees = []
+    for t in (0, 1):
+        tree = dbt.rank_tree(nodes, t)
+        height, depth = dbt._heights(tree)
+        child = np.array([r for r in range(size) if tree[r][0] is not None], dtype=np.int64)
+        parent = np.array([tree[r][0] for r in child], dtype=np.int64)
+        lo = halves[t]
+        cut = lo + np.array(block_displs(halves[t + 1] - lo, chunks), dtype=np.int64)
+        trees.append((child, parent, np.array([height[r] for r in child], dtype=np.int64),
+                      np.array([depth[r] for r in child], dtype=np.int64),
+                      max(height.values()), cut))
+    H = max(tr[4] for tr in trees)
+    for g in range(chunks + 2 * H - 1):
+        cols: list[list] = [[], [], [], [], []]          # src, dst, chunk lo, elements, reduce
+        for child, parent, h, d, Ht, cut in trees:
+            for up, c in ((True, g - h), (False, g - Ht - d + 1)):
+                on = (c >= 0) & (c < chunks)
+                if not on.any():
+                    continue
+                cc = c[on]
+                a, b = (child[on], parent[on]) if up else (parent[on], child[on])
+                for col, v in zip(cols, (a, b, cut[cc], cut[cc + 1] - cut[cc],
+                                         np.full(len(cc), up))):
+                    col.append(v)
+        if not cols[0]:
+            continue
+        src, dst, lo, el, red = (np.concatenate(c) for c in cols)
+        keep = el > 0
+        if not keep.all():
+            src, dst, lo, el, red = src[keep], dst[keep], lo[keep], el[keep], red[keep]
+        if not len(src):
+            continue
+        route = ("tree", size, hashlib.blake2b(src.tobytes() + dst.tobytes()).hexdigest())
+        key = route + (hashlib.blake2b(el.tobytes() + red.tobytes()).hexdigest(),)
+        yield Wave(src, dst, el, red, False, (lo, lo), key=key, route=route)
+
+
 # ----------------------------------------------------------------------------- channels
 
 def ring_channel_order(nodes: int, per_node: int, channel: int) -> np.ndarray:
@@ -343,7 +399,8 @@ def channel_waves(parts: list, perms: list, offsets: list):
 
 
 _DIRECT = {allreduce_ring: ("ring", lambda size, count, **o: ring_waves(size, count)),
-           allreduce_hierarchical: ("node-layout", node_layout_waves)}
+           allreduce_hierarchical: ("node-layout", node_layout_waves),
+           allreduce_double_binary_tree: ("tree", tree_waves)}
 
 
 def has_direct_form(algo, options: dict, nodes=None) -> bool:
@@ -352,6 +409,8 @@ def has_direct_form(algo, options: dict, nodes=None) -> bool:
         return False
     if algo.module is allreduce_ring:
         return options.get("order", "rank") == "rank"
+    if algo.module is allreduce_double_binary_tree:
+        return nodes is not None
     return nodes is not None and len({len(n) for n in nodes}) == 1
 
 
