@@ -38,7 +38,7 @@ from ..algorithms import allreduce_double_binary_tree, allreduce_hierarchical, a
 from ..schedule import Recv, Send, block_displs
 
 __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
-           "has_direct_form", "tree_waves", "ring_channel_order", "rotate_channel", "channel_waves"]
+           "has_direct_form", "tree_waves", "pipeline_waves", "ring_channel_order", "rotate_channel", "channel_waves"]
 
 
 class Wave:
@@ -367,10 +367,13 @@ def rotate_channel(size: int, per_node: int, channel: int) -> np.ndarray:
     return r // per_node * per_node + (r % per_node + channel) % per_node
 
 
-def channel_waves(parts: list, perms: list, offsets: list):
+def channel_waves(parts: list, perms: list, offsets: list, lags=None):
     """Channels run in lockstep: wave k of every channel's waves (``parts``, on logical ranks
-    mapped by ``perms``, slices moved by ``offsets``) make wave k of the call."""
-    from itertools import zip_longest
+    mapped by ``perms``, slices moved by ``offsets``) make wave k of the call; with ``lags``,
+    part i's wave k makes wave k + lags[i] (a pipeline's later chunks start later)."""
+    from itertools import chain, repeat, zip_longest
+    if lags is not None:
+        parts = [chain(repeat(None, lag), part) for part, lag in zip(parts, lags)]
     for ws in zip_longest(*parts):
         got = [(w, p, o) for w, p, o in zip(ws, perms, offsets) if w is not None and len(w)]
         if not got:
@@ -389,7 +392,7 @@ def channel_waves(parts: list, perms: list, offsets: list):
             return (np.concatenate([_full(a, len(w)) + o for (a, _), (w, _, o) in zip(lo, got)]),
                     np.concatenate([_full(b, len(w)) + o for (_, b), (w, _, o) in zip(lo, got)]))
 
-        keyed = [w.key for w in ws]
+        keyed = [w.key if w is not None else "-" for w in ws]
         key = ("channels",) + tuple(keyed) if all(k is not None for k in keyed) else None
         routes = [w.route or w.key if w is not None else None for w in ws]
         route = (("channels",) + tuple(routes)
@@ -414,14 +417,40 @@ def has_direct_form(algo, options: dict, nodes=None) -> bool:
     return nodes is not None and len({len(n) for n in nodes}) == 1
 
 
+def pipeline_waves(algo, size: int, count: int, pipeline: int, **kwargs):
+    """``hierarchical`` cut into ``pipeline`` chunks (``block_displs(count, pipeline)``), each
+    the whole node-layout all-reduce of its chunk, chunk j started D waves after chunk j-1, with
+    D the longest of its three phases (in waves): so the node phase of chunk j+1 runs in the
+    waves of chunk j's network phase, as NCCL pipelines its node and network stages. A rank's
+    step of a merged wave is its steps of every chunk in that wave, run together; each chunk
+    keeps its own order, and the chunks touch disjoint elements.
+    """
+    if algo.module is not allreduce_hierarchical or not has_direct_form(
+            algo, {k: v for k, v in kwargs.items() if k != "nodes"}, kwargs.get("nodes")):
+        raise ValueError(f"pipeline= needs hierarchical on nodes of equal size (its all-ranks "
+                         f"form), got {algo.name!r}")
+    displs = block_displs(count, pipeline)
+    counts = [displs[j + 1] - displs[j] for j in range(pipeline)]
+    phases = [0, 0, 0]
+    for w in node_layout_waves(size, counts[0], **kwargs):
+        phases[(w.key[-2] - 1) if w.key is not None and w.key[0] == "node-layout" else 1] += 1
+    lag = max(phases)
+    parts = [node_layout_waves(size, c, **kwargs) for c in counts]
+    ident = np.arange(size)
+    return channel_waves(parts, [ident] * pipeline, displs[:-1],
+                         lags=[j * lag for j in range(pipeline)])
+
+
 def waves(algo, size: int, count: int, *, direct: bool = True, channels: int = 1,
-          per_node: int = 1, **kwargs) -> Iterable[Wave]:
+          per_node: int = 1, pipeline: int = 1, **kwargs) -> Iterable[Wave]:
     """All ranks' waves of ``algo`` (a ``registry.Algorithm``) for one call.
 
     ``kwargs`` are what its ``schedule`` takes (``nodes``, ``root``, its options).
     ``channels`` > 1 splits the call into that many (``block_displs(count, channels)``), run in
     lockstep: the rank-order ring on NCCL-like rail-aligned rings (``ring_channel_order``), any
     other algorithm on its ranks rotated inside each node (``rotate_channel``).
+    ``pipeline`` > 1 (``hierarchical`` only): each channel's part cut into that many chunks,
+    pipelined (``pipeline_waves``).
     """
     if channels > 1:
         displs = block_displs(count, channels)
@@ -431,10 +460,12 @@ def waves(algo, size: int, count: int, *, direct: bool = True, channels: int = 1
         parts, perms = [], []
         for k in range(channels):
             c = displs[k + 1] - displs[k]
-            parts.append(waves(algo, size, c, direct=direct, **kwargs))
+            parts.append(waves(algo, size, c, direct=direct, pipeline=pipeline, **kwargs))
             perms.append(ring_channel_order(nodes, per_node, k) if ring
                          else rotate_channel(size, per_node, k))
         return channel_waves(parts, perms, displs[:-1])
+    if pipeline > 1:
+        return pipeline_waves(algo, size, count, min(pipeline, max(1, count)), **kwargs)
     options = {k: v for k, v in kwargs.items() if k not in ("nodes", "root")}
     if direct and has_direct_form(algo, options, kwargs.get("nodes")):
         form = _DIRECT[algo.module][1]
