@@ -4,7 +4,7 @@
     python jobs/sim_validation.py measured       # 4b: this-machine vs docs/results bench JSON
     python jobs/sim_validation.py nccl           # 4c: dgx-h100 vs NCCL's tuning model
     python jobs/sim_validation.py nodes -o docs/simulator-nodes.png   # hierarchical vs ring
-    python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json  # hierarchical, k chunks
+    python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json  # k chunks
 
 ``published`` is the validation table of docs/simulator.md (issue 24): every row a published
 measurement or NCCL's own tuning model, our prediction on the ``dgx-h100-nccl`` /
@@ -320,8 +320,9 @@ def main() -> int:
     c.add_argument("--nodes", type=int, nargs="*", default=[1, 5, 25, 125, 625, 3125])
     c.add_argument("--sizes", type=lambda s: int(float(s)), nargs="*",
                    default=[100_000, 8_000_000, 1_000_000_000])
-    c.add_argument("--tree-max", type=int, default=3125,
-                   help="largest node count for double_binary_tree")
+    c.add_argument("--tree-max", type=int, default=125,
+                   help="largest node count for double_binary_tree (its all-ranks form; "
+                        "contended waves at GB sizes are max-min solved per wave)")
     q = sub.add_parser("pipeline")
     q.add_argument("--json", help="write the rows here")
     n = sub.add_parser("nodes")

@@ -24,6 +24,9 @@ at 16,384 ranks has 537 million operations), so two algorithms also have a direc
 ``waves(..., channels=C)`` splits a call into C parts run in lockstep, each on a permutation of
 the ranks (``ring_channel_order``: NCCL-like rail-aligned rings; ``rotate_channel``).
 
+``waves(..., pipeline=k)`` cuts ``hierarchical`` into k chunks whose node and network phases
+overlap (``pipeline_waves``: the same lockstep merge, each chunk started later).
+
 ``waves(algo, size, count, **kwargs)`` picks the direct form when there is one for the
 algorithm and its options, else ``from_schedules``.
 """
@@ -38,7 +41,8 @@ from ..algorithms import allreduce_double_binary_tree, allreduce_hierarchical, a
 from ..schedule import Recv, Send, block_displs
 
 __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
-           "has_direct_form", "tree_waves", "pipeline_waves", "ring_channel_order", "rotate_channel", "channel_waves"]
+           "has_direct_form", "tree_waves", "pipeline_waves", "ring_channel_order",
+           "rotate_channel", "channel_waves"]
 
 
 class Wave:

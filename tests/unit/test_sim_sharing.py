@@ -218,9 +218,9 @@ def test_import_is_cheap():
 
 def test_hierarchical_pipeline_overlaps_node_and_network_phases_by_hand():
     """2 nodes x 2 ranks, alpha = gamma = 0, NVLink 2 GB/s, NIC 1 GB/s, inner and outer ring:
-    a node phase (1 wave, n/2 bytes) and a network wave (n/4) both take n/4 ns per byte... so
-    every wave of k chunks takes n/(4k) / 1 GB/s; chunk j starts 2 waves (the network phase)
-    after chunk j-1: 2k + 2 waves, (k + 1)/(2k) of the unpipelined n / 1 GB/s."""
+    a node-phase wave (n/2 bytes on NVLink) and a network wave (n/4 on the NIC) take the same
+    time, so every wave of k chunks takes n/(4k) / 1 GB/s; chunk j starts 2 waves (the network
+    phase) after chunk j-1: 2k + 2 waves, (k + 1)/(2k) of the unpipelined n / 1 GB/s."""
     from mpicoll.executors.fabric import Fabric, LinkClass
     fab = Fabric("hand", 2, 2, intra=LinkClass(0.0, 2e9), nic=LinkClass(0.0, 1e9),
                  spine=LinkClass(0.0, 1e9))
