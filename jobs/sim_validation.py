@@ -4,6 +4,7 @@
     python jobs/sim_validation.py measured       # 4b: this-machine vs docs/results bench JSON
     python jobs/sim_validation.py nccl           # 4c: dgx-h100 vs NCCL's tuning model
     python jobs/sim_validation.py nodes -o docs/simulator-nodes.png   # hierarchical vs ring
+    python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json  # k chunks
 
 ``published`` is the validation table of docs/simulator.md (issue 24): every row a published
 measurement or NCCL's own tuning model, our prediction on the ``dgx-h100-nccl`` /
@@ -132,8 +133,8 @@ PUBLISHED = [
 ] + [
     (f"{k} x DGX-H100, tree all-reduce, 8 KiB", "allreduce", "double_binary_tree",
      "dgx-h100-nccl", k, 8192, "time", nccl_tree_ll(k, 8, 8192), 0.30, "model")
-    for k in (16, 128)     # 1,024 nodes: double_binary_tree has no all-ranks form yet, and
-]                          # from_schedules at 8,192 ranks did not end in 30 min on this VM
+    for k in (16, 128, 1024)
+]
 
 
 def published_rows(only=None) -> list[dict]:
@@ -178,7 +179,8 @@ def published(args) -> None:
 
 def render(args) -> None:
     data = json.loads(Path(args.json).read_text())
-    print(render_published(data) if args.what_table == "published" else render_measured(data))
+    print({"published": render_published, "measured": render_measured,
+           "pipeline": render_pipeline}[args.what_table](data))
 
 
 def nccl_model(nodes: int, ppn: int, nbytes: float) -> tuple[float, float]:
@@ -218,6 +220,49 @@ def nccl(args) -> None:
                     if nodes <= args.tree_max else "-")
             print(f"| {nodes} | {nodes * 8} | {nbytes:.0e} | {ring_m * 1e6:.0f} | {ring * 1e6:.0f} "
                   f"| {tree_m * 1e6:.0f} | {tree} | {hier * 1e6:.0f} |", flush=True)
+
+
+PIPELINE = [("dgx-h100-nccl", 4, 64 << 20), ("dgx-h100-nccl", 4, 1 << 30),
+            ("dgx-h100-nccl", 16, 1 << 30)]
+PIPELINE_CHUNKS = (1, 2, 4, 8, 16)
+
+
+def pipeline_rows(cases=PIPELINE, outers=("ring", "recursive_doubling"),
+                  chunks=PIPELINE_CHUNKS) -> list[dict]:
+    """``hierarchical`` (ring inside) with its node and network phases pipelined over k chunks
+    (``simulate(..., pipeline=k)``), per outer algorithm: the time at each k."""
+    rows = []
+    for name, k, nbytes in cases:
+        fab = fabric.preset(name, k, 8)
+        for outer in outers:
+            times = [timed.simulate("allreduce", "hierarchical", fab, nbytes, outer=outer,
+                                    pipeline=c).time for c in chunks]
+            rows.append({"fabric": name, "nodes": k, "per_node": 8, "bytes": nbytes,
+                         "outer": outer, "chunks": list(chunks), "time": times})
+    return rows
+
+
+def render_pipeline(rows) -> str:
+    ks = rows[0]["chunks"]
+    lines = ["| fabric | nodes x 8 | size | outer | " + " | ".join(f"k = {k}" for k in ks)
+             + " | best vs k = 1 |", "|---|---:|---:|---|" + "---:|" * len(ks) + "---:|"]
+    for r in rows:
+        size = (f"{r['bytes'] / 2**30:g} GiB" if r["bytes"] >= 2**30
+                else f"{r['bytes'] / 2**20:g} MiB")
+        best = min(range(len(ks)), key=lambda i: r["time"][i])
+        cells = [f"**{t * 1e6:.0f}**" if i == best else f"{t * 1e6:.0f}"
+                 for i, t in enumerate(r["time"])]
+        lines.append(f"| {r['fabric']} | {r['nodes']} | {size} | {r['outer']} | "
+                     + " | ".join(cells) + f" | {r['time'][0] / r['time'][best]:.2f}x |")
+    return "\n".join(lines)
+
+
+def pipeline(args) -> None:
+    """hierarchical with pipelined node and network phases: us at each chunk count."""
+    rows = pipeline_rows()
+    print(render_pipeline(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def nodes(args) -> None:
@@ -269,20 +314,23 @@ def main() -> int:
     p = sub.add_parser("published")
     p.add_argument("--json", help="write the rows here")
     r = sub.add_parser("render")
-    r.add_argument("what_table", choices=["published", "measured"])
+    r.add_argument("what_table", choices=["published", "measured", "pipeline"])
     r.add_argument("json")
     c = sub.add_parser("nccl")
     c.add_argument("--nodes", type=int, nargs="*", default=[1, 5, 25, 125, 625, 3125])
     c.add_argument("--sizes", type=lambda s: int(float(s)), nargs="*",
                    default=[100_000, 8_000_000, 1_000_000_000])
-    c.add_argument("--tree-max", type=int, default=25,
-                   help="largest node count for double_binary_tree (no all-ranks form: slow)")
+    c.add_argument("--tree-max", type=int, default=125,
+                   help="largest node count for double_binary_tree (its all-ranks form; "
+                        "contended waves at GB sizes are max-min solved per wave)")
+    q = sub.add_parser("pipeline")
+    q.add_argument("--json", help="write the rows here")
     n = sub.add_parser("nodes")
     n.add_argument("--sizes", type=int, nargs="*", default=[192 << 10, 12 << 20, 768 << 20])
     n.add_argument("-o", "--output", default=str(ROOT / "docs/simulator-nodes.png"))
     args = ap.parse_args()
     {"measured": measured, "nccl": nccl, "nodes": nodes, "published": published,
-     "render": render}[args.what](args)
+     "render": render, "pipeline": pipeline}[args.what](args)
     return 0
 
 

@@ -17,10 +17,15 @@ at 16,384 ranks has 537 million operations), so two algorithms also have a direc
 * ``node_layout_waves`` -- the node-layout all-reduce, composed the way its schedule is: the
   node-local phase of one node replicated on every node, the inter-node all-reduce of one shard
   (over the node count) replicated on every local rank (an outer ring built directly), and the
-  node-local phase back; a generator.
+  node-local phase back; a generator;
+* ``tree_waves`` -- the double binary tree all-reduce, one wave per global round of its
+  pipeline, from per-rank arrays (parent, height, depth in each tree); a generator.
 
 ``waves(..., channels=C)`` splits a call into C parts run in lockstep, each on a permutation of
 the ranks (``ring_channel_order``: NCCL-like rail-aligned rings; ``rotate_channel``).
+
+``waves(..., pipeline=k)`` cuts ``hierarchical`` into k chunks whose node and network phases
+overlap (``pipeline_waves``: the same lockstep merge, each chunk started later).
 
 ``waves(algo, size, count, **kwargs)`` picks the direct form when there is one for the
 algorithm and its options, else ``from_schedules``.
@@ -32,11 +37,12 @@ from typing import Iterable
 
 import numpy as np
 
-from ..algorithms import allreduce_hierarchical, allreduce_ring
+from ..algorithms import allreduce_double_binary_tree, allreduce_hierarchical, allreduce_ring
 from ..schedule import Recv, Send, block_displs
 
 __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
-           "has_direct_form", "ring_channel_order", "rotate_channel", "channel_waves"]
+           "has_direct_form", "tree_waves", "pipeline_waves", "ring_channel_order",
+           "rotate_channel", "channel_waves"]
 
 
 class Wave:
@@ -277,6 +283,60 @@ def _sharded_ring_waves(members: np.ndarray, count: int):
                        lambda slices=slices, keep=keep: slices()[keep])
 
 
+def tree_waves(size: int, count: int, *, nodes, chunks: int | None = None):
+    """The double binary tree all-reduce (``allreduce_double_binary_tree``), wave by wave: wave
+    g is the schedule's global round g on every rank at once (a generator).
+
+    Per tree t, rank x with parent: it sends chunk c up in round c + h(x) (its parent reduces
+    it) and receives chunk c down in round c + H + d(x) - 1 (copied), so round g holds, per
+    tree, the ranks with 0 <= g - h(x) < k going up and 0 <= g - H - d(x) + 1 < k going down.
+    A wave's ``route`` and ``key`` are digests of its arrays, so the pipeline's full-flow
+    rounds (the same ranks, the same chunk sizes) are routed and timed once.
+    """
+    import hashlib
+    dbt = allreduce_double_binary_tree
+    if size < 2:
+        return
+    if chunks is None:
+        chunks = dbt.best_chunks(size, count, nodes)
+    halves = block_displs(count, 2)
+    trees = []
+    for t in (0, 1):
+        tree = dbt.rank_tree(nodes, t)
+        height, depth = dbt._heights(tree)
+        child = np.array([r for r in range(size) if tree[r][0] is not None], dtype=np.int64)
+        parent = np.array([tree[r][0] for r in child], dtype=np.int64)
+        lo = halves[t]
+        cut = lo + np.array(block_displs(halves[t + 1] - lo, chunks), dtype=np.int64)
+        trees.append((child, parent, np.array([height[r] for r in child], dtype=np.int64),
+                      np.array([depth[r] for r in child], dtype=np.int64),
+                      max(height.values()), cut))
+    H = max(tr[4] for tr in trees)
+    for g in range(chunks + 2 * H - 1):
+        cols: list[list] = [[], [], [], [], []]          # src, dst, chunk lo, elements, reduce
+        for child, parent, h, d, Ht, cut in trees:
+            for up, c in ((True, g - h), (False, g - Ht - d + 1)):
+                on = (c >= 0) & (c < chunks)
+                if not on.any():
+                    continue
+                cc = c[on]
+                a, b = (child[on], parent[on]) if up else (parent[on], child[on])
+                for col, v in zip(cols, (a, b, cut[cc], cut[cc + 1] - cut[cc],
+                                         np.full(len(cc), up))):
+                    col.append(v)
+        if not cols[0]:
+            continue
+        src, dst, lo, el, red = (np.concatenate(c) for c in cols)
+        keep = el > 0
+        if not keep.all():
+            src, dst, lo, el, red = src[keep], dst[keep], lo[keep], el[keep], red[keep]
+        if not len(src):
+            continue
+        route = ("tree", size, hashlib.blake2b(src.tobytes() + dst.tobytes()).hexdigest())
+        key = route + (hashlib.blake2b(el.tobytes() + red.tobytes()).hexdigest(),)
+        yield Wave(src, dst, el, red, False, (lo, lo), key=key, route=route)
+
+
 # ----------------------------------------------------------------------------- channels
 
 def ring_channel_order(nodes: int, per_node: int, channel: int) -> np.ndarray:
@@ -311,10 +371,13 @@ def rotate_channel(size: int, per_node: int, channel: int) -> np.ndarray:
     return r // per_node * per_node + (r % per_node + channel) % per_node
 
 
-def channel_waves(parts: list, perms: list, offsets: list):
+def channel_waves(parts: list, perms: list, offsets: list, lags=None):
     """Channels run in lockstep: wave k of every channel's waves (``parts``, on logical ranks
-    mapped by ``perms``, slices moved by ``offsets``) make wave k of the call."""
-    from itertools import zip_longest
+    mapped by ``perms``, slices moved by ``offsets``) make wave k of the call; with ``lags``,
+    part i's wave k makes wave k + lags[i] (a pipeline's later chunks start later)."""
+    from itertools import chain, repeat, zip_longest
+    if lags is not None:
+        parts = [chain(repeat(None, lag), part) for part, lag in zip(parts, lags)]
     for ws in zip_longest(*parts):
         got = [(w, p, o) for w, p, o in zip(ws, perms, offsets) if w is not None and len(w)]
         if not got:
@@ -333,7 +396,7 @@ def channel_waves(parts: list, perms: list, offsets: list):
             return (np.concatenate([_full(a, len(w)) + o for (a, _), (w, _, o) in zip(lo, got)]),
                     np.concatenate([_full(b, len(w)) + o for (_, b), (w, _, o) in zip(lo, got)]))
 
-        keyed = [w.key for w in ws]
+        keyed = [w.key if w is not None else "-" for w in ws]
         key = ("channels",) + tuple(keyed) if all(k is not None for k in keyed) else None
         routes = [w.route or w.key if w is not None else None for w in ws]
         route = (("channels",) + tuple(routes)
@@ -343,7 +406,8 @@ def channel_waves(parts: list, perms: list, offsets: list):
 
 
 _DIRECT = {allreduce_ring: ("ring", lambda size, count, **o: ring_waves(size, count)),
-           allreduce_hierarchical: ("node-layout", node_layout_waves)}
+           allreduce_hierarchical: ("node-layout", node_layout_waves),
+           allreduce_double_binary_tree: ("tree", tree_waves)}
 
 
 def has_direct_form(algo, options: dict, nodes=None) -> bool:
@@ -352,17 +416,45 @@ def has_direct_form(algo, options: dict, nodes=None) -> bool:
         return False
     if algo.module is allreduce_ring:
         return options.get("order", "rank") == "rank"
+    if algo.module is allreduce_double_binary_tree:
+        return nodes is not None
     return nodes is not None and len({len(n) for n in nodes}) == 1
 
 
+def pipeline_waves(algo, size: int, count: int, pipeline: int, **kwargs):
+    """``hierarchical`` cut into ``pipeline`` chunks (``block_displs(count, pipeline)``), each
+    the whole node-layout all-reduce of its chunk, chunk j started D waves after chunk j-1, with
+    D the longest of its three phases (in waves): so the node phase of chunk j+1 runs in the
+    waves of chunk j's network phase, as NCCL pipelines its node and network stages. A rank's
+    step of a merged wave is its steps of every chunk in that wave, run together; each chunk
+    keeps its own order, and the chunks touch disjoint elements.
+    """
+    if algo.module is not allreduce_hierarchical or not has_direct_form(
+            algo, {k: v for k, v in kwargs.items() if k != "nodes"}, kwargs.get("nodes")):
+        raise ValueError(f"pipeline= needs hierarchical on nodes of equal size (its all-ranks "
+                         f"form), got {algo.name!r}")
+    displs = block_displs(count, pipeline)
+    counts = [displs[j + 1] - displs[j] for j in range(pipeline)]
+    phases = [0, 0, 0]
+    for w in node_layout_waves(size, counts[0], **kwargs):
+        phases[(w.key[-2] - 1) if w.key is not None and w.key[0] == "node-layout" else 1] += 1
+    lag = max(phases)
+    parts = [node_layout_waves(size, c, **kwargs) for c in counts]
+    ident = np.arange(size)
+    return channel_waves(parts, [ident] * pipeline, displs[:-1],
+                         lags=[j * lag for j in range(pipeline)])
+
+
 def waves(algo, size: int, count: int, *, direct: bool = True, channels: int = 1,
-          per_node: int = 1, **kwargs) -> Iterable[Wave]:
+          per_node: int = 1, pipeline: int = 1, **kwargs) -> Iterable[Wave]:
     """All ranks' waves of ``algo`` (a ``registry.Algorithm``) for one call.
 
     ``kwargs`` are what its ``schedule`` takes (``nodes``, ``root``, its options).
     ``channels`` > 1 splits the call into that many (``block_displs(count, channels)``), run in
     lockstep: the rank-order ring on NCCL-like rail-aligned rings (``ring_channel_order``), any
     other algorithm on its ranks rotated inside each node (``rotate_channel``).
+    ``pipeline`` > 1 (``hierarchical`` only): each channel's part cut into that many chunks,
+    pipelined (``pipeline_waves``).
     """
     if channels > 1:
         displs = block_displs(count, channels)
@@ -372,10 +464,12 @@ def waves(algo, size: int, count: int, *, direct: bool = True, channels: int = 1
         parts, perms = [], []
         for k in range(channels):
             c = displs[k + 1] - displs[k]
-            parts.append(waves(algo, size, c, direct=direct, **kwargs))
+            parts.append(waves(algo, size, c, direct=direct, pipeline=pipeline, **kwargs))
             perms.append(ring_channel_order(nodes, per_node, k) if ring
                          else rotate_channel(size, per_node, k))
         return channel_waves(parts, perms, displs[:-1])
+    if pipeline > 1:
+        return pipeline_waves(algo, size, count, min(pipeline, max(1, count)), **kwargs)
     options = {k: v for k, v in kwargs.items() if k not in ("nodes", "root")}
     if direct and has_direct_form(algo, options, kwargs.get("nodes")):
         form = _DIRECT[algo.module][1]

@@ -597,7 +597,8 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
 
 def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, itemsize: int = 4,
              delay=None, direct: bool = True, root: int = 0, channels: int | None = None,
-             protocol: str | None = None, general: bool = False, **options) -> Result:
+             protocol: str | None = None, general: bool = False, pipeline: int = 1,
+             **options) -> Result:
     """Time one call of ``algorithm`` (a name in ``mpicoll.registry``) on ``fabric``.
 
     ``options`` are the algorithm's declared ones (``order=``, ``inner=``, ...), checked by the
@@ -606,6 +607,8 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     ``channels``: split the call over that many rings or trees, each on its own NIC (default:
     the fabric's, ``Fabric.nchannels``). On a fabric with ``protocols`` the call is timed with
     each (``protocol=`` picks one) and the fastest is returned, its name in ``Result.protocol``.
+    ``pipeline``: ``hierarchical`` only, each channel's part cut into that many chunks whose
+    node and network phases overlap (``allranks.pipeline_waves``); 1: the phases in series.
     """
     from ..registry import lookup
     from .allranks import waves
@@ -625,7 +628,8 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
             fab = fabric.with_protocol(name, tree)
             r = simulate(collective, algorithm, fab, nbytes, itemsize=itemsize, delay=delay,
                          direct=direct, root=root, channels=channels or fabric.nchannels,
-                         general=general, _base=fabric.protocols[name].base_of(tree),
+                         general=general, pipeline=pipeline,
+                         _base=fabric.protocols[name].base_of(tree),
                          _cache=cache, **options)
             r.protocol, r.fabric = name, fabric.name
             if best is None or r.time < best.time:
@@ -649,11 +653,11 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
         link = fabric.nic if fabric.nodes > 1 else fabric.intra
         kwargs.update(algo.pick(size, -(-count // nch), kwargs["nodes"], link.alpha,
                                 1 / link.bandwidth, fabric.gamma))
-    key = (algo.name, count, nch, repr(sorted(kwargs.items())))
+    key = (algo.name, count, nch, pipeline, repr(sorted(kwargs.items())))
     wl = cache.get(key) if cache is not None else None
     if wl is None:
         wl = waves(algo, size, count, direct=direct, channels=nch, per_node=fabric.per_node,
-                   **kwargs)
+                   pipeline=pipeline, **kwargs)
         if cache is not None and isinstance(wl, list):
             cache[key] = wl
     r = run(wl, fabric, itemsize=itemsize, delay=delay, nbytes=count * itemsize,

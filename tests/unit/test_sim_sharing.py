@@ -212,3 +212,57 @@ def test_import_is_cheap():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------- pipelining
+
+def test_hierarchical_pipeline_overlaps_node_and_network_phases_by_hand():
+    """2 nodes x 2 ranks, alpha = gamma = 0, NVLink 2 GB/s, NIC 1 GB/s, inner and outer ring:
+    a node-phase wave (n/2 bytes on NVLink) and a network wave (n/4 on the NIC) take the same
+    time, so every wave of k chunks takes n/(4k) / 1 GB/s; chunk j starts 2 waves (the network
+    phase) after chunk j-1: 2k + 2 waves, (k + 1)/(2k) of the unpipelined n / 1 GB/s."""
+    from mpicoll.executors.fabric import Fabric, LinkClass
+    fab = Fabric("hand", 2, 2, intra=LinkClass(0.0, 2e9), nic=LinkClass(0.0, 1e9),
+                 spine=LinkClass(0.0, 1e9))
+    n = 4 << 20
+    base = timed.simulate("allreduce", "hierarchical", fab, n, inner="ring", outer="ring")
+    assert base.time == pytest.approx(n / 1e9, rel=1e-12)
+    for k in (1, 2, 4, 8):
+        r = timed.simulate("allreduce", "hierarchical", fab, n, inner="ring", outer="ring",
+                           pipeline=k)
+        assert r.time == pytest.approx((k + 1) / (2 * k) * n / 1e9, rel=1e-12), k
+        assert r.waves == 2 * k + 2
+        assert r.path_bytes == base.path_bytes           # the same data, moved sooner
+
+
+def test_hierarchical_pipeline_with_channels_moves_the_same_bytes_sooner():
+    fab = fabrics.preset("dgx-h100-nccl", 4, 8)
+    a = timed.simulate("allreduce", "hierarchical", fab, 1 << 30, outer="ring")
+    b = timed.simulate("allreduce", "hierarchical", fab, 1 << 30, outer="ring", pipeline=4)
+    assert b.path_bytes == pytest.approx(a.path_bytes)
+    assert b.time < 0.9 * a.time
+    with pytest.raises(ValueError, match="pipeline= needs hierarchical"):
+        timed.simulate("allreduce", "ring", fabrics.preset("dgx-h100", 2, 4), 1 << 20,
+                       pipeline=2)
+
+
+def test_pipeline_table_in_the_doc_is_the_json_and_today():
+    """docs/simulator.md's pipelining table is ``render pipeline docs/simulator-pipeline.json``,
+    and its first row (4 nodes, 64 MiB, outer ring) at k = 1, 2, 4, re-simulated today, gives
+    the recorded times (about 1.6 s of CPU)."""
+    import json
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "jobs"))
+    import sim_validation
+    doc = (root / "docs" / "simulator.md").read_text()
+    rows = json.loads((root / "docs" / "simulator-pipeline.json").read_text())
+    begin, end = "<!-- sim_validation pipeline: begin -->", "<!-- sim_validation pipeline: end -->"
+    assert begin in doc and end in doc
+    assert doc.split(begin, 1)[1].split(end, 1)[0].strip("\n") == \
+        sim_validation.render_pipeline(rows), \
+        "stale: python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json"
+    today = sim_validation.pipeline_rows(sim_validation.PIPELINE[:1], ("ring",), (1, 2, 4))
+    assert (today[0]["outer"], today[0]["bytes"]) == (rows[0]["outer"], rows[0]["bytes"])
+    assert today[0]["time"] == pytest.approx(rows[0]["time"][:3], rel=1e-9)

@@ -158,6 +158,19 @@ def test_node_layout_all_ranks_form_is_its_schedule(n, L):
                 _same_as_schedules(got, want, f"N={n} L={L} {inner}/{outer} count={count}")
 
 
+@pytest.mark.parametrize("n,L", [(2, 1), (3, 1), (5, 1), (13, 1), (7, 2), (10, 3), (8, 4),
+                                 (12, 4), (16, 8), (24, 8), (64, 8)])
+def test_tree_all_ranks_form_is_its_schedule(n, L):
+    algo = lookup("allreduce", "double_binary_tree")
+    nodes = virtual_nodes(n, L)
+    for count in (0, 1, 5, 1001):
+        for chunks in (None, 1, 3):
+            kw = {} if chunks is None else {"chunks": chunks}
+            want = [algo.schedule(r, n, count, nodes=nodes, **kw) for r in range(n)]
+            _same_as_schedules(allranks.tree_waves(n, count, nodes=nodes, **kw), want,
+                               f"N={n} L={L} count={count} chunks={chunks}")
+
+
 @pytest.mark.parametrize("collective", list(COLLECTIVES))
 def test_waves_from_schedules_rebuild_every_schedule(collective):
     for name, algo in COLLECTIVES[collective].items():
@@ -183,7 +196,7 @@ def test_waves_from_schedules_rebuild_every_schedule(collective):
 @pytest.mark.parametrize("fab", [fabrics.preset("dgx-h100", 4, 4), fabrics.preset("seed-lab", 3, 4),
                                  fabrics.preset("dgx-h100", 6, 2)], ids=lambda f: f.name)
 def test_direct_forms_time_like_the_schedules(fab):
-    for name in ("ring", "hierarchical"):
+    for name in ("ring", "hierarchical", "double_binary_tree"):
         for nbytes in (4096, 1000001, 1 << 20):
             x = timed.simulate("allreduce", name, fab, nbytes)
             y = timed.simulate("allreduce", name, fab, nbytes, direct=False)
