@@ -4,7 +4,9 @@
         [--doc docs/fabric.md]
 
 ``--collect`` first copies a slurm/fabric.sbatch job's fabric-bench-*.json and
-fabric_bytes.json (as fabric-bytes-<fabric>.json) into --results. Then, from every
+fabric_bytes.json (as fabric-bytes-<fabric>.json) into --results; ``--collect-tuned`` copies a
+bench job run with ``MPICOLL_TUNING`` (auto with the fabric's decision table) as
+fabric-tuned-*.json. Then, from every
 docs/results/fabric-bench-<fabric>-<N>x<K>[-cyclic].json:
 
 * per fabric and layout: MPI_Allreduce's time, mpicoll's best variant and ``auto`` against it;
@@ -39,6 +41,7 @@ FABRIC_FILES = {"veth-1g": ROOT / "slurm/local/fabric-1g.json",
                 "veth-10g": ROOT / "slurm/local/fabric-10g.json"}
 BEGIN, END = "<!-- fabric-report:begin -->", "<!-- fabric-report:end -->"
 SIM_MIN = 64 << 10
+TUNED = "fabric-tuned-"      # the bench again, auto with MPICOLL_TUNING (--collect-tuned)
 # The per-message cost of an MPI message on this machine while the ranks outnumber the cores
 # and MPICH busy-polls: 8 B ping-pong between two node namespaces, 2.5-3.6 ms one way
 # (docs/fabric.md), against 112 us for a blocking TCP socket. The "loaded" model puts it in
@@ -53,12 +56,13 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def collect(dirs, results: Path) -> None:
+def collect(dirs, results: Path, prefix: str = "fabric-bench-") -> None:
     results.mkdir(parents=True, exist_ok=True)
     for d in map(Path, dirs):
         for p in sorted(d.glob("fabric-bench-*.json")):
-            shutil.copy(p, results / p.name)
-            print(f"# {p} -> {results / p.name}")
+            name = prefix + p.name[len("fabric-bench-"):]
+            shutil.copy(p, results / name)
+            print(f"# {p} -> {results / name}")
         b = d / "fabric_bytes.json"
         if b.exists():
             res = json.loads(b.read_text())
@@ -67,10 +71,10 @@ def collect(dirs, results: Path) -> None:
             print(f"# {b} -> {results / name}")
 
 
-def load_runs(results: Path) -> list[dict]:
+def load_runs(results: Path, prefix: str = "fabric-bench-") -> list[dict]:
     runs = []
-    for p in sorted(results.glob("fabric-bench-*.json")):
-        m = re.fullmatch(r"fabric-bench-(.+)-(\d+)x(\d+)(-cyclic)?\.json", p.name)
+    for p in sorted(results.glob(f"{prefix}*.json")):
+        m = re.fullmatch(prefix + r"(.+)-(\d+)x(\d+)(-cyclic)?\.json", p.name)
         if not m:
             continue
         res = json.loads(p.read_text())
@@ -210,6 +214,33 @@ def report(runs, results: Path, doc_dir: Path) -> str:
         if not run["_cyclic"] and run["_fabric"] in FABRIC_FILES:
             sims[(run["_fabric"], lay)] = (run, t)
 
+    # -- auto with the fabric's own decision table (MPICOLL_TUNING, `mpicoll tune` on the
+    # sweeps above): a later run of the same bench
+    tuned = load_runs(results, TUNED)
+    if tuned:
+        add("### auto with the fabric's decision table\n")
+        add("A later run of the same bench with `MPICOLL_TUNING=slurm/local/tuning-fabric-1g.json` "
+            "(`mpicoll tune` on the 1 Gbit/s sweeps above: one `\"N/L\"` row per layout). `auto "
+            "vs MPI` = MPI's time / auto's, both measured in this run (interleaved).\n")
+        add("| layout | size | MPI | auto ran | auto | auto vs MPI | best mpicoll | best vs MPI |")
+        add("|---|---:|---:|---|---:|---:|---|---:|")
+        for run in tuned:
+            lay = f"{run['_nodes']}x{run['_per']}" + ("c" if run["_cyclic"] else "")
+            for s, row in table(run["records"]).items():
+                if "mpi" not in row or "auto" not in row:
+                    continue
+                mpi, auto = row["mpi"]["time_us"], row["auto"]
+                mine = {v: r for v, r in row.items() if v != "mpi"}
+                best = min(mine, key=lambda v: mine[v]["time_us"])
+                add(f"| {run['_fabric']} {lay} | {human(s)} | {mpi:.0f} | {auto['auto_choice']} | "
+                    f"{auto['time_us']:.0f} | {mpi / auto['time_us']:.2f} | {best} | "
+                    f"{mpi / mine[best]['time_us']:.2f} |")
+        ratios = [row["mpi"]["time_us"] / row["auto"]["time_us"] for run in tuned
+                  for row in table(run["records"]).values() if "mpi" in row and "auto" in row]
+        add(f"\nauto >= MPI at {sum(r >= 1.0 for r in ratios)} of {len(ratios)} points "
+            f"(median {np.median(ratios):.2f}, lowest {min(ratios):.2f}); from "
+            f"{', '.join('docs/results/' + r['_file'] for r in tuned)}.\n")
+
     # -- the claims
     add("### The seeds' claims, measured\n")
     for run in runs:
@@ -327,11 +358,16 @@ def report(runs, results: Path, doc_dir: Path) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--collect", nargs="*", default=[], help="job results directories")
+    ap.add_argument("--collect-tuned", nargs="*", default=[],
+                    help="job results directories of a bench run with MPICOLL_TUNING (copied "
+                         "as fabric-tuned-*.json)")
     ap.add_argument("--results", type=Path, default=ROOT / "docs/results")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs/fabric.md")
     args = ap.parse_args(argv)
     if args.collect:
         collect(args.collect, args.results)
+    if args.collect_tuned:
+        collect(args.collect_tuned, args.results, TUNED)
     runs = load_runs(args.results)
     if not runs:
         print(f"no fabric-bench-*.json in {args.results}", file=sys.stderr)
