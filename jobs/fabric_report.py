@@ -97,7 +97,7 @@ def table(runs_records) -> dict:
 
 def split(variant: str):
     name, _, rest = variant.partition("@")
-    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+    return name, dict(kv.split("=", 1) for kv in rest.replace("+", ",").split(",") if kv)
 
 
 def model_fabric(fabric_name: str, nodes: int, per: int, alpha: float | None = None):
@@ -260,7 +260,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
             hb = min(hier, key=hier.get)
             node = row.get("ring@order=node")
             add(f"| {human(s)} | {row['ring']['time_us']:.0f} | {hier[hb]:.0f} "
-                f"({hb.split('=')[-1]}) | {row['ring']['time_us'] / hier[hb]:.2f} | "
+                f"({hb.partition('@')[2].replace('inner=', '')}) | {row['ring']['time_us'] / hier[hb]:.2f} | "
                 + (f"{node['time_us']:.0f} | {row['ring']['time_us'] / node['time_us']:.2f} |"
                    if node else "- | - |"))
         add("")

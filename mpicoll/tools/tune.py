@@ -14,6 +14,10 @@ measured beyond it, so there ``algorithm="auto"`` falls through to the cost mode
 
 (A range written by hand with ``"max_bytes": null`` has no upper end.)
 
+With ``--with-mpi`` the table may also name ``mpi``, the MPI library's own algorithm, where it
+was the fastest: ``auto`` then runs it there (a site whose MPI wins some sizes on its network,
+docs/fabric.md); without, only mpicoll's algorithms.
+
 A sweep across nodes (its JSON's ``nodes`` > 1) is keyed ``"N/L"``, N ranks with L on the
 largest node (``"8/2"``: 4 nodes x 2), and serves only calls on that layout: a one-node row
 (``"8"``) is measured with shared memory between all ranks and says nothing about a network,
@@ -40,9 +44,11 @@ __all__ = ["main", "decision_table"]
 
 
 def split(variant: str) -> tuple[str, dict]:
-    """``"ring@order=node"`` -> ``("ring", {"order": "node"})``."""
+    """``"ring@order=node"`` -> ``("ring", {"order": "node"})``; several options are joined by
+    ``+`` (``"hierarchical@inner=shm+outer=ring"``) or ``,``."""
     name, _, rest = variant.partition("@")
-    return name, dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
+    pairs = rest.replace("+", ",").split(",")
+    return name, dict(kv.split("=", 1) for kv in pairs if "=" in kv)
 
 
 def layout_key(nranks: int, nodes: int | None, ranks_per_node: int | None) -> str:
@@ -74,7 +80,7 @@ def left_out(results: list[dict]) -> dict[str, str]:
     return why
 
 
-def decision_table(results: list[dict], margin: float = 0.1) -> dict:
+def decision_table(results: list[dict], margin: float = 0.1, with_mpi: bool = False) -> dict:
     """Sweeps of the same collective and N are pooled: each (size, algorithm) takes the median
     of its medians over the runs, so one noisy run cannot decide alone."""
     pooled: dict = {}
@@ -85,7 +91,7 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
                layout_key(res["nranks"], res.get("nodes"), res.get("ranks_per_node")))
         # on one node a node-aware algorithm is its node phase alone: not a choice to record
         table = COLLECTIVES[key[0]]
-        skip = {"mpi", "auto"} | ({a for a, algo in table.items() if algo.has("node-phases")}
+        skip = {"auto"} | (set() if with_mpi else {"mpi"}) | ({a for a, algo in table.items() if algo.has("node-phases")}
                                   if res.get("nodes") == 1 else set()) \
             | {a for a, algo in table.items() if algo.has("own-rounding")} \
             | {a for a, algo in table.items() if algo.has("shared-memory")}
@@ -130,12 +136,14 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", default="tuning.json", help="the decision table")
     ap.add_argument("--margin", type=nonnegative_float, default=0.1,
                     help="keep the current winner while within this fraction of the fastest")
+    ap.add_argument("--with-mpi", action="store_true",
+                    help="the table may name mpi (the MPI library's own) where it was fastest")
     args = ap.parse_args(argv)
     try:
         results = [read_bench_json(path) for path in args.results]
     except ValueError as e:
         ap.error(str(e))
-    table = decision_table(results, args.margin)
+    table = decision_table(results, args.margin, args.with_mpi)
     if not table:
         ap.error("no algorithm of mpicoll's to choose from in these results (only mpi, auto, "
                  "or node-aware algorithms measured on one node)")

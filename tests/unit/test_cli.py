@@ -283,6 +283,16 @@ def test_tune_keys_a_sweep_across_nodes_by_its_layout_and_keeps_variant_options(
     assert table["8/2"] == [
         {"max_bytes": 8, "algorithm": "recursive_doubling"},
         {"max_bytes": 1 << 20, "algorithm": "hierarchical", "options": {"inner": "shm"}}]
+    records.append({"algorithm": "mpi", "size": 8, "count": 2, "inplace": False, "time_us": 1.0})
+    path.write_text(json.dumps({"nranks": 8, "nodes": 4, "ranks_per_node": 2,
+                                "fabric": "veth-1g", "collective": "allreduce",
+                                "records": records}))
+    assert status_of("tune", str(path), "-o", str(tmp_path / "t.json")) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["allreduce"]["8/2"][0] == \
+        {"max_bytes": 8, "algorithm": "recursive_doubling"}             # mpi: only if asked
+    assert status_of("tune", str(path), "--with-mpi", "-o", str(tmp_path / "t.json")) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["allreduce"]["8/2"][0] == \
+        {"max_bytes": 8, "algorithm": "mpi"}
 
 
 def test_select_asks_the_model_beyond_the_table(tmp_path, monkeypatch):

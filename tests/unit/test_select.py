@@ -73,7 +73,8 @@ def test_the_tuned_row_serves_only_its_layout_with_its_options(tmp_path):
     import json
     table = {"allreduce": {
         "8": [{"max_bytes": None, "algorithm": "binomial"}],
-        "8/2": [{"max_bytes": 1024, "algorithm": "ring", "options": {"order": "rank"}},
+        "8/2": [{"max_bytes": 8, "algorithm": "mpi"},                  # (tune --with-mpi)
+                {"max_bytes": 1024, "algorithm": "ring", "options": {"order": "rank"}},
                 {"max_bytes": None, "algorithm": "hierarchical", "options": {"inner": "shm"}}]}}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(table))
@@ -83,6 +84,7 @@ def test_the_tuned_row_serves_only_its_layout_with_its_options(tmp_path):
         assert decide(nbytes=1024, size=8, st=one) == ("binomial", {})
         four = Layout(virtual_nodes(8, 2))                  # 4 nodes x 2 (the shaped fabric)
         assert decide(nbytes=1024, size=8, st=four) == ("ring", {"order": "rank"})
+        assert decide(nbytes=8, size=8, st=four) == ("mpi", {})
         assert decide(nbytes=1 << 24, size=8, st=four) == ("hierarchical", {"inner": "shm"})
         assert decide(nbytes=1 << 24, size=8, st=four, op="bogus_op") == ("hierarchical", {})
         assert decide(nbytes=1 << 24, size=8, st=four,
