@@ -235,11 +235,36 @@ def report(runs, results: Path, doc_dir: Path) -> str:
                 add(f"| {run['_fabric']} {lay} | {human(s)} | {mpi:.0f} | {auto['auto_choice']} | "
                     f"{auto['time_us']:.0f} | {mpi / auto['time_us']:.2f} | {best} | "
                     f"{mpi / mine[best]['time_us']:.2f} |")
-        ratios = [row["mpi"]["time_us"] / row["auto"]["time_us"] for run in tuned
-                  for row in table(run["records"]).values() if "mpi" in row and "auto" in row]
-        add(f"\nauto >= MPI at {sum(r >= 1.0 for r in ratios)} of {len(ratios)} points "
-            f"(median {np.median(ratios):.2f}, lowest {min(ratios):.2f}); from "
-            f"{', '.join('docs/results/' + r['_file'] for r in tuned)}.\n")
+        add("")
+    # every run of auto against MPI at 1 Gbit/s, block placement: before (the sweeps) and
+    # with the table it had (the later runs, each tuned on the runs before it)
+    sets = [("the sweeps above (auto before: one-node table and model)",
+             [r for r in runs if r["_fabric"] == "veth-1g" and not r["_cyclic"]])]
+    for sub, what in (("fabric-tuned-first", "first run with a fabric table (from the sweeps)"),
+                      ("fabric-tuned-second", "second run (table from the sweeps and the first, "
+                                              "--with-mpi)")):
+        if (results / sub).is_dir():
+            sets.append((f"{what}, `docs/results/{sub}/`", load_runs(results / sub)))
+    if tuned:
+        sets.append(("the run in the table above (table from all three, --with-mpi)", tuned))
+    if len(sets) > 1:
+        add("auto against MPI at 1 Gbit/s, block placement, every run (each point: MPI's time / "
+            "auto's in that run):\n")
+        add("| run | layouts | auto >= MPI | from 1 MiB | lowest from 1 MiB | below 1 MiB: "
+            "best mpicoll variant >= MPI |")
+        add("|---|---|---:|---:|---:|---:|")
+        for what, rs in sets:
+            pts = [(s, row["mpi"]["time_us"] / row["auto"]["time_us"],
+                    row["mpi"]["time_us"] / min(r["time_us"] for v, r in row.items() if v != "mpi"))
+                   for run in rs for s, row in table(run["records"]).items()
+                   if "mpi" in row and "auto" in row]
+            big = [a for s, a, _ in pts if s >= 1 << 20]
+            small = [b for s, _, b in pts if s < 1 << 20]
+            lays = " ".join(sorted({f"{r['_nodes']}x{r['_per']}" for r in rs}))
+            add(f"| {what} | {lays} | "
+                f"{sum(a >= 1 for _, a, _ in pts)} / {len(pts)} | {sum(a >= 1 for a in big)} / "
+                f"{len(big)} | {min(big):.2f} | {sum(b >= 1 for b in small)} / {len(small)} |")
+        add("")
 
     # -- the claims
     add("### The seeds' claims, measured\n")
