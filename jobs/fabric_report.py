@@ -220,7 +220,8 @@ def report(runs, results: Path, doc_dir: Path) -> str:
     if tuned:
         add("### auto with the fabric's decision table\n")
         add("A later run of the same bench with `MPICOLL_TUNING=slurm/local/tuning-fabric-1g.json` "
-            "(`mpicoll tune` on the 1 Gbit/s sweeps above: one `\"N/L\"` row per layout). `auto "
+            "(`mpicoll tune --with-mpi` on the 1 Gbit/s sweeps above and the two later runs summed up "
+            "below: one `\"N/L\"` row per layout). `auto "
             "vs MPI` = MPI's time / auto's, both measured in this run (interleaved).\n")
         add("| layout | size | MPI | auto ran | auto | auto vs MPI | best mpicoll | best vs MPI |")
         add("|---|---:|---:|---|---:|---:|---|---:|")
