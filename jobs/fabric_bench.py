@@ -9,10 +9,12 @@ on the ranks of this job step, with these variants of the all-reduce:
 
     ring (order=rank), ring@order=node, recursive_halving, recursive_doubling, binomial,
     double_binary_tree, naive, hierarchical@inner=ring, hierarchical@inner=recursive_halving,
-    hierarchical@inner=binomial, hierarchical@inner=shm, auto, mpi
+    hierarchical@inner=binomial, hierarchical@inner=shm, hierarchical@inner=shm+outer=ring,
+    auto, mpi
 
-``NAME@KEY=VALUE`` is NAME called with the keyword KEY=VALUE (``mpicoll.allreduce(...,
-order="node")``); hierarchical keeps its default outer algorithm (recursive_doubling). Sizes
+``NAME@KEY=VALUE[+KEY=VALUE]`` is NAME called with the keywords (``mpicoll.allreduce(...,
+order="node")``); hierarchical keeps its default outer algorithm (recursive_doubling) but in
+the one variant with ``outer=ring`` (each node's link then carries 1.5 x size, not 2 x). Sizes
 come in three bands, each its own bench run with its own iteration count: ``--small`` (factor
 8, 20 iterations), ``--large`` (factor 4, 3 iterations, 1 warm-up) and ``--huge`` (3
 iterations, 1 warm-up, only ring, ring@order=node, the hierarchical variants, auto and mpi: the
@@ -38,15 +40,16 @@ from mpicoll.tools import bench
 VARIANTS = ("ring", "ring@order=node", "recursive_halving", "recursive_doubling", "binomial",
             "double_binary_tree", "naive", "hierarchical@inner=ring",
             "hierarchical@inner=recursive_halving", "hierarchical@inner=binomial",
-            "hierarchical@inner=shm", "auto", "mpi")
+            "hierarchical@inner=shm", "hierarchical@inner=shm+outer=ring", "auto", "mpi")
 HUGE = ("ring", "ring@order=node", "hierarchical@inner=ring",
-        "hierarchical@inner=recursive_halving", "hierarchical@inner=shm", "auto", "mpi")
+        "hierarchical@inner=recursive_halving", "hierarchical@inner=shm",
+        "hierarchical@inner=shm+outer=ring", "auto", "mpi")
 
 
 def split(variant: str) -> tuple[str, dict]:
     """``"ring@order=node"`` -> ``("ring", {"order": "node"})``."""
     name, _, rest = variant.partition("@")
-    opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+    opts = dict(kv.split("=", 1) for kv in rest.replace("+", ",").split(",") if kv)
     return name, opts
 
 

@@ -4,7 +4,9 @@
         [--doc docs/fabric.md]
 
 ``--collect`` first copies a slurm/fabric.sbatch job's fabric-bench-*.json and
-fabric_bytes.json (as fabric-bytes-<fabric>.json) into --results. Then, from every
+fabric_bytes.json (as fabric-bytes-<fabric>.json) into --results; ``--collect-tuned`` copies a
+bench job run with ``MPICOLL_TUNING`` (auto with the fabric's decision table) as
+fabric-tuned-*.json. Then, from every
 docs/results/fabric-bench-<fabric>-<N>x<K>[-cyclic].json:
 
 * per fabric and layout: MPI_Allreduce's time, mpicoll's best variant and ``auto`` against it;
@@ -39,6 +41,7 @@ FABRIC_FILES = {"veth-1g": ROOT / "slurm/local/fabric-1g.json",
                 "veth-10g": ROOT / "slurm/local/fabric-10g.json"}
 BEGIN, END = "<!-- fabric-report:begin -->", "<!-- fabric-report:end -->"
 SIM_MIN = 64 << 10
+TUNED = "fabric-tuned-"      # the bench again, auto with MPICOLL_TUNING (--collect-tuned)
 # The per-message cost of an MPI message on this machine while the ranks outnumber the cores
 # and MPICH busy-polls: 8 B ping-pong between two node namespaces, 2.5-3.6 ms one way
 # (docs/fabric.md), against 112 us for a blocking TCP socket. The "loaded" model puts it in
@@ -53,12 +56,13 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def collect(dirs, results: Path) -> None:
+def collect(dirs, results: Path, prefix: str = "fabric-bench-") -> None:
     results.mkdir(parents=True, exist_ok=True)
     for d in map(Path, dirs):
         for p in sorted(d.glob("fabric-bench-*.json")):
-            shutil.copy(p, results / p.name)
-            print(f"# {p} -> {results / p.name}")
+            name = prefix + p.name[len("fabric-bench-"):]
+            shutil.copy(p, results / name)
+            print(f"# {p} -> {results / name}")
         b = d / "fabric_bytes.json"
         if b.exists():
             res = json.loads(b.read_text())
@@ -67,10 +71,10 @@ def collect(dirs, results: Path) -> None:
             print(f"# {b} -> {results / name}")
 
 
-def load_runs(results: Path) -> list[dict]:
+def load_runs(results: Path, prefix: str = "fabric-bench-") -> list[dict]:
     runs = []
-    for p in sorted(results.glob("fabric-bench-*.json")):
-        m = re.fullmatch(r"fabric-bench-(.+)-(\d+)x(\d+)(-cyclic)?\.json", p.name)
+    for p in sorted(results.glob(f"{prefix}*.json")):
+        m = re.fullmatch(prefix + r"(.+)-(\d+)x(\d+)(-cyclic)?\.json", p.name)
         if not m:
             continue
         res = json.loads(p.read_text())
@@ -93,7 +97,7 @@ def table(runs_records) -> dict:
 
 def split(variant: str):
     name, _, rest = variant.partition("@")
-    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+    return name, dict(kv.split("=", 1) for kv in rest.replace("+", ",").split(",") if kv)
 
 
 def model_fabric(fabric_name: str, nodes: int, per: int, alpha: float | None = None):
@@ -210,6 +214,59 @@ def report(runs, results: Path, doc_dir: Path) -> str:
         if not run["_cyclic"] and run["_fabric"] in FABRIC_FILES:
             sims[(run["_fabric"], lay)] = (run, t)
 
+    # -- auto with the fabric's own decision table (MPICOLL_TUNING, `mpicoll tune` on the
+    # sweeps above): a later run of the same bench
+    tuned = load_runs(results, TUNED)
+    if tuned:
+        add("### auto with the fabric's decision table\n")
+        add("A later run of the same bench with `MPICOLL_TUNING=slurm/local/tuning-fabric-1g.json` "
+            "(`mpicoll tune --with-mpi` on the 1 Gbit/s sweeps above and the two later runs summed up "
+            "below: one `\"N/L\"` row per layout). `auto "
+            "vs MPI` = MPI's time / auto's, both measured in this run (interleaved).\n")
+        add("| layout | size | MPI | auto ran | auto | auto vs MPI | best mpicoll | best vs MPI |")
+        add("|---|---:|---:|---|---:|---:|---|---:|")
+        for run in tuned:
+            lay = f"{run['_nodes']}x{run['_per']}" + ("c" if run["_cyclic"] else "")
+            for s, row in table(run["records"]).items():
+                if "mpi" not in row or "auto" not in row:
+                    continue
+                mpi, auto = row["mpi"]["time_us"], row["auto"]
+                mine = {v: r for v, r in row.items() if v != "mpi"}
+                best = min(mine, key=lambda v: mine[v]["time_us"])
+                add(f"| {run['_fabric']} {lay} | {human(s)} | {mpi:.0f} | {auto['auto_choice']} | "
+                    f"{auto['time_us']:.0f} | {mpi / auto['time_us']:.2f} | {best} | "
+                    f"{mpi / mine[best]['time_us']:.2f} |")
+        add("")
+    # every run of auto against MPI at 1 Gbit/s, block placement: before (the sweeps) and
+    # with the table it had (the later runs, each tuned on the runs before it)
+    sets = [("the sweeps above (auto before: one-node table and model)",
+             [r for r in runs if r["_fabric"] == "veth-1g" and not r["_cyclic"]])]
+    for sub, what in (("fabric-tuned-first", "first run with a fabric table (from the sweeps)"),
+                      ("fabric-tuned-second", "second run (table from the sweeps and the first, "
+                                              "--with-mpi)")):
+        if (results / sub).is_dir():
+            sets.append((f"{what}, `docs/results/{sub}/`", load_runs(results / sub)))
+    if tuned:
+        sets.append(("the run in the table above (table from all three, --with-mpi)", tuned))
+    if len(sets) > 1:
+        add("auto against MPI at 1 Gbit/s, block placement, every run (each point: MPI's time / "
+            "auto's in that run):\n")
+        add("| run | layouts | auto >= MPI | from 1 MiB | lowest from 1 MiB | below 1 MiB: "
+            "best mpicoll variant >= MPI |")
+        add("|---|---|---:|---:|---:|---:|")
+        for what, rs in sets:
+            pts = [(s, row["mpi"]["time_us"] / row["auto"]["time_us"],
+                    row["mpi"]["time_us"] / min(r["time_us"] for v, r in row.items() if v != "mpi"))
+                   for run in rs for s, row in table(run["records"]).items()
+                   if "mpi" in row and "auto" in row]
+            big = [a for s, a, _ in pts if s >= 1 << 20]
+            small = [b for s, _, b in pts if s < 1 << 20]
+            lays = " ".join(sorted({f"{r['_nodes']}x{r['_per']}" for r in rs}))
+            add(f"| {what} | {lays} | "
+                f"{sum(a >= 1 for _, a, _ in pts)} / {len(pts)} | {sum(a >= 1 for a in big)} / "
+                f"{len(big)} | {min(big):.2f} | {sum(b >= 1 for b in small)} / {len(small)} |")
+        add("")
+
     # -- the claims
     add("### The seeds' claims, measured\n")
     for run in runs:
@@ -229,7 +286,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
             hb = min(hier, key=hier.get)
             node = row.get("ring@order=node")
             add(f"| {human(s)} | {row['ring']['time_us']:.0f} | {hier[hb]:.0f} "
-                f"({hb.split('=')[-1]}) | {row['ring']['time_us'] / hier[hb]:.2f} | "
+                f"({hb.partition('@')[2].replace('inner=', '')}) | {row['ring']['time_us'] / hier[hb]:.2f} | "
                 + (f"{node['time_us']:.0f} | {row['ring']['time_us'] / node['time_us']:.2f} |"
                    if node else "- | - |"))
         add("")
@@ -327,11 +384,16 @@ def report(runs, results: Path, doc_dir: Path) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--collect", nargs="*", default=[], help="job results directories")
+    ap.add_argument("--collect-tuned", nargs="*", default=[],
+                    help="job results directories of a bench run with MPICOLL_TUNING (copied "
+                         "as fabric-tuned-*.json)")
     ap.add_argument("--results", type=Path, default=ROOT / "docs/results")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs/fabric.md")
     args = ap.parse_args(argv)
     if args.collect:
         collect(args.collect, args.results)
+    if args.collect_tuned:
+        collect(args.collect_tuned, args.results, TUNED)
     runs = load_runs(args.results)
     if not runs:
         print(f"no fabric-bench-*.json in {args.results}", file=sys.stderr)

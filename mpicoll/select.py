@@ -11,8 +11,11 @@ shm    ``auto`` all-reduce; every rank on one real   ``shm`` (``shm_wins``: from
        needs no schedule (no compression)            ranks outnumber the cores, else up to
                                                      ``SHM_MAX_BYTES``)
 tuned  ``auto``; ``MPICOLL_TUNING``'s table          the measured winner for this N and size
-       (``mpicoll tune``; ``profiles/tuning.json``)  (none above the largest measured size)
-       has a row
+       (``mpicoll tune``; ``profiles/tuning.json``)  (none above the largest measured size),
+       has a row for the layout: ``"N"`` on one      with the options it was measured with
+       node, ``"N/L"`` across nodes (L ranks on the  (``"options"``; an argument or setting
+       largest node; a one-node row never serves a   wins; ``inner="shm"`` only where the node
+       call across nodes)                            phases can run)
 model  ``auto``; the cost model (``MPICOLL_PROFILE``)  the lowest predicted time among algorithms
        predicts                                      that give every rank the same bits
 lib    the choice is the MPI library's and it has    MPICH's classic rule (below), which names
@@ -74,14 +77,25 @@ def _table() -> dict:
     return table
 
 
-def _from_table(collective: str, nbytes: int, size: int) -> str | None:
-    ranges = _table().get(collective, {}).get(str(size))
+def _table_entry(collective: str, nbytes: int, size: int, ranks_per_node=None) -> dict | None:
+    """The tuned row's range for this call: the table's key is ``"N"`` on one node and
+    ``"N/L"`` across nodes (L: ranks of the largest node; ``mpicoll tune`` writes it for sweeps
+    across nodes). A one-node row is never read across nodes: it was measured over shared
+    memory, and says nothing about a network."""
+    key = str(size) if ranks_per_node is None or ranks_per_node >= size \
+        else f"{size}/{ranks_per_node}"
+    ranges = _table().get(collective, {}).get(key)
     if not ranges:
         return None
     for entry in ranges:                  # sorted by max_bytes (null: no upper end)
         if entry["max_bytes"] is None or nbytes <= entry["max_bytes"]:
-            return entry["algorithm"]
+            return entry
     return None
+
+
+def _from_table(collective: str, nbytes: int, size: int, ranks_per_node=None) -> str | None:
+    entry = _table_entry(collective, nbytes, size, ranks_per_node)
+    return entry["algorithm"] if entry else None
 
 
 def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str | None:
@@ -120,7 +134,7 @@ def choose(collective: str, nbytes: int, size: int, count: int,
     ``MPICOLL_TUNING``, ``MPICOLL_PROFILE`` or ``MPICOLL_SHORT_MSG`` call ``reload()`` (or
     ``mpicoll.settings.reload()``, which calls it).
     """
-    return (_from_table(collective, nbytes, size)
+    return (_from_table(collective, nbytes, size, ranks_per_node)
             or _from_model(collective, nbytes, size, ranks_per_node)
             or _classic(collective, nbytes, size, count))
 
@@ -145,6 +159,17 @@ def _inner_row(st, op: str | None, dtype, nbytes: int) -> bool:
     return op is not None and policy.node_phases_by_default(st, None, op, dtype, nbytes)
 
 
+def _shm_node_phases_possible(st, op: str | None, dtype) -> bool:
+    """Whether the shm node phases (hierarchical's inner) can run: equal nodes of > 1 rank,
+    each inside a real node, an op and dtype shm reduces (``shm.policy.check_node_phases``,
+    without raising)."""
+    if op is None or st is None:
+        return False
+    nodes = st.nodes()
+    return (len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1
+            and not policy.outside_real_nodes(st) and policy.supports(op, dtype))
+
+
 def auto_ring_order(st) -> str | None:
     """The ``order`` row: the order of ``auto``'s rings on ``st``'s node layout -- ``"node"``
     when the ranks span nodes and ``MPICOLL_RING_ORDER`` is unset, else None (the declared
@@ -162,16 +187,21 @@ def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: in
     (``CommState``, its node layout known; None when ``size`` is 1), ``given`` the options the
     caller passed (None: not given), ``scheduled``: the call needs a schedule (compression)."""
     auto = algorithm == "auto"
+    tuned: dict = {}
     if not auto:
         algo = lookup(collective, algorithm)
     elif collective == "allreduce" and size > 1 and not scheduled and \
             _shm_row(st, op, dtype, nbytes, size):
         algo = lookup(collective, "shm")
     else:
-        algo = lookup(collective, choose(collective, nbytes, size, count,
-                                         st.ranks_per_node if size > 1 else None))
+        rpn = st.ranks_per_node if size > 1 else None
+        algo = lookup(collective, choose(collective, nbytes, size, count, rpn))
         if (algo.library and not ops.library_has(dtype)) or (scheduled and not algo.scheduled):
             algo = lookup(collective, _classic(collective, nbytes, size, count))
+        else:
+            entry = _table_entry(collective, nbytes, size, rpn)
+            if entry and entry["algorithm"] == algo.name:
+                tuned = entry.get("options") or {}
     names = {o.name for o in algo.options}
     extra = {}
     order = auto_ring_order(st) if auto and "order" in names and size > 1 else None
@@ -180,4 +210,14 @@ def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: in
     if "inner" in names and size > 1 and not scheduled and given.get("inner") is None and \
             _inner_row(st, op, dtype, nbytes):
         extra["inner"] = "shm"
+    for option in algo.options:           # the tuned row's measured variant (tune's "options")
+        value = tuned.get(option.name)
+        if value is None or given.get(option.name) is not None or value not in option.choices \
+                or (option.env and settings.get(option.env) is not None):
+            continue                      # (an argument or a setting has the last word)
+        if value in option.mpi_only and not (extra.get(option.name) == value
+                                             or (not scheduled and option.name == "inner"
+                                                 and _shm_node_phases_possible(st, op, dtype))):
+            continue                      # (shm node phases: only where they can run)
+        extra[option.name] = value
     return algo, extra

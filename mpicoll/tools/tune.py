@@ -14,6 +14,17 @@ measured beyond it, so there ``algorithm="auto"`` falls through to the cost mode
 
 (A range written by hand with ``"max_bytes": null`` has no upper end.)
 
+With ``--with-mpi`` the table may also name ``mpi``, the MPI library's own algorithm, where it
+was the fastest: ``auto`` then runs it there (a site whose MPI wins some sizes on its network,
+docs/fabric.md); without, only mpicoll's algorithms.
+
+A sweep across nodes (its JSON's ``nodes`` > 1) is keyed ``"N/L"``, N ranks with L on the
+largest node (``"8/2"``: 4 nodes x 2), and serves only calls on that layout: a one-node row
+(``"8"``) is measured with shared memory between all ranks and says nothing about a network,
+so across nodes ``auto`` never reads it. A variant measured as ``NAME@KEY=VALUE[,...]`` (the
+cross-node bench, jobs/fabric_bench.py: ``ring@order=node``, ``hierarchical@inner=shm``) is a
+range's algorithm with ``"options"``, which ``auto`` passes on (``select.decide``).
+
 Left out, with a line saying so: ``shm`` (one node only; ``select.shm_wins`` decides where
 ``auto`` runs it), node-aware algorithms measured on one node (``hierarchical``,
 ``double_binary_tree``: their node phase alone) and ``naive`` (its own rounding). Simulator
@@ -32,13 +43,29 @@ from .cli import Parser, nonnegative_float, prepare_output, read_bench_json
 __all__ = ["main", "decision_table"]
 
 
+def split(variant: str) -> tuple[str, dict]:
+    """``"ring@order=node"`` -> ``("ring", {"order": "node"})``; several options are joined by
+    ``+`` (``"hierarchical@inner=shm+outer=ring"``) or ``,``."""
+    name, _, rest = variant.partition("@")
+    pairs = rest.replace("+", ",").split(",")
+    return name, dict(kv.split("=", 1) for kv in pairs if "=" in kv)
+
+
+def layout_key(nranks: int, nodes: int | None, ranks_per_node: int | None) -> str:
+    """The table's key for a sweep: ``"N"`` on one node, ``"N/L"`` across nodes (L: ranks of
+    the largest node) -- the key ``select`` looks up for a call on that layout."""
+    if nodes is None or nodes <= 1 or not ranks_per_node:
+        return str(nranks)
+    return f"{nranks}/{ranks_per_node}"
+
+
 def left_out(results: list[dict]) -> dict[str, str]:
     """The measured algorithms the table never names, each with the reason (what ``tune``
     prints, so a faster ``shm`` missing from the table is no surprise)."""
     why = {}
     for res in results:
         table = COLLECTIVES[res.get("collective", "allreduce")]
-        for name in dict.fromkeys(r["algorithm"] for r in res["records"]):
+        for name in dict.fromkeys(split(r["algorithm"])[0] for r in res["records"]):
             algo = table.get(name)
             if algo is None or name in why:
                 continue
@@ -53,28 +80,35 @@ def left_out(results: list[dict]) -> dict[str, str]:
     return why
 
 
-def decision_table(results: list[dict], margin: float = 0.1) -> dict:
+def decision_table(results: list[dict], margin: float = 0.1, with_mpi: bool = False) -> dict:
     """Sweeps of the same collective and N are pooled: each (size, algorithm) takes the median
     of its medians over the runs, so one noisy run cannot decide alone."""
     pooled: dict = {}
     for res in results:
         records = res["records"]
         inplace = all(r["inplace"] for r in records)
-        key = (res.get("collective", "allreduce"), res["nranks"])
+        key = (res.get("collective", "allreduce"),
+               layout_key(res["nranks"], res.get("nodes"), res.get("ranks_per_node")))
         # on one node a node-aware algorithm is its node phase alone: not a choice to record
         table = COLLECTIVES[key[0]]
-        skip = {"mpi", "auto"} | ({a for a, algo in table.items() if algo.has("node-phases")}
+        skip = {"auto"} | (set() if with_mpi else {"mpi"}) | ({a for a, algo in table.items() if algo.has("node-phases")}
                                   if res.get("nodes") == 1 else set()) \
             | {a for a, algo in table.items() if algo.has("own-rounding")} \
             | {a for a, algo in table.items() if algo.has("shared-memory")}
         # (auto: the same bits on every rank; shm runs on one node only, and select.shm_wins,
         # not the table, decides where)
         for r in records:
-            if r["inplace"] == inplace and r["algorithm"] not in skip:
-                pooled.setdefault(key, {}).setdefault((r["size"], r["algorithm"]), []).append(
-                    r["time_us"])
+            name, options = split(r["algorithm"])
+            algo = table.get(name)
+            choices = {o.name: o.choices for o in algo.options} if algo else {}
+            if r["inplace"] != inplace or name in skip or algo is None or any(
+                    v not in choices.get(k, ()) for k, v in options.items()):
+                continue                    # (not a variant auto can run)
+            pooled.setdefault(key, {}).setdefault((r["size"], r["algorithm"]), []).append(
+                r["time_us"])
     table: dict = {}
-    for (collective, nranks), runs in sorted(pooled.items()):
+    for (collective, nranks), runs in sorted(pooled.items(), key=lambda kv: (
+            kv[0][0], [int(x) for x in kv[0][1].split("/")])):
         times = {k: float(np.median(v)) for k, v in runs.items()}
         ranges = []
         for size in sorted({s for s, _ in times}):
@@ -87,7 +121,12 @@ def decision_table(results: list[dict], margin: float = 0.1) -> dict:
                 ranges[-1]["max_bytes"] = size
             else:
                 ranges.append({"max_bytes": size, "algorithm": algorithm})
-        table.setdefault(collective, {})[str(nranks)] = ranges
+        for entry in ranges:
+            name, options = split(entry["algorithm"])
+            entry["algorithm"] = name
+            if options:
+                entry["options"] = options
+        table.setdefault(collective, {})[nranks] = ranges
     return table
 
 
@@ -97,12 +136,14 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", default="tuning.json", help="the decision table")
     ap.add_argument("--margin", type=nonnegative_float, default=0.1,
                     help="keep the current winner while within this fraction of the fastest")
+    ap.add_argument("--with-mpi", action="store_true",
+                    help="the table may name mpi (the MPI library's own) where it was fastest")
     args = ap.parse_args(argv)
     try:
         results = [read_bench_json(path) for path in args.results]
     except ValueError as e:
         ap.error(str(e))
-    table = decision_table(results, args.margin)
+    table = decision_table(results, args.margin, args.with_mpi)
     if not table:
         ap.error("no algorithm of mpicoll's to choose from in these results (only mpi, auto, "
                  "or node-aware algorithms measured on one node)")
@@ -117,7 +158,8 @@ def main(argv=None) -> int:
     for collective, per_n in table.items():
         for n, ranges in per_n.items():
             print(f"{collective} N={n}: " + ", ".join(
-                f"{r['algorithm']} up to {r['max_bytes']} B" for r in ranges)
+                f"{r['algorithm']}" + "".join(f" {k}={v}" for k, v in r.get("options", {}).items())
+                + f" up to {r['max_bytes']} B" for r in ranges)
                 + f"; above {ranges[-1]['max_bytes']} B (not measured) auto asks the cost model")
     print(f"wrote {args.output}")
     return 0

@@ -264,6 +264,38 @@ def test_tune_never_records_shm(tmp_path):
     assert ranges == [{"max_bytes": 65536, "algorithm": "ring"}]
 
 
+def test_tune_keys_a_sweep_across_nodes_by_its_layout_and_keeps_variant_options(tmp_path):
+    """A sweep on 4 nodes x 2 (the shaped fabric's bench, jobs/fabric_bench.py: NAME@KEY=VALUE
+    variants, its fabric named) is the table's "8/2" row, with the variant's options; variants
+    auto can't run (an unknown option or value) are left out."""
+    path = tmp_path / "r.json"
+    records = [{"algorithm": a, "size": s, "count": s // 4, "inplace": False, "time_us": t}
+               for s, a, t in ((8, "recursive_doubling", 5.0), (8, "ring@order=node", 9.0),
+                               (1 << 20, "hierarchical@inner=shm", 40.0),
+                               (1 << 20, "hierarchical@inner=bogus", 10.0),
+                               (1 << 20, "ring@colour=red", 10.0),
+                               (1 << 20, "recursive_halving", 60.0))]
+    path.write_text(json.dumps({"nranks": 8, "nodes": 4, "ranks_per_node": 2,
+                                "fabric": "veth-1g", "collective": "allreduce",
+                                "records": records}))
+    assert status_of("tune", str(path), "-o", str(tmp_path / "t.json")) == 0
+    table = json.loads((tmp_path / "t.json").read_text())["allreduce"]
+    assert list(table) == ["8/2"]
+    assert table["8/2"] == [
+        {"max_bytes": 8, "algorithm": "recursive_doubling"},
+        {"max_bytes": 1 << 20, "algorithm": "hierarchical", "options": {"inner": "shm"}}]
+    records.append({"algorithm": "mpi", "size": 8, "count": 2, "inplace": False, "time_us": 1.0})
+    path.write_text(json.dumps({"nranks": 8, "nodes": 4, "ranks_per_node": 2,
+                                "fabric": "veth-1g", "collective": "allreduce",
+                                "records": records}))
+    assert status_of("tune", str(path), "-o", str(tmp_path / "t.json")) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["allreduce"]["8/2"][0] == \
+        {"max_bytes": 8, "algorithm": "recursive_doubling"}             # mpi: only if asked
+    assert status_of("tune", str(path), "--with-mpi", "-o", str(tmp_path / "t.json")) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["allreduce"]["8/2"][0] == \
+        {"max_bytes": 8, "algorithm": "mpi"}
+
+
 def test_select_asks_the_model_beyond_the_table(tmp_path, monkeypatch):
     table = {"allreduce": {"4": [{"max_bytes": 65536, "algorithm": "binomial"}]}}
     (tmp_path / "t.json").write_text(json.dumps(table))

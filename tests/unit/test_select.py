@@ -66,6 +66,38 @@ def test_the_order_row_runs_auto_rings_in_node_order_across_nodes():
         assert "order" not in decide("allgather", nbytes=1 << 24, size=8, st=spread)[1]
 
 
+def test_the_tuned_row_serves_only_its_layout_with_its_options(tmp_path):
+    """A one-node row ("8") never decides a call across nodes; an "N/L" row (``mpicoll tune``
+    on a sweep across nodes) decides only for L ranks per node, and its options are run
+    unless an argument or setting gives them (inner='shm' only where the phases can run)."""
+    import json
+    table = {"allreduce": {
+        "8": [{"max_bytes": None, "algorithm": "binomial"}],
+        "8/2": [{"max_bytes": 8, "algorithm": "mpi"},                  # (tune --with-mpi)
+                {"max_bytes": 1024, "algorithm": "ring", "options": {"order": "rank"}},
+                {"max_bytes": None, "algorithm": "hierarchical", "options": {"inner": "shm"}}]}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(table))
+    with environment(MPICOLL_TUNING=str(path), MPICOLL_RING_ORDER=None, MPICOLL_HIER_INNER=None,
+                     MPICOLL_SHM_SINGLE_COPY="off"):
+        one = Layout([range(8)])
+        assert decide(nbytes=1024, size=8, st=one) == ("binomial", {})
+        four = Layout(virtual_nodes(8, 2))                  # 4 nodes x 2 (the shaped fabric)
+        assert decide(nbytes=1024, size=8, st=four) == ("ring", {"order": "rank"})
+        assert decide(nbytes=8, size=8, st=four) == ("mpi", {})
+        assert decide(nbytes=1 << 24, size=8, st=four) == ("hierarchical", {"inner": "shm"})
+        assert decide(nbytes=1 << 24, size=8, st=four, op="bogus_op") == ("hierarchical", {})
+        assert decide(nbytes=1 << 24, size=8, st=four,
+                      given={"inner": "ring"}) == ("hierarchical", {})
+        apart = Layout(virtual_nodes(8, 2), real_nodes=[(r,) for r in range(8)])  # no sharing
+        assert decide(nbytes=1 << 24, size=8, st=apart) == ("hierarchical", {})
+        two = Layout(virtual_nodes(8, 4))                   # "8/4": no row, the model's choice
+        assert decide(nbytes=1024, size=8, st=two)[0] == select._from_model("allreduce", 1024,
+                                                                            8, 4)
+    with environment(MPICOLL_TUNING=str(path), MPICOLL_RING_ORDER="rail"):
+        assert decide(nbytes=1024, size=8, st=four) == ("ring", {})   # the setting decides
+
+
 def test_the_lib_row_keeps_types_the_library_lacks_on_mpicolls_schedules(monkeypatch):
     monkeypatch.setattr(select, "choose", lambda *args, **kwargs: "mpi")
     st = Layout(virtual_nodes(4, 2))
