@@ -45,7 +45,7 @@ from numba.cpython.unsafe.numbers import leading_zeros
 from .buffers import array
 
 __all__ = ["W", "CAPACITY", "DEFAULT_K", "DTYPES", "BinnedSum", "sum", "allreduce",
-           "reduce_scatter_block", "wire_bytes"]
+           "reduce_scatter_block", "wire_bytes", "spelled", "Job"]
 
 W = 40                          # bits per bin (and per slice)
 CAPACITY = 1 << (62 - W)        # terms per element: |slice sum| < n.2^W <= 2^62, carries fit
@@ -499,8 +499,9 @@ def _options(op, compress, error_feedback):
                          "error_feedback= (they round on the wire)")
 
 
-def _input(sendbuf, recvbuf, k, shape_of_recv):
-    """``(BinnedSum or array, recv array, k)`` from the caller's buffers."""
+def _input(sendbuf, recvbuf, k, shape_of_recv, in_place_copy=True):
+    """``(BinnedSum or array, recv array, k)`` from the caller's buffers (in place: a copy of
+    recvbuf, or recvbuf itself with ``in_place_copy=False``)."""
     from mpi4py import MPI
     if isinstance(sendbuf, BinnedSum):
         if k is not None and _k(k, sendbuf.dtype) != sendbuf.k:
@@ -517,7 +518,7 @@ def _input(sendbuf, recvbuf, k, shape_of_recv):
         if recvbuf is None:
             raise ValueError("sendbuf=MPI.IN_PLACE needs a recvbuf holding the input")
         recv = array(recvbuf, "recvbuf", writable=True)
-        send = recv.copy()
+        send = recv.copy() if in_place_copy else recv
     else:
         send = array(sendbuf, "sendbuf")
         if recvbuf is None:
@@ -650,3 +651,151 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", c
     rank = (comm or MPI.COMM_WORLD).Get_rank()
     np.copyto(recv.reshape(-1), rounded(mine, top[rank * n:(rank + 1) * n], k, recv.dtype))
     return recv
+
+
+# ----------------------------------------------------------------------------- every form
+
+def spelled(reproducible):
+    """``reproducible=True`` (None: the default K) or an int K, checked (TypeError)."""
+    if reproducible is True:
+        return None
+    if type(reproducible) is not int:
+        raise TypeError(f"reproducible must be True, False or an int K (slices per value), "
+                        f"got {reproducible!r}")
+    return reproducible
+
+
+class Job:
+    """One reproducible SUM bound to its buffers, for the forms that run it later: nonblocking
+    (``iallreduce``, ``ireduce_scatter_block``), persistent (``*_init``) and ``Buckets``.
+
+    Made inside the form's ``Call``: this rank's checks first (op SUM, a float dtype, K in
+    ``K_RANGE``, no compression; a schedule, not the MPI library's or the shared-memory
+    collective: ``NotImplementedError`` naming the form), then two plans (``mpicoll.plan``,
+    ``reproducible=K``, one of mpicoll's schedules): the MAX of the bin codes (an all-reduce,
+    int8) and the SUM of the slices (the call's own collective, int64: ``plan``), then one
+    agreement of the call's signature -- the caller's dtype and count, the SUM's algorithm,
+    options and executor, and K -- so a rank with ``reproducible=`` and one without (or another
+    K) raise ``ArgumentMismatch``. Both phases run under the call's tag, one after the other
+    (MPI's messages between two ranks on one tag arrive in order). ``run(watch)`` is the whole
+    call: codes, MAX, slices, SUM, one rounding into recvbuf -- the same function of the values'
+    multiset as the blocking call's, so the same bits."""
+
+    def __init__(self, call, collective: str, sendbuf, recvbuf, *, op, k, algorithm="auto",
+                 given=None, form: str = "nonblocking", compress=None, error_feedback=None):
+        from . import plan
+        from .buffers import Layout
+        from .registry import lookup
+        given = {key: v for key, v in (given or {}).items() if v is not None}
+        _options(op, compress, error_feedback)
+        algo = None if algorithm == "auto" else lookup(collective, algorithm)
+        if (algo is not None and (algo.library or algo.has("shared-memory"))) \
+                or given.get("inner") == "shm":
+            what = f"inner='shm'" if algo is None or not (algo.library or algo.has(
+                "shared-memory")) else f"algorithm={algorithm!r}"
+            raise NotImplementedError(
+                f"reproducible=True in the {form} form of {collective} runs on one of "
+                f"mpicoll's schedules, not {what} (the MPI library's or the shared-memory "
+                f"collective); pick another algorithm, or the blocking call")
+        size, rank = call.comm.Get_size(), call.comm.Get_rank()
+        if collective == "allreduce":
+            src, recv, k = _input(sendbuf, recvbuf, k, lambda shape, n: shape, False)
+            if recv.size != src.size:
+                raise ValueError(f"recvbuf has {recv.size} elements, expected {src.size}")
+            n = src.size
+            sums = np.empty(n * k + 1, np.int64)
+            stride, block = n * k + 1, n
+        else:
+            def block_shape(shape, total):
+                return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
+            src, recv, k = _input(sendbuf, recvbuf, k, block_shape, False)
+            if src.size % size:
+                raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
+                                 f"communicator size {size}")
+            n = block = src.size // size
+            if src is not recv and recv.size != n:
+                raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
+            stride = n * k + 1
+            sums = np.zeros(size * stride, np.int64)
+        self.collective, self.k, self.dtype, self.size, self.rank = collective, k, recv.dtype, \
+            size, rank
+        self.src, self.recv, self.n, self.stride = src, recv, n, stride
+        self.out = recv.reshape(-1)[:n]         # in place: recvbuf's first block
+        self.codes, self.sums = np.empty(src.size, np.int8), sums
+        self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
+
+        def whole(a):
+            return Layout(a, (), (), a, None, a, a.size)
+        sums_layout = whole(sums) if collective == "allreduce" else \
+            Layout(sums, (), (), sums, None, sums, stride)
+        self.plan = p = plan.make(call, collective, algorithm, sums_layout, op="sum",
+                                  given=given, form="persistent", reproducible=k)
+        max_algo = p.algorithm.name if collective == "allreduce" else "auto"
+        max_given = given if collective == "allreduce" else {}
+        self.max_plan = q = plan.make(call, "allreduce", max_algo, whole(self.codes), op="max",
+                                      given=max_given, form="persistent", reproducible=k)
+        call.open().last_plan = p
+        prepared = {id(x): plan.prepare(call, x) for x in (p, q) if x.kind == "schedule"}
+        call.agree(p.algorithm.name, **{**p.fields(), "dtype": self.dtype, "count": block})
+        self._max = None if q.kind != "schedule" else plan.bound(call, q, prepared[id(q)],
+                                                                 self.codes)
+        self._sum = None if p.kind != "schedule" else plan.bound(call, p, prepared[id(p)], sums)
+
+    @property
+    def result(self):
+        return self.recv
+
+    def run(self, watch) -> None:
+        """The whole call (see the class's doc), under ``watch``."""
+        src, top, sums, k, n = self.src, self.codes, self.sums, self.k, self.n
+        if isinstance(src, BinnedSum):
+            top[...] = src.codes
+        else:
+            mb, eb, view = _format(src.dtype)
+            _codes_into(src.reshape(-1).view(view), mb, eb, top)
+        if self._max is not None:
+            self._max(watch)
+        if self.collective == "allreduce":
+            _local_slices(src, top, k, out=sums[:n * k])
+            sums[-1] = _terms(src)
+            if self._sum is not None:
+                self._sum(watch)
+            _check_terms(int(sums[-1]))
+            rounded(sums, top, k, self.dtype, out=self.recv.reshape(-1))
+            return
+        stride, lo = self.stride, self.rank * self.n
+        sums[stride - 1::stride] = _terms(src)
+        _local_slices(src, top, k, out=sums, block=n or 1, stride=stride)
+        if self._sum is not None:
+            self._sum(watch)
+        mine = sums[self.rank * stride:(self.rank + 1) * stride]
+        _check_terms(int(mine[-1]))
+        rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
+
+
+def start(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm, given,
+          timeout, on_timeout, validate, compress=None, error_feedback=None):
+    """The nonblocking form: a started ``Request`` running a ``Job`` whole in the progress
+    engine (``wait()`` returns recvbuf)."""
+    from ._runtime.call import Call
+    from .executors.progress import Request
+    k = spelled(reproducible)
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
+                  given=given, form="nonblocking", compress=compress,
+                  error_feedback=error_feedback)
+        req = Request(f"{collective} {job.plan.describe()}", result=job.result,
+                      deferred=job.run)
+        return req.start(call, call.open().traffic)
+
+
+def bind(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm, given,
+         timeout, on_timeout, validate):
+    """The persistent form: a ``persistent.Persistent`` whose run is a ``Job``'s."""
+    from ._runtime.call import Call
+    from .persistent import Persistent
+    k = spelled(reproducible)
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
+                  given=given, form="persistent")
+        return Persistent(call, job.plan, job.layout, run=job.run, copies=False)
