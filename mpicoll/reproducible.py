@@ -702,9 +702,15 @@ class Job:
             src, recv, k = _input(sendbuf, recvbuf, k, lambda shape, n: shape, False)
             if recv.size != src.size:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {src.size}")
-            n = src.size
-            sums = np.empty(n * k + 1, np.int64)
-            stride, block = n * k + 1, n
+            n = block = src.size
+            # auto, large: reduce-scatter the slices, round this rank's block, all-gather the
+            # floats (each rank rounds n/N elements; fewer bytes); else one all-reduce of them
+            split = algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES
+            blk = -(-n // size) if split else n
+            stride = blk * k + 1
+            sums = np.zeros(size * stride if split else stride, np.int64)
+            self.floats = np.zeros(size * blk, recv.dtype) if split else None
+            self.blk = blk
         else:
             def block_shape(shape, total):
                 return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
@@ -713,6 +719,7 @@ class Job:
                 raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
                                  f"communicator size {size}")
             n = block = src.size // size
+            self.floats = None
             if src is not recv and recv.size != n:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
             stride = n * k + 1
@@ -726,20 +733,30 @@ class Job:
 
         def whole(a):
             return Layout(a, (), (), a, None, a, a.size)
-        sums_layout = whole(sums) if collective == "allreduce" else \
+        split = collective == "allreduce" and self.floats is not None
+        self.split = split
+        sums_layout = whole(sums) if collective == "allreduce" and not split else \
             Layout(sums, (), (), sums, None, sums, stride)
-        self.plan = p = plan.make(call, collective, algorithm, sums_layout, op="sum",
-                                  given=given, form="persistent", reproducible=k)
-        max_algo = p.algorithm.name if collective == "allreduce" else "auto"
-        max_given = given if collective == "allreduce" else {}
+        self.plan = p = plan.make(call, "reduce_scatter_block" if split else collective,
+                                  algorithm, sums_layout, op="sum", given=given,
+                                  form="persistent", reproducible=k)
+        g = None if not split else plan.make(
+            call, "allgather", "auto", Layout(self.floats, (), (), self.floats, None,
+                                              self.floats, self.blk),
+            form="persistent", reproducible=k)
+        max_algo = p.algorithm.name if collective == "allreduce" and not split else "auto"
+        max_given = given if collective == "allreduce" and not split else {}
         self.max_plan = q = plan.make(call, "allreduce", max_algo, whole(self.codes), op="max",
                                       given=max_given, form="persistent", reproducible=k)
         call.open().last_plan = p
-        prepared = {id(x): plan.prepare(call, x) for x in (p, q) if x.kind == "schedule"}
+        phases = (p, q) if g is None else (p, q, g)
+        prepared = {id(x): plan.prepare(call, x) for x in phases if x.kind == "schedule"}
         call.agree(p.algorithm.name, **{**p.fields(), "dtype": self.dtype, "count": block})
         self._max = None if q.kind != "schedule" else plan.bound(call, q, prepared[id(q)],
                                                                  self.codes)
         self._sum = None if p.kind != "schedule" else plan.bound(call, p, prepared[id(p)], sums)
+        self._gather = None if g is None or g.kind != "schedule" else plan.bound(
+            call, g, prepared[id(g)], self.floats)
 
     @property
     def result(self):
@@ -755,6 +772,23 @@ class Job:
             _codes_into(src.reshape(-1).view(view), mb, eb, top)
         if self._max is not None:
             self._max(watch)
+        if self.split:
+            stride, blk, rank = self.stride, self.blk, self.rank
+            sums[stride - 1::stride] = _terms(src)
+            last = n - (self.size - 1) * blk            # the last block's elements
+            sums[(self.size - 1) * stride + max(last, 0) * k:-1] = 0     # its padding
+            _local_slices(src, top, k, out=sums, block=blk, stride=stride)
+            if self._sum is not None:
+                self._sum(watch)
+            mine = sums[rank * stride:(rank + 1) * stride]
+            _check_terms(int(mine[-1]))
+            lo, hi = min(rank * blk, n), min((rank + 1) * blk, n)
+            rounded(mine, top[lo:hi], k, self.dtype, out=self.floats[rank * blk:
+                                                                      rank * blk + hi - lo])
+            if self._gather is not None:
+                self._gather(watch)
+            np.copyto(self.recv.reshape(-1), self.floats[:n])
+            return
         if self.collective == "allreduce":
             _local_slices(src, top, k, out=sums[:n * k])
             sums[-1] = _terms(src)
