@@ -40,14 +40,16 @@ ALGORITHMS = tuple(ALLREDUCE)
 # ----------------------------------------------------------------------------- blocking
 
 def _reproducible(collective: str, reproducible, *args, **kwargs):
-    """``reproducible=True`` or K: the call by ``mpicoll.reproducible`` (its own collectives:
-    a MAX of the bins, an exact integer sum of the slices, one rounding)."""
+    """``reproducible=True`` or K: the call by ``mpicoll.reproducible``: a ``Job`` (one call,
+    the plans of its phases under one tag, as every other form) where the algorithm is one of
+    mpicoll's schedules or ``auto``; with ``mpi`` or ``shm``, its own collectives (a MAX of the
+    bins, an exact integer sum of the slices, one rounding)."""
     from . import reproducible as module
-    if reproducible is not True:
-        if type(reproducible) is not int:
-            raise TypeError(f"reproducible must be True, False or an int K (slices per value), "
-                            f"got {reproducible!r}")
-        kwargs["k"] = reproducible
+    k = module.spelled(reproducible)
+    if module.runs_as_job(collective, kwargs.get("algorithm", "auto"), kwargs.get("inner")):
+        return module.run(collective, k, *args, **kwargs)
+    if k is not None:
+        kwargs["k"] = k
     return getattr(module, collective)(*args, **kwargs)
 
 

@@ -807,6 +807,34 @@ class Job:
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
 
 
+def runs_as_job(collective: str, algorithm, inner=None) -> bool:
+    """Whether the blocking call runs a ``Job`` (a schedule or ``auto``; not the MPI library's
+    or a shared-memory collective, which ``allreduce`` / ``reduce_scatter_block`` above run)."""
+    from .registry import lookup
+    if inner == "shm" or not isinstance(algorithm, str):
+        return False
+    if algorithm == "auto":
+        return True
+    try:
+        algo = lookup(collective, algorithm)
+    except ValueError:
+        return False                    # the plain path names the bad algorithm
+    return not (algo.library or algo.has("shared-memory"))
+
+
+def run(collective: str, k, sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None,
+        inner=None, outer=None, order=None, timeout=None, on_timeout=None, validate=None,
+        compress=None, error_feedback=None):
+    """The blocking form as a ``Job``, run now on the caller's thread; returns recvbuf."""
+    from ._runtime.call import Call
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
+                  given={"inner": inner, "outer": outer, "order": order}, form="blocking",
+                  compress=compress, error_feedback=error_feedback)
+        job.run(call.watch)
+        return job.result
+
+
 def start(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm, given,
           timeout, on_timeout, validate, compress=None, error_feedback=None):
     """The nonblocking form: a started ``Request`` running a ``Job`` whole in the progress

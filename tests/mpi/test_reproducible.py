@@ -222,6 +222,9 @@ def test_mismatch_raises_everywhere(comm):
         pytest.skip("no other rank to disagree with")
     x = data(9, np.float64, seed=6)[0]
 
+    def blocking(value):
+        return mpicoll.allreduce(x, reproducible=value, comm=comm, validate=True)
+
     def nonblocking(value):
         return mpicoll.iallreduce(x, reproducible=value, comm=comm, validate=True).wait()
 
@@ -229,7 +232,7 @@ def test_mismatch_raises_everywhere(comm):
         return mpicoll.allreduce_init(x, np.empty_like(x), reproducible=value, comm=comm,
                                       validate=True)
 
-    for fn in (nonblocking, persistent):
+    for fn in (blocking, nonblocking, persistent):
         for other in (False, 4):
             raises_everywhere(comm, ArgumentMismatch, fn, True if comm.rank == 0 else other,
                               match="reproducible")
