@@ -20,9 +20,11 @@ How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
 3. **Integer SUM.** The slices are summed as int64 by any algorithm: integer addition is exact
    and associative while every partial sum stays below 2^62, which n <= 2^(62-W) = 2^22 values
    per element guarantee (``CAPACITY``, checked). An explicit ``algorithm=`` runs the MAX and
-   the SUM; ``auto`` all-reduces the slices on one node (then each rank rounds its block and
-   the floats are all-gathered) and, across nodes, reduce-scatters them (fewer bytes:
-   (8K + s + 2)/(2s) of the plain all-reduce's, s the element size: 2.1x for float64, K = 3).
+   the SUM; ``auto`` (one of mpicoll's schedules: every form runs a ``Job``) all-reduces the
+   slices below ``SPLIT_BYTES`` and above reduce-scatters them, each rank rounds its block and
+   the floats are all-gathered (fewer bytes: (8K + s + 2)/(2s) of the plain all-reduce's, s
+   the element size: 2.1x for float64, K = 3). ``algorithm="mpi"`` / ``"shm"`` (blocking only)
+   run the module's ``allreduce`` / ``reduce_scatter_block``: nested calls, ``SPLIT`` as set.
 4. **One rounding.** The K slice sums are carried into one exact integer and rounded once to the
    nearest float, ties to even (subnormals kept, overflow to +-inf).
 
