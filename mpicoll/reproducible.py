@@ -684,7 +684,11 @@ class Job:
     multiset as the blocking call's, so the same bits."""
 
     def __init__(self, call, collective: str, sendbuf, recvbuf, *, op, k, algorithm="auto",
-                 given=None, form: str = "nonblocking", compress=None, error_feedback=None):
+                 given=None, form: str = "nonblocking", compress=None, error_feedback=None,
+                 pool: dict | None = None):
+        def take(count, dtype):         # every element is written before it is read (run)
+            spare = pool.pop((count, np.dtype(dtype)), None) if pool is not None else None
+            return spare if spare is not None else np.empty(count, dtype)
         from . import plan
         from .buffers import Layout
         from .registry import lookup
@@ -710,8 +714,8 @@ class Job:
             split = algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES
             blk = -(-n // size) if split else n
             stride = blk * k + 1
-            sums = np.zeros(size * stride if split else stride, np.int64)
-            self.floats = np.zeros(size * blk, recv.dtype) if split else None
+            sums = take(size * stride if split else stride, np.int64)
+            self.floats = take(size * blk, recv.dtype) if split else None
             self.blk = blk
         else:
             def block_shape(shape, total):
@@ -725,12 +729,12 @@ class Job:
             if src is not recv and recv.size != n:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
             stride = n * k + 1
-            sums = np.zeros(size * stride, np.int64)
+            sums = take(size * stride, np.int64)
         self.collective, self.k, self.dtype, self.size, self.rank = collective, k, recv.dtype, \
             size, rank
         self.src, self.recv, self.n, self.stride = src, recv, n, stride
         self.out = recv.reshape(-1)[:n]         # in place: recvbuf's first block
-        self.codes, self.sums = np.empty(src.size, np.int8), sums
+        self.codes, self.sums = take(src.size, np.int8), sums
         self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
 
         def whole(a):
@@ -763,6 +767,16 @@ class Job:
     @property
     def result(self):
         return self.recv
+
+    def release(self, pool: dict) -> None:
+        """Give the job's buffers to ``pool`` (a blocking call's, done): the next blocking call
+        of the same size takes them instead of faulting in fresh pages (the slices are K x 8/s
+        times the data)."""
+        if len(pool) > 8:
+            pool.clear()
+        for a in (self.codes, self.sums, self.floats):
+            if a is not None:
+                pool[(a.size, a.dtype)] = a
 
     def run(self, watch) -> None:
         """The whole call (see the class's doc), under ``watch``."""
@@ -809,6 +823,9 @@ class Job:
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
 
 
+_SPARE: dict = {}       # (count, dtype) -> a buffer a finished blocking call's Job gave back
+
+
 def runs_as_job(collective: str, algorithm, inner=None) -> bool:
     """Whether the blocking call runs a ``Job`` (a schedule or ``auto``; not the MPI library's
     or a shared-memory collective, which ``allreduce`` / ``reduce_scatter_block`` above run)."""
@@ -832,8 +849,11 @@ def run(collective: str, k, sendbuf, recvbuf=None, *, op="sum", algorithm="auto"
     with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
         job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
                   given={"inner": inner, "outer": outer, "order": order}, form="blocking",
-                  compress=compress, error_feedback=error_feedback)
-        job.run(call.watch)
+                  compress=compress, error_feedback=error_feedback, pool=_SPARE)
+        try:
+            job.run(call.watch)
+        finally:
+            job.release(_SPARE)
         return job.result
 
 
