@@ -769,9 +769,9 @@ class Job:
         return self.recv
 
     def release(self, pool: dict) -> None:
-        """Give the job's buffers to ``pool`` (a blocking call's, done): the next blocking call
-        of the same size takes them instead of faulting in fresh pages (the slices are K x 8/s
-        times the data)."""
+        """Give the job's buffers to ``pool`` (a blocking call's or a request's, done): the next
+        one of the same size takes them instead of faulting in fresh pages (the slices are
+        K x 8/s times the data). Requests in flight together each take their own."""
         if len(pool) > 8:
             pool.clear()
         for a in (self.codes, self.sums, self.floats):
@@ -867,9 +867,9 @@ def start(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, com
     with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
         job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
                   given=given, form="nonblocking", compress=compress,
-                  error_feedback=error_feedback)
+                  error_feedback=error_feedback, pool=_SPARE)
         req = Request(f"{collective} {job.plan.describe()}", result=job.result,
-                      deferred=job.run)
+                      deferred=job.run, on_done=lambda: job.release(_SPARE))
         return req.start(call, call.open().traffic)
 
 
