@@ -40,14 +40,16 @@ ALGORITHMS = tuple(ALLREDUCE)
 # ----------------------------------------------------------------------------- blocking
 
 def _reproducible(collective: str, reproducible, *args, **kwargs):
-    """``reproducible=True`` or K: the call by ``mpicoll.reproducible`` (its own collectives:
-    a MAX of the bins, an exact integer sum of the slices, one rounding)."""
+    """``reproducible=True`` or K: the call by ``mpicoll.reproducible``: a ``Job`` (one call,
+    the plans of its phases under one tag, as every other form) where the algorithm is one of
+    mpicoll's schedules or ``auto``; with ``mpi`` or ``shm``, its own collectives (a MAX of the
+    bins, an exact integer sum of the slices, one rounding)."""
     from . import reproducible as module
-    if reproducible is not True:
-        if type(reproducible) is not int:
-            raise TypeError(f"reproducible must be True, False or an int K (slices per value), "
-                            f"got {reproducible!r}")
-        kwargs["k"] = reproducible
+    k = module.spelled(reproducible)
+    if module.runs_as_job(collective, kwargs.get("algorithm", "auto"), kwargs.get("inner")):
+        return module.run(collective, k, *args, **kwargs)
+    if k is not None:
+        kwargs["k"] = k
     return getattr(module, collective)(*args, **kwargs)
 
 
@@ -164,7 +166,8 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
 def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                inner: str | None = None, outer: str | None = None, order: str | None = None,
                compress=None,
-               error_feedback=None, timeout=None, on_timeout=None, validate=None) -> Request:
+               error_feedback=None, timeout=None, on_timeout=None, validate=None,
+               reproducible=False) -> Request:
     """Start an all-reduce; returns a ``Request`` (``wait()`` returns ``recvbuf``).
 
     Arguments as ``allreduce``. Do not touch ``sendbuf`` or ``recvbuf`` until the request is
@@ -173,7 +176,16 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
     same bits); ``error_feedback=ErrorFeedback(n)`` adds the residual of the previous call
     into this one's input first. Compression needs float32 and ``op="sum"``.
     ``timeout`` runs from this call; ``validate=True`` agrees here, before the request starts.
+    ``reproducible=True`` (or K): the blocking call's bits (``mpicoll.reproducible.Job``, run
+    whole by the progress engine; one of mpicoll's schedules, not ``mpi`` or ``shm``).
     """
+    if reproducible is not False:
+        from . import reproducible as module
+        return module.start("allreduce", reproducible, sendbuf, recvbuf, op=op,
+                            algorithm=algorithm, comm=comm,
+                            given={"inner": inner, "outer": outer, "order": order},
+                            timeout=timeout, on_timeout=on_timeout, validate=validate,
+                            compress=compress, error_feedback=error_feedback)
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allreduce(sendbuf, recvbuf)
         compression.check_feedback(error_feedback, compress, layout.work.size)
@@ -183,8 +195,14 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
 
 
 def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
-                          timeout=None, on_timeout=None, validate=None) -> Request:
+                          timeout=None, on_timeout=None, validate=None,
+                          reproducible=False) -> Request:
     """Start a reduce-scatter (arguments as ``reduce_scatter_block``); returns a ``Request``."""
+    if reproducible is not False:
+        from . import reproducible as module
+        return module.start("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
+                            algorithm=algorithm, comm=comm, given={}, timeout=timeout,
+                            on_timeout=on_timeout, validate=validate)
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
                                               call.comm.Get_rank())

@@ -32,7 +32,9 @@ naming the ranks, and every rank's state is reset for the next step.
 
 ``compress`` and ``error_feedback`` apply per bucket (one ``ErrorFeedback`` residual each).
 ``average=True`` divides by the number of ranks when a bucket's all-reduce completes (sum of a
-floating or complex dtype only).
+floating or complex dtype only). ``reproducible=True`` (or K) sums each bucket as
+``mpicoll.allreduce(..., reproducible=True)`` does, with the same bits
+(``mpicoll.reproducible.Job``; then ``average`` divides that sum by the number of ranks).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Buckets:
     def __init__(self, arrays, bucket_bytes: int = 25 << 20, *, op="sum", average=True,
                  comm=None, algorithm="auto", compress=None, error_feedback=False,
                  timeout=None, on_timeout=None, validate=None,
-                 gradient_as_bucket_view: bool = False):
+                 gradient_as_bucket_view: bool = False, reproducible=False):
         arrays = [buffers.array(a, f"arrays[{i}]", writable=True)
                   for i, a in enumerate(_sequence(arrays))]
         if not arrays:
@@ -71,6 +73,14 @@ class Buckets:
         self.codec = compression.codec(compress)
         if error_feedback and self.codec is None:
             raise ValueError("error_feedback=True needs a compress= mode")
+        self.reproducible = None
+        if reproducible is not False:
+            from . import reproducible as R
+            self.reproducible = R.spelled(reproducible)
+            R._options(op, compress, error_feedback or None)
+            for dtype in {a.dtype for a in arrays}:
+                R._format(dtype)                        # a float dtype, else TypeError
+                R._k(self.reproducible, dtype)          # K in range, else ValueError
         if algorithm != "auto":
             lookup("allreduce", algorithm)              # a name it knows, else ValueError
         self.comm = MPI.COMM_WORLD if comm is None else comm
@@ -113,10 +123,20 @@ class Buckets:
         self._plans, self._requests = [], []
         for k, flat in enumerate(self.flat):
             with self._call() as call:
+                on_done = self._averager(flat) if average else None
+                if reproducible is not False:
+                    from . import reproducible as R
+                    from .executors.progress import Request
+                    job = R.Job(call, "allreduce", MPI.IN_PLACE, flat, op=self.op,
+                                k=self.reproducible, algorithm=algorithm, form="Buckets")
+                    self._plans.append(job.plan)
+                    self._requests.append(Request(f"allreduce {job.plan.describe()}",
+                                                  result=flat, on_done=on_done,
+                                                  deferred=job.run))
+                    continue
                 layout = buffers.allreduce(MPI.IN_PLACE, flat)
                 p = plan.make(call, "allreduce", algorithm, layout, op=self.op,
                               compress=compress, form="nonblocking")
-                on_done = self._averager(flat) if average else None
                 self._plans.append(p)
                 self._requests.append(plan.request(call, p, layout, on_done=on_done))
         self._ready = np.zeros(len(arrays), bool)

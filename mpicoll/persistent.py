@@ -177,8 +177,15 @@ def bind(call: Call, p, layout) -> Persistent:
 def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                    inner: str | None = None, outer: str | None = None,
                    order: str | None = None, timeout=None, on_timeout=None,
-                   validate=None) -> Persistent:
-    """A persistent ``allreduce`` (the arguments of ``mpicoll.allreduce``); collective."""
+                   validate=None, reproducible=False) -> Persistent:
+    """A persistent ``allreduce`` (the arguments of ``mpicoll.allreduce``); collective.
+    ``reproducible=True`` (or K): the blocking call's bits (``mpicoll.reproducible.Job``)."""
+    if reproducible is not False:
+        from . import reproducible as module
+        return module.bind("allreduce", reproducible, sendbuf, recvbuf, op=op,
+                           algorithm=algorithm, comm=comm,
+                           given={"inner": inner, "outer": outer, "order": order},
+                           timeout=timeout, on_timeout=on_timeout, validate=validate)
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allreduce(sendbuf, recvbuf)
         p = plan.make(call, "allreduce", algorithm, layout, op=op, form="persistent",
@@ -188,8 +195,14 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
 
 def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
                               comm=None, timeout=None, on_timeout=None,
-                              validate=None) -> Persistent:
-    """A persistent ``reduce_scatter_block``; collective."""
+                              validate=None, reproducible=False) -> Persistent:
+    """A persistent ``reduce_scatter_block``; collective. ``reproducible``: as
+    ``allreduce_init``'s."""
+    if reproducible is not False:
+        from . import reproducible as module
+        return module.bind("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
+                           algorithm=algorithm, comm=comm, given={}, timeout=timeout,
+                           on_timeout=on_timeout, validate=validate)
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
                                               call.comm.Get_rank())

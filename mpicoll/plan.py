@@ -79,6 +79,7 @@ class Plan:
     codec: object           # compression.Codec or None
     nodes: tuple | None     # the node layout of a node-aware algorithm
     size: int               # the communicator's
+    reproducible: int = 0   # K of a reproducible sum's phases (mpicoll.reproducible), 0: none
 
     @property
     def kind(self) -> str:
@@ -99,7 +100,8 @@ class Plan:
                 "root": get("root"), "inner": get("inner"), "outer": get("outer"),
                 "order": get("order"), "nodes": self.nodes,
                 "compress": None if self.codec is None else self.codec.name,
-                "executor": self.executor, "segments": self.segments or None}
+                "executor": self.executor, "segments": self.segments or None,
+                "reproducible": self.reproducible or None}
 
     def agree(self, call: Call) -> None:
         call.agree(self.algorithm.name, **self.fields())
@@ -108,6 +110,8 @@ class Plan:
         """The algorithm and its options, as the bench prints them (``ring order=node``)."""
         shown = " ".join(f"{k}={v}" for k, v in self.options.items()
                          if k in ("inner", "outer", "order") and v is not None)
+        if self.reproducible:
+            shown = f"{shown} reproducible={self.reproducible}".strip()
         return f"{self.algorithm.name} {shown}".strip()
 
 
@@ -133,12 +137,14 @@ def _local_checks(algo: Algorithm | None, op: str | None, given: dict) -> None:
 
 
 def make(call: Call, collective: str, algorithm, layout: Layout, *, op=None, root=None,
-         given: dict | None = None, compress=None, form: str = "blocking") -> Plan:
+         given: dict | None = None, compress=None, form: str = "blocking",
+         reproducible: int = 0) -> Plan:
     """The plan of one call (this rank's checks raise here, before any communication);
     ``form``: ``blocking`` or ``persistent`` (the compiled or Python executor), ``nonblocking``
-    (the progress engine)."""
+    (the progress engine). ``reproducible``: K, a phase of a reproducible sum
+    (``mpicoll.reproducible.Job``: recorded, agreed, and run by one of mpicoll's schedules)."""
     checked = _check(collective, algorithm, layout, op, given, compress)
-    return _decide(call, checked, layout, root, form)
+    return _decide(call, checked, layout, root, form, reproducible)
 
 
 def begin(call: Call, collective: str, algorithm, layout: Layout, *, op=None, root=None,
@@ -185,7 +191,8 @@ def _check(collective: str, algorithm, layout: Layout, op, given, compress) -> t
     return collective, algo, opname, dtype, codec, given, declared
 
 
-def _decide(call: Call, checked: tuple, layout: Layout, root, form: str) -> Plan:
+def _decide(call: Call, checked: tuple, layout: Layout, root, form: str,
+            reproducible: int = 0) -> Plan:
     """The rest of ``make``: ``auto``'s choice and the options (they need the communicator's
     node layout: the first call on it sets it up), the executor, the checks of the node."""
     collective, algo, opname, dtype, codec, given, declared = checked
@@ -194,7 +201,7 @@ def _decide(call: Call, checked: tuple, layout: Layout, root, form: str) -> Plan
     algo, extra = select.decide(collective, "auto" if algo is None else algo.name,
                                 nbytes=layout.work.nbytes, count=layout.work.size, size=size,
                                 dtype=dtype, op=opname, st=st, given=given,
-                                scheduled=codec is not None)
+                                scheduled=codec is not None or bool(reproducible))
     nodes = st.nodes() if algo.has("node-layout") else None
     options = dict(_resolved(algo, tuple({**declared, **extra}.items()), nodes))
     if algo.pick is not None and size > 1:
@@ -208,7 +215,7 @@ def _decide(call: Call, checked: tuple, layout: Layout, root, form: str) -> Plan
         shm.check_node_phases(st, opname, dtype)
     rule = _segment_rule() if run_by == "compiled" else ""
     st.last_plan = p = Plan(collective, algo, options, opname, dtype, layout.work.size,
-                            layout.block, run_by, rule, codec, nodes, size)
+                            layout.block, run_by, rule, codec, nodes, size, reproducible)
     return p
 
 

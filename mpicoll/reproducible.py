@@ -20,9 +20,11 @@ How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
 3. **Integer SUM.** The slices are summed as int64 by any algorithm: integer addition is exact
    and associative while every partial sum stays below 2^62, which n <= 2^(62-W) = 2^22 values
    per element guarantee (``CAPACITY``, checked). An explicit ``algorithm=`` runs the MAX and
-   the SUM; ``auto`` all-reduces the slices on one node (then each rank rounds its block and
-   the floats are all-gathered) and, across nodes, reduce-scatters them (fewer bytes:
-   (8K + s + 2)/(2s) of the plain all-reduce's, s the element size: 2.1x for float64, K = 3).
+   the SUM; ``auto`` (one of mpicoll's schedules: every form runs a ``Job``) all-reduces the
+   slices below ``SPLIT_BYTES`` and above reduce-scatters them, each rank rounds its block and
+   the floats are all-gathered (fewer bytes: (8K + s + 2)/(2s) of the plain all-reduce's, s
+   the element size: 2.1x for float64, K = 3). ``algorithm="mpi"`` / ``"shm"`` (blocking only)
+   run the module's ``allreduce`` / ``reduce_scatter_block``: nested calls, ``SPLIT`` as set.
 4. **One rounding.** The K slice sums are carried into one exact integer and rounded once to the
    nearest float, ties to even (subnormals kept, overflow to +-inf).
 
@@ -45,7 +47,7 @@ from numba.cpython.unsafe.numbers import leading_zeros
 from .buffers import array
 
 __all__ = ["W", "CAPACITY", "DEFAULT_K", "DTYPES", "BinnedSum", "sum", "allreduce",
-           "reduce_scatter_block", "wire_bytes"]
+           "reduce_scatter_block", "wire_bytes", "spelled", "Job"]
 
 W = 40                          # bits per bin (and per slice)
 CAPACITY = 1 << (62 - W)        # terms per element: |slice sum| < n.2^W <= 2^62, carries fit
@@ -499,8 +501,9 @@ def _options(op, compress, error_feedback):
                          "error_feedback= (they round on the wire)")
 
 
-def _input(sendbuf, recvbuf, k, shape_of_recv):
-    """``(BinnedSum or array, recv array, k)`` from the caller's buffers."""
+def _input(sendbuf, recvbuf, k, shape_of_recv, in_place_copy=True):
+    """``(BinnedSum or array, recv array, k)`` from the caller's buffers (in place: a copy of
+    recvbuf, or recvbuf itself with ``in_place_copy=False``)."""
     from mpi4py import MPI
     if isinstance(sendbuf, BinnedSum):
         if k is not None and _k(k, sendbuf.dtype) != sendbuf.k:
@@ -517,7 +520,7 @@ def _input(sendbuf, recvbuf, k, shape_of_recv):
         if recvbuf is None:
             raise ValueError("sendbuf=MPI.IN_PLACE needs a recvbuf holding the input")
         recv = array(recvbuf, "recvbuf", writable=True)
-        send = recv.copy()
+        send = recv.copy() if in_place_copy else recv
     else:
         send = array(sendbuf, "sendbuf")
         if recvbuf is None:
@@ -650,3 +653,233 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", c
     rank = (comm or MPI.COMM_WORLD).Get_rank()
     np.copyto(recv.reshape(-1), rounded(mine, top[rank * n:(rank + 1) * n], k, recv.dtype))
     return recv
+
+
+# ----------------------------------------------------------------------------- every form
+
+def spelled(reproducible):
+    """``reproducible=True`` (None: the default K) or an int K, checked (TypeError)."""
+    if reproducible is True:
+        return None
+    if type(reproducible) is not int:
+        raise TypeError(f"reproducible must be True, False or an int K (slices per value), "
+                        f"got {reproducible!r}")
+    return reproducible
+
+
+class Job:
+    """One reproducible SUM bound to its buffers, for the forms that run it later: nonblocking
+    (``iallreduce``, ``ireduce_scatter_block``), persistent (``*_init``) and ``Buckets``.
+
+    Made inside the form's ``Call``: this rank's checks first (op SUM, a float dtype, K in
+    ``K_RANGE``, no compression; a schedule, not the MPI library's or the shared-memory
+    collective: ``NotImplementedError`` naming the form), then two plans (``mpicoll.plan``,
+    ``reproducible=K``, one of mpicoll's schedules): the MAX of the bin codes (an all-reduce,
+    int8) and the SUM of the slices (the call's own collective, int64: ``plan``), then one
+    agreement of the call's signature -- the caller's dtype and count, the SUM's algorithm,
+    options and executor, and K -- so a rank with ``reproducible=`` and one without (or another
+    K) raise ``ArgumentMismatch``. Both phases run under the call's tag, one after the other
+    (MPI's messages between two ranks on one tag arrive in order). ``run(watch)`` is the whole
+    call: codes, MAX, slices, SUM, one rounding into recvbuf -- the same function of the values'
+    multiset as the blocking call's, so the same bits."""
+
+    def __init__(self, call, collective: str, sendbuf, recvbuf, *, op, k, algorithm="auto",
+                 given=None, form: str = "nonblocking", compress=None, error_feedback=None,
+                 pool: dict | None = None):
+        def take(count, dtype):         # every element is written before it is read (run)
+            spare = pool.pop((count, np.dtype(dtype)), None) if pool is not None else None
+            return spare if spare is not None else np.empty(count, dtype)
+        from . import plan
+        from .buffers import Layout
+        from .registry import lookup
+        given = {key: v for key, v in (given or {}).items() if v is not None}
+        _options(op, compress, error_feedback)
+        algo = None if algorithm == "auto" else lookup(collective, algorithm)
+        if (algo is not None and (algo.library or algo.has("shared-memory"))) \
+                or given.get("inner") == "shm":
+            what = f"inner='shm'" if algo is None or not (algo.library or algo.has(
+                "shared-memory")) else f"algorithm={algorithm!r}"
+            raise NotImplementedError(
+                f"reproducible=True in the {form} form of {collective} runs on one of "
+                f"mpicoll's schedules, not {what} (the MPI library's or the shared-memory "
+                f"collective); pick another algorithm, or the blocking call")
+        size, rank = call.comm.Get_size(), call.comm.Get_rank()
+        if collective == "allreduce":
+            src, recv, k = _input(sendbuf, recvbuf, k, lambda shape, n: shape, False)
+            if recv.size != src.size:
+                raise ValueError(f"recvbuf has {recv.size} elements, expected {src.size}")
+            n = block = src.size
+            # auto, large: reduce-scatter the slices, round this rank's block, all-gather the
+            # floats (each rank rounds n/N elements; fewer bytes); else one all-reduce of them
+            split = algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES
+            blk = -(-n // size) if split else n
+            stride = blk * k + 1
+            sums = take(size * stride if split else stride, np.int64)
+            self.floats = take(size * blk, recv.dtype) if split else None
+            self.blk = blk
+        else:
+            def block_shape(shape, total):
+                return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
+            src, recv, k = _input(sendbuf, recvbuf, k, block_shape, False)
+            if src.size % size:
+                raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
+                                 f"communicator size {size}")
+            n = block = src.size // size
+            self.floats = None
+            if src is not recv and recv.size != n:
+                raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
+            stride = n * k + 1
+            sums = take(size * stride, np.int64)
+        self.collective, self.k, self.dtype, self.size, self.rank = collective, k, recv.dtype, \
+            size, rank
+        self.src, self.recv, self.n, self.stride = src, recv, n, stride
+        self.out = recv.reshape(-1)[:n]         # in place: recvbuf's first block
+        self.codes, self.sums = take(src.size, np.int8), sums
+        self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
+
+        def whole(a):
+            return Layout(a, (), (), a, None, a, a.size)
+        split = collective == "allreduce" and self.floats is not None
+        self.split = split
+        sums_layout = whole(sums) if collective == "allreduce" and not split else \
+            Layout(sums, (), (), sums, None, sums, stride)
+        self.plan = p = plan.make(call, "reduce_scatter_block" if split else collective,
+                                  algorithm, sums_layout, op="sum", given=given,
+                                  form="persistent", reproducible=k)
+        g = None if not split else plan.make(
+            call, "allgather", "auto", Layout(self.floats, (), (), self.floats, None,
+                                              self.floats, self.blk),
+            form="persistent", reproducible=k)
+        max_algo = p.algorithm.name if collective == "allreduce" and not split else "auto"
+        max_given = given if collective == "allreduce" and not split else {}
+        self.max_plan = q = plan.make(call, "allreduce", max_algo, whole(self.codes), op="max",
+                                      given=max_given, form="persistent", reproducible=k)
+        call.open().last_plan = p
+        phases = (p, q) if g is None else (p, q, g)
+        prepared = {id(x): plan.prepare(call, x) for x in phases if x.kind == "schedule"}
+        call.agree(p.algorithm.name, **{**p.fields(), "dtype": self.dtype, "count": block})
+        self._max = None if q.kind != "schedule" else plan.bound(call, q, prepared[id(q)],
+                                                                 self.codes)
+        self._sum = None if p.kind != "schedule" else plan.bound(call, p, prepared[id(p)], sums)
+        self._gather = None if g is None or g.kind != "schedule" else plan.bound(
+            call, g, prepared[id(g)], self.floats)
+
+    @property
+    def result(self):
+        return self.recv
+
+    def release(self, pool: dict) -> None:
+        """Give the job's buffers to ``pool`` (a blocking call's or a request's, done): the next
+        one of the same size takes them instead of faulting in fresh pages (the slices are
+        K x 8/s times the data). Requests in flight together each take their own."""
+        if len(pool) > 8:
+            pool.clear()
+        for a in (self.codes, self.sums, self.floats):
+            if a is not None:
+                pool[(a.size, a.dtype)] = a
+
+    def run(self, watch) -> None:
+        """The whole call (see the class's doc), under ``watch``."""
+        src, top, sums, k, n = self.src, self.codes, self.sums, self.k, self.n
+        if isinstance(src, BinnedSum):
+            top[...] = src.codes
+        else:
+            mb, eb, view = _format(src.dtype)
+            _codes_into(src.reshape(-1).view(view), mb, eb, top)
+        if self._max is not None:
+            self._max(watch)
+        if self.split:
+            stride, blk, rank = self.stride, self.blk, self.rank
+            sums[stride - 1::stride] = _terms(src)
+            last = n - (self.size - 1) * blk            # the last block's elements
+            sums[(self.size - 1) * stride + max(last, 0) * k:-1] = 0     # its padding
+            _local_slices(src, top, k, out=sums, block=blk, stride=stride)
+            if self._sum is not None:
+                self._sum(watch)
+            mine = sums[rank * stride:(rank + 1) * stride]
+            _check_terms(int(mine[-1]))
+            lo, hi = min(rank * blk, n), min((rank + 1) * blk, n)
+            rounded(mine, top[lo:hi], k, self.dtype, out=self.floats[rank * blk:
+                                                                      rank * blk + hi - lo])
+            if self._gather is not None:
+                self._gather(watch)
+            np.copyto(self.recv.reshape(-1), self.floats[:n])
+            return
+        if self.collective == "allreduce":
+            _local_slices(src, top, k, out=sums[:n * k])
+            sums[-1] = _terms(src)
+            if self._sum is not None:
+                self._sum(watch)
+            _check_terms(int(sums[-1]))
+            rounded(sums, top, k, self.dtype, out=self.recv.reshape(-1))
+            return
+        stride, lo = self.stride, self.rank * self.n
+        sums[stride - 1::stride] = _terms(src)
+        _local_slices(src, top, k, out=sums, block=n or 1, stride=stride)
+        if self._sum is not None:
+            self._sum(watch)
+        mine = sums[self.rank * stride:(self.rank + 1) * stride]
+        _check_terms(int(mine[-1]))
+        rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
+
+
+_SPARE: dict = {}       # (count, dtype) -> a buffer a finished blocking call's Job gave back
+
+
+def runs_as_job(collective: str, algorithm, inner=None) -> bool:
+    """Whether the blocking call runs a ``Job`` (a schedule or ``auto``; not the MPI library's
+    or a shared-memory collective, which ``allreduce`` / ``reduce_scatter_block`` above run)."""
+    from .registry import lookup
+    if inner == "shm" or not isinstance(algorithm, str):
+        return False
+    if algorithm == "auto":
+        return True
+    try:
+        algo = lookup(collective, algorithm)
+    except ValueError:
+        return False                    # the plain path names the bad algorithm
+    return not (algo.library or algo.has("shared-memory"))
+
+
+def run(collective: str, k, sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None,
+        inner=None, outer=None, order=None, timeout=None, on_timeout=None, validate=None,
+        compress=None, error_feedback=None):
+    """The blocking form as a ``Job``, run now on the caller's thread; returns recvbuf."""
+    from ._runtime.call import Call
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
+                  given={"inner": inner, "outer": outer, "order": order}, form="blocking",
+                  compress=compress, error_feedback=error_feedback, pool=_SPARE)
+        try:
+            job.run(call.watch)
+        finally:
+            job.release(_SPARE)
+        return job.result
+
+
+def start(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm, given,
+          timeout, on_timeout, validate, compress=None, error_feedback=None):
+    """The nonblocking form: a started ``Request`` running a ``Job`` whole in the progress
+    engine (``wait()`` returns recvbuf)."""
+    from ._runtime.call import Call
+    from .executors.progress import Request
+    k = spelled(reproducible)
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
+                  given=given, form="nonblocking", compress=compress,
+                  error_feedback=error_feedback, pool=_SPARE)
+        req = Request(f"{collective} {job.plan.describe()}", result=job.result,
+                      deferred=job.run, on_done=lambda: job.release(_SPARE))
+        return req.start(call, call.open().traffic)
+
+
+def bind(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm, given,
+         timeout, on_timeout, validate):
+    """The persistent form: a ``persistent.Persistent`` whose run is a ``Job``'s."""
+    from ._runtime.call import Call
+    from .persistent import Persistent
+    k = spelled(reproducible)
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
+                  given=given, form="persistent")
+        return Persistent(call, job.plan, job.layout, run=job.run, copies=False)

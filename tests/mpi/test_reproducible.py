@@ -134,3 +134,105 @@ def test_specials_and_refusals_everywhere(comm):
     from mpicoll.testing import raises_everywhere
     raises_everywhere(comm, ValueError, mpicoll.allreduce, x, op="max", reproducible=True,
                       comm=comm, match="op SUM")
+
+
+# ----------------------------------------------------------------------------- every form
+
+def forms(x, algorithm, comm):
+    """``x`` all-reduced with reproducible=True by every form (name, result)."""
+    from mpi4py import MPI
+    out = [("iallreduce", mpicoll.iallreduce(x, reproducible=True, algorithm=algorithm,
+                                             comm=comm).wait())]
+    if not isinstance(x, R.BinnedSum):
+        out.append(("iallreduce in place", mpicoll.iallreduce(
+            MPI.IN_PLACE, x.copy(), reproducible=True, algorithm=algorithm, comm=comm).wait()))
+    recv = np.empty(x.shape, x.dtype)
+    h = mpicoll.allreduce_init(x, recv, reproducible=True, algorithm=algorithm, comm=comm)
+    out.append(("allreduce_init h()", h().copy()))
+    recv[...] = 0
+    h.start()
+    out.append(("allreduce_init start/wait", h.wait().copy()))
+    h.free()
+    if not isinstance(x, R.BinnedSum):
+        grads = [x.copy(), x[:3].copy()]
+        b = mpicoll.Buckets(grads, bucket_bytes=x.nbytes, average=False,
+                            algorithm=algorithm, comm=comm, reproducible=True)
+        for step in range(2):                   # (wait() leaves the sums in grads)
+            grads[0][...], grads[1][...] = x, x[:3]
+            for i in (1, 0):
+                b.ready(i)
+            b.wait()
+            out.append((f"Buckets step {step}", grads[0].copy()))
+    return out
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving", "hierarchical",
+                                       "double_binary_tree"])
+def test_every_form_same_bits(comm, algorithm):
+    """Nonblocking, persistent (run twice, both ways) and Buckets give the local reproducible
+    sum's bits, which the blocking call gives: any N, any algorithm, plain arrays and local
+    sums; the plan says reproducible=K."""
+    problems = []
+    for dtype in (np.float64, np.float32, R.bfloat16):
+        large = (R.SPLIT_BYTES // 16 + 5,) if algorithm == "auto" else ()    # auto splits
+        for count in (7, 3 * comm.size + 1, 4099) + large:
+            x = data(count, dtype, seed=4)
+            rows = x[:comm.size]                        # one row per rank: a plain array
+            cases = [("plain", rows[comm.rank], bits(R.sum(rows))),
+                     ("local sums", R.sum(mine(x, comm.rank, comm.size, "round-robin")),
+                      bits(R.sum(x)))]
+            for what, mine_x, want in cases:
+                for form, got in forms(mine_x, algorithm, comm):
+                    if bits(got) != want:
+                        problems.append(f"{np.dtype(dtype)} n={count} {what} {form}")
+    described = mpicoll.plan.last(comm).describe()
+    agree(comm, not problems and "reproducible=" in described, (problems[:5], described))
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving"])
+def test_reduce_scatter_block_every_form(comm, algorithm):
+    from mpi4py import MPI
+    n = 6
+    x = data(n * comm.size, np.float32, seed=5)
+    rows = x[:comm.size]
+    want = bits(np.asarray(R.sum(rows))[comm.rank * n:(comm.rank + 1) * n])
+    got = {"blocking": mpicoll.reduce_scatter_block(rows[comm.rank], reproducible=True,
+                                                    algorithm=algorithm, comm=comm),
+           "ireduce_scatter_block": mpicoll.ireduce_scatter_block(
+               rows[comm.rank], reproducible=True, algorithm=algorithm, comm=comm).wait()}
+    h = mpicoll.reduce_scatter_block_init(rows[comm.rank], np.empty(n, np.float32),
+                                          reproducible=True, algorithm=algorithm, comm=comm)
+    got["reduce_scatter_block_init"] = h().copy()
+    h.start()
+    got["reduce_scatter_block_init start"] = h.wait().copy()
+    buf = rows[comm.rank].copy()
+    got["in place"] = mpicoll.ireduce_scatter_block(MPI.IN_PLACE, buf, reproducible=True,
+                                                    algorithm=algorithm, comm=comm).wait()[:n]
+    bad = [form for form, y in got.items() if bits(y) != want]
+    agree(comm, not bad, bad)
+
+
+def test_mismatch_raises_everywhere(comm):
+    """One rank with reproducible=True (or another K) and the others without: ArgumentMismatch
+    on every rank, naming the field (validate=True; without it the tags differ and the
+    deadline's roll call names it)."""
+    from mpicoll.errors import ArgumentMismatch
+    from mpicoll.testing import raises_everywhere
+    if comm.size == 1:
+        pytest.skip("no other rank to disagree with")
+    x = data(9, np.float64, seed=6)[0]
+
+    def blocking(value):
+        return mpicoll.allreduce(x, reproducible=value, comm=comm, validate=True)
+
+    def nonblocking(value):
+        return mpicoll.iallreduce(x, reproducible=value, comm=comm, validate=True).wait()
+
+    def persistent(value):
+        return mpicoll.allreduce_init(x, np.empty_like(x), reproducible=value, comm=comm,
+                                      validate=True)
+
+    for fn in (blocking, nonblocking, persistent):
+        for other in (False, 4):
+            raises_everywhere(comm, ArgumentMismatch, fn, True if comm.rank == 0 else other,
+                              match="reproducible")

@@ -320,3 +320,41 @@ def test_bench_flag():
         with pytest.raises(SystemExit) as exc:
             bench.parse_args(["--reproducible", *bad])
         assert exc.value.code == 2
+
+
+def test_every_form_refuses_bad_values_on_the_calling_rank():
+    """Nonblocking, persistent and Buckets take reproducible= as the blocking call does and
+    refuse what it can't do before any communication, naming it; the MPI library's and the
+    shared-memory collectives (no schedule to run the phases on) raise NotImplementedError
+    naming the form, never run silently without it."""
+    from mpi4py import MPI
+    x = wide(3, 8, np.float64, seed=11)[0]
+    self = dict(comm=MPI.COMM_SELF)
+    starts = {"iallreduce": lambda **kw: mpicoll.iallreduce(x, **self, **kw).wait(),
+              "allreduce_init": lambda **kw: mpicoll.allreduce_init(x, **self, **kw)(),
+              "ireduce_scatter_block":
+                  lambda **kw: mpicoll.ireduce_scatter_block(x, **self, **kw).wait(),
+              "reduce_scatter_block_init":
+                  lambda **kw: mpicoll.reduce_scatter_block_init(x, **self, **kw)(),
+              "Buckets": lambda **kw: mpicoll.Buckets([x.copy()], average=False, **self, **kw)}
+    for name, run in starts.items():
+        with pytest.raises(ValueError, match="op SUM"):
+            run(op=MPI.MAX, reproducible=True)
+        with pytest.raises(ValueError, match=r"k \(slices per value\) must be in 2\.\.8"):
+            run(reproducible=9)
+        with pytest.raises(TypeError, match="reproducible must be"):
+            run(reproducible=2.0)
+        with pytest.raises(NotImplementedError, match="algorithm='mpi'"):
+            run(reproducible=True, algorithm="mpi")
+    with pytest.raises(TypeError, match="dtype"):
+        mpicoll.iallreduce(np.ones(3, np.int64), reproducible=True, **self)
+    with pytest.raises(TypeError, match="dtype"):
+        mpicoll.Buckets([np.ones(3, np.int32)], average=False, reproducible=True, **self)
+    with pytest.raises(NotImplementedError, match="nonblocking form of allreduce.*'shm'"):
+        mpicoll.iallreduce(x, reproducible=True, algorithm="shm", **self)
+    with pytest.raises(ValueError, match="compress"):
+        mpicoll.iallreduce(x.astype(np.float32), compress="bf16", reproducible=True, **self)
+    # one rank: every form is the value itself, and the plan says K
+    assert bits(mpicoll.iallreduce(x, reproducible=4, **self).wait()) == bits(x)
+    h = mpicoll.allreduce_init(x, np.empty_like(x), reproducible=4, **self)
+    assert bits(h()) == bits(x) and "reproducible=4" in h.plan.describe()
