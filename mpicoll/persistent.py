@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 from . import buffers, plan
 from ._runtime.call import Call
-from .errors import ArgumentMismatch, CollectiveTimeout
+from .errors import ArgumentMismatch, CollectiveTimeout, PeerError
 from .executors import progress
 from .executors.progress import Request
 
@@ -142,8 +142,9 @@ class Persistent:
                     watch.wait([self._library], f"MPI_{self.collective.capitalize()}_init")
             elif self._run is not None:
                 self._run(watch)
-        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
-            self._call._failed(exc)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt, PeerError) as exc:
+            if not isinstance(exc, PeerError) or exc.in_flight:     # as a plain call's
+                self._call._failed(exc)
             raise
         if self._copies:
             layout.copy_out()

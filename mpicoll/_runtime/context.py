@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -195,8 +196,9 @@ class CommState:
         builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
         if self.made and not builtin:
             settle(self)
-        _orphans.extend(self.abandoned)         # MPI may still write into their buffers
-        _orphans.extend(self.outbox)
+        _orphans.extend(release(self.abandoned + [r for _, r in self.outbox]))
+        _orphans.extend(m for m, _ in self.outbox)
+        self.abandoned, self.outbox = [], []
         notice.forget(self.parent)
         if self.made:
             notice.forget(self.comm)
@@ -209,7 +211,32 @@ class CommState:
         if self.made and self.comm != MPI.COMM_NULL:
             if not builtin:     # mpicoll's own: every tag (a failed call's data messages too)
                 drain(self.comm, (MPI.ANY_TAG,))
-            self.comm.Free()
+            if self.broken and not builtin:     # messages may still come: free it later
+                _quarantine.append((time.monotonic(), self.comm))
+            else:
+                self.comm.Free()
+        if not builtin:                         # (not inside MPI_Finalize)
+            free_quarantined()
+
+
+def free_quarantined(seconds: float | None = None) -> None:
+    """Free the duplicates of broken communicators freed ``seconds`` (default
+    ``QUARANTINE_SECONDS``) ago or more, dropping what arrived on them meanwhile.
+
+    A failed call can leave data messages in flight, which ``free`` cannot drain; were the
+    duplicate freed at once, MPI could give its context to the next communicator made, where
+    they would arrive as strays of another call (a new ``comm.Dup()``'s first call then failed
+    with "rank(s) [0] are in another call", 1 run in ~60 of the fault matrix's "Free after
+    failure"). Within a node they arrive in microseconds, across nodes in milliseconds."""
+    limit = time.monotonic() - (QUARANTINE_SECONDS if seconds is None else seconds)
+    while _quarantine and _quarantine[0][0] <= limit:
+        _, comm = _quarantine.pop(0)
+        drain(comm, (MPI.ANY_TAG,))
+        comm.Free()
+
+
+QUARANTINE_SECONDS = 1.0
+_quarantine: list = []      # (when, duplicate) of broken communicators the user freed
 
 
 def enter(state: CommState, what: str) -> None:
@@ -272,6 +299,38 @@ def settle(state: CommState) -> None:
     progress = sys.modules.get("mpicoll.executors.progress")   # not loaded: nothing in flight
     if progress is not None:                # (looked up, not imported: no import cycle)
         progress.settle(state, "the communicator was freed while it was in flight")
+
+
+def release(items: list) -> list:
+    """Complete what can be of a freed communicator's abandoned requests (and notices sent):
+    test each, cancel an unfinished one (a receive whose message will never come) and test it
+    again; return those still unfinished, with every buffer (kept alive: MPI may still write
+    into them). A request left pending keeps its communicator -- and its context id, of which
+    MPICH has 2048 per process -- alive: without this a job whose calls kept failing on fresh
+    ``comm.Dup()``s ran out of communicators after ~2000 failures."""
+    kept = []
+    for item in items:
+        if not isinstance(item, MPI.Request):
+            kept.append(item)                   # a buffer (or a handle array)
+            continue
+        try:
+            if item == MPI.REQUEST_NULL or item.Test():
+                continue
+            if isinstance(item, MPI.Prequest):  # (an MPI library's persistent collective:
+                kept.append(item)               # cancelling one kills MPICH's process)
+                continue
+            item.Cancel()
+            end = time.monotonic() + CANCEL_SECONDS
+            while not item.Test():
+                if time.monotonic() > end:
+                    kept.append(item)           # (a send MPI could not cancel)
+                    break
+        except MPI.Exception:
+            kept.append(item)
+    return kept
+
+
+CANCEL_SECONDS = 0.05       # per request: a cancelled receive completes at once
 
 
 def drain(comm: MPI.Intracomm, tags) -> None:

@@ -215,7 +215,9 @@ class Watch:
         if self.signature and any(h[4] != self.signature for h in same.values()):
             signed = {r: h[4] for r, h in same.items()}
             signed[me] = self.signature
-            return mismatch(self.what, signed, missing, timeout, found=found)
+            before = {r: h[6] for r, h in same.items()}
+            before[me] = self.previous
+            return mismatch(self.what, signed, missing, timeout, found=found, before=before)
         if self.signature and any(h[5] != self.history for h in same.values()):
             before = {r: h[6] for r, h in same.items()}
             before[me] = self.previous
@@ -311,10 +313,12 @@ def diverged(what: str, before: dict, missing=(), timeout: float | None = None, 
 
 
 def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None, *,
-             found: bool = False):
+             found: bool = False, before: dict | None = None):
     """The ``ArgumentMismatch`` for the ranks of one call whose signatures differ: ``signed`` is
     ``{rank: signature text}``; each differing field is shown with the ranks that passed each
-    value ("count: 10 on rank(s) [0], 20 on rank(s) [1]")."""
+    value ("count: 10 on rank(s) [0], 20 on rank(s) [1]"). With ``before`` (``{rank: previous
+    call's signature}``), ranks that repeat their previous call while the others moved on from
+    it are named: a likely extra call (``repeated``)."""
     parsed = {r: fields(text) for r, text in sorted(signed.items())}
     names = []
     for values in parsed.values():
@@ -334,7 +338,27 @@ def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None, 
             f"could not match: " + "; ".join(parts))
     if missing:
         text += f"; rank(s) {sorted(missing)} did not answer the roll call"
+    text += repeated(signed, before or {})
     return ArgumentMismatch(text, ranks, table, in_flight=True)
+
+
+def repeated(signed: dict, before: dict) -> str:
+    """A hint for a mismatch where some ranks make the same call again while every other rank
+    made that call last and now makes another: the repeating ranks likely made one call more
+    (a skipped call whose arguments matched: not caught in the call itself), so the others'
+    previous call paired with their extra one and its result there may be wrong."""
+    again = sorted(r for r, sig in signed.items() if sig and sig == before.get(r))
+    if not again or len(again) == len(signed):
+        return ""
+    call = signed[again[0]]
+    if any(signed[r] != call for r in again) or any(
+            before.get(r) != call or signed[r] == call for r in signed if r not in again):
+        return ""
+    others = sorted(set(signed) - set(again))
+    return (f"; rank(s) {again} repeat their previous call ({call}), which rank(s) {others} made "
+            f"last: if rank(s) {again} made it once more than the others, the others' previous "
+            "call paired with their extra one and its result there may be wrong (calls with "
+            "the same arguments are told apart only with validate=\"callsite\")")
 
 
 def stray_mismatch(what: str, mine: str, strays: dict, missing, timeout: float | None, *,

@@ -175,6 +175,23 @@ def test_roll_call_mismatch_report():
            "(collective=bcast algorithm=binomial count=20 root=0)" in str(stray)
 
 
+
+def test_mismatch_names_a_repeated_call():
+    """Rank 0 makes the common call twice, rank 1 once, then both another: at the next call the
+    report names rank 0 as repeating its previous call (a likely extra call); no hint when the
+    ranks' previous calls do not show that pattern."""
+    def sig(count):
+        return tags.signature("allreduce", "ring", {"op": "sum", "dtype": np.dtype(np.float64),
+                                                    "count": count}).text
+    exc = watch.mismatch("allreduce ring", {0: sig(8), 1: sig(4)}, timeout=None, found=True,
+                         before={0: sig(8), 1: sig(8)})
+    assert f"rank(s) [0] repeat their previous call ({sig(8)}), which rank(s) [1] made last" \
+        in str(exc)
+    for before in ({0: sig(8), 1: sig(2)}, {0: sig(2), 1: sig(8)}, {}):
+        plain = watch.mismatch("allreduce ring", {0: sig(8), 1: sig(4)}, before=before)
+        assert "repeat" not in str(plain), before
+
+
 # ----------------------------------------------------------------------------- issue 22
 
 def test_history_enters_the_tag():
