@@ -151,9 +151,24 @@ class Watch:
             return
         self.next_look = now + LOOK_EVERY
         comm = self.comm
-        state = notice.lookup(comm)
+        state = self.heed_notices(requests)
         if state is None:
             return
+        if self.number < 0 or not self.signature or not state.made or not comm == state.comm:
+            return                  # no tag yet (the first call's presence check, Idup)
+        seen = self.stray(comm, state)
+        if seen is not None:
+            self.seen = seen
+            raise self.give_up(requests, step, nsteps, peers, False)
+
+    def heed_notices(self, requests=()):
+        """Read the notices that have come (``notice.py``) and raise the ``PeerError`` they
+        mean for this call, if any (``requests`` kept alive); returns the communicator's state
+        (None: not mpicoll's)."""
+        comm = self.comm
+        state = notice.lookup(comm)
+        if state is None:
+            return None
         if comm.Iprobe(MPI.ANY_SOURCE, notice.notice_tag()):
             state.notices += notice.collect(comm)
         if state.notices:
@@ -164,12 +179,7 @@ class Watch:
                 error.in_flight = numbered or state._dup is not None
                 self.abandoned += list(requests)
                 raise error
-        if self.number < 0 or not self.signature or not state.made or not comm == state.comm:
-            return                  # no tag yet (the first call's presence check, Idup)
-        seen = self.stray(comm, state)
-        if seen is not None:
-            self.seen = seen
-            raise self.give_up(requests, step, nsteps, peers, False)
+        return state
 
     def stray(self, comm, state):
         """``(rank, tag)`` of the first message from another rank that cannot be this call's
