@@ -180,7 +180,7 @@ def published(args) -> None:
 def render(args) -> None:
     data = json.loads(Path(args.json).read_text())
     print({"published": render_published, "measured": render_measured,
-           "pipeline": render_pipeline}[args.what_table](data))
+           "pipeline": render_pipeline, "nodes": render_nodes}[args.what_table](data))
 
 
 def nccl_model(nodes: int, ppn: int, nbytes: float) -> tuple[float, float]:
@@ -265,31 +265,58 @@ def pipeline(args) -> None:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 
 
+NODE_COUNTS = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3072]
+NODE_SIZES = [192 << 10, 12 << 20, 768 << 20]
+
+
+def node_rows(sizes=NODE_SIZES, counts=NODE_COUNTS) -> list[dict]:
+    """Hierarchical vs the rank-order ring on dgx-h100 at each node count of 8 ranks: us."""
+    rows = []
+    for nbytes in sizes:
+        for k in counts:
+            fab = fabric.preset("dgx-h100", k, 8)
+            rows.append({"bytes": nbytes, "nodes": k, "ranks": k * 8,
+                         "ring_us": timed.simulate("allreduce", "ring", fab, nbytes).time * 1e6,
+                         "hierarchical_us": timed.simulate("allreduce", "smp", fab,
+                                                           nbytes).time * 1e6})
+    return rows
+
+
+def render_nodes(rows) -> str:
+    lines = ["| size (B) | nodes | ranks | ring (us) | hierarchical (us) | ring / hierarchical |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['bytes']} | {r['nodes']} | {r['ranks']} | {r['ring_us']:.0f} | "
+                     f"{r['hierarchical_us']:.0f} | {r['ring_us'] / r['hierarchical_us']:.1f} |")
+    return "\n".join(lines)
+
+
 def nodes(args) -> None:
-    """Hierarchical vs the rank-order ring on dgx-h100, 2 to 3,072 nodes of 8: a figure.
+    """Hierarchical vs the rank-order ring on dgx-h100, 2 to 3,072 nodes of 8: the table (and
+    ``--json``), and the figure (``-o``).
 
     The sizes divide into equal ring blocks at every node count (multiples of 3 x 2^14
     elements): uneven blocks at 16,384 ranks and more take minutes (docs/simulator.md).
     """
+    rows = node_rows(args.sizes)
+    print(render_nodes(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    if not args.output:
+        return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    counts = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3072]
     fig, ax = plt.subplots(figsize=(8, 5))
-    rows = []
     for nbytes, color in zip(args.sizes, ("tab:blue", "tab:orange", "tab:green")):
-        ring, hier = [], []
-        for k in counts:
-            fab = fabric.preset("dgx-h100", k, 8)
-            ring.append(timed.simulate("allreduce", "ring", fab, nbytes).time * 1e6)
-            hier.append(timed.simulate("allreduce", "smp", fab, nbytes).time * 1e6)
-            rows.append((nbytes, k, ring[-1], hier[-1]))
-            print(f"| {nbytes} | {k} | {k * 8} | {ring[-1]:.0f} | {hier[-1]:.0f} | "
-                  f"{ring[-1] / hier[-1]:.1f} |", flush=True)
+        mine = [r for r in rows if r["bytes"] == nbytes]
+        counts = [r["nodes"] for r in mine]
         label = f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:g} KiB"
-        ax.plot(counts, ring, "o--", color=color, label=f"ring (rank order), {label}")
-        ax.plot(counts, hier, "s-", color=color, label=f"hierarchical, {label}")
+        ax.plot(counts, [r["ring_us"] for r in mine], "o--", color=color,
+                label=f"ring (rank order), {label}")
+        ax.plot(counts, [r["hierarchical_us"] for r in mine], "s-", color=color,
+                label=f"hierarchical, {label}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("nodes (8 H100 each)")
@@ -299,7 +326,7 @@ def nodes(args) -> None:
     ax.set_title("timed executor, dgx-h100 fabric: hierarchical (ring inside, recursive "
                  "doubling across) vs flat ring", fontsize=9)
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
+    fig.savefig(args.output, dpi=110, metadata={"Software": None})
     print(f"wrote {args.output}")
 
 
@@ -314,7 +341,7 @@ def main() -> int:
     p = sub.add_parser("published")
     p.add_argument("--json", help="write the rows here")
     r = sub.add_parser("render")
-    r.add_argument("what_table", choices=["published", "measured", "pipeline"])
+    r.add_argument("what_table", choices=["published", "measured", "pipeline", "nodes"])
     r.add_argument("json")
     c = sub.add_parser("nccl")
     c.add_argument("--nodes", type=int, nargs="*", default=[1, 5, 25, 125, 625, 3125])
@@ -326,8 +353,10 @@ def main() -> int:
     q = sub.add_parser("pipeline")
     q.add_argument("--json", help="write the rows here")
     n = sub.add_parser("nodes")
-    n.add_argument("--sizes", type=int, nargs="*", default=[192 << 10, 12 << 20, 768 << 20])
-    n.add_argument("-o", "--output", default=str(ROOT / "docs/simulator-nodes.png"))
+    n.add_argument("--sizes", type=int, nargs="*", default=NODE_SIZES)
+    n.add_argument("--json", help="write the rows here")
+    n.add_argument("-o", "--output", default=str(ROOT / "docs/simulator-nodes.png"),
+                   help="the figure ('' for none)")
     args = ap.parse_args()
     {"measured": measured, "nccl": nccl, "nodes": nodes, "published": published,
      "render": render, "pipeline": pipeline}[args.what](args)

@@ -4,6 +4,7 @@ docs/labs.md:
 * the validation table against published numbers is what ``jobs/sim_validation.py render
   published docs/simulator-validation.json`` prints, every row is within its band, and every
   row simulated today gives the recorded prediction;
+* the nodes table is what ``render nodes docs/simulator-nodes.json`` prints, its small rows today's;
 * section 4b is what ``render measured docs/simulator-measured.json`` prints, its measured
   column is today's ``docs/results/allreduce-np{2,4}.json``, and its simulated column today's
   simulator.
@@ -78,3 +79,20 @@ def test_section_4b_is_the_json_and_todays_bench_results():
     today = sim_validation.measured_tables([str(ROOT / "docs" / "results" / first["file"])])[0]
     for a, b in zip(first["rows"][:3], today["rows"][:3]):
         assert a == b
+
+
+NODES = json.loads((ROOT / "docs" / "simulator-nodes.json").read_text())
+
+
+def test_nodes_table_is_the_json_and_its_small_rows_simulate_today_as_recorded():
+    """"Hierarchical vs flat, 2 to 3,072 nodes": the doc's table is the JSON's, and the rows up
+    to 16 nodes (a second of simulation; the rest take ~30 s) give today's times."""
+    stale = "stale: python jobs/sim_validation.py nodes --json docs/simulator-nodes.json"
+    assert block("sim_validation nodes") == sim_validation.render_nodes(NODES), stale
+    small = [r for r in NODES if r["nodes"] <= 16]
+    assert len(small) == 12
+    today = sim_validation.node_rows(sorted({r["bytes"] for r in small}), [2, 4, 8, 16])
+    for old, new in zip(small, today):
+        assert (old["bytes"], old["nodes"]) == (new["bytes"], new["nodes"])
+        for key in ("ring_us", "hierarchical_us"):
+            assert abs(new[key] - old[key]) <= 1e-6 * old[key], (stale, old, new)
