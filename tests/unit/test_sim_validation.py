@@ -96,3 +96,22 @@ def test_nodes_table_is_the_json_and_its_small_rows_simulate_today_as_recorded()
         assert (old["bytes"], old["nodes"]) == (new["bytes"], new["nodes"])
         for key in ("ring_us", "hierarchical_us"):
             assert abs(new[key] - old[key]) <= 1e-6 * old[key], (stale, old, new)
+
+
+@pytest.mark.parametrize("order", ["rank", "node", "rail"])
+def test_rail_lab_table_is_what_the_command_prints(order):
+    """The rail lab's table: each row's time, cross-rail hops and bottleneck link are what its
+    `mpicoll simulate --fabric seed-lab ... --order` command prints today."""
+    import re
+    import subprocess
+    section = DOC.split("### The rail lab (seed lab 2)", 1)[1].split("###", 1)[0]
+    row = next(line for line in section.splitlines() if line.startswith(f"| {order} |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    out = subprocess.run([sys.executable, "-m", "mpicoll", "simulate", "--fabric", "seed-lab",
+                          "--nodes", "2", "--per-node", "8", "-a", "ring", "-b", "16M", "-e",
+                          "16M", "--order", order], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()[-1]
+    time_us = float(out.split("|")[1].split()[0])
+    assert f"{time_us:.1f} us" == cells[4], (row, out)
+    assert cells[5] and cells[5] in out, (row, out)
+    assert re.search(rf"\b{cells[1].split()[0]}$", out.strip()), (row, out)
