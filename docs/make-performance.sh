@@ -10,7 +10,9 @@
 # 2. shm-single: shm's single copy against its window copy, three runs each, taking turns
 #    -> docs/results/shm-single-{auto,off}-*.json
 # 3. roofline: a sweep at N = 2, the STREAM-like probe, the figure -> docs/roofline-np2.png
-# 4. first-call: the first all-reduce at N = 4, cold and warm -> docs/results/first-call-np4.txt
+# 4. first-call: the first all-reduce at N = 4, cold and warm -> docs/results/first-call-np4.txt,
+#    and `import mpicoll` and the first call as whole processes at N = 1, 2, 4
+#    -> docs/results/first-call.{json,txt}
 # 5. the tables: python jobs/doc_tables.py docs/performance.md (tests/unit/test_doc_tables.py
 #    fails on a table that differs from its data)
 # Tables whose data was never kept are not here: their commands are in the page, to run again.
@@ -50,5 +52,7 @@ fi
 if part first-call; then
     python jobs/cold_start.py -n 4 --runs 3 --algorithm auto --executors compiled \
         --dtypes float32 | tee "$OUT/first-call-np4.txt"
+    python jobs/first_call.py -N 1 2 4 --runs 3 --json "$OUT/first-call.json" \
+        | tee "$OUT/first-call.txt"
 fi
 python jobs/doc_tables.py docs/performance.md

@@ -629,13 +629,9 @@ class Comm:
             return _Args(_reducible(_message(sendbuf, "sendbuf", size), "sendbuf"),
                          _reducible(_message(recvbuf, "recvbuf"), "recvbuf"))
         # In place: the input is the whole recvbuf (size blocks), the result its first block,
-        # the rest left as it was (as MPICH and Open MPI do): mpicoll reads a copy.
-        whole = _reducible(_message(recvbuf, "recvbuf", size), "recvbuf")
-        whole = buffers.array(whole, "recvbuf", writable=True)
-        whole = whole.reshape(-1)
-        copy = np.empty_like(whole)
-        return _Args(copy, whole[:whole.size // size],
-                     before=(lambda: np.copyto(copy, whole),))
+        # the rest left as it was (as MPICH and Open MPI do): buffers.reduce_scatter_block's
+        # layout runs on a copy of it and writes back only the first block.
+        return _Args(MPI.IN_PLACE, _reducible(_message(recvbuf, "recvbuf", size), "recvbuf"))
 
     def _gather_args(self, sendbuf, recvbuf) -> _Args:
         size = self.comm.Get_size()

@@ -60,7 +60,8 @@ import tempfile
 import threading
 import time
 
-import ml_dtypes
+from collections.abc import Sequence
+
 import numpy as np
 from llvmlite import ir
 from numba import from_dtype, njit, types
@@ -69,15 +70,62 @@ from numba.extending import intrinsic
 
 from . import settings
 
-__all__ = ["DTYPES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
+__all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
            "as_storage", "kernel_name", "kernel", "warmup", "numpy_kernel",
            "sum_into", "prod_into", "max_into", "min_into"]
 
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-DTYPES = tuple(np.dtype(t) for t in (
-    np.float32, np.float64, np.int32, np.int64,         # the first four: mpicoll's originals
-    np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, bfloat16, np.complex64, np.complex128, np.bool_))
+_NAMES = ("float32", "float64", "int32", "int64",   # the first four: mpicoll's originals
+          "int8", "int16", "uint8", "uint16", "uint32", "uint64",
+          "float16", "bfloat16", "complex64", "complex128", "bool")
+_bf16 = None                # ml_dtypes' bfloat16, once something asked for it (``_bfloat16``)
+
+
+class _Dtypes(Sequence):
+    """The dtypes the kernels reduce, in this order: a tuple that imports ``ml_dtypes`` (about 1 s
+    of CPU, for bfloat16) only when it is listed or indexed, not for ``dtype in DTYPES`` or
+    ``DTYPES.index(dtype)`` (a bfloat16 array brings ml_dtypes along: its user imported it)."""
+
+    def __len__(self) -> int:
+        return len(_NAMES)
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def _all(self) -> tuple:
+        return tuple(_bfloat16() if n == "bfloat16" else np.dtype(n) for n in _NAMES)
+
+    def __contains__(self, x) -> bool:
+        return self._name(x) is not None
+
+    def index(self, x, *args) -> int:
+        name = self._name(x)
+        if name is None:
+            raise ValueError(f"{x!r} is not in kernels.DTYPES")
+        return _NAMES.index(name, *args)
+
+    @staticmethod
+    def _name(x):
+        if isinstance(x, str) and x == "bfloat16":
+            return x
+        try:
+            d = x if isinstance(x, np.dtype) else None if x is None else np.dtype(x)
+        except TypeError:
+            return None
+        if d is None or d.name not in _NAMES:
+            return None
+        return d.name if (_is_bf16(d) if d.kind == "V" else d == np.dtype(d.name)) else None
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == other if isinstance(other, tuple) else self is other
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+DTYPES = _Dtypes()
+NAMES = _NAMES              # DTYPES as strings (str(dtype)), without importing ml_dtypes
 OPS = ("sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor")
 
 # MPI-4.1 §6.9.2 "Predefined Reduction Operations": the type classes each op applies to.
@@ -98,7 +146,31 @@ _CLASS = {"i": "integer", "u": "integer", "f": "floating", "c": "complex", "b": 
 
 
 def _class(dtype: np.dtype) -> str:
-    return "floating" if dtype == bfloat16 else _CLASS[dtype.kind]
+    return "floating" if _is_bf16(dtype) else _CLASS[dtype.kind]
+
+
+def _is_bf16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is ml_dtypes' bfloat16 (by name first: no import for other dtypes)."""
+    return dtype.kind == "V" and dtype.name == "bfloat16" and dtype == _bfloat16()
+
+
+def _bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16, imported on first use, and its entries in the tables below."""
+    global _bf16
+    if _bf16 is None:
+        import ml_dtypes
+        bf16 = np.dtype(ml_dtypes.bfloat16)
+        _HALF[bf16] = np.dtype(np.uint16)
+        _bf16 = bf16
+        _OPS_FOR[bf16] = ops_for(bf16)
+        _ALLOWED.update((op, bf16) for op in _OPS_FOR[bf16])
+    return _bf16
+
+
+def __getattr__(name: str):
+    if name == "bfloat16":          # kernels.bfloat16: imports ml_dtypes
+        return _bfloat16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ops_for(dtype) -> tuple:
@@ -130,22 +202,26 @@ def check(op: str, dtype) -> None:
                         f"ops for {dtype}: {', '.join(ops_for(dtype))}")
 
 
-_HALF = {np.dtype(np.float16): np.dtype(np.uint16), bfloat16: np.dtype(np.uint16)}
+_HALF = {np.dtype(np.float16): np.dtype(np.uint16)}     # + bfloat16, once it is used
 
 
-_OPS_FOR.update((dtype, ops_for(dtype)) for dtype in DTYPES)
-_ALLOWED = {(op, dtype) for dtype in DTYPES for op in ops_for(dtype)}
+_EAGER = [np.dtype(n) for n in _NAMES if n != "bfloat16"]
+_OPS_FOR.update((dtype, ops_for(dtype)) for dtype in _EAGER)
+_ALLOWED = {(op, dtype) for dtype in _EAGER for op in _OPS_FOR[dtype]}
 
 
 def storage(dtype) -> np.dtype:
     """The dtype the kernels (and the executors' messages) see: uint16 for the half types."""
     dtype = np.dtype(dtype)
-    return _HALF.get(dtype, dtype)
+    s = _HALF.get(dtype)
+    return s if s is not None else np.dtype(np.uint16) if _is_bf16(dtype) else dtype
 
 
 def as_storage(a: np.ndarray) -> np.ndarray:
     """``a`` viewed as ``storage(a.dtype)`` (the same memory; ``a`` itself for most dtypes)."""
     s = _HALF.get(a.dtype)
+    if s is None and _is_bf16(a.dtype):
+        s = _HALF[a.dtype]
     return a if s is None else a.view(s)
 
 
@@ -397,7 +473,7 @@ _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.mini
 def kernel_name(op: str, dtype) -> str:
     """The name in ``KERNELS`` of ``op``'s kernel for ``dtype`` (an allowed pair)."""
     dtype = np.dtype(dtype)
-    if dtype == np.float16 or dtype == bfloat16:
+    if dtype == np.float16 or _is_bf16(dtype):
         return f"{dtype}_{op}"
     if op == "prod" and dtype.kind == "c":
         return "complex_prod"

@@ -23,7 +23,7 @@ MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN,
            "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR,
            "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR}
 OPS = tuple(MPI_OPS)
-DTYPE_NAMES = ", ".join(str(d) for d in kernels.DTYPES)
+DTYPE_NAMES = ", ".join(kernels.NAMES)
 KEYS = {id(mpi_op): op for op, mpi_op in MPI_OPS.items()}     # MPI.SUM ... live forever
 
 

@@ -34,7 +34,6 @@ as ``shared_bytes``).
 from __future__ import annotations
 
 from .. import shm
-from ..shm import kernels as _kernels
 
 __all__ = ["cost", "bytes_sent"]
 
@@ -50,12 +49,24 @@ def bytes_sent(rank: int, p: int, n: float) -> float:
 
 
 # The names this module had when it held the transport, for the callers that still use them
-# (api, persistent, bench, jobs, tests): new code imports ``mpicoll.shm``.
-OPS, DTYPES, CHUNK_BYTES, MIN_BYTES = shm.OPS, shm.DTYPES, shm.CHUNK_BYTES, shm.MIN_BYTES
-SINGLE_COPY_MIN_BYTES, PIECE_BYTES = shm.SINGLE_COPY_MIN_BYTES, shm.PIECE_BYTES
-WHOLE_MAX_BYTES = shm.WHOLE_MAX_BYTES
-allreduce, check, supports, warmup = shm.allreduce, shm.check, shm.supports, shm.warmup
-single_copy_expected, window_rank, size_class = (shm.single_copy_expected, shm.window_rank,
-                                                 shm.size_class)
-_slice = _kernels.slice_of
-_HAVE_READV = shm.probe.HAVE_READV
+# (api, persistent, bench, jobs, tests): new code imports ``mpicoll.shm``. Looked up there on
+# first use, so importing the registry leaves shm's kernels and transport unloaded.
+_ALIASES = {"OPS": "OPS", "DTYPES": "DTYPES", "CHUNK_BYTES": "CHUNK_BYTES",
+            "MIN_BYTES": "MIN_BYTES", "SINGLE_COPY_MIN_BYTES": "SINGLE_COPY_MIN_BYTES",
+            "PIECE_BYTES": "PIECE_BYTES", "WHOLE_MAX_BYTES": "WHOLE_MAX_BYTES",
+            "allreduce": "allreduce", "check": "check", "supports": "supports",
+            "warmup": "warmup", "single_copy_expected": "single_copy_expected",
+            "window_rank": "window_rank", "size_class": "size_class"}
+
+
+def __getattr__(name: str):
+    if name in _ALIASES:
+        value = getattr(shm, _ALIASES[name])
+    elif name == "_slice":
+        value = shm.kernels.slice_of
+    elif name == "_HAVE_READV":
+        value = shm.probe.HAVE_READV
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -58,14 +58,34 @@ the ranks whose flags are missing. Details, cost and measurements: docs/algorith
 docs/reliability.md ("Shared memory"), docs/performance.md.
 """
 
-from .kernels import warmup
-from .policy import (DTYPES, OPS, check, check_node_phases, node_phases_by_default,
-                     outside_real_nodes, single_copy_expected, supports, usable)
-from .transport import (PIECE_BYTES, SINGLE_COPY_MIN_BYTES, WHOLE_MAX_BYTES, allreduce,
-                        window_rank)
-from .window import CHUNK_BYTES, MIN_BYTES, Window, size_class
+# name -> the submodule that defines it, imported on first use: ``select`` and ``api`` ask the
+# policy on every call, while the compiled kernels, the window and the transport load only when
+# shm runs (the first call of a job that never picks shm doesn't pay for them).
+_LAZY = {"warmup": "kernels", "Window": "window", "CHUNK_BYTES": "window", "MIN_BYTES": "window",
+         "size_class": "window",
+         **dict.fromkeys(("DTYPES", "OPS", "check", "check_node_phases", "node_phases_by_default",
+                          "outside_real_nodes", "single_copy_expected", "supports", "usable"),
+                         "policy"),
+         **dict.fromkeys(("PIECE_BYTES", "SINGLE_COPY_MIN_BYTES", "WHOLE_MAX_BYTES", "allreduce",
+                          "window_rank"), "transport")}
+_SUBMODULES = ("kernels", "policy", "probe", "transport", "window")
 
 __all__ = ["allreduce", "check", "supports", "usable", "check_node_phases",
            "node_phases_by_default", "outside_real_nodes", "single_copy_expected", "warmup",
            "window_rank", "Window", "size_class", "OPS", "DTYPES", "CHUNK_BYTES", "MIN_BYTES",
            "SINGLE_COPY_MIN_BYTES", "PIECE_BYTES", "WHOLE_MAX_BYTES"]
+
+
+def __getattr__(name: str):
+    import importlib
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
