@@ -268,7 +268,16 @@ def _nonnegative(value, what: str, name: str) -> int:
     return int(value)
 
 
-_REDUCED = frozenset(kernels.DTYPES)
+_REDUCED: set = set()       # dtypes found in kernels.DTYPES (checked once each: a set lookup)
+
+
+def _reduces(dtype) -> bool:
+    if dtype in _REDUCED:
+        return True
+    if dtype in kernels.DTYPES:
+        _REDUCED.add(dtype)
+        return True
+    return False
 
 
 def _plain(msg):
@@ -277,11 +286,11 @@ def _plain(msg):
     predefined datatype (seen before) -- else None (``_message`` parses it). The common case,
     in a fraction of a microsecond: the call then finds its plan in the cache."""
     if type(msg) is np.ndarray:
-        return msg if msg.dtype in _REDUCED else None
+        return msg if _reduces(msg.dtype) else None
     if (type(msg) is list or type(msg) is tuple) and len(msg) == 2:
         buf, datatype = msg
         if type(buf) is np.ndarray and isinstance(datatype, MPI.Datatype) and \
-                _PREDEFINED.get(datatype.handle) is buf.dtype and buf.dtype in _REDUCED and \
+                _PREDEFINED.get(datatype.handle) is buf.dtype and _reduces(buf.dtype) and \
                 buf.flags.c_contiguous:
             return buf
     return None

@@ -209,6 +209,8 @@ CHEAP = {
     "python jobs/fault_matrix.py --cost": "python jobs/fault_matrix.py --cost --reps 1",
     "python jobs/sim_validation.py render published docs/simulator-validation.json":
         "python jobs/sim_validation.py render published docs/simulator-validation.json",
+    "python jobs/sim_validation.py render pipeline docs/simulator-pipeline.json":
+        "python jobs/sim_validation.py render pipeline docs/simulator-pipeline.json",
     "mpiexec -n 4 python -m mpi4py jobs/bench_sweep.py --outdir results/x -b 8 -e 1M":
         "mpiexec -n 2 python -m mpi4py jobs/bench_sweep.py --outdir results/x -b 8 -e 8",
 }
@@ -226,8 +228,14 @@ ELSEWHERE = {
         ("tests/run.sh", "tests/dropin"),
     "mpiexec -n 2 python -m mpi4py jobs/fault_matrix.py --markdown docs/reliability.md":
         ("tests/jobs/test_faults.py", "fault_matrix"),
-    "mpiexec -n 3 python -m mpi4py jobs/fault_matrix.py --markdown docs/reliability.md":
+    "mpiexec -n 3 python -m mpi4py jobs/fault_matrix.py --reps 5 --markdown docs/reliability.md":
         ("tests/jobs/test_faults.py", "fault_matrix"),
+    "python -m mpicoll tune --with-mpi docs/results/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
+    "docs/results/fabric-tuned-{first,second}/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
+    "-o slurm/local/tuning-fabric-1g.json": ("tests/unit/test_cli.py", "--with-mpi"),
+    "mpicoll tune --with-mpi": ("tests/unit/test_cli.py", "--with-mpi"),
+    "python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json":
+        ("tests/unit/test_sim_sharing.py", "sim_validation pipeline"),
     "mpiexec -n 2 python -m mpi4py jobs/train_dp.py --steps 300 --repeats 3 --outdir results":
         ("tests/jobs/test_doc_examples.py", "jobs/train_dp.py"),
     "mpiexec -n 4 python -m mpi4py jobs/train_dp.py --steps 300 --repeats 3 --outdir results":
@@ -255,8 +263,8 @@ ELSEWHERE = {
         ("tests/unit/test_sim_validation.py", "measured"),
     "python jobs/sim_validation.py published --json docs/simulator-validation.json":
         ("tests/unit/test_sim_validation.py", "published"),
-    "python jobs/sim_validation.py nodes -o docs/simulator-nodes.png":
-        ("tests/unit/test_sim_validation.py", "nodes"),
+    "python jobs/sim_validation.py nodes --json docs/simulator-nodes.json -o "
+    "docs/simulator-nodes.png": ("tests/unit/test_sim_validation.py", "simulator-nodes.json"),
     "mpiexec -n 4 python -m mpi4py jobs/hierarchical_vs_flat.py --outdir results/h "
     "--ranks-per-node 2": ("tests/slurm/test_slurm_jobs.py", "hierarchical_vs_flat"),
     "bash tests/run-slurm.sh": ("tests/run.sh", "run-slurm.sh"),
@@ -325,6 +333,11 @@ EXEMPT = {
     "python jobs/segmenting_table.py DIR": "DIR: the folder the uncommitted runs above wrote",
     "python jobs/fabric_report.py": "reads the fabric runs' results/ (bash slurm/local/"
                                     "fabric-reproduce.sh), which only the fabric helper makes",
+    "python jobs/fabric_report.py --collect-tuned results/mpicoll-fabric-<jobid>":
+        "reads a shaped-fabric run's results/ (bash slurm/local/fabric-reproduce.sh)",
+    'MPICOLL_TUNING=$PWD/slurm/local/tuning-fabric-1g.json sbatch --wait slurm/fabric.sbatch '
+    'bench --layouts "4x2 2x2"': "needs the 4-node shaped fabric (local-cluster.sh up --fabric "
+                                 "... --nodes 4; fabric-reproduce.sh runs it)",
     "python jobs/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
     "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
 }
