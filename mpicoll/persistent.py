@@ -182,8 +182,7 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
     """A persistent ``allreduce`` (the arguments of ``mpicoll.allreduce``); collective.
     ``reproducible=True`` (or K): the blocking call's bits (``mpicoll.reproducible.Job``)."""
     if reproducible is not False:
-        from . import reproducible as module
-        return module.bind("allreduce", reproducible, sendbuf, recvbuf, op=op,
+        return _reproducible("allreduce", reproducible, sendbuf, recvbuf, op=op,
                            algorithm=algorithm, comm=comm,
                            given={"inner": inner, "outer": outer, "order": order},
                            timeout=timeout, on_timeout=on_timeout, validate=validate)
@@ -194,14 +193,24 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
         return bind(call, p, layout)
 
 
+def _reproducible(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm,
+                  given, timeout, on_timeout, validate) -> Persistent:
+    """``reproducible=True`` or K: a handle whose run is a ``mpicoll.reproducible.Job``'s."""
+    from . import reproducible as module
+    k = module.spelled(reproducible)
+    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
+        job = module.Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
+                         given=given, form="persistent")
+        return Persistent(call, job.plan, job.layout, run=job.run, copies=False)
+
+
 def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
                               comm=None, timeout=None, on_timeout=None,
                               validate=None, reproducible=False) -> Persistent:
     """A persistent ``reduce_scatter_block``; collective. ``reproducible``: as
     ``allreduce_init``'s."""
     if reproducible is not False:
-        from . import reproducible as module
-        return module.bind("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
+        return _reproducible("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
                            algorithm=algorithm, comm=comm, given={}, timeout=timeout,
                            on_timeout=on_timeout, validate=validate)
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:

@@ -871,15 +871,3 @@ def start(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, com
         req = Request(f"{collective} {job.plan.describe()}", result=job.result,
                       deferred=job.run, on_done=lambda: job.release(_SPARE))
         return req.start(call, call.open().traffic)
-
-
-def bind(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm, given,
-         timeout, on_timeout, validate):
-    """The persistent form: a ``persistent.Persistent`` whose run is a ``Job``'s."""
-    from ._runtime.call import Call
-    from .persistent import Persistent
-    k = spelled(reproducible)
-    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
-        job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
-                  given=given, form="persistent")
-        return Persistent(call, job.plan, job.layout, run=job.run, copies=False)
