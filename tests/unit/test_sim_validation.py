@@ -115,3 +115,19 @@ def test_rail_lab_table_is_what_the_command_prints(order):
     assert f"{time_us:.1f} us" == cells[4], (row, out)
     assert cells[5] and cells[5] in out, (row, out)
     assert re.search(rf"\b{cells[1].split()[0]}$", out.strip()), (row, out)
+
+
+def test_sim_scale_row_is_what_the_simulator_predicts_today():
+    """"Speed": the wall, CPU and memory columns are measurements of their run; the predicted
+    time, waves and critical path are the simulator's and must be today's. The 3,072 x 8
+    hierarchical row is checked here (~6 s of CPU; the 16,384-rank ring row takes ~17 s)."""
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import sim_scale
+    case = "hierarchical+outer=ring:dgx-h100:3072x8:1G"
+    row = next(line for line in block("sim_scale").splitlines() if f"`{case}`" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    r = sim_scale.one(case)
+    stale = "stale: python jobs/sim_scale.py (docs/simulator.md, Speed)"
+    assert (cells[1], cells[5], cells[7], cells[8]) == (
+        str(r["ranks"]), str(r["predicted_ms"]), str(r["waves"]), r["critical_path"]), \
+        (stale, row, r)
