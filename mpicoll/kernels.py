@@ -80,6 +80,12 @@ _NAMES = ("float32", "float64", "int32", "int64",   # the first four: mpicoll's 
 _bf16 = None                # ml_dtypes' bfloat16, once something asked for it (``_bfloat16``)
 
 
+_KNOWN: dict = {}            # np.dtype -> its name in DTYPES, or None (_Dtypes._name)
+_UNSEEN = object()
+_DTYPE_TYPES = frozenset(type(np.dtype(t)) for t in ("f4", "f8", "i1", "i2", "i4", "i8", "u1",
+                                                        "u2", "u4", "u8", "f2", "c8", "c16", "?"))
+
+
 class _Dtypes(Sequence):
     """The dtypes the kernels reduce, in this order: a tuple that imports ``ml_dtypes`` (about 1 s
     of CPU, for bfloat16) only when it is listed or indexed, not for ``dtype in DTYPES`` or
@@ -105,6 +111,18 @@ class _Dtypes(Sequence):
 
     @staticmethod
     def _name(x):
+        if type(x) in _DTYPE_TYPES:             # a dtype seen before: its answer, no allocation
+            known = _KNOWN.get(x, _UNSEEN)
+            if known is not _UNSEEN:
+                return known
+            name = _Dtypes._look(x)
+            if len(_KNOWN) < 256:
+                _KNOWN[x] = name
+            return name
+        return _Dtypes._look(x)
+
+    @staticmethod
+    def _look(x):
         if isinstance(x, str) and x == "bfloat16":
             return x
         try:

@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ArgumentMismatch
-from ..kernels import DTYPES, OPS
+from ..kernels import DTYPES, NAMES, OPS
 from ..registry import COLLECTIVES
 from ..topology import ORDERS
 
@@ -100,7 +100,7 @@ def _show(field: str, row) -> str:
     if field == "op":
         return OPS[v] if v >= 0 else "none"
     if field == "dtype":
-        return str(DTYPES[v]) if v >= 0 else "?"
+        return NAMES[v] if v >= 0 else "?"     # (by name: ml_dtypes stays unimported)
     if field == "compress":
         return _CODECS[v] if v >= 0 else "none"
     if field == "nodes":

@@ -415,8 +415,9 @@ class Request:
             return
         if self._call is not None:
             self._call._failed(exc)             # broken; abort if on_timeout="abort"
-        for other in list(_active):
-            if other is not self and other._state is state and not other.done:
+        for other in list(_active):     # (a follower takes its own request's error)
+            if other is not self and other._state is state and not other.done \
+                    and not other._following:
                 other._fail(CommunicatorBroken(
                     f"{other.what}: failed because {self.what} on the same communicator "
                     f"failed ({type(exc).__name__}: {exc})"))
