@@ -201,6 +201,11 @@ LIBRARY = (
             "who moves nonblocking collectives: a progress thread (needs `MPI_THREAD_MULTIPLE`; "
             "`auto` picks it when the MPI library gives that level) or the caller, in `test`/`wait`",
             "first nonblocking call", _choice("auto", "thread", "caller")),
+    Setting("MPICOLL_BACKGROUND_START", "0 | 1", False,
+            "`1`: a nonblocking call on a communicator mpicoll has not set up yet returns at once "
+            "and a background thread sets it up (docs/reliability.md); `0`: it sets it up "
+            "first, as a blocking call (a hang seen once at 5 ranks with MPI's `Waitall` is not "
+            "understood yet)", "each nonblocking call", _flag),
 )
 
 SCRIPTS = (

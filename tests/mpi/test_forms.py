@@ -171,6 +171,9 @@ def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
     if progress.mode() != "thread":
         pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
     n, size = 12, comm.size
+    from mpicoll.testing import environment
+    switched_on = environment(MPICOLL_BACKGROUND_START="1")     # (off by default)
+    switched_on.__enter__()
     fresh = comm.Dup()
     x = np.arange(n * size, dtype=np.float64) + comm.rank
 
@@ -219,6 +222,7 @@ def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
         agree(comm, np.array_equal(after, np.full(3, size)), f"then {after}")
     finally:
         fresh.Free()
+        switched_on.__exit__(None, None, None)
 
 
 def test_buckets_missed_ready_raises_on_every_rank_then_recovers(comm):
