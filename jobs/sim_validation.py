@@ -170,11 +170,15 @@ def render_published(rows) -> str:
     return "\n".join(lines)
 
 
+def _emit(rows, render_rows, json_path) -> None:
+    """Print the table of ``rows``; write them to ``json_path`` (if given)."""
+    print(render_rows(rows))
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1) + "\n")
+
+
 def published(args) -> None:
-    rows = published_rows()
-    print(render_published(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    _emit(published_rows(), render_published, args.json)
 
 
 def render(args) -> None:
@@ -259,10 +263,7 @@ def render_pipeline(rows) -> str:
 
 def pipeline(args) -> None:
     """hierarchical with pipelined node and network phases: us at each chunk count."""
-    rows = pipeline_rows()
-    print(render_pipeline(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    _emit(pipeline_rows(), render_pipeline, args.json)
 
 
 NODE_COUNTS = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3072]
@@ -299,9 +300,7 @@ def nodes(args) -> None:
     elements): uneven blocks at 16,384 ranks and more take minutes (docs/simulator.md).
     """
     rows = node_rows(args.sizes)
-    print(render_nodes(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    _emit(rows, render_nodes, args.json)
     if not args.output:
         return
     import matplotlib

@@ -134,6 +134,21 @@ def test_the_issues_hierarchical_row(comm):
     _check_forms(comm, "allreduce", "hierarchical", 16384)
 
 
+def _start_then_ssend(comm, start):
+    """Rank 0 calls ``start()`` then ``Ssend``s to rank 1, which receives before its own
+    ``start()``; returns what ``start()`` returned."""
+    token = np.zeros(1)
+    if comm.rank == 0:
+        started = start()
+        comm.Ssend(token, dest=1, tag=7)
+    elif comm.rank == 1:
+        comm.Recv(token, source=0, tag=7)
+        started = start()
+    else:
+        started = start()
+    return started
+
+
 def test_start_then_ssend_completes(comm):
     """A valid MPI program: rank 0 starts a collective, then Ssends to rank 1, which receives
     before it starts its own. Every start returns at once, so it completes (I* forms on a
@@ -145,16 +160,7 @@ def test_start_then_ssend_completes(comm):
     h = mpicoll.allreduce_init(x, np.empty(1024), comm=comm, algorithm="ring")
     for start in (lambda: mpicoll.iallreduce(x, np.empty(1024), comm=comm, algorithm="ring"),
                   lambda: (h.start(), h)[1]):
-        token = np.zeros(1)
-        if comm.rank == 0:
-            req = start()
-            comm.Ssend(token, dest=1, tag=7)
-        elif comm.rank == 1:
-            comm.Recv(token, source=0, tag=7)
-            req = start()
-        else:
-            req = start()
-        out = req.wait()
+        out = _start_then_ssend(comm, start).wait()
         agree(comm, np.array_equal(out, np.full(1024, float(comm.size))), "wrong sum")
 
 
@@ -172,57 +178,47 @@ def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
         pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
     n, size = 12, comm.size
     from mpicoll.testing import environment
-    switched_on = environment(MPICOLL_BACKGROUND_START="1")     # (off by default)
-    switched_on.__enter__()
-    fresh = comm.Dup()
-    x = np.arange(n * size, dtype=np.float64) + comm.rank
+    with environment(MPICOLL_BACKGROUND_START="1"):                # (off by default)
+        fresh = comm.Dup()
+        x = np.arange(n * size, dtype=np.float64) + comm.rank
 
-    def begin():
-        if collective == "iallreduce":
-            return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh)]
-        if collective == "ireduce_scatter_block":
-            return [mpicoll.ireduce_scatter_block(x, np.empty(n), comm=fresh)]
-        if collective == "iallgather":
-            return [mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
-        if collective == "ibcast":
-            return [mpicoll.ibcast(x.copy(), root=size - 1, comm=fresh)]
-        if collective == "Comm.Iallreduce":
-            out = np.empty_like(x)
-            req = mpicoll.Comm(fresh).Iallreduce(x, out)
-            req.result = out
-            return [req]
-        return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, algorithm="ring"),
-                mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
-    try:
-        token = np.zeros(1)
-        if comm.rank == 0:
-            reqs = begin()
-            fresh.Ssend(token, dest=1, tag=7)
-        elif comm.rank == 1:
-            fresh.Recv(token, source=0, tag=7)
-            reqs = begin()
-        else:
-            reqs = begin()
-        got = []
-        for req in reqs:
-            if isinstance(req, MPI.Request):
-                req.Wait()
-                got.append(req.result)
-            else:
-                got.append(req.wait())
-        total = size * np.arange(n * size, dtype=np.float64) + size * (size - 1) / 2
-        want = {"iallreduce": [total], "ireduce_scatter_block":
-                [total[comm.rank * n:(comm.rank + 1) * n]],
-                "iallgather": [np.concatenate([np.arange(n) + r for r in range(size)])],
-                "ibcast": [np.arange(n * size) + size - 1.0], "Comm.Iallreduce": [total],
-                "two in a row": [total, np.concatenate([np.arange(n) + r
-                                                        for r in range(size)])]}[collective]
-        agree(comm, all(np.array_equal(g, w) for g, w in zip(got, want)), f"got {got}")
-        after = mpicoll.allreduce(np.ones(3), comm=fresh)           # a blocking call after
-        agree(comm, np.array_equal(after, np.full(3, size)), f"then {after}")
-    finally:
-        fresh.Free()
-        switched_on.__exit__(None, None, None)
+        def begin():
+            if collective == "iallreduce":
+                return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh)]
+            if collective == "ireduce_scatter_block":
+                return [mpicoll.ireduce_scatter_block(x, np.empty(n), comm=fresh)]
+            if collective == "iallgather":
+                return [mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
+            if collective == "ibcast":
+                return [mpicoll.ibcast(x.copy(), root=size - 1, comm=fresh)]
+            if collective == "Comm.Iallreduce":
+                out = np.empty_like(x)
+                req = mpicoll.Comm(fresh).Iallreduce(x, out)
+                req.result = out
+                return [req]
+            return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, algorithm="ring"),
+                    mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
+        try:
+            reqs = _start_then_ssend(fresh, begin)
+            got = []
+            for req in reqs:
+                if isinstance(req, MPI.Request):
+                    req.Wait()
+                    got.append(req.result)
+                else:
+                    got.append(req.wait())
+            total = size * np.arange(n * size, dtype=np.float64) + size * (size - 1) / 2
+            want = {"iallreduce": [total], "ireduce_scatter_block":
+                    [total[comm.rank * n:(comm.rank + 1) * n]],
+                    "iallgather": [np.concatenate([np.arange(n) + r for r in range(size)])],
+                    "ibcast": [np.arange(n * size) + size - 1.0], "Comm.Iallreduce": [total],
+                    "two in a row": [total, np.concatenate([np.arange(n) + r
+                                                            for r in range(size)])]}[collective]
+            agree(comm, all(np.array_equal(g, w) for g, w in zip(got, want)), f"got {got}")
+            after = mpicoll.allreduce(np.ones(3), comm=fresh)           # a blocking call after
+            agree(comm, np.array_equal(after, np.full(3, size)), f"then {after}")
+        finally:
+            fresh.Free()
 
 
 def test_buckets_missed_ready_raises_on_every_rank_then_recovers(comm):
