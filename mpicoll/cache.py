@@ -160,11 +160,14 @@ _last = (None, None)        # the communicator _entry last found a state of, and
 
 
 def _entry(comm, key):
-    """The entry of ``key`` on ``comm``, or None (the full path). The table is a
+    """The entry of ``key`` on ``comm``, or None (the full path; also while any request is in
+    flight). The table is a
     least-recently-used one: a hit moves its entry last, unless it is the last one already.
     The communicator's state is remembered for the next call on the same communicator object
     (one pair, replaced whole: thread-safe), until it is freed."""
     global _last
+    if progress.busy():         # a request in flight may share the scratch or the window:
+        return None, None       # the full path completes the deferred ones first
     if comm is None:
         comm = MPI.COMM_WORLD
     last = _last
@@ -251,8 +254,6 @@ def allreduce(k, sendbuf, recvbuf, comm):
     elif not _checked(sendbuf, recvbuf):
         return None
     if entry.shared_memory is not None:     # it reads sendbuf itself
-        if progress.busy():                 # a deferred one may share its window: full path
-            return None
         entry.shared(st, (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1),
                      recvbuf.reshape(-1))
         return recvbuf

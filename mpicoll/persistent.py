@@ -45,7 +45,7 @@ class Persistent:
     ``result`` is the output array (``recvbuf``, or ``buf`` for bcast); ``plan`` the plan."""
 
     __slots__ = ("result", "collective", "plan", "_call", "_state", "_layout", "_run",
-                 "_library", "_request", "_copies", "_active", "_freed", "_shared",
+                 "_library", "_request", "_copies", "_active", "_freed",
                  "_nonblocking")
 
     def __init__(self, call: Call, p, layout, *, request=None, run=None, copies: bool = True):
@@ -58,14 +58,13 @@ class Persistent:
         self._copies = copies and request is None
         self._request: Request | None = None            # the progress engine's, at start()
         self._active = self._freed = False
-        self._shared = p.kind == "shared"
 
     def __call__(self):
         """Run the collective once, now; returns ``result``."""
         if self._active or self._freed or self._state.broken:
             self._usable()
-        if self._shared:
-            progress.finish_deferred(self._state)       # they share its window
+        if progress.busy():     # they share the communicator's scratch and window
+            progress.finish_deferred(self._state)
         watch = self._call.watch
         if watch is not None:
             watch.deadline = time.monotonic() + self._call.timeout

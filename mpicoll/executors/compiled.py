@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 import time
 
 import numpy as np
@@ -351,8 +352,9 @@ def _op_code(op: str, dtype: np.dtype) -> tuple:
     return found
 
 
-_requests = np.empty(0, HANDLE)     # grown to the widest table seen (one call at a time)
-_work = np.empty(0, np.int64)
+# Per thread: the progress thread runs a nonblocking call whole (a deferred request) while
+# the caller's thread runs a blocking one; sharing the handles mixed their requests up.
+_mine = threading.local()
 
 
 _STATUS_WORDS = -(-MPI._sizeof(MPI.Status) // 8)       # int64 words per MPI_Status
@@ -360,13 +362,14 @@ _STATUS_WORDS = -(-MPI._sizeof(MPI.Status) // 8)       # int64 words per MPI_Sta
 
 def _buffers(plan: segments.Plan) -> tuple:
     """The request handles (``plan.requests``) and the Testall flag + statuses (``plan.width``)
-    ``plan`` needs, reused across calls."""
-    global _requests, _work
-    if _requests.size < plan.requests:
-        _requests = np.empty(plan.requests, HANDLE)
-    if _work.size < 1 + plan.width * _STATUS_WORDS:
-        _work = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
-    return _requests, _work
+    ``plan`` needs, reused across this thread's calls (grown to the widest table seen)."""
+    mine = _mine.__dict__
+    requests, work = mine.get("requests"), mine.get("work")
+    if requests is None or requests.size < plan.requests:
+        requests = mine["requests"] = np.empty(max(plan.requests, 1), HANDLE)
+    if work is None or work.size < 1 + plan.width * _STATUS_WORDS:
+        work = mine["work"] = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
+    return requests, work
 
 
 def scratch_elements(executor, schedule: Schedule, itemsize: int) -> int:
@@ -498,6 +501,8 @@ def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, 
             watch.wait(pending, step, nsteps, [int(peer) for peer in rows[:, 1]])
         except BaseException:
             watch.abandoned += [buf, scratch, requests, work]   # MPI may still write into them
+            if _mine.__dict__.get("requests") is requests:      # so the next call gets new ones
+                _mine.__dict__.clear()
             _count(schedule.table, step + 1, buf.itemsize, traffic)
             raise
 

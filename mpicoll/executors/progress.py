@@ -429,8 +429,9 @@ def busy() -> bool:
 
 
 def finish_deferred(state) -> None:
-    """Complete the deferred requests in flight on ``state``'s communicator (a blocking call in
-    the same shared-memory window must not overtake them); their errors stay theirs."""
+    """Complete the deferred requests in flight on ``state``'s communicator: the progress
+    thread runs each whole, with the communicator's scratch and shared-memory window, which a
+    blocking call on it uses too, so it must not overtake them; their errors stay theirs."""
     for req in [r for r in _active if r._state is state and r._deferred is not None]:
         try:
             req.wait()

@@ -112,6 +112,42 @@ def test_blocking_call_while_requests_are_in_flight(comm):
     agree(comm, ok, "a blocking call among requests in flight gave a wrong answer")
 
 
+def test_blocking_and_persistent_calls_while_shared_memory_requests_are_in_flight(comm):
+    """The progress thread runs a request in shared memory whole (hierarchical, inner=shm:
+    one rank per virtual node here) while this thread runs blocking calls on the compiled
+    executor, first and cached, on the same communicator and on another, and a persistent
+    one: the Slurm run at 4 ranks on 2 nodes (auto's choice there) returned wrong sums and
+    hung, the two threads sharing the executor's request handles and the communicator's
+    scratch."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    other = comm.Dup()
+    try:
+        with environment(MPICOLL_RANKS_PER_NODE="1"):
+            again = mpicoll.allreduce_init(exact_input(rank, 5_000, np.float64, "sum"),
+                                           algorithm="ring", comm=comm)
+            outs, wrong = [], []
+            for trial in range(3):
+                reqs = [mpicoll.iallreduce(exact_input(rank, 30_000 + k, np.int64, "sum"),
+                                           algorithm="hierarchical", inner="shm", comm=comm)
+                        for k in range(3)]
+                mids = [mpicoll.allreduce(exact_input(rank, 3_001, np.int64, "min"), op="min",
+                                          algorithm=algo, comm=c)
+                        for c in (comm, other) for algo in ("recursive_doubling", "ring")]
+                again.start()
+                outs = mpicoll.waitall(reqs) + [again.wait()]
+                wrong += [f"trial {trial}: blocking call {j}" for j, m in enumerate(mids)
+                          if not np.array_equal(m, exact_result(size, 3_001, np.int64, "min"))]
+                wrong += [f"trial {trial}: request {k}" for k, o in enumerate(outs[:3])
+                          if not np.array_equal(o, exact_result(size, 30_000 + k, np.int64,
+                                                                "sum"))]
+                if not np.array_equal(outs[3], exact_result(size, 5_000, np.float64, "sum")):
+                    wrong.append(f"trial {trial}: persistent")
+            again.free()
+        agree(comm, not wrong, f"wrong answers: {wrong}")
+    finally:
+        other.Free()
+
+
 @pytest.mark.parametrize("compress", ["bf16", "fp16", "int8"])
 @pytest.mark.parametrize("algorithm", [a for a in COLLECTIVES["allreduce"]
                                        if lookup("allreduce", a).scheduled])
