@@ -24,6 +24,12 @@ the blocking calls return None.
 buffer as it was. ``algorithm`` is a name (each collective that has it runs it, the others
 ``auto``) or a ``{collective: name}`` mapping.
 
+``comm.reproducible = True`` (or K, the slices per value; default False) makes every float SUM
+of ``Allreduce`` and ``Reduce_scatter_block``, in each form, give the same bits whatever the
+rank count, algorithm or node layout (``mpicoll.reproducible``). Their other ops and integer
+sums are exact already and run as usual; a floating-point PROD raises ``ValueError`` (there is
+no reproducible product).
+
 An op, datatype or buffer mpicoll cannot do raises mpicoll's error (``TypeError`` or
 ``ValueError`` naming it; ``Unsupported`` for a datatype it doesn't reduce or device memory) on
 the calling rank, before any communication: there is no silent fall-back to the MPI library.
@@ -576,7 +582,8 @@ class Comm:
     (``self.comm``). It is not an ``MPI.Comm`` itself: where one is required (another
     library, ``comm=`` of mpicoll's functions), pass ``self.comm``."""
 
-    def __init__(self, comm=None, algorithm="auto", *, fallback: bool = False):
+    def __init__(self, comm=None, algorithm="auto", *, fallback: bool = False,
+                 reproducible=False):
         if isinstance(comm, Comm):
             comm = comm.comm
         comm = MPI.COMM_WORLD if comm is None else comm
@@ -584,6 +591,7 @@ class Comm:
             raise TypeError(f"mpicoll.Comm wraps an MPI intracommunicator, got {comm!r}")
         self.comm = comm
         self.algorithm = algorithm
+        self.reproducible = reproducible
         self.fallback = bool(fallback)
         self.fallbacks: collections.Counter = collections.Counter()
 
@@ -597,17 +605,30 @@ class Comm:
         self._per = _per_collective(value)
         self._algorithm = value
 
+    @property
+    def reproducible(self):
+        """False, True or K: see the module's doc."""
+        return self._reproducible
+
+    @reproducible.setter
+    def reproducible(self, value) -> None:
+        if not (value is False or value is True or type(value) is int):
+            raise TypeError(f"mpicoll.Comm: reproducible is True, False or an int K (slices per "
+                            f"value), got {value!r}")
+        self._reproducible = value
+
     def algorithm_for(self, collective: str) -> str:
         """The algorithm a collective (``"bcast"`` ...) runs with."""
         return self._per[collective]
 
     def __getattr__(self, name: str):          # only for what this class does not define
-        if name in ("comm", "_per", "_algorithm", "fallback", "fallbacks"):    # not set yet (unpickling, a failed __init__)
+        if name in ("comm", "_per", "_algorithm", "_reproducible", "fallback", "fallbacks"):    # not set yet (unpickling, a failed __init__)
             raise AttributeError(name)
         return getattr(self.comm, name)
 
     def __repr__(self) -> str:
-        return f"<mpicoll.Comm algorithm={self.algorithm!r} over {self.comm!r}>"
+        extra = "" if self._reproducible is False else f" reproducible={self._reproducible!r}"
+        return f"<mpicoll.Comm algorithm={self.algorithm!r}{extra} over {self.comm!r}>"
 
     # what Python looks up on the type, not through __getattr__: as the communicator's
     def __eq__(self, other) -> bool:
@@ -623,8 +644,19 @@ class Comm:
 
     # the buffers of each collective, read as mpi4py reads them (see the module's doc)
 
-    def _how(self, collective: str) -> dict:
-        return {"algorithm": self._per[collective], "comm": self.comm}
+    def _how(self, collective: str, args=None, op=None) -> dict:
+        how = {"algorithm": self._per[collective], "comm": self.comm}
+        if self._reproducible is not False and op is not None:
+            dtype = args.args[1].dtype          # (a reduction's buffers are arrays)
+            if dtype.kind == "f" or dtype.name == "bfloat16":
+                name = _op_name(op)
+                if name == "sum":
+                    how["reproducible"] = self._reproducible
+                elif name == "prod":
+                    raise ValueError(f"mpicoll.Comm: reproducible={self._reproducible!r} has "
+                                     f"no reproducible product of {dtype.name} (op PROD); set "
+                                     "comm.reproducible = False for this call")
+        return how
 
     def _reduce_args(self, sendbuf, recvbuf) -> _Args:
         recv = _reducible(_message(recvbuf, "recvbuf"), "recvbuf")
@@ -681,29 +713,31 @@ class Comm:
         args = self._args(method, make, *given)
         if args is None:
             return getattr(self.comm, method)(*given, **kwargs)
+        how = self._how(collective, args, kwargs.get("op"))
         args.before()
-        fn(*args.args, **kwargs, **self._how(collective))
+        fn(*args.args, **kwargs, **how)
         args.after()
 
     def _start(self, method: str, fn, make, given: tuple, collective: str, **kwargs):
         args = self._args(method, make, *given)
         if args is None:
             return getattr(self.comm, method)(*given, **kwargs)
-        how = self._how(collective)
+        how = self._how(collective, args, kwargs.get("op"))
         return Request._start(lambda *a: fn(*a, **kwargs, **how), args)
 
     def _init(self, method: str, fn, make, given: tuple, collective: str, **kwargs):
         args = self._args(method, make, *given)
         if args is None:
             return getattr(self.comm, method)(*given, **kwargs)
-        return Prequest._make(fn(*args.args, **kwargs, **self._how(collective)), args)
+        return Prequest._make(fn(*args.args, **kwargs,
+                                 **self._how(collective, args, kwargs.get("op"))), args)
 
     # blocking (None, as mpi4py's), nonblocking (Request), persistent (Prequest)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
         recv = _plain(recvbuf)
         send = MPI.IN_PLACE if _in_place(sendbuf) else _plain(sendbuf)
-        if recv is not None and send is not None:       # (the buffers as they are)
+        if recv is not None and send is not None and self._reproducible is False:
             api.allreduce(send, recv, op=op, algorithm=self._per["allreduce"], comm=self.comm)
             return
         self._run("Allreduce", api.allreduce, self._reduce_args, (sendbuf, recvbuf),
@@ -752,6 +786,14 @@ class Comm:
                           "bcast")
 
 
-def wrap(comm=None, algorithm="auto", *, fallback: bool = False) -> Comm:
-    """``Comm(comm, algorithm, fallback=fallback)``."""
-    return Comm(comm, algorithm, fallback=fallback)
+def wrap(comm=None, algorithm="auto", *, fallback: bool = False, reproducible=False) -> Comm:
+    """``Comm(comm, algorithm, fallback=fallback, reproducible=reproducible)``."""
+    return Comm(comm, algorithm, fallback=fallback, reproducible=reproducible)
+
+
+def _op_name(op):
+    """The op's name, or None for one mpicoll does not reduce with (the call then says so)."""
+    try:
+        return ops.name(op)
+    except TypeError:
+        return None

@@ -204,8 +204,8 @@ LIBRARY = (
     Setting("MPICOLL_BACKGROUND_START", "0 | 1", False,
             "`1`: a nonblocking call on a communicator mpicoll has not set up yet returns at once "
             "and a background thread sets it up (docs/reliability.md); `0`: it sets it up "
-            "first, as a blocking call (a hang seen once at 5 ranks with MPI's `Waitall` is not "
-            "understood yet)", "each nonblocking call", _flag),
+            "first, as a blocking call (on, its `MPI_Comm_idup` can pass a collective the user "
+            "starts meanwhile on the communicator, against MPI's ordering rule)", "each nonblocking call", _flag),
 )
 
 SCRIPTS = (

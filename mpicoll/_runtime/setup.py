@@ -18,9 +18,14 @@ call, or anything else that needs the communicator ready, waits until the queue 
 call's, the other ranks (``Call.__exit__``: notices, a broken communicator).
 
 With ``validate=True`` the call agrees before it returns (that is what it asks for), so it
-starts on the caller's thread. Off by default (``MPICOLL_BACKGROUND_START=1`` turns it on): at 5
-ranks on 2 cores, ``mpicoll.Comm``'s ``Iallreduce`` calls on a fresh communicator followed by MPI's
-own ``Request.Waitall`` hung once in CI, not understood yet. Needs the progress thread (``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With
+starts on the caller's thread. Off by default (``MPICOLL_BACKGROUND_START=1`` turns it on),
+because it breaks a rule of MPI: every rank must start a communicator's collectives in one
+order, and this thread's ``MPI_Comm_idup`` of the user's communicator can come before or after
+a collective the user starts there meanwhile (``comm.Ibarrier()`` right after the
+``Iallreduce`` calls: hung at 5 ranks on one node and 3 ranks on two). Starting the ``Idup`` on
+the caller's thread keeps the order, but then MPICH defers the attribute callback of a
+``comm.Free()`` made while it is pending, which the set-up relies on (tried, not landed). Needs
+the progress thread (``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With
 ``caller`` progress no other thread may call MPI while the caller does, and the first
 nonblocking call on a communicator makes the duplicate before it returns, as a blocking one.
 """

@@ -236,3 +236,61 @@ def test_mismatch_raises_everywhere(comm):
         for other in (False, 4):
             raises_everywhere(comm, ArgumentMismatch, fn, True if comm.rank == 0 else other,
                               match="reproducible")
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling"])
+def test_comm_attribute_every_form(comm, algorithm):
+    """``mpicoll.Comm(..., reproducible=True)`` (and the attribute set later): Allreduce,
+    Iallreduce, Allreduce_init and Reduce_scatter_block, with mpi4py's buffer specs, give the
+    local reproducible sum's bits; MAX and integer sums run as usual; a float PROD raises
+    ValueError on every rank (before any communication); a bad value is a TypeError."""
+    from mpi4py import MPI
+    mc = mpicoll.Comm(comm, algorithm)
+    assert mc.reproducible is False
+    mc.reproducible = True
+    n, size, rank = 4099, comm.size, comm.rank
+    rows = data(n, np.float64, seed=6)[:size]
+    want = bits(R.sum(rows))
+    got = {}
+    out = np.empty(n)
+    mc.Allreduce([rows[rank], MPI.DOUBLE], [out, MPI.DOUBLE], op=MPI.SUM)
+    got["Allreduce"] = out.copy()
+    out = np.empty(n)
+    mc.Allreduce(rows[rank], out)                       # plain arrays: not the fast path
+    got["Allreduce plain"] = out.copy()
+    out = np.empty(n)
+    MPI.Request.Waitall([mc.Iallreduce(rows[rank], out)])
+    got["Iallreduce"] = out.copy()
+    out = np.empty(n)
+    p = mc.Allreduce_init(rows[rank], out)
+    p.Start()
+    p.Wait()
+    p.Free()
+    got["Allreduce_init"] = out.copy()
+    bad = [form for form, y in got.items() if bits(y) != want]
+    m = 5
+    x = data(m * size, np.float32, seed=7)[:size]
+    part = np.empty(m, np.float32)
+    mc.Reduce_scatter_block(x[rank], part)
+    if bits(part) != bits(np.asarray(R.sum(x))[rank * m:(rank + 1) * m]):
+        bad.append("Reduce_scatter_block")
+    top = np.empty(n)
+    mc.Allreduce(rows[rank], top, op=MPI.MAX)
+    if not np.array_equal(top, rows.max(axis=0)):
+        bad.append("MAX")
+    counts = np.empty(3, np.int64)
+    mc.Allreduce(np.full(3, rank, np.int64), counts)
+    if not np.array_equal(counts, np.full(3, size * (size - 1) // 2)):
+        bad.append("int64 SUM")
+    try:
+        mc.Allreduce(rows[rank], np.empty(n), op=MPI.PROD)
+        bad.append("float PROD did not raise")
+    except ValueError as exc:
+        if "PROD" not in str(exc):
+            bad.append(f"PROD: {exc}")
+    try:
+        mc.reproducible = "yes"
+        bad.append("reproducible='yes' accepted")
+    except TypeError:
+        pass
+    agree(comm, not bad and mc.reproducible is True and "reproducible=True" in repr(mc), bad)
