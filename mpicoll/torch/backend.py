@@ -79,11 +79,31 @@ class Options:
     ``algorithm``: the all-reduce algorithm (one of ``mpicoll.ALGORITHMS`` or ``"auto"``), or a
     dict ``{collective: algorithm}`` over ``"allreduce"``, ``"reduce_scatter_block"``,
     ``"allgather"``, ``"bcast"`` (missing ones: ``"auto"``). ``timeout``: seconds, overriding
-    ``init_process_group(timeout=)``'s for every call of the group.
+    ``init_process_group(timeout=)``'s for every call of the group. ``reproducible``: True (or
+    K, the slices per value) makes every floating-point SUM and AVG of ``all_reduce`` (and its
+    coalesced form) and of the reduce-scatters give the same bits whatever the world size,
+    algorithm or node layout (``mpicoll.reproducible``); other ops and integer tensors are
+    exact already and run as usual; a floating-point PRODUCT raises ``ValueError``.
     """
 
     algorithm: str | dict = "auto"
     timeout: float | None = None
+    reproducible: bool | int = False
+
+    def reproducible_for(self, view: np.ndarray, op: str) -> dict:
+        """``{"reproducible": ...}`` for a reduction ``op`` of ``view``'s dtype, or ``{}``."""
+        value = self.reproducible
+        if value is False:
+            return {}
+        if not (value is True or type(value) is int):
+            raise TypeError(f"Options.reproducible is True, False or an int K (slices per "
+                            f"value), got {value!r}")
+        if not (view.dtype.kind == "f" or view.dtype.name == "bfloat16"):
+            return {}
+        if op == "prod":
+            raise ValueError(f"Options(reproducible={value!r}): there is no reproducible "
+                             f"product of {view.dtype.name} (ReduceOp.PRODUCT)")
+        return {"reproducible": value} if op == "sum" else {}
 
     def algorithm_for(self, collective: str) -> str:
         if isinstance(self.algorithm, dict):
@@ -371,11 +391,13 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
             if average:
                 averaged.append(t)
 
-            def call(blocking, view=view, op=op):
+            exact = self.options.reproducible_for(view, op)
+
+            def call(blocking, view=view, op=op, exact=exact):
                 if blocking:
-                    mpicoll.allreduce(MPI.IN_PLACE, view, op=op, **kw)
+                    mpicoll.allreduce(MPI.IN_PLACE, view, op=op, **kw, **exact)
                     return None
-                return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw)
+                return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw, **exact)
             calls.append(call)
         size = self._size
 
@@ -528,11 +550,13 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
             if average:
                 averaged.append(output)
 
-            def call(blocking, src=src, dst=dst, op=op):
+            exact = self.options.reproducible_for(dst, op)
+
+            def call(blocking, src=src, dst=dst, op=op, exact=exact):
                 if blocking:
-                    mpicoll.reduce_scatter_block(src, dst, op=op, **kw)
+                    mpicoll.reduce_scatter_block(src, dst, op=op, **kw, **exact)
                     return None
-                return mpicoll.ireduce_scatter_block(src, dst, op=op, **kw)
+                return mpicoll.ireduce_scatter_block(src, dst, op=op, **kw, **exact)
             calls.append(call)
         size = self.size()
 

@@ -174,6 +174,52 @@ def test_options_reach_mpicoll(world):
     agree(world, torch.all(x == world.Get_size()), "sum")
 
 
+def test_reproducible_option(world):
+    """Options(reproducible=True): float SUM and AVG all-reduces and reduce-scatters have the bits
+    of mpicoll's reproducible sum (the same with ring and recursive_doubling), in place, blocking
+    and async; MAX and integer sums run as usual; a float PRODUCT is a ValueError."""
+    from mpicoll import reproducible as R
+    size, rank = world.Get_size(), world.Get_rank()
+    rng = np.random.default_rng(11)
+    rows = (10.0 ** rng.uniform(-8, 8, (size, 4099)) * rng.choice([-1, 1], (size, 4099)))
+    whole_sum = np.asarray(R.sum(rows.astype(np.float32)))
+    want = whole_sum.view(np.uint32)
+    bad = []
+    for algorithm in ("ring", "recursive_doubling"):
+        group = dist.new_group(backend="mpicoll", pg_options=mpicoll.torch.Options(
+            algorithm={"allreduce": algorithm, "reduce_scatter_block": "ring"},
+            reproducible=True))
+        for async_op in (False, True):
+            x = torch.from_numpy(rows[rank].astype(np.float32))
+            work = dist.all_reduce(x, group=group, async_op=async_op)
+            if async_op:
+                work.wait()
+            if not np.array_equal(x.numpy().view(np.uint32), want):
+                bad.append(f"{algorithm} all_reduce async={async_op}")
+        x = torch.from_numpy(rows[rank].astype(np.float32))
+        dist.all_reduce(x, op=dist.ReduceOp.AVG, group=group)
+        if not torch.equal(x, torch.from_numpy(whole_sum.copy()) / size):
+            bad.append(f"{algorithm} AVG")
+        n = 7
+        block = torch.from_numpy(rows[:, :n * size].astype(np.float32)[rank].copy())
+        out = torch.empty(n)
+        dist.reduce_scatter_tensor(out, block, group=group)
+        whole = np.asarray(R.sum(rows[:, :n * size].astype(np.float32)))
+        if not np.array_equal(out.numpy(), whole[rank * n:(rank + 1) * n]):
+            bad.append(f"{algorithm} reduce_scatter_tensor")
+        top = torch.from_numpy(rows[rank].astype(np.float32))
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+        if not np.array_equal(top.numpy(), rows.astype(np.float32).max(axis=0)):
+            bad.append(f"{algorithm} MAX")
+        ints = torch.full((3,), rank, dtype=torch.int64)
+        dist.all_reduce(ints, group=group)
+        if not torch.all(ints == size * (size - 1) // 2):
+            bad.append(f"{algorithm} int64 SUM")
+        with pytest.raises(ValueError, match="PRODUCT"):
+            dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT, group=group)
+    agree(world, not bad, bad)
+
+
 def test_subgroup(world):
     size, rank = world.Get_size(), world.Get_rank()
     if size < 2:
