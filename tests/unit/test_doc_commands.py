@@ -230,6 +230,8 @@ ELSEWHERE = {
         ("tests/jobs/test_faults.py", "fault_matrix"),
     "mpiexec -n 3 python -m mpi4py jobs/fault_matrix.py --reps 5 --markdown docs/reliability.md":
         ("tests/jobs/test_faults.py", "fault_matrix"),
+    "mpiexec -n 4 python -m mpi4py jobs/fault_matrix.py --reps 20 --markdown docs/reliability.md":
+        ("slurm/fault_matrix.sbatch", "jobs/fault_matrix.py"),
     "python -m mpicoll tune --with-mpi docs/results/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
     "docs/results/fabric-tuned-{first,second}/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
     "-o slurm/local/tuning-fabric-1g.json": ("tests/unit/test_cli.py", "--with-mpi"),
@@ -295,6 +297,9 @@ _CLUSTER = "needs a real cluster's partition and account"
 _SETUP = "creates a virtual environment and installs with pip (network; minutes)"
 _USER = "a placeholder for the user's own script or arguments"
 EXEMPT = {
+    "sbatch -N 2 --ntasks-per-node=2 slurm/fault_matrix.sbatch":
+        "every misuse x algorithm x form, 20 times across two Slurm nodes: 9 minutes (its "
+        "table in docs/reliability.md); tests/jobs/test_faults.py runs the matrix's cases",
     "CI=true bash run.sh test": "the whole suite: what CI itself runs",
     "bash run.sh test": "the whole suite: what CI itself runs",
     "bash run.sh bench": _SETUP + "; its bench is `mpiexec -n 4 mpicoll bench -b 8 -e 4M -f 4`",
