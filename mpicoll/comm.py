@@ -612,10 +612,7 @@ class Comm:
 
     @reproducible.setter
     def reproducible(self, value) -> None:
-        if not (value is False or value is True or type(value) is int):
-            raise TypeError(f"mpicoll.Comm: reproducible is True, False or an int K (slices per "
-                            f"value), got {value!r}")
-        self._reproducible = value
+        self._reproducible = ops.reproducible_setting(value, "mpicoll.Comm")
 
     def algorithm_for(self, collective: str) -> str:
         """The algorithm a collective (``"bcast"`` ...) runs with."""
@@ -647,15 +644,8 @@ class Comm:
     def _how(self, collective: str, args=None, op=None) -> dict:
         how = {"algorithm": self._per[collective], "comm": self.comm}
         if self._reproducible is not False and op is not None:
-            dtype = args.args[1].dtype          # (a reduction's buffers are arrays)
-            if dtype.kind == "f" or dtype.name == "bfloat16":
-                name = _op_name(op)
-                if name == "sum":
-                    how["reproducible"] = self._reproducible
-                elif name == "prod":
-                    raise ValueError(f"mpicoll.Comm: reproducible={self._reproducible!r} has "
-                                     f"no reproducible product of {dtype.name} (op PROD); set "
-                                     "comm.reproducible = False for this call")
+            how.update(ops.reproducible_for(self._reproducible, args.args[1].dtype,
+                                            _op_name(op), "mpicoll.Comm"))
         return how
 
     def _reduce_args(self, sendbuf, recvbuf) -> _Args:

@@ -17,7 +17,8 @@ from mpi4py.util import dtlib
 from . import kernels
 from .registry import COLLECTIVES, Algorithm
 
-__all__ = ["OPS", "MPI_OPS", "KEYS", "DTYPE_NAMES", "name", "key", "mpi_name", "library_has", "check"]
+__all__ = ["OPS", "MPI_OPS", "KEYS", "DTYPE_NAMES", "name", "key", "mpi_name", "library_has", "check",
+           "reproducible_setting", "reproducible_for"]
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN,
            "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR,
@@ -86,3 +87,25 @@ def check(collective: str, op: str | None, dtype: np.dtype, algo: Algorithm | No
         raise TypeError(f"algorithm={algo.name!r}: the MPI library has no datatype for {dtype}, "
                         f"so it can't reduce it; use 'auto' or one of mpicoll's own algorithms "
                         f"({own})")
+
+
+def reproducible_setting(value, who: str):
+    """``value`` as a standing ``reproducible`` setting (``mpicoll.Comm``'s attribute, the
+    PyTorch backend's ``Options``): False, True or an int K; else a TypeError naming ``who``."""
+    if not (value is False or value is True or type(value) is int):
+        raise TypeError(f"{who}: reproducible is True, False or an int K (slices per value), "
+                        f"got {value!r}")
+    return value
+
+
+def reproducible_for(value, dtype: np.dtype, op: str | None, who: str) -> dict:
+    """The keyword a standing ``reproducible`` setting adds to one reduction of ``dtype`` by
+    ``op`` (a name; None: not one mpicoll reduces with, the call says so): ``{"reproducible":
+    value}`` for a float SUM; nothing for the other ops and integer sums (exact already); a
+    ValueError for a float PROD (there is no reproducible product)."""
+    if value is False or op is None or not (dtype.kind == "f" or dtype.name == "bfloat16"):
+        return {}
+    if op == "prod":
+        raise ValueError(f"{who}: reproducible={value!r} has no reproducible product of "
+                         f"{dtype.name} (op PROD, ReduceOp.PRODUCT); set it to False for this call")
+    return {"reproducible": value} if op == "sum" else {}

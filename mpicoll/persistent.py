@@ -63,8 +63,7 @@ class Persistent:
         """Run the collective once, now; returns ``result``."""
         if self._active or self._freed or self._state.broken:
             self._usable()
-        if progress.busy():     # they share the communicator's scratch and window
-            progress.finish_deferred(self._state)
+        progress.finish_deferred(self._state)   # (they share its scratch and window)
         watch = self._call.watch
         if watch is not None:
             watch.deadline = time.monotonic() + self._call.timeout

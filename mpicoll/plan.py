@@ -369,8 +369,7 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
         blocking, nonblocking, _ = LIBRARY[p.collective]
         call.mpi(blocking, nonblocking, *args, **kwargs)
         return layout.result
-    if progress.busy():         # a deferred request on this communicator shares its scratch
-        progress.finish_deferred(call.open())       # and window: it completes first
+    progress.finish_deferred(call.open())   # (they share its scratch and window)
     if kind == "shared":
         prepared.run(*shared_buffers(layout), call.tag, call.watch, *shm_signature(call))
     else:

@@ -205,7 +205,8 @@ LIBRARY = (
             "`1`: a nonblocking call on a communicator mpicoll has not set up yet returns at once "
             "and a background thread sets it up (docs/reliability.md); `0`: it sets it up "
             "first, as a blocking call (on, its `MPI_Comm_idup` can pass a collective the user "
-            "starts meanwhile on the communicator, against MPI's ordering rule)", "each nonblocking call", _flag),
+            "starts meanwhile on the communicator, against MPI's ordering rule)",
+            "each nonblocking call", _flag),
 )
 
 SCRIPTS = (

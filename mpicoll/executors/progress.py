@@ -432,6 +432,8 @@ def finish_deferred(state) -> None:
     """Complete the deferred requests in flight on ``state``'s communicator: the progress
     thread runs each whole, with the communicator's scratch and shared-memory window, which a
     blocking call on it uses too, so it must not overtake them; their errors stay theirs."""
+    if not _active:
+        return
     for req in [r for r in _active if r._state is state and r._deferred is not None]:
         try:
             req.wait()

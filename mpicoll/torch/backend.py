@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 import mpicoll
+from mpicoll import ops
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 
 __all__ = ["NAME", "Options", "ProcessGroupMpicoll", "Work", "register", "tensor_view"]
@@ -91,19 +92,10 @@ class Options:
     reproducible: bool | int = False
 
     def reproducible_for(self, view: np.ndarray, op: str) -> dict:
-        """``{"reproducible": ...}`` for a reduction ``op`` of ``view``'s dtype, or ``{}``."""
-        value = self.reproducible
-        if value is False:
-            return {}
-        if not (value is True or type(value) is int):
-            raise TypeError(f"Options.reproducible is True, False or an int K (slices per "
-                            f"value), got {value!r}")
-        if not (view.dtype.kind == "f" or view.dtype.name == "bfloat16"):
-            return {}
-        if op == "prod":
-            raise ValueError(f"Options(reproducible={value!r}): there is no reproducible "
-                             f"product of {view.dtype.name} (ReduceOp.PRODUCT)")
-        return {"reproducible": value} if op == "sum" else {}
+        """``{"reproducible": ...}`` for a reduction ``op`` of ``view``'s dtype, or ``{}``
+        (``mpicoll.ops.reproducible_for``: the rule ``mpicoll.Comm`` follows too)."""
+        value = ops.reproducible_setting(self.reproducible, "Options")
+        return ops.reproducible_for(value, view.dtype, op, "Options")
 
     def algorithm_for(self, collective: str) -> str:
         if isinstance(self.algorithm, dict):
