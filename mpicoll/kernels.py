@@ -599,6 +599,14 @@ def lock_path() -> str:
     return _lock_path
 
 
+def use_lock_file(path: str) -> None:
+    """Take ``file_lock`` on ``path`` in this process, not on ``lock_path()``: for a process
+    that compiles numba functions no other process compiles meanwhile (``mpicoll.tools.warm``'s
+    second process), which need not wait for the others' turns."""
+    global _lock_path
+    _lock_path = path
+
+
 def _patch_numba_cache() -> None:
     """Wrap numba's ``Cache.load_overload`` once: inside a shared ``file_lock``, a miss takes the
     lock exclusively and looks again (double-checked), so only one process compiles. Outside

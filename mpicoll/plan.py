@@ -103,8 +103,10 @@ class Plan:
                 "executor": self.executor, "segments": self.segments or None,
                 "reproducible": self.reproducible or None}
 
-    def agree(self, call: Call) -> None:
-        call.agree(self.algorithm.name, **self.fields())
+    def agree(self, call: Call, **instead) -> None:
+        """Agree this plan's fields across the ranks (``instead``: values that replace some,
+        e.g. the user's dtype and count where the plan runs on a derived buffer)."""
+        call.agree(self.algorithm.name, **{**self.fields(), **instead})
 
     def describe(self) -> str:
         """The algorithm and its options, as the bench prints them (``ring order=node``)."""

@@ -757,7 +757,7 @@ class Job:
         call.open().last_plan = p
         phases = (p, q) if g is None else (p, q, g)
         prepared = {id(x): plan.prepare(call, x) for x in phases if x.kind == "schedule"}
-        call.agree(p.algorithm.name, **{**p.fields(), "dtype": self.dtype, "count": block})
+        p.agree(call, dtype=self.dtype, count=block)
         self._max = None if q.kind != "schedule" else plan.bound(call, q, prepared[id(q)],
                                                                  self.codes)
         self._sum = None if p.kind != "schedule" else plan.bound(call, p, prepared[id(p)], sums)

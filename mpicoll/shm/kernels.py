@@ -441,10 +441,12 @@ def single_copy(src, dst, flags, rank, seq, resume, code, acc, scratch, piece, i
 _ready: set = set()
 
 
-def warmup(dtype, readonly: bool = False) -> float:
-    """Compile (or load from numba's disk cache) ``window_copy`` and ``single_copy`` for arrays
-    of ``kernels.storage(dtype)`` (and a read-only input: numba types it apart), under
-    ``kernels.file_lock``; the seconds spent (0.0 when ready)."""
+def warmup(dtype, readonly: bool = False,
+           functions: tuple = ("window_copy", "single_copy")) -> float:
+    """Compile (or load from numba's disk cache) ``window_copy`` and ``single_copy`` (or those
+    of them ``functions`` names) for arrays of ``kernels.storage(dtype)`` (and a read-only
+    input: numba types it apart), under ``kernels.file_lock``; the seconds spent (0.0 when
+    ready)."""
     dtype = kernels.storage(dtype)
     if (dtype, readonly) in _ready:
         return 0.0
@@ -454,9 +456,12 @@ def warmup(dtype, readonly: bool = False) -> float:
         src.flags.writeable = not readonly
         flags = np.zeros(FLAGS * LINE, np.int64)
         first = CODES.index(kernels.ops_for(dtype)[0])
-        window_copy(src, dst, np.zeros((2, 1, 4), dtype), flags, 0, 1, 0, first,
-                    np.empty(BLOCK, dtype), 0.0, 0.0, 0, False)
-        single_copy(src, dst, flags, 0, 1, 0, first, np.empty(BLOCK, dtype),
-                    np.empty(1, dtype), 1, np.zeros(4, np.int64), 0.0, 0.0, 0, True, False)
-    _ready.add((dtype, readonly))
+        if "window_copy" in functions:
+            window_copy(src, dst, np.zeros((2, 1, 4), dtype), flags, 0, 1, 0, first,
+                        np.empty(BLOCK, dtype), 0.0, 0.0, 0, False)
+        if "single_copy" in functions:
+            single_copy(src, dst, flags, 0, 1, 0, first, np.empty(BLOCK, dtype),
+                        np.empty(1, dtype), 1, np.zeros(4, np.int64), 0.0, 0.0, 0, True, False)
+    if {"window_copy", "single_copy"} <= set(functions):
+        _ready.add((dtype, readonly))
     return MPI.Wtime() - started

@@ -55,6 +55,9 @@ JOBS = {
     "scaling": ("scaling.sbatch", TWO_NODES, {}, ["--sizes", "8,4K", "-n", "5"]),
     "ring_order": ("ring_order.sbatch", TWO_NODES + ["--distribution=cyclic"], {},
                    ["--counts", "1000,100000", "-n", "3"]),
+    # Issue #22's fault matrix at N = 4 across the two nodes: every case x algorithm x form once
+    # (the shared-memory ones refuse ranks on two nodes, and the job leaves them out).
+    "fault_matrix": ("fault_matrix.sbatch", TWO_NODES, {"MPICOLL_FAULT_ARGS": "--reps 1"}, []),
     # The documented fallback: the MPI library's mpiexec inside the allocation, the Python
     # named by MPICOLL_VENV (not on PATH), results under MPICOLL_RESULTS.
     "mpiexec": ("bench.sbatch", TWO_NODES,
@@ -74,7 +77,8 @@ JOBS = {
 CLEARED = ("MPICOLL_RANKS_PER_NODE", "MPICOLL_LAUNCHER", "MPICOLL_PMI", "MPICOLL_PYTHON",
            "MPICOLL_VENV", "MPICOLL_RESULTS", "MPICOLL_BENCH_ARGS", "MPICOLL_COLLECTIVES",
            "MPICOLL_SWEEP", "MPICOLL_TEST_RANKS", "MPICOLL_SCALING_ARGS",
-           "MPICOLL_LAUNCHER_ARGS", "MPICOLL_ROOT", "MPICOLL_HIER_INNER", "MPICOLL_PROFILE")
+           "MPICOLL_LAUNCHER_ARGS", "MPICOLL_ROOT", "MPICOLL_HIER_INNER", "MPICOLL_PROFILE",
+           "MPICOLL_FAULT_ARGS")
 
 
 @dataclass

@@ -90,6 +90,24 @@ def test_mpi_test_suite_across_ranks(job):
         assert r["exit"] == 0 and r["failed"] == 0 and r["passed"] > 0, runs
 
 
+@pytest.mark.slurm_job("fault_matrix")
+def test_fault_matrix_across_nodes(job):
+    """Issue #22's matrix at N = 4 on two nodes, once: every case of every algorithm and form
+    ends as promised on every rank (no FAIL, no hang: the job would have aborted), and the
+    shared-memory algorithms, which refuse ranks on two nodes, are left out as the job says."""
+    assert_ok(job)
+    res = load(job.results() / "fault_matrix.json")
+    rows = res["rows"]
+    assert rows and {len(r["ranks"]) for r in rows} == {4}, job.explain()
+    assert {"local error", "count mismatch", "skipped call then another", "root=self bcast",
+            "Free in flight", "threads"} <= {r["case"] for r in rows}
+    assert "shm" not in {r["algorithm"] for r in rows}
+    for row in rows:
+        assert not row["verdict"].startswith("FAIL"), row
+        if row["owner"] is None:
+            assert row["verdict"] == "ok", row
+
+
 @pytest.mark.slurm_job("crossover")
 def test_crossover_measured_and_modelled(job):
     assert_ok(job)

@@ -1,0 +1,83 @@
+"""Fill numba's disk cache, once per checkout, with everything a default call can compile: the
+kernels of every dtype x op, the compiled executor's loop for every storage dtype, and shm's two
+loops (``window_copy``, ``single_copy``) for its dtypes. ``bash run.sh`` runs it before any MPI
+job, so no rank's first call compiles (docs/performance.md: minutes on a fresh clone).
+
+    python -m mpicoll.tools.warm            # nothing to do when its stamp is newer than mpicoll
+
+Two processes compile side by side, split by numba function, so that each function's cache
+index is written by one process only (numba rewrites a function's whole index when it saves an
+overload: two writers could drop each other's entries). This process compiles the kernels
+first, then starts the second process for shm's ``window_copy`` (which only loads the kernels
+it calls), and meanwhile compiles the executor's loops and shm's ``single_copy``. The second
+takes ``kernels.file_lock`` on a lock file of its own (``kernels.use_lock_file``): on the shared
+one, the two compilations would take turns. On two cores: about half the time of one process.
+A stamp file in numba's cache folder, newer than every source file of mpicoll, marks it done.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import kernels
+from ..algorithms import allreduce_shm
+from ..executors import compiled
+
+
+def stamp() -> Path:
+    return Path(kernels.lock_path()).with_name("mpicoll-warm.stamp")   # numba's cache folder
+
+
+def fresh() -> bool:
+    newest = max(p.stat().st_mtime for p in Path(kernels.__file__).parent.rglob("*.py"))
+    return stamp().exists() and stamp().stat().st_mtime >= newest
+
+
+def window_copies() -> None:
+    """The second process's share: shm's ``window_copy`` for each of its dtypes."""
+    kernels.use_lock_file(kernels.lock_path() + ".window-copy")
+    for dtype in kernels.DTYPES:
+        if dtype in allreduce_shm.DTYPES:
+            allreduce_shm.warmup(dtype, functions=("window_copy",))
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--window-copy"]:
+        window_copies()
+        return 0
+    if argv:
+        print("usage: python -m mpicoll.tools.warm", file=sys.stderr)
+        return 2
+    if fresh():
+        return 0
+    print(f"run.sh: numba compiles mpicoll's kernels into {stamp().parent} (once; minutes on a "
+          "fresh clone)", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    for dtype in kernels.DTYPES:
+        for op in kernels.ops_for(dtype):
+            kernels.warmup(op, dtype)
+    second = subprocess.Popen([sys.executable, "-m", "mpicoll.tools.warm", "--window-copy"])
+    try:
+        for dtype in kernels.DTYPES:
+            if compiled.available() is None:
+                compiled.warmup(kernels.storage(dtype))
+            if dtype in allreduce_shm.DTYPES:
+                allreduce_shm.warmup(dtype, functions=("single_copy",))
+    except BaseException:
+        second.kill()
+        raise
+    if second.wait():
+        print(f"run.sh: shm's window_copy failed to compile (exit {second.returncode})",
+              file=sys.stderr)
+        return 1
+    stamp().touch()
+    print(f"run.sh: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
