@@ -48,7 +48,8 @@ order. Each step gets one of three modes (``_step``):
 * lockstep -- where a step sends the slice it reduces (recursive doubling): round j's sends go
   with round j's receives; allowed only if no segment is reduced before a send of a later round
   reads it, no two reduced receives into one element run in the other order, and no copied
-  receive overlaps another transfer (``_keeps_order``);
+  receive overlaps another transfer (``_keeps_order``); a receive reduced into the next one
+  (``Recv.into_next``, naive) needs that one's segment j in its own segment j's round;
 * one round -- otherwise, and in steps that reduce nothing: the segments are posted together,
   which is the unsegmented step with more messages.
 """
