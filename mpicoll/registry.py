@@ -48,8 +48,8 @@ TOKENS = {
                      "trace), a cost formula for one node",
     "cost-approximate": "cost() approximates the schedule's time (a pipeline's fill and drain); "
                         "its round count is exact",
-    "own-rounding": "each rank groups the reduction its own way: float results can differ "
-                    "between ranks in the last bits; auto never chooses it",
+    "baseline": "a teaching baseline: p-1 messages each way in one step, which the cost "
+                "model prices as one latency; auto never chooses it",
 }
 
 
@@ -177,7 +177,7 @@ ALLREDUCE = _table(
               ("any-size", "commutative", "node-layout", "node-phases", "cost-approximate"),
               aliases=("dtree",),
               pick=allreduce_double_binary_tree.pick),
-    Algorithm("naive", allreduce_naive, ("any-size", "own-rounding")),
+    Algorithm("naive", allreduce_naive, ("any-size", "baseline")),
     Algorithm("shm", allreduce_shm, ("any-size", "shared-memory")),
     Algorithm("mpi", None, ("library",)),
 )

@@ -7,7 +7,8 @@ vocabulary is closed and small:
 * ``Send(peer, lo, hi)``          -- send elements ``buf[lo:hi]`` to ``peer``;
 * ``Recv(peer, lo, hi, reduce)``  -- receive ``hi - lo`` elements from ``peer`` and either
   reduce them into ``buf[lo:hi]`` (``acc = op(acc, incoming)``, or ``op(incoming, acc)`` with
-  ``left=True``) or copy them there.
+  ``left=True``) or copy them there; with ``into_next=True`` the accumulator is instead the
+  step's next receive, still in scratch (how ``naive`` folds received vectors together).
 
 A *step* is a tuple of such operations that are started together and finished together (an
 ``MPI_Sendrecv`` is a step with one Send and one Recv). Received data that is reduced lands in a
@@ -28,7 +29,7 @@ from typing import Iterable, Sequence, Union
 
 __all__ = [
     "Send", "Recv", "Schedule", "block_displs", "make_schedule", "check_step",
-    "pof2_fold", "fold_real_rank", "virtual_blocks",
+    "pof2_fold", "fold_real_rank", "virtual_blocks", "check_into_next",
 ]
 
 
@@ -51,6 +52,10 @@ class Recv:
     A reduction computes ``acc = op(acc, incoming)``, or ``op(incoming, acc)`` with ``left``:
     when two ranks reduce the same pair of vectors, both put the same one on the left and so
     get the same bits (MAX of +0.0 and -0.0, or the payload of a NaN, depend on the order).
+
+    ``into_next``: ``acc`` is not ``buf[lo:hi]`` but the vector of the step's next receive
+    (which must reduce the same slice), where it waits in scratch before being reduced in its
+    turn: so received vectors can be reduced together before they meet the rank's own.
     """
 
     peer: int
@@ -58,14 +63,18 @@ class Recv:
     hi: int
     reduce: bool
     left: bool = False
+    into_next: bool = False
 
     def __repr__(self) -> str:
         how = ("reduce" + (" (as left operand)" if self.left else "")) if self.reduce else "copy"
-        return f"recv [{self.lo}:{self.hi}) <- {self.peer} {how}"
+        return f"recv [{self.lo}:{self.hi}) <- {self.peer} {how}" + (
+            " into the next receive" if self.into_next else "")
 
 
 Op = Union[Send, Recv]
-TABLE_KINDS = ("send", "recv copy", "recv reduce", "recv reduce (as left operand)")
+TABLE_KINDS = ("send", "recv copy", "recv reduce", "recv reduce (as left operand)",
+               "recv reduce into the next receive",
+               "recv reduce (as left operand) into the next receive")
 Step = tuple  # tuple[Op, ...]
 
 
@@ -86,7 +95,8 @@ class Schedule:
         def move(op: Op) -> Op:
             if isinstance(op, Send):
                 return Send(ranks[op.peer], op.lo + offset, op.hi + offset)
-            return Recv(ranks[op.peer], op.lo + offset, op.hi + offset, op.reduce, op.left)
+            return Recv(ranks[op.peer], op.lo + offset, op.hi + offset, op.reduce, op.left,
+                        op.into_next)
         return Schedule(tuple(tuple(move(op) for op in step) for step in self.steps))
 
     def elements_sent(self) -> int:
@@ -107,17 +117,20 @@ class Schedule:
     @cached_property
     def plan(self) -> tuple:
         """The steps as plain tuples, for executors: per step ``(recvs, sends)`` with
-        ``recvs = ((peer, lo, hi, reduce, left, scratch_lo), ...)`` (reduced receives land in
-        scratch at ``scratch_lo``) and ``sends = ((peer, lo, hi), ...)``."""
+        ``recvs = ((peer, lo, hi, reduce, left, scratch_lo, into), ...)`` (reduced receives land
+        in scratch at ``scratch_lo``; ``into``: -1, or for ``into_next`` the next receive's
+        ``scratch_lo``, the accumulator) and ``sends = ((peer, lo, hi), ...)``."""
         plan = []
         for step in self.steps:
-            recvs, offset = [], 0
-            for op in step:
-                if isinstance(op, Recv):
-                    recvs.append((op.peer, op.lo, op.hi, op.reduce, op.left, offset))
-                    offset += (op.hi - op.lo) if op.reduce else 0
+            check_into_next(step)
+            ops = [op for op in step if isinstance(op, Recv)]
+            at = [0]                                # each receive's scratch_lo
+            for op in ops:
+                at.append(at[-1] + ((op.hi - op.lo) if op.reduce else 0))
+            recvs = tuple((op.peer, op.lo, op.hi, op.reduce, op.left, at[i],
+                           at[i + 1] if op.into_next else -1) for i, op in enumerate(ops))
             sends = tuple((op.peer, op.lo, op.hi) for op in step if isinstance(op, Send))
-            plan.append((tuple(recvs), sends))
+            plan.append((recvs, sends))
         return tuple(plan)
 
     @cached_property
@@ -139,8 +152,9 @@ class Schedule:
         import numpy as np
         rows = []
         for index, (recvs, sends) in enumerate(self.plan):
-            for peer, lo, hi, reduce, left, at in recvs:
-                rows.append((index, peer, lo, hi, 3 if left else 2 if reduce else 1, at))
+            for peer, lo, hi, reduce, left, at, into in recvs:
+                kind = (2 + left + (2 if into >= 0 else 0)) if reduce else 1
+                rows.append((index, peer, lo, hi, kind, at))
             rows += [(index, peer, lo, hi, 0, 0) for peer, lo, hi in sends]
         return np.array(rows, np.int64).reshape(-1, 6)
 
@@ -198,8 +212,21 @@ def fold_real_rank(newrank: int, rem: int) -> int:
     return newrank * 2 + 1 if newrank < rem else newrank + rem
 
 
+def check_into_next(step: Step) -> None:
+    """Raise unless every ``into_next`` receive reduces, and the step's next receive reduces
+    the same slice."""
+    recvs = [op for op in step if isinstance(op, Recv)]
+    for r, following in zip(recvs, recvs[1:] + [None]):
+        if r.into_next and not (r.reduce and following is not None and following.reduce
+                                and (following.lo, following.hi) == (r.lo, r.hi)):
+            raise ValueError(f"{r!r}: the step's next receive must reduce the same slice, "
+                             f"got {following!r}")
+
+
 def check_step(step: Step) -> None:
-    """Raise if a copied receive overlaps a send or another receive of the same step."""
+    """Raise if a copied receive overlaps a send or another receive of the same step, or an
+    ``into_next`` receive has no next receive of its slice (``check_into_next``)."""
+    check_into_next(step)
     recvs = [op for op in step if isinstance(op, Recv)]
     for r in recvs:
         if r.reduce:

@@ -16,8 +16,8 @@ tuned  ``auto``; ``MPICOLL_TUNING``'s table          the measured winner for thi
        node, ``"N/L"`` across nodes (L ranks on the  (``"options"``; an argument or setting
        largest node; a one-node row never serves a   wins; ``inner="shm"`` only where the node
        call across nodes)                            phases can run)
-model  ``auto``; the cost model (``MPICOLL_PROFILE``)  the lowest predicted time among algorithms
-       predicts                                      that give every rank the same bits
+model  ``auto``; the cost model (``MPICOLL_PROFILE``)  the lowest predicted time, leaving out
+       predicts                                      ``naive`` (``baseline``) and ``shm``
 lib    the choice is the MPI library's and it has    MPICH's classic rule (below), which names
        no datatype for the dtype (bfloat16), or the  only mpicoll's own schedules
        call needs a schedule (compression) and the
@@ -102,8 +102,8 @@ def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str 
     profile = model.default_profile()
     predicted = model.predict_all(size, nbytes, profile, collective=collective,
                                   ranks_per_node=ranks_per_node)
-    predicted = {name: t for name, t in predicted.items()     # auto gives every rank one result
-                 if not lookup(collective, name).has("own-rounding")
+    predicted = {name: t for name, t in predicted.items()     # never a teaching baseline
+                 if not lookup(collective, name).has("baseline")
                  and not lookup(collective, name).has("shared-memory")}    # see the module doc
     return min(predicted, key=predicted.get) if predicted else None
 

@@ -3,22 +3,21 @@
 A teaching baseline, the "all-gather everything, then sum locally" of the seeds (seed 001,
 chapter 3; Open MPI's ``allgather_reduce``, algorithm 7 of coll/tuned), written with the same
 closed vocabulary as the others: one step in which rank r sends ``buf`` to each of the other
-p-1 ranks and receives each of theirs into scratch, then reduces them into its own vector with
-the operands in rank order -- the lower ranks' vectors on the left (``Recv.left``), from r-1
-down to 0, then the higher ranks' on the right, from r+1 up to p-1:
+p-1 ranks and receives each of theirs into scratch, then folds all p vectors in rank order:
 
-    rank r computes  x0 + (x1 + ( ... (x(r-1) + x(r)) ... )) + x(r+1) + ... + x(p-1)
+    every rank computes  ((x0 + x1) + x2) + ... + x(p-1)
 
-Operands stay in rank order, so a non-commutative (associative) op is fine, but each rank
-groups them differently: integer results and MAX/MIN are the same everywhere, while float sums
-and products can differ between ranks in the last bits (restriction ``own-rounding``). One
-grouping on every rank cannot be written in this vocabulary: a received vector is always reduced
-into the rank's own, so x(r) sits in the innermost pair on rank r; it would take a reduction
-between two received vectors (the scratch already holds all p-1 of them, (p-1).n bytes).
+the left fold, grouped alike on every rank, so every rank ends with the same bits (float sums
+and products too) -- those of ``shm`` and of numpy's ufunc applied rank after rank. The lower
+ranks' vectors are folded together in scratch first, each into the next one's place
+(``Recv.into_next``: x0 into x1, that sum into x2, ... up to x(r-1)); that partial fold is then
+reduced into the rank's own vector as the left operand (``Recv.left``), and the higher ranks'
+vectors follow on the right, from r+1 up to p-1. Operands stay in rank order, so a
+non-commutative (associative) op is fine. Restriction ``baseline``: ``auto`` never chooses it.
 
 It sends (p-1).n bytes per rank where the ring sends 2.n.(p-1)/p: p/2 times more, growing with
 p. One step, so one latency term -- with p-1 messages each way, which on one port cost p-1
-message times in practice.
+message times in practice. Its scratch holds the p-1 received vectors, (p-1).n bytes.
 
 Cost, n bytes (the alpha-beta-gamma model: the messages of a step overlap):
     T = alpha + (p-1).n.beta + (p-1).n.gamma
@@ -31,9 +30,11 @@ from ..schedule import Recv, Schedule, Send, make_schedule
 def schedule(rank: int, size: int, count: int) -> Schedule:
     others = [peer for peer in range(size) if peer != rank]
     sends = [Send(peer, 0, count) for peer in others]
-    lower = [Recv(peer, 0, count, reduce=True, left=True) for peer in range(rank - 1, -1, -1)]
+    # x0 .. x(r-1), each folded into the next; the last of them into buf, as left operand
+    lower = [Recv(peer, 0, count, reduce=True, left=True, into_next=peer < rank - 1)
+             for peer in range(rank)]
     higher = [Recv(peer, 0, count, reduce=True) for peer in range(rank + 1, size)]
-    return make_schedule([sends + lower + higher])      # one step: all-gather and reduce
+    return make_schedule([sends + lower + higher])      # one step: all-gather and fold
 
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:

@@ -6,10 +6,10 @@ message is sent. Rank r reduces slice r of all p inputs, in rank order, straight
 memory, and the others copy it (Phases 1-3 of ``mpicoll.shm``: copy in, reduce, copy out); from
 16 KiB, where the node allows it, it reads the other ranks' buffers where they are
 (``process_vm_readv``, single copy: publish, reduce, gather, release). Every rank ends with the
-bits of the rank-order left fold ``op(...op(op(x_0, x_1), x_2)..., x_(p-1))``, which no schedule
-can express (a received vector is always reduced into the rank's own, see ``allreduce_naive``):
-restriction ``shared-memory``. Source: MPICH's POSIX ``release_gather`` and Open MPI's
-``coll/sm`` cut down to one level; Intel MPI's ``I_MPI_ADJUST_ALLREDUCE`` 15 ("N-reduce").
+bits of the rank-order left fold ``op(...op(op(x_0, x_1), x_2)..., x_(p-1))``, as ``naive``'s
+schedule does. Restriction ``shared-memory``. Source: MPICH's POSIX ``release_gather`` and
+Open MPI's ``coll/sm`` cut down to one level; Intel MPI's ``I_MPI_ADJUST_ALLREDUCE`` 15
+("N-reduce").
 
 Restrictions: every rank on one node (``shared-memory``: the MPI library's ``COMM_TYPE_SHARED``
 split decides, not ``MPICOLL_RANKS_PER_NODE``); blocking and persistent calls (no nonblocking

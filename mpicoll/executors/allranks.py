@@ -1,7 +1,8 @@
 """Every rank's schedule at once, as *waves*: the form the timed executor replays.
 
 A wave is one step of each rank that takes part, as arrays over its messages (``src``, ``dst``,
-``elements``, the receiver's ``reduce`` and ``left``, and where the message sits in each buffer).
+``elements``, the receiver's ``reduce``, ``left`` and ``into_next``, and where the message sits
+in each buffer).
 Both ends of every message are in the same wave, each rank has at most one step per wave, and a
 rank's steps come in wave order; so rank ``r``'s schedule is, wave by wave, the Sends it makes
 and the Recvs it gets (``to_steps`` rebuilds it, and the tests check it against
@@ -48,18 +49,22 @@ __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_wave
 class Wave:
     """One step of every rank taking part, as arrays over its messages.
 
-    ``elements``, ``reduce`` and ``left`` are an array or one value for all messages; ``key``
+    ``elements``, ``reduce``, ``left`` and ``into_next`` are an array or one value for all
+    messages (the timed executor reads ``elements`` and ``reduce``); ``key``
     is set when the same wave shape (src, dst, elements) repeats, so it is evaluated once;
     ``route`` when the same (src, dst) repeats with other sizes, so it is routed once.
     ``slices()`` gives each message's offset in the sender's and the receiver's buffer.
     """
 
-    __slots__ = ("src", "dst", "elements", "reduce", "left", "key", "route", "_slices")
+    __slots__ = ("src", "dst", "elements", "reduce", "left", "key", "route", "_slices",
+                 "into_next")
 
-    def __init__(self, src, dst, elements, reduce, left, slices, key=None, route=None):
+    def __init__(self, src, dst, elements, reduce, left, slices, key=None, route=None,
+                 into_next=False):
         self.src, self.dst, self.elements = src, dst, elements
         self.reduce, self.left, self._slices, self.key = reduce, left, slices, key
         self.route = route              # set when the same (src, dst) repeats
+        self.into_next = into_next
 
     def slices(self) -> tuple[np.ndarray, np.ndarray]:
         lo = self._slices() if callable(self._slices) else self._slices
@@ -116,11 +121,13 @@ def from_schedules(scheds) -> list[Wave]:
                                      f"({done[r][s]} and {done[b][bs]}): not wave-aligned")
                 recv = recv_of[key]
                 rows.setdefault(done[r][s], []).append(
-                    (r, b, op.hi - op.lo, recv.reduce, recv.left, op.lo, recv.lo))
+                    (r, b, op.hi - op.lo, recv.reduce, recv.left, op.lo, recv.lo,
+                     recv.into_next))
     out = []
     for k in sorted(rows):
         a = np.array(rows[k], dtype=np.int64).T
-        out.append(Wave(a[0], a[1], a[2], a[3].astype(bool), a[4].astype(bool), (a[5], a[6])))
+        out.append(Wave(a[0], a[1], a[2], a[3].astype(bool), a[4].astype(bool), (a[5], a[6]),
+                        into_next=a[7].astype(bool)))
     return out
 
 
@@ -131,13 +138,14 @@ def to_steps(waves: Iterable[Wave], size: int) -> list[list[tuple]]:
         n = len(w)
         lo_s, lo_r = w.slices()
         el, red, left = _full(w.elements, n), _full(w.reduce, n), _full(w.left, n)
+        into_next = _full(w.into_next, n)
         lo_s, lo_r = _full(lo_s, n), _full(lo_r, n)
         ops: dict[int, list] = {}
         for f in range(n):
             a, b, k = int(w.src[f]), int(w.dst[f]), int(el[f])
             ops.setdefault(a, []).append(Send(b, int(lo_s[f]), int(lo_s[f]) + k))
             ops.setdefault(b, []).append(Recv(a, int(lo_r[f]), int(lo_r[f]) + k, bool(red[f]),
-                                              bool(left[f])))
+                                              bool(left[f]), bool(into_next[f])))
         for r, o in ops.items():
             steps[r].append(canonical(o))
     return steps
@@ -193,12 +201,13 @@ def _remap(w: Wave, ranks: np.ndarray, offset) -> tuple:
     return (ranks[:, w.src].ravel(), ranks[:, w.dst].ravel(),
             np.tile(_full(w.elements, n), rows), np.tile(_full(w.reduce, n), rows),
             np.tile(_full(w.left, n), rows), (_full(lo_s, n) + off).ravel(),
-            (_full(lo_r, n) + off).ravel())
+            (_full(lo_r, n) + off).ravel(), np.tile(_full(w.into_next, n), rows))
 
 
 def _merge(parts: list[tuple], key=None) -> Wave:
-    cols = [np.concatenate([p[i] for p in parts]) for i in range(7)]
-    return Wave(cols[0], cols[1], cols[2], cols[3], cols[4], (cols[5], cols[6]), key=key)
+    cols = [np.concatenate([p[i] for p in parts]) for i in range(8)]
+    return Wave(cols[0], cols[1], cols[2], cols[3], cols[4], (cols[5], cols[6]), key=key,
+                into_next=cols[7])
 
 
 def _group_waves(module, size: int, count: int) -> list[Wave]:
@@ -402,7 +411,7 @@ def channel_waves(parts: list, perms: list, offsets: list, lags=None):
         route = (("channels",) + tuple(routes)
                  if all(r is not None for r, w in zip(routes, ws) if w is not None) else None)
         yield Wave(src, dst, col("elements"), col("reduce"), col("left"), slices, key=key,
-                   route=route)
+                   route=route, into_next=col("into_next"))
 
 
 _DIRECT = {allreduce_ring: ("ring", lambda size, count, **o: ring_waves(size, count)),

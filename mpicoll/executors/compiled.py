@@ -262,19 +262,22 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                     err = _testall(n, reqs, work.ctypes.data, work.ctypes.data + 8)
             if err != 0:
                 return -2 - err
-        # reduce: acc = op(acc, incoming), or op(incoming, acc) for a left operand
+        # reduce: acc = op(acc, incoming), or op(incoming, acc) for a left operand (kinds 3
+        # and 5); acc is buf[lo:hi], or the next receive's segment in scratch (kinds 4 and 5)
         for k in range(i, end):
             kind = table[k, 4]
             if kind < 2:
                 continue
-            lo, hi, at = table[k, 2], table[k, 3], table[k, 5]
-            acc, incoming = buf[lo:hi], scratch[at:at + hi - lo]
-            if kind == 3:
+            lo, hi, at, into = table[k, 2], table[k, 3], table[k, 5], table[k, 9]
+            incoming = scratch[at:at + hi - lo]
+            acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
+            left = kind % 2 == 1
+            if left:
                 a, b = incoming, acc
             else:
                 a, b = acc, incoming
             _reduce(op, a, b)
-            if kind == 3:
+            if left:
                 acc[:] = incoming
         i = end
     return DONE

@@ -141,18 +141,23 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum
             s = pc[rank]
             if s == len(scheds[rank].steps) or waiting_for(rank):
                 continue
-            # Every transfer of the step is matched: land copies, then reductions, in order.
+            # Every transfer of the step is matched: land copies, then reductions, in order,
+            # each into the buffer or (into_next) into the step's next receive
             step = scheds[rank].steps[s]
-            recvs = [(i, o) for i, o in enumerate(step) if isinstance(o, Recv)]
-            for i, o in sorted(recvs, key=lambda io: io[1].reduce):
-                data = in_flight.pop(links[(rank, s, i)][0])
-                if o.reduce and o.left:
-                    reduce_into(data, buffers[rank][o.lo:o.hi])
+            recvs = [(o, in_flight.pop(links[(rank, s, i)][0]))
+                     for i, o in enumerate(step) if isinstance(o, Recv)]
+            for o, data in recvs:
+                if not o.reduce:
                     buffers[rank][o.lo:o.hi] = data
-                elif o.reduce:
-                    reduce_into(buffers[rank][o.lo:o.hi], data)
+            for k, (o, data) in enumerate(recvs):
+                if not o.reduce:
+                    continue
+                acc = recvs[k + 1][1] if o.into_next else buffers[rank][o.lo:o.hi]
+                if o.left:
+                    reduce_into(data, acc)
+                    acc[...] = data
                 else:
-                    buffers[rank][o.lo:o.hi] = data
+                    reduce_into(acc, data)
             peers = [links[(rank, s, i)][1:] for i in range(len(step))]
             done = 1 + max([start[rank]] + [entered_at[p] for p in peers])
             if clock is not None:

@@ -123,7 +123,8 @@ class Request:
         """Per step: (recvs, sends, bytes_sent, bytes_received), with every view made here.
 
         recv: (peer, array received into, decode (wire, lo, target) or None,
-               reduce (acc, incoming, left) or None); send: (peer, array sent,
+               reduce (acc, incoming, left) or None; acc is the next receive's scratch for
+               ``Recv.into_next``); send: (peer, array sent,
                encode (source slice, lo, wire) or None).
         """
         codec, itemsize = self._codec, buf.itemsize
@@ -151,9 +152,10 @@ class Request:
             r_off, _ = slots([(lo, hi - lo) for _, lo, hi, *_ in recvs])
             s_off, _ = slots([(lo, hi - lo) for _, lo, hi in sends])
             step_recvs, step_sends = [], []
-            for (src, lo, hi, reduce, left, at), off in zip(recvs, r_off):
+            for (src, lo, hi, reduce, left, at, into), off in zip(recvs, r_off):
                 target = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
-                red = (buf[lo:hi], target, left) if reduce else None
+                acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
+                red = (acc, target, left) if reduce else None
                 if codec:
                     wire = wire_in[off:off + size(lo, hi - lo)]
                     step_recvs.append((src, wire, (wire, lo, target), red))
@@ -350,10 +352,12 @@ class Request:
         if self._library is not None:
             return
         codec, reduce_into, cuts = self._codec, self._reduce, self._cuts
-        for _, _, dec, red in self._steps[self._index][0]:
-            if dec is not None:
+        recvs = self._steps[self._index][0]
+        for _, _, dec, _ in recvs:      # every decode first: an into_next receive's
+            if dec is not None:         # accumulator is a later receive's scratch
                 wire, lo, target = dec
                 codec.decode(wire, lo, target, cuts)
+        for _, _, _, red in recvs:
             if red is not None:
                 acc, incoming, left = red
                 if left:                        # acc = op(incoming, acc)

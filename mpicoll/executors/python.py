@@ -45,12 +45,12 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into,
         for _, lo, hi, *_ in recvs:
             traffic["bytes_received"] += (hi - lo) * itemsize
         if watch is None and len(recvs) == 1 and len(sends) == 1:
-            (src, lo, hi, reduce, left, at), (dst, slo, shi) = recvs[0], sends[0]
+            (src, lo, hi, reduce, _, at, _), (dst, slo, shi) = recvs[0], sends[0]
             into = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
             comm.Sendrecv(buf[slo:shi], dst, tag, into, src, tag)
         else:
             requests = [comm.Irecv(scratch[at:at + hi - lo] if reduce else buf[lo:hi], src, tag)
-                        for src, lo, hi, reduce, left, at in recvs]
+                        for src, lo, hi, reduce, _, at, _ in recvs]
             requests += [comm.Isend(buf[lo:hi], dst, tag) for dst, lo, hi in sends]
             if watch is None:
                 MPI.Request.Waitall(requests)

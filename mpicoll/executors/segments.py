@@ -48,7 +48,8 @@ order. Each step gets one of three modes (``_step``):
 * lockstep -- where a step sends the slice it reduces (recursive doubling): round j's sends go
   with round j's receives; allowed only if no segment is reduced before a send of a later round
   reads it, no two reduced receives into one element run in the other order, and no copied
-  receive overlaps another transfer (``_keeps_order``);
+  receive overlaps another transfer (``_keeps_order``); a receive reduced into the next one
+  (``Recv.into_next``, naive) needs that one's segment j in its own segment j's round;
 * one round -- otherwise, and in steps that reduce nothing: the segments are posted together,
   which is the unsegmented step with more messages.
 """
@@ -70,9 +71,11 @@ MIN_SEGMENT = 1 << 20       # bytes: a smaller segment costs more per round than
 MAX_SEGMENT = 4 << 20       # bytes: a larger one keeps too much of the step unpipelined
 
 # the columns of Plan.table: Schedule.table's six, then the round of the step whose wait
-# completes the row, its request slot, and when it is posted (``_Piece``)
-COLUMNS = ("step", "peer", "lo", "hi", "kind", "scratch_lo", "round", "slot", "post")
-SEND, COPY = 0, 1           # kinds (schedule.TABLE_KINDS); 2 and 3 are reduced receives
+# completes the row, its request slot, when it is posted (``_Piece``), and where a reduced
+# segment is reduced into: -1 the buffer, else the scratch of the next receive's same segment
+# (``Recv.into_next``; kinds 4 and 5)
+COLUMNS = ("step", "peer", "lo", "hi", "kind", "scratch_lo", "round", "slot", "post", "into")
+SEND, COPY = 0, 1           # kinds (schedule.TABLE_KINDS); 2 to 5 are reduced receives
 
 
 @dataclass(frozen=True)
@@ -169,8 +172,11 @@ def segmented(schedule: Schedule, itemsize: int, rule: SegmentRule) -> Plan:
         requests = max(requests, width * (2 if len(per_round) > 1 else 1) + len(early))
         need, offsets = _scratch_layout(pieces)
         scratch = max(scratch, need)
+        where = {(piece.message, piece.lo): offsets[k] for k, piece in enumerate(pieces)}
         step_rows = [(index, piece.peer, piece.lo, piece.hi, piece.kind, offsets[k], piece.round,
-                      slot[id(piece)], piece.post) for k, piece in enumerate(pieces)]
+                      slot[id(piece)], piece.post,
+                      where[piece.message + 1, piece.lo] if piece.kind >= 4 else -1)
+                     for k, piece in enumerate(pieces)]
         step_rows.sort(key=lambda row: (row[6], row[7]))        # by round, then slot
         for r in per_round:
             statuses = max(statuses, sum(1 for row in step_rows if row[6] == r))
@@ -196,8 +202,8 @@ class _Piece:
 
 def _step(recvs, sends, itemsize: int, rule: SegmentRule) -> list:
     """The segments of one step of ``Schedule.plan``, in plan order, with their rounds."""
-    messages = [(peer, lo, hi, 3 if left else 2 if reduce else COPY)
-                for peer, lo, hi, reduce, left, _ in recvs]
+    messages = [(peer, lo, hi, (2 + left + (2 if into >= 0 else 0)) if reduce else COPY)
+                for peer, lo, hi, reduce, left, _, into in recvs]
     messages += [(peer, lo, hi, SEND) for peer, lo, hi in sends]
     splits = [_displs(lo, hi, rule.pieces((hi - lo) * itemsize)) for _, lo, hi, _ in messages]
     base, streams = [], {}              # the stream index of each message's first segment
@@ -208,7 +214,10 @@ def _step(recvs, sends, itemsize: int, rule: SegmentRule) -> list:
     rounds = max((n for (_, send), n in streams.items() if not send), default=1)
     mode = "one round"
     split = any(len(displs) > 2 for displs in splits)     # else: exactly the unsegmented step
-    if split and rounds > 1 and any(kind >= 2 for *_, kind in messages):
+    # an into_next receive's segment j is reduced into segment j of the next receive (the same
+    # slice, so split alike): both must move in the same round
+    aligned = all(base[m] == base[m + 1] for m, (*_, kind) in enumerate(messages) if kind >= 4)
+    if split and rounds > 1 and aligned and any(kind >= 2 for *_, kind in messages):
         if _sends_apart(messages) and _keeps_order(messages, splits, base, sends=False):
             mode = "sends up front"
         elif _keeps_order(messages, splits, base):

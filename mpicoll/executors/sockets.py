@@ -142,11 +142,11 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: SocketComm, *, op: str = 
         queues: dict[int, list[list[_Transfer]]] = {}        # peer -> [sends, receives]
         for peer, lo, hi in sends:
             queues.setdefault(peer, [[], []])[0].append(_Transfer(peer, raw(buf[lo:hi]), True))
-        for peer, lo, hi, reduce, left, at in recvs:
+        for peer, lo, hi, reduce, _, at, _ in recvs:
             into = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
             queues.setdefault(peer, [[], []])[1].append(_Transfer(peer, raw(into), False))
         _progress(comm, queues, index, nsteps, timeout)
-        for peer, lo, hi, reduce, left, at in recvs:
+        for peer, lo, hi, *_ in recvs:
             comm.traffic["bytes_received"] += (hi - lo) * buf.itemsize
         reduce_received(buf, scratch, recvs, reduce_into)
         for peer, lo, hi in sends:

@@ -27,7 +27,7 @@ range's algorithm with ``"options"``, which ``auto`` passes on (``select.decide`
 
 Left out, with a line saying so: ``shm`` (one node only; ``select.shm_wins`` decides where
 ``auto`` runs it), node-aware algorithms measured on one node (``hierarchical``,
-``double_binary_tree``: their node phase alone) and ``naive`` (its own rounding). Simulator
+``double_binary_tree``: their node phase alone) and ``naive`` (a teaching baseline). Simulator
 JSON (``mpicoll simulate --json``) is refused: the table is for measured times.
 """
 
@@ -72,8 +72,8 @@ def left_out(results: list[dict]) -> dict[str, str]:
             if algo.has("shared-memory"):
                 why[name] = ("runs on one node only, and the table also serves calls across "
                              "nodes: auto runs it by select.shm_wins, not by this table")
-            elif algo.has("own-rounding"):
-                why[name] = "each rank rounds its own way: auto never chooses it"
+            elif algo.has("baseline"):
+                why[name] = "a teaching baseline: auto never chooses it"
             elif algo.has("node-phases") and res.get("nodes") == 1:
                 why[name] = ("node-aware, measured on one node (its node phase alone): not the "
                              "choice it would be across nodes")
@@ -93,7 +93,7 @@ def decision_table(results: list[dict], margin: float = 0.1, with_mpi: bool = Fa
         table = COLLECTIVES[key[0]]
         skip = {"auto"} | (set() if with_mpi else {"mpi"}) | ({a for a, algo in table.items() if algo.has("node-phases")}
                                   if res.get("nodes") == 1 else set()) \
-            | {a for a, algo in table.items() if algo.has("own-rounding")} \
+            | {a for a, algo in table.items() if algo.has("baseline")} \
             | {a for a, algo in table.items() if algo.has("shared-memory")}
         # (auto: the same bits on every rank; shm runs on one node only, and select.shm_wins,
         # not the table, decides where)

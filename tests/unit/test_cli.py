@@ -491,7 +491,7 @@ def test_tune_says_what_it_leaves_out(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "# left out: shm (runs on one node only" in out
     assert "# left out: hierarchical (node-aware, measured on one node" in out
-    assert "# left out: naive (each rank rounds its own way" in out
+    assert "# left out: naive (a teaching baseline" in out
     assert "# left out: ring" not in out
 
 

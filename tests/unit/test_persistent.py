@@ -88,17 +88,22 @@ def test_executor_setting():
 
 
 def test_schedule_table_lists_the_plan():
-    """One row per transfer, receives before sends within a step, kinds as named."""
+    """One row per transfer, receives before sends within a step, kinds as named (naive's
+    rank 3 of 4: two receives reduced into the next one, as left operands)."""
     from mpicoll.registry import lookup
-    sched = lookup("allreduce", "recursive_halving").schedule(1, 3, 10)
-    rows = [tuple(r) for r in sched.table.tolist()]
-    expected = []
-    for step, (recvs, sends) in enumerate(sched.plan):
-        expected += [(step, p, lo, hi, 3 if left else 2 if red else 1, at)
-                     for p, lo, hi, red, left, at in recvs]
-        expected += [(step, p, lo, hi, 0, 0) for p, lo, hi in sends]
-    assert rows == expected and len(rows) == sum(len(s) for s in sched.steps)
-    assert TABLE_KINDS[0] == "send" and len(TABLE_KINDS) == 4
+    for sched in (lookup("allreduce", "recursive_halving").schedule(1, 3, 10),
+                  lookup("allreduce", "naive").schedule(3, 4, 10)):
+        rows = [tuple(r) for r in sched.table.tolist()]
+        expected = []
+        for step, (recvs, sends) in enumerate(sched.plan):
+            expected += [(step, p, lo, hi, (2 + left + 2 * (into >= 0)) if red else 1, at)
+                         for p, lo, hi, red, left, at, into in recvs]
+            expected += [(step, p, lo, hi, 0, 0) for p, lo, hi in sends]
+        assert rows == expected and len(rows) == sum(len(s) for s in sched.steps)
+    assert [row[4] for row in rows[:3]] == [5, 5, 3]
+    assert [TABLE_KINDS[k] for k in (0, 3, 5)] == [
+        "send", "recv reduce (as left operand)",
+        "recv reduce (as left operand) into the next receive"]
 
 
 def test_fallback_notice_once(monkeypatch, capsys):

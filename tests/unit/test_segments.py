@@ -85,7 +85,7 @@ def test_both_ends_split_every_message_alike(collective, algorithm):
                     key = (rank, peer) if kind == 0 else (peer, rank)
                     (sent if kind == 0 else received).setdefault(key, []).append(hi - lo)
                 for step in range(len(sched.plan)):
-                    for kind in range(4):         # every element covered as often
+                    for kind in range(6):         # every element covered as often
                         assert (_coverage(plan.table, step, kind, count)
                                 == _coverage(sched.table, step, kind, count)).all()
             assert sent == received, (size, count, rule)
@@ -176,3 +176,37 @@ def test_every_element_is_reduced_in_plan_order(collective, algorithm):
                     for step in range(len(sched.plan)):
                         planned, scheduled = _reduce_order((plan.table, sched.table), step)
                         assert planned == scheduled, (size, count, rule, rank, step)
+
+
+def test_into_next_reduces_into_the_same_segment_of_the_next_receive():
+    """naive's receives reduced into the next one (``Recv.into_next``): each segment into the
+    next receive's segment of the same elements, in the same round, in lockstep rounds; where
+    the two would move in different rounds (another message from the same peer first), the
+    step runs as one round."""
+    from mpicoll.schedule import Recv, Send, make_schedule
+    sched = lookup("allreduce", "naive").schedule(3, 4, 61)
+    table = segments.segmented(sched, 8, SegmentRule(24)).table
+    assert table[:, 6].max() > 1                      # pipelined: lockstep rounds
+    chained = table[table[:, 4] >= 4]
+    assert len(chained) == 2 * 21
+    for row in chained:
+        (target,) = [t for t in table if t[4] >= 2 and t[1] == row[1] + 1 and t[2] == row[2]]
+        assert row[9] == target[5] and row[6] == target[6] and target[4] in (3, 5)
+    assert (table[table[:, 4] < 4][:, 9] == -1).all()
+    odd = make_schedule([[Recv(1, 4, 8, True), Recv(1, 0, 4, True, into_next=True),
+                          Recv(2, 0, 4, True), Send(1, 0, 8), Send(2, 0, 8)]])
+    table = segments.segmented(odd, 8, SegmentRule(8)).table
+    assert (table[:, 6] == 0).all()                   # one round
+    for row in table[table[:, 4] >= 4]:
+        (target,) = [t for t in table if t[4] >= 2 and t[1] == 2 and t[2] == row[2]]
+        assert row[9] == target[5]
+
+
+def test_into_next_needs_a_next_receive_of_the_same_slice():
+    from mpicoll.schedule import Recv, make_schedule
+    for step in ([Recv(1, 0, 4, True, into_next=True)],
+                 [Recv(1, 0, 4, True, into_next=True), Recv(2, 0, 3, True)],
+                 [Recv(1, 0, 4, True, into_next=True), Recv(2, 0, 4, False)],
+                 [Recv(1, 0, 4, False, into_next=True), Recv(2, 0, 4, True)]):
+        with pytest.raises(ValueError, match="next receive must reduce the same slice"):
+            make_schedule([step]).plan
