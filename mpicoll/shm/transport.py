@@ -228,16 +228,16 @@ def _late(st, window, get_watch, which: int, seq: int, waiting: int, step: str,
         short = [j for j in range(window.size)
                  if j != window.rank and flags[(FLAGS * j + which) * LINE] < seq] or [waiting]
         watch.overdue(step, nsteps, [window.members[j] for j in short])
-    for j in range(window.size):
-        if j == window.rank:
-            continue
-        pid = window.pid(j)
-        if flags[FLAGS * j * LINE + ABORTED]:
-            _told_first(window, watch)
-            _broken(st, window, f"rank {window.members[j]} gave up on the shared window (a "
-                    "rank died, or its memory could not be read)")
-        if pid and not probe.alive(pid):
+    others = [j for j in range(window.size) if j != window.rank]
+    gave_up = [j for j in others if flags[FLAGS * j * LINE + ABORTED]]
+    for j in others:            # a rank that died without giving up first: every survivor
+        pid = window.pid(j)     # names it (one that gave up may have exited since)
+        if j not in gave_up and pid and not probe.alive(pid):
             _broken(st, window, f"rank {window.members[j]} (pid {pid}) died during the call")
+    for j in gave_up:
+        _told_first(window, watch)
+        _broken(st, window, f"rank {window.members[j]} gave up on the shared window (a "
+                "rank died, or its memory could not be read)")
 
 
 def _told_first(window, watch) -> None:

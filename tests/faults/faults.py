@@ -15,7 +15,8 @@ JSON line per call it made (``rank``, ``collective``, ``algorithm``, ``first``, 
 * ``exit`` / ``kill``: rank 2 ``os._exit(0)``s / SIGKILLs itself in the middle of the call: at
   its wait in step 1 (step 0 if it has one step; in the MPI library's own collective, right
   after starting it). If its data was already out, the others may still finish, correctly
-  (``correct``); if not, they must raise naming it.
+  (``correct``); if not, they must raise naming it. Under ``shm`` it dies as shm's copy loop
+  starts, its window ready: the others see its process gone (``CommunicatorBroken``).
 * ``abort``: rank 2 never enters; the others run with ``MPICOLL_ON_TIMEOUT=abort`` (set by the
   test) and must bring the job down. Their ``except`` block prints ``REACHED USER CODE``, which
   must never appear: the abort is final.
@@ -113,15 +114,24 @@ def dies(world, timeout, algorithm, how) -> None:
     os.environ["MPICOLL_EXECUTOR"] = "python"
     settings.reload()
     call("allreduce", algorithm, comm)
-    if world.Get_rank() == FAULTY:          # dies in a Watch.wait, mid-schedule
+
+    def die(step) -> None:
+        write({"rank": FAULTY, "dies": how, "at_step": step})
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+
+    if world.Get_rank() == FAULTY and algorithm == "shm":
+        # shm waits in its numba loop, not in a Watch: die as the loop starts (the window is
+        # ready and the others wait for this rank's flag)
+        from mpicoll.shm import kernels as shm_kernels
+        shm_kernels.window_copy = lambda *args: die("window_copy")
+    elif world.Get_rank() == FAULTY:        # dies in a Watch.wait, mid-schedule
         real_wait = watch.Watch.wait
 
         def dying_wait(self, requests, step, nsteps=0, *args):
             if isinstance(step, str) or step == min(1, nsteps - 1):      # mid-schedule
-                write({"rank": FAULTY, "dies": how, "at_step": step})
-                if how == "kill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                os._exit(0)
+                die(step)
             return real_wait(self, requests, step, nsteps, *args)
 
         watch.Watch.wait = dying_wait
