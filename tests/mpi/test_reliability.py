@@ -309,3 +309,48 @@ def test_free_with_a_request_in_flight(comm):
     got, _ = _outcome(req.wait)
     right = got is None and np.all(req.result == comm.size * (comm.size + 1) / 2)
     agree(comm, right, f"{type(got).__name__}: {got}")
+
+
+def test_a_failed_calls_messages_are_not_taken_by_a_later_communicator(comm):
+    """Rank 0 skips a call on a fresh communicator, and frees it at once; the others give up on
+    the call: their data and their roll call reach rank 0 after it freed the communicator, so
+    nothing drained them. Once every rank has freed it, MPI gives its context id to later
+    communicators, where those messages sat in rank 0's queue: the roll call was joined (rank
+    0's next call with a deadline gave up, naming the others as "in another call"), and with
+    that fixed alone, the data message was received by a later call of the same number and
+    arguments (a wrong result, [2, 2, 1, 1] for [2, 2, 2, 2]). Now a new duplicate is drained
+    before any rank can send on it, and a roll call or notice carries its sender's incarnation
+    of the communicator (a stale one is dropped): every later call is right, on every rank."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    import time
+
+    from mpicoll._runtime.context import free_quarantined
+    fresh = comm.Dup()
+    mpicoll.allreduce(np.ones(4), comm=fresh, algorithm="ring")      # set up on every rank
+    failed = None
+    if comm.rank != 0:
+        try:
+            mpicoll.allreduce(np.ones(4), comm=fresh, algorithm="ring", timeout=0.3)
+        except mpicoll.CollectiveTimeout as exc:
+            failed = exc
+    fresh.Free()                    # rank 0 at once: the roll call comes after (not drained)
+    comm.Barrier()
+    time.sleep(1.1)
+    free_quarantined(0.0)           # the broken duplicate, held 1 s, goes now: its context too
+    comm.Barrier()
+    agree(comm, comm.rank == 0 or failed is not None, f"rank {comm.rank}: {failed!r}")
+    problems = []
+    for i in range(6):
+        again = comm.Dup()
+        mpicoll.allreduce(np.ones(4), comm=again, algorithm="ring")  # set up (presence, Idup)
+        if comm.rank != 0:
+            time.sleep(0.05)        # rank 0 waits in the call, looking for roll calls
+        try:
+            got = mpicoll.allreduce(np.ones(4), comm=again, algorithm="ring", timeout=20.0)
+            if not (got == comm.size).all():
+                problems.append(f"call {i}: {got}")
+        except mpicoll.CollectiveTimeout as exc:
+            problems.append(f"call {i}: {exc}")
+        again.Free()
+    agree(comm, not problems, problems[:3])
