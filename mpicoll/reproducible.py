@@ -276,40 +276,49 @@ def _round_into(limbs, top, k, p, g, pow2, out, block, stride, scratch):
 
 
 @njit(cache=True, nogil=True)
-def _round32_into(limbs, top, k, pow2, out, block, stride, scratch):
-    """``_round_into`` for float32 (``out`` float32), fast: the slice sums added in float64,
-    each addition's error found (TwoSum). Where every step was exact, v is the exact sum and
-    float32(v) its one rounding (ties and zeros included); else with an error bound e: where
-    float32(v - e) == float32(v + e) != 0 every number in between, the exact sum included,
-    rounds to it; else (and for tiny, huge or special codes) ``_round_one``."""
+def _round_fast_into(limbs, top, k, p, g, drop, pow2, out, block, stride, scratch):
+    """``_round_into``'s bits for float64 (p = 53, g = -1074, drop = 0) and float32 (24, -149,
+    10) ``out``, fast: the slice sums carried into one signed top digit over k - 1 digits in
+    [0, 2^W); where the top digit holds the leading bit (no cancellation of the top bin), the 62
+    bits from it are rounded to odd (floor, then the lowest bit or-ed with every bit below: M),
+    which keeps the one rounding to p <= 60 bits after it exact (Boldo and Melquiond's round to
+    odd): float64(M) rounds M to nearest even (float64), or M is rounded to odd again to 52 bits
+    (drop = 10), converted exactly and cast to float32; the scaling by 2^e is exact while the
+    result is a normal float64 and overflows to inf as IEEE's. Else (a cancelled top digit,
+    results near float64's subnormals, zeros, specials) ``_round_one``."""
     n = top.shape[0]
+    wmask = (1 << W) - 1
     for blk in range((n + block - 1) // block):
         lo = blk * block
         for i in range(lo, min(lo + block, n)):
             at = blk * stride + (i - lo) * k
             c = np.int64(top[i])
-            if k < c < _TOP_CODE - 1:
-                base = (c - k + 1) * W              # the window's bottom, minus G
-                v = 0.0
-                a = 0.0
-                exact = True
-                for j in range(k):
-                    limb = limbs[at + j]
-                    t = np.float64(limb) * pow2[base + j * W]
-                    sv = v + t
-                    bv = sv - v
-                    exact &= (abs(limb) <= 9007199254740992) & ((v - (sv - bv)) + (t - bv) == 0)
-                    v = sv
-                    a += abs(t)
-                if exact:
-                    out[i] = np.float32(v)
-                    continue
-                e = a * 2.842170943040401e-14       # 2^-45 > (k + 1).2^-53, k <= 8
-                down, up = np.float32(v - e), np.float32(v + e)
-                if down == up and down != 0:
-                    out[i] = down
-                    continue
-            out[i] = _round_one(limbs, at, c, k, 24, -149, pow2, scratch)
+            # Phase 1: carry; keep the two digits under the top one and whether any below is set.
+            carry = below = low = mid = 0
+            for j in range(k - 1):
+                v = limbs[at + j] + carry
+                carry = v >> W
+                below |= low
+                low = mid
+                mid = v & wmask
+            head = limbs[at + k - 1] + carry
+            bl = _bitlen(head ^ (head >> 63))           # its bits but the sign (0 for 0, -1)
+            s = 62 - bl                                 # head's bits move up by s
+            if not (0 <= c <= _TOP_CODE and 1 <= bl <= 62 and c * W - s + drop >= 52):
+                out[i] = _round_one(limbs, at, c, k, p, g, pow2, scratch)
+                continue
+            # Phase 2: floor(sum / 2^(e - L)), e = G + cW - s, in 62 bits, and its sticky bit.
+            t1 = W - s                                  # mid's bits below the window: -21..40
+            t2 = min(2 * W - s, W)                      # low's: 19..40
+            if t1 >= 0:
+                win, rest = (head << s) | (mid >> t1), mid & ((1 << t1) - 1)
+            else:
+                win, rest = (head << s) | (mid << -t1), 0
+            win |= low >> t2
+            rest |= (low & ((1 << t2) - 1)) | below
+            odd = win | (rest != 0)                     # rounded to odd
+            odd = (odd >> drop) | ((odd & ((1 << drop) - 1)) != 0)
+            out[i] = np.float64(odd) * pow2[c * W - s + drop]
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -395,8 +404,10 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
         out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
     block = (top.size or 1) if block is None else block
     stride = block * k if stride is None else stride
-    if out.dtype == np.float32:
-        _round32_into(limbs, top, k, _POW2, out, block, stride, np.empty(k + 1, np.int64))
+    if dtype.itemsize >= 4:
+        drop = 0 if dtype == np.float64 else 10
+        _round_fast_into(limbs, top, k, mb + 1, _lowest(dtype), drop, _POW2, out, block, stride,
+                         np.empty(k + 1, np.int64))
     else:
         _round_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
                     np.empty(k + 1, np.int64))
