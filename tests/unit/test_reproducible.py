@@ -77,8 +77,8 @@ def simulated(parts, algorithm="ring", path="allreduce", **options):
         buf[stride - 1::stride] = R._terms(s)
         bufs.append(R._local_slices(s, top, k, out=buf, block=block, stride=stride))
     mine = inprocess.reduce_scatter_block(bufs, op="sum", algorithm=path)
-    floats = [R.rounded(m, top[min(r * block, n):min((r + 1) * block, n)], k, dtype)
-              for r, m in enumerate(mine)]
+    floats = [R.rounded(m, top[min(r * block, n):min((r + 1) * block, n)], k, dtype,
+                        block=block) for r, m in enumerate(mine)]
     gathered = np.concatenate([np.concatenate([f, np.zeros(block - f.size, dtype)])
                                for f in floats])[:n]
     return [gathered] * p
