@@ -733,8 +733,11 @@ class Job:
             blk = -(-n // size) if split else n
             stride = blk * k + 1
             sums = take(size * stride if split else stride, np.int64)
-            self.floats = take(size * blk, recv.dtype) if split else None
-            self.blk = blk
+            # the floats are gathered into recvbuf itself where its blocks are whole
+            direct = split and size * blk == n and recv.flags.c_contiguous
+            self.floats = recv.reshape(-1) if direct else take(size * blk, recv.dtype) \
+                if split else None
+            self.blk, self.direct = blk, direct
         else:
             def block_shape(shape, total):
                 return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
@@ -743,7 +746,7 @@ class Job:
                 raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
                                  f"communicator size {size}")
             n = block = src.size // size
-            self.floats = None
+            self.floats, self.direct = None, False
             if src is not recv and recv.size != n:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
             stride = n * k + 1
@@ -792,7 +795,7 @@ class Job:
         K x 8/s times the data). Requests in flight together each take their own."""
         if len(pool) > 8:
             pool.clear()
-        for a in (self.codes, self.sums, self.floats):
+        for a in (self.codes, self.sums, None if self.direct else self.floats):
             if a is not None:
                 pool[(a.size, a.dtype)] = a
 
@@ -822,7 +825,8 @@ class Job:
                     out=self.floats[rank * blk:rank * blk + hi - lo])
             if self._gather is not None:
                 self._gather(watch)
-            np.copyto(self.recv.reshape(-1), self.floats[:n])
+            if not self.direct:
+                np.copyto(self.recv.reshape(-1), self.floats[:n])
             return
         if self.collective == "allreduce":
             _local_slices(src, top, k, out=sums[:n * k])
