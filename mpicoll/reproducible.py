@@ -76,12 +76,10 @@ SPLIT = "nodes"     # when auto splits: "nodes" (ranks on several nodes), "alway
 # 2^(G + bW + W - 1), G = -1074 (the smallest subnormal's bit), so the codes are 0..52. The
 # codes and the slices read a value's bits (as a signed integer of its width: the sign is its
 # sign) and compute in int64; rounding in int64 and float64, each step exact. A slice buffer
-# holds blocks of elements, slice-major within a block (``_slices_into``), so each kernel's
-# inner loop runs over elements, and vectorises.
+# holds blocks of elements, slice-major within a block (``_slices_into``).
 
 G = -1074
 _TOP_CODE = (1023 - G) // W                 # 52: the bin of float64's largest finite value
-_CHUNK = 2048                               # elements per chunk of a kernel's passes
 _PER_W = 1639       # (p * _PER_W) >> 16 == p // W for every grid place p (numba's // branches)
 assert all((p * _PER_W) >> 16 == p // W for p in range((_TOP_CODE + 1) * W))
 
@@ -146,25 +144,20 @@ def _slices_into(bits, rows, mb, eb, top, k, out, block, stride, accumulate):
     major within a block: element i's slice j (j = 0: the lowest bin) at
     out[(i // block) * stride + j * block + i % block]; ``accumulate``: add to what is there.
     The top codes of zeros give 0; those of inf/NaN elements are counted by
-    ``_specials_into``. Each slice is a loop of its own over the block, so it vectorises."""
+    ``_specials_into``. One pass over the values (a loop per slice over chunks of the block
+    vectorises, and is faster alone, but took 1.5-2x as long with two ranks sharing the
+    machine's two cores: performance.md#reproducible-sums)."""
     n = top.shape[0]
     for r in range(rows):
         add = accumulate or r > 0
         row = bits[r * n:(r + 1) * n]
         for blk in range((n + block - 1) // block):
-            end = min((blk + 1) * block, n)
-            for lo in range(blk * block, end, _CHUNK):      # the chunk's values stay in cache
-                hi = min(lo + _CHUNK, end)
+            o = blk * stride - blk * block
+            for i in range(blk * block, min((blk + 1) * block, n)):
+                b, bottom = np.int64(row[i]), (np.int64(top[i]) - k + 1) * W
                 for j in range(k):
-                    o = blk * stride + j * block - blk * block
-                    if add:
-                        for i in range(lo, hi):
-                            bottom = (np.int64(top[i]) - k + 1 + j) * W
-                            out[o + i] += _slice(np.int64(row[i]), mb, eb, bottom)
-                    else:
-                        for i in range(lo, hi):
-                            bottom = (np.int64(top[i]) - k + 1 + j) * W
-                            out[o + i] = _slice(np.int64(row[i]), mb, eb, bottom)
+                    v = _slice(b, mb, eb, bottom + j * W)
+                    out[o + j * block + i] = out[o + j * block + i] + v if add else v
 
 
 @njit(cache=True, nogil=True)
