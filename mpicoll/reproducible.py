@@ -212,10 +212,10 @@ def _shift_into(codes, limbs, top, k, out, block, stride, accumulate):
 
 @njit(cache=True, nogil=True, inline="always")
 def _round_one(limbs, at, step, c, k, p, g, pow2, scratch):
-    """The slice sums at limbs[at + j * step] (top bin c) as one number rounded once to p significant bits,
-    nearest-even, exponent >= g (the format's subnormals): q.2^e with q <= 2^p, exact in
-    float64 (pow2[e - G] = 2^e, inf above float64's range), so a cast to the format after is
-    exact too, or overflows to inf as it should."""
+    """The slice sums at limbs[at + j * step] (top bin c) as one number rounded once to p
+    significant bits, nearest-even, exponent >= g (the format's subnormals): q.2^e with
+    q <= 2^p, exact in float64 (pow2[e - G] = 2^e, inf above float64's range), so a cast to the
+    format after is exact too, or overflows to inf as it should."""
     wmask = (1 << W) - 1
     if c == SPECIAL:
         nan = limbs[at] >> 31
