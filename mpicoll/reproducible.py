@@ -74,12 +74,14 @@ SPLIT = "nodes"     # when auto splits: "nodes" (ranks on several nodes), "alway
 #
 # The bin grid is float64's for every dtype: bin b holds the bits of weight 2^(G + bW) to
 # 2^(G + bW + W - 1), G = -1074 (the smallest subnormal's bit), so the codes are 0..52. The
-# codes read a value's bits (as a signed integer of its width: the sign is its sign); slicing
-# and rounding compute in float64 and int64, each step exact.
+# codes and the slices read a value's bits (as a signed integer of its width: the sign is its
+# sign) and compute in int64; rounding in int64 and float64, each step exact. A slice buffer
+# holds blocks of elements, slice-major within a block (``_slices_into``).
 
 G = -1074
 _TOP_CODE = (1023 - G) // W                 # 52: the bin of float64's largest finite value
-_SCALE_SPLIT = 26                           # below this code, slicing scales in two steps
+_PER_W = 1639       # (p * _PER_W) >> 16 == p // W for every grid place p (numba's // branches)
+assert all((p * _PER_W) >> 16 == p // W for p in range((_TOP_CODE + 1) * W))
 
 
 @njit(cache=True, nogil=True)
@@ -90,22 +92,19 @@ def _bitlen(v):
 
 @njit(cache=True, nogil=True)
 def _codes_into(bits, mb, eb, out):
-    """out[i] = the bin code of the value whose bits are bits[i]."""
+    """out[i] = the bin code of the value whose bits are bits[i] (selects, no branches: the
+    loop vectorises)."""
     emask = (1 << eb) - 1
     mmask = (1 << mb) - 1
-    bias = (1 << (eb - 1)) - 1
+    first = -((1 << (eb - 1)) - 1) - mb - G     # the grid place of bit 0 of m at e = 0 or 1
     for i in range(bits.shape[0]):
         b = np.int64(bits[i])
         e = (b >> mb) & emask
         m = b & mmask
-        if e == emask:
-            out[i] = SPECIAL
-        elif e == 0 and m == 0:
-            out[i] = MINUS_ZERO if b < 0 else PLUS_ZERO
-        elif e == 0:
-            out[i] = (1 - bias - mb + _bitlen(m) - 1 - G) // W
-        else:
-            out[i] = (e - bias - G) // W
+        lead = first + (e + mb if e != 0 else _bitlen(m))     # its leading bit's place
+        zero = np.int8(MINUS_ZERO) if b < 0 else np.int8(PLUS_ZERO)
+        code = np.int8((lead * _PER_W) >> 16) if (e | m) != 0 else zero      # lead // W
+        out[i] = np.int8(SPECIAL) if e == emask else code
 
 
 @njit(cache=True, nogil=True)
@@ -122,34 +121,43 @@ def _max_rows_into(codes, rows, out):
                 out[i] = c
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _slice(b, mb, eb, bottom):
+    """The slice of bin ``bottom`` / W of the value whose bits are b: sign(x) times the W bits
+    of |x| from grid place ``bottom`` up (0 for inf and NaN: see ``_specials_into``). The
+    value is m.2^(G + p), m its integer significand and p its bit 0's grid place, so the slice
+    is m shifted by p - bottom (left or right) and masked: integer shifts, exact, no branches."""
+    emask = (1 << eb) - 1
+    e = (b >> mb) & emask
+    m = (b & ((1 << mb) - 1)) | (np.int64(e != 0) << mb)
+    m = m if e != emask else 0
+    d = max(e, 1) - ((1 << (eb - 1)) - 1) - mb - G - bottom
+    v = ((m << min(max(d, 0), 63)) >> min(max(-d, 0), 63)) & ((1 << W) - 1)
+    negative = b >> 63                                  # 0 or -1
+    return (v ^ negative) - negative
+
+
 @njit(cache=True, nogil=True)
-def _slices_into(x, rows, top, k, f1, f2, out, block, stride, accumulate):
-    """Cut each value of ``x`` (``rows`` rows of n = top.size values, summed row-wise) into k
-    slices below its element's top bin, into ``out``: element i's slices at
-    out[(i // block) * stride + (i % block) * k + j], j = 0 (lowest bin) .. k-1; ``accumulate``:
-    add to what is there. f1[c + 2] * f2[c + 2] = 2^-(G + cW), the top bin's bottom (0 for the
-    codes of zeros and specials: an inf/NaN element is counted by ``_specials_into``)."""
+def _slices_into(bits, rows, mb, eb, top, k, out, block, stride, accumulate):
+    """Cut each value (``bits``: ``rows`` rows of n = top.size values, summed row-wise) into k
+    slices below its element's top bin, into ``out`` in blocks of ``block`` elements, slice-
+    major within a block: element i's slice j (j = 0: the lowest bin) at
+    out[(i // block) * stride + j * block + i % block]; ``accumulate``: add to what is there.
+    The top codes of zeros give 0; those of inf/NaN elements are counted by
+    ``_specials_into``. One pass over the values (a loop per slice over chunks of the block
+    vectorises, and is faster alone, but took 1.5-2x as long with two ranks sharing the
+    machine's two cores: performance.md#reproducible-sums)."""
     n = top.shape[0]
-    span = float(1 << W)
     for r in range(rows):
         add = accumulate or r > 0
-        base_x = r * n
+        row = bits[r * n:(r + 1) * n]
         for blk in range((n + block - 1) // block):
-            lo = blk * block
-            hi = min(lo + block, n)
-            at = blk * stride - lo * k
-            for i in range(lo, hi):
-                c = top[i] + 2
-                y = (np.float64(x[base_x + i]) * f1[c]) * f2[c]
-                y = y if abs(y) < span else 0.0         # inf or NaN: see _specials_into
-                o = at + i * k
-                for j in range(k - 1, -1, -1):
-                    h = np.trunc(y)
-                    if add:
-                        out[o + j] += np.int64(h)
-                    else:
-                        out[o + j] = np.int64(h)
-                    y = (y - h) * span
+            o = blk * stride - blk * block
+            for i in range(blk * block, min((blk + 1) * block, n)):
+                b, bottom = np.int64(row[i]), (np.int64(top[i]) - k + 1) * W
+                for j in range(k):
+                    v = _slice(b, mb, eb, bottom + j * W)
+                    out[o + j * block + i] = out[o + j * block + i] + v if add else v
 
 
 @njit(cache=True, nogil=True)
@@ -162,55 +170,57 @@ def _specials_into(bits, rows, mb, eb, top, k, out, block, stride):
     for i in range(n):
         if top[i] != SPECIAL:
             continue
-        at = (i // block) * stride + (i % block) * k
+        at = (i // block) * stride + i % block
         for j in range(k):
-            out[at + j] = 0
+            out[at + j * block] = 0
         for r in range(rows):
             b = np.int64(bits[r * n + i])
             if (b >> mb) & emask != emask:
                 continue
             if b & mmask:
                 out[at] += _NAN_UNIT
-                out[at + 1] += _NAN_UNIT
+                out[at + block] += _NAN_UNIT
             elif b < 0:
-                out[at + 1] += 1
+                out[at + block] += 1
             else:
                 out[at] += 1
 
 
 @njit(cache=True, nogil=True)
 def _shift_into(codes, limbs, top, k, out, block, stride, accumulate):
-    """Re-express slices taken below ``codes`` (a partial sum's own top bins) below ``top``
-    (>= codes, element-wise), into ``out`` laid out as in ``_slices_into``: slices of bins
-    under the new window are dropped whole."""
-    for i in range(top.shape[0]):
-        at = (i // block) * stride + (i % block) * k
+    """Re-express slices taken below ``codes`` (a partial sum's own top bins; ``limbs`` one
+    block, slice-major: element i's slice j at limbs[j * n + i]) below ``top`` (>= codes,
+    element-wise), into ``out`` laid out as in ``_slices_into``: slices of bins under the new
+    window are dropped whole."""
+    n = top.shape[0]
+    for i in range(n):
+        at = (i // block) * stride + i % block
         c, t = np.int64(codes[i]), np.int64(top[i])
         for j in range(k):
             v = 0
             if c == SPECIAL:
-                v = limbs[i * k + j]
+                v = limbs[j * n + i]
             elif c >= 0 and t != SPECIAL:
                 d = t - c
                 if j + d < k:
-                    v = limbs[i * k + j + d]
+                    v = limbs[(j + d) * n + i]
             if accumulate:
-                out[at + j] += v
+                out[at + j * block] += v
             else:
-                out[at + j] = v
+                out[at + j * block] = v
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _round_one(limbs, at, c, k, p, g, pow2, scratch):
-    """Element ``at``'s slice sums (top bin c) as one number rounded once to p significant bits,
-    nearest-even, exponent >= g (the format's subnormals): q.2^e with q <= 2^p, exact in
-    float64 (pow2[e - G] = 2^e, inf above float64's range), so a cast to the format after is
-    exact too, or overflows to inf as it should."""
+def _round_one(limbs, at, step, c, k, p, g, pow2, scratch):
+    """The slice sums at limbs[at + j * step] (top bin c) as one number rounded once to p
+    significant bits, nearest-even, exponent >= g (the format's subnormals): q.2^e with
+    q <= 2^p, exact in float64 (pow2[e - G] = 2^e, inf above float64's range), so a cast to the
+    format after is exact too, or overflows to inf as it should."""
     wmask = (1 << W) - 1
     if c == SPECIAL:
         nan = limbs[at] >> 31
         pinf = limbs[at] & (_NAN_UNIT - 1)
-        ninf = limbs[at + 1] & (_NAN_UNIT - 1)
+        ninf = limbs[at + step] & (_NAN_UNIT - 1)
         if nan or (pinf and ninf):
             return np.nan
         return np.inf if pinf else -np.inf
@@ -219,7 +229,7 @@ def _round_one(limbs, at, c, k, p, g, pow2, scratch):
     # Phase 1: carry into k + 1 digits of W bits and a sign.
     carry = 0
     for j in range(k):
-        v = limbs[at + j] + carry
+        v = limbs[at + j * step] + carry
         carry = v >> W
         scratch[j] = v - (carry << W)
     v = carry
@@ -271,45 +281,54 @@ def _round_into(limbs, top, k, p, g, pow2, out, block, stride, scratch):
     for blk in range((n + block - 1) // block):
         lo = blk * block
         for i in range(lo, min(lo + block, n)):
-            out[i] = _round_one(limbs, blk * stride + (i - lo) * k, np.int64(top[i]), k, p, g,
-                                pow2, scratch)
+            out[i] = _round_one(limbs, blk * stride + i - lo, block, np.int64(top[i]), k, p,
+                                g, pow2, scratch)
 
 
 @njit(cache=True, nogil=True)
-def _round32_into(limbs, top, k, pow2, out, block, stride, scratch):
-    """``_round_into`` for float32 (``out`` float32), fast: the slice sums added in float64,
-    each addition's error found (TwoSum). Where every step was exact, v is the exact sum and
-    float32(v) its one rounding (ties and zeros included); else with an error bound e: where
-    float32(v - e) == float32(v + e) != 0 every number in between, the exact sum included,
-    rounds to it; else (and for tiny, huge or special codes) ``_round_one``."""
+def _round_fast_into(limbs, top, k, p, g, drop, pow2, out, block, stride, scratch):
+    """``_round_into``'s bits for float64 (p = 53, g = -1074, drop = 0) and float32 (24, -149,
+    10) ``out``, fast: the slice sums carried into one signed top digit over k - 1 digits in
+    [0, 2^W); where the top digit holds the leading bit (no cancellation of the top bin), the 62
+    bits from it are rounded to odd (floor, then the lowest bit or-ed with every bit below: M),
+    which keeps the one rounding to p <= 60 bits after it exact (Boldo and Melquiond's round to
+    odd): float64(M) rounds M to nearest even (float64), or M is rounded to odd again to 52 bits
+    (drop = 10), converted exactly and cast to float32; the scaling by 2^e is exact while the
+    result is a normal float64 and overflows to inf as IEEE's. Else (a cancelled top digit,
+    results near float64's subnormals, zeros, specials) ``_round_one``."""
     n = top.shape[0]
+    wmask = (1 << W) - 1
     for blk in range((n + block - 1) // block):
         lo = blk * block
         for i in range(lo, min(lo + block, n)):
-            at = blk * stride + (i - lo) * k
+            at = blk * stride + i - lo
             c = np.int64(top[i])
-            if k < c < _TOP_CODE - 1:
-                base = (c - k + 1) * W              # the window's bottom, minus G
-                v = 0.0
-                a = 0.0
-                exact = True
-                for j in range(k):
-                    limb = limbs[at + j]
-                    t = np.float64(limb) * pow2[base + j * W]
-                    sv = v + t
-                    bv = sv - v
-                    exact &= (abs(limb) <= 9007199254740992) & ((v - (sv - bv)) + (t - bv) == 0)
-                    v = sv
-                    a += abs(t)
-                if exact:
-                    out[i] = np.float32(v)
-                    continue
-                e = a * 2.842170943040401e-14       # 2^-45 > (k + 1).2^-53, k <= 8
-                down, up = np.float32(v - e), np.float32(v + e)
-                if down == up and down != 0:
-                    out[i] = down
-                    continue
-            out[i] = _round_one(limbs, at, c, k, 24, -149, pow2, scratch)
+            # Phase 1: carry; keep the two digits under the top one and whether any below is set.
+            carry = below = low = mid = 0
+            for j in range(k - 1):
+                v = limbs[at + j * block] + carry
+                carry = v >> W
+                below |= low
+                low = mid
+                mid = v & wmask
+            head = limbs[at + (k - 1) * block] + carry
+            bl = _bitlen(head ^ (head >> 63))           # its bits but the sign (0 for 0, -1)
+            s = 62 - bl                                 # head's bits move up by s
+            if not (0 <= c <= _TOP_CODE and 1 <= bl <= 62 and c * W - s + drop >= 52):
+                out[i] = _round_one(limbs, at, block, c, k, p, g, pow2, scratch)
+                continue
+            # Phase 2: floor(sum / 2^(e - L)), e = G + cW - s, in 62 bits, and its sticky bit.
+            t1 = W - s                                  # mid's bits below the window: -21..40
+            t2 = min(2 * W - s, W)                      # low's: 19..40
+            if t1 >= 0:
+                win, rest = (head << s) | (mid >> t1), mid & ((1 << t1) - 1)
+            else:
+                win, rest = (head << s) | (mid << -t1), 0
+            win |= low >> t2
+            rest |= (low & ((1 << t2) - 1)) | below
+            odd = win | (rest != 0)                     # rounded to odd
+            odd = (odd >> drop) | ((odd & ((1 << drop) - 1)) != 0)
+            out[i] = np.float64(odd) * pow2[c * W - s + drop]
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -339,17 +358,6 @@ def _lowest(dtype) -> int:
     return 2 - (1 << (eb - 1)) - mb
 
 
-def _scales():
-    """f1, f2 with f1[c + 2] * f2[c + 2] = 2^-(G + cW) for the codes of bins (two factors, each
-    a normal float64, so that scaling a value into its top bin is exact); 0 for the others."""
-    f1, f2 = np.zeros(SPECIAL + 3), np.zeros(SPECIAL + 3)
-    for c in range(_TOP_CODE + 1):
-        first = 600 if c < _SCALE_SPLIT else 0
-        f1[c + 2], f2[c + 2] = 2.0 ** first, 2.0 ** (-(G + c * W) - first)
-    return f1, f2
-
-
-_F1, _F2 = _scales()
 with np.errstate(over="ignore"):
     _POW2 = np.ldexp(1.0, np.arange(G, G + 2600))   # 2^e at e - G; inf above float64's range
 
@@ -372,13 +380,12 @@ def slices(x: np.ndarray, top: np.ndarray, k: int, *, rows: int = 1, out=None, b
         out = np.empty(n * k, np.int64)
     block = (n or 1) if block is None else block
     stride = block * k if stride is None else stride
-    flat = np.ascontiguousarray(x).reshape(-1)
-    wide = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)     # exact
-    _slices_into(wide, rows, top, k, _F1, _F2, out, block, stride, accumulate)
+    flat = np.ascontiguousarray(x).reshape(-1).view(view)
+    _slices_into(flat, rows, mb, eb, top, k, out, block, stride, accumulate)
     if n and top.max() == SPECIAL:
         if accumulate:
             raise AssertionError("inf/NaN slices are never accumulated: sum() counts all rows")
-        _specials_into(flat.view(view), rows, mb, eb, top, k, out, block, stride)
+        _specials_into(flat, rows, mb, eb, top, k, out, block, stride)
     return out
 
 
@@ -395,8 +402,10 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
         out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
     block = (top.size or 1) if block is None else block
     stride = block * k if stride is None else stride
-    if out.dtype == np.float32:
-        _round32_into(limbs, top, k, _POW2, out, block, stride, np.empty(k + 1, np.int64))
+    if dtype.itemsize >= 4:
+        drop = 0 if dtype == np.float64 else 10
+        _round_fast_into(limbs, top, k, mb + 1, _lowest(dtype), drop, _POW2, out, block, stride,
+                         np.empty(k + 1, np.int64))
     else:
         _round_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
                     np.empty(k + 1, np.int64))
@@ -422,8 +431,9 @@ def wire_bytes(count: int, dtype, k=None, size: int = 2, split: bool = True) -> 
 
 class BinnedSum:
     """An exact, not yet rounded, reproducible sum: per element its top bin (``codes``), k
-    slice sums below it (``limbs``, int64, element-major) and how many values it holds
-    (``terms``). ``np.asarray(s)`` / ``s.value()`` rounds it; ``a + b`` merges two;
+    slice sums below it (``limbs``, int64, slice-major: element i's slice j at j * size + i)
+    and how many values it holds (``terms``). ``np.asarray(s)`` / ``s.value()`` rounds it;
+    ``a + b`` merges two;
     ``mpicoll.allreduce(s, reproducible=True)`` sums it over ranks. Made by ``sum``."""
 
     __slots__ = ("dtype", "shape", "k", "codes", "limbs", "terms")
@@ -591,7 +601,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
         rank = (comm or MPI.COMM_WORLD).Get_rank()
         lo, hi = min(rank * block, n), min((rank + 1) * block, n)
         floats = np.zeros(size * block, dtype)
-        floats[rank * block:rank * block + hi - lo] = rounded(mine, top[lo:hi], k, dtype)
+        floats[rank * block:rank * block + hi - lo] = rounded(mine, top[lo:hi], k, dtype,
+                                                              block=block)
         gathered = api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
         np.copyto(recv.reshape(-1), gathered[:n])
         return recv
@@ -607,7 +618,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
         block = -(-n // size)
         lo, hi = min(rank * block, n), min((rank + 1) * block, n)
         floats = np.zeros(size * block, dtype)
-        rounded(buf[lo * k:hi * k], top[lo:hi], k, dtype, out=floats[lo:hi])
+        rounded(buf[lo:], top[lo:hi], k, dtype, block=n, out=floats[lo:hi])   # one block
         api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
         np.copyto(recv.reshape(-1), floats[:n])
         return recv
@@ -715,8 +726,11 @@ class Job:
             blk = -(-n // size) if split else n
             stride = blk * k + 1
             sums = take(size * stride if split else stride, np.int64)
-            self.floats = take(size * blk, recv.dtype) if split else None
-            self.blk = blk
+            # the floats are gathered into recvbuf itself where its blocks are whole
+            direct = split and size * blk == n and recv.flags.c_contiguous
+            self.floats = recv.reshape(-1) if direct else take(size * blk, recv.dtype) \
+                if split else None
+            self.blk, self.direct = blk, direct
         else:
             def block_shape(shape, total):
                 return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
@@ -725,7 +739,7 @@ class Job:
                 raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
                                  f"communicator size {size}")
             n = block = src.size // size
-            self.floats = None
+            self.floats, self.direct = None, False
             if src is not recv and recv.size != n:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
             stride = n * k + 1
@@ -774,7 +788,7 @@ class Job:
         K x 8/s times the data). Requests in flight together each take their own."""
         if len(pool) > 8:
             pool.clear()
-        for a in (self.codes, self.sums, self.floats):
+        for a in (self.codes, self.sums, None if self.direct else self.floats):
             if a is not None:
                 pool[(a.size, a.dtype)] = a
 
@@ -791,19 +805,21 @@ class Job:
         if self.split:
             stride, blk, rank = self.stride, self.blk, self.rank
             sums[stride - 1::stride] = _terms(src)
-            last = n - (self.size - 1) * blk            # the last block's elements
-            sums[(self.size - 1) * stride + max(last, 0) * k:-1] = 0     # its padding
+            for r in range(n // blk, self.size):        # the last blocks' missing elements
+                held = min(max(n - r * blk, 0), blk)
+                sums[r * stride:r * stride + k * blk].reshape(k, blk)[:, held:] = 0
             _local_slices(src, top, k, out=sums, block=blk, stride=stride)
             if self._sum is not None:
                 self._sum(watch)
             mine = sums[rank * stride:(rank + 1) * stride]
             _check_terms(int(mine[-1]))
             lo, hi = min(rank * blk, n), min((rank + 1) * blk, n)
-            rounded(mine, top[lo:hi], k, self.dtype, out=self.floats[rank * blk:
-                                                                      rank * blk + hi - lo])
+            rounded(mine, top[lo:hi], k, self.dtype, block=blk,
+                    out=self.floats[rank * blk:rank * blk + hi - lo])
             if self._gather is not None:
                 self._gather(watch)
-            np.copyto(self.recv.reshape(-1), self.floats[:n])
+            if not self.direct:
+                np.copyto(self.recv.reshape(-1), self.floats[:n])
             return
         if self.collective == "allreduce":
             _local_slices(src, top, k, out=sums[:n * k])

@@ -174,7 +174,8 @@ def test_every_form_same_bits(comm, algorithm):
     sums; the plan says reproducible=K."""
     problems = []
     for dtype in (np.float64, np.float32, R.bfloat16):
-        large = (R.SPLIT_BYTES // 16 + 5,) if algorithm == "auto" else ()    # auto splits
+        # auto splits; 3 * 2^13 divides into whole blocks (the floats gathered into recvbuf)
+        large = (R.SPLIT_BYTES // 16 + 5, 3 << 13) if algorithm == "auto" else ()
         for count in (7, 3 * comm.size + 1, 4099) + large:
             x = data(count, dtype, seed=4)
             rows = x[:comm.size]                        # one row per rank: a plain array

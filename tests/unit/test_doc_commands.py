@@ -189,6 +189,8 @@ CHEAP = {
         "mpiexec -n 2 python jobs/shm_direct.py --sizes 65536 --calls 5",
     "mpiexec -n 2 python jobs/reproducible_cost.py float32":
         "mpiexec -n 2 python jobs/reproducible_cost.py float32 --mib 1 --calls 2",
+    "mpiexec -n 2 python jobs/reproducible_phases.py float64 --mib 1 16 64 --calls 5":
+        "mpiexec -n 2 python jobs/reproducible_phases.py float64 --mib 1 --calls 2",
     "mpiexec -n 2 python -m mpi4py jobs/segmenting.py --sizes 4M,8M,16M,32M,64M "
     "--segments 0,model,2M --calls 21": "mpiexec -n 2 python -m mpi4py jobs/segmenting.py "
                                         "--sizes 1M --segments 0,model,256K --calls 3",

@@ -77,8 +77,8 @@ def simulated(parts, algorithm="ring", path="allreduce", **options):
         buf[stride - 1::stride] = R._terms(s)
         bufs.append(R._local_slices(s, top, k, out=buf, block=block, stride=stride))
     mine = inprocess.reduce_scatter_block(bufs, op="sum", algorithm=path)
-    floats = [R.rounded(m, top[min(r * block, n):min((r + 1) * block, n)], k, dtype)
-              for r, m in enumerate(mine)]
+    floats = [R.rounded(m, top[min(r * block, n):min((r + 1) * block, n)], k, dtype,
+                        block=block) for r, m in enumerate(mine)]
     gathered = np.concatenate([np.concatenate([f, np.zeros(block - f.size, dtype)])
                                for f in floats])[:n]
     return [gathered] * p
@@ -290,25 +290,50 @@ def test_wire_bytes():
     assert R.wire_bytes(n, np.float64, size=4) / plain == pytest.approx((24 + 8 + 2) / 16)
 
 
-def test_float32_fast_rounding_is_the_exact_one():
-    """The float32 rounding's float64 shortcut gives the exact path's bits: sums of two or
-    three float32 values (ties are common), heavy cancellation, and random slice sums."""
+def _random_sums(rng, n, k):
+    """Random slice sums below random codes: every magnitude, runs of zero low bits (ties),
+    single bits, tiny and cancelled top digits, and a few specials' counts."""
+    kind = rng.integers(0, 5, (n, k))
+    v = rng.integers(-2 ** 62, 2 ** 62, (n, k)) >> rng.integers(0, 63, (n, k))
+    v = np.where(kind == 0, 0, v)
+    v = np.where(kind == 1, (v >> 20) << 20, v)
+    v = np.where(kind == 2, np.where(v < 0, -1, 1) << rng.integers(0, 62, (n, k)), v)
+    v = np.where(kind == 3, rng.integers(-3, 4, (n, k)), v)
+    top = rng.integers(-2, R._TOP_CODE + 1, n).astype(np.int8)
+    special = rng.random(n) < 0.02
+    top[special] = R.SPECIAL
+    v[special, :2] &= (1 << 33) - 1
+    return v.reshape(-1), top
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fast_rounding_is_the_exact_one(dtype):
+    """The float64 and float32 rounding's round-to-odd shortcut gives the exact path's bits:
+    sums of two or three values (ties are common), heavy cancellation, and random slice sums
+    for every K (subnormal, overflowing and special results included)."""
     rng = np.random.default_rng(10)
-    cases = [rng.standard_normal((2, 4000)).astype(np.float32),
-             rng.standard_normal((3, 4000)).astype(np.float32),
-             wide(7, 4000, np.float32, seed=10)]
+    dtype = np.dtype(dtype)
+    p, g = (53, -1074) if dtype == np.float64 else (24, -149)
+
+    def exact(limbs, top, k):
+        out = np.empty(top.size)
+        R._round_into(limbs, top, k, p, g, R._POW2, out, top.size or 1, top.size * k,
+                      np.empty(k + 1, np.int64))
+        with np.errstate(over="ignore"):
+            return out.astype(dtype)
+
+    cases = [rng.standard_normal((2, 4000)).astype(dtype),
+             rng.standard_normal((3, 4000)).astype(dtype),
+             wide(7, 4000, dtype, seed=10)]
     for x in cases:
         s = R.sum(x)
-        fast = R.rounded(s.limbs, s.codes, s.k, np.float32)
-        exact = np.empty(s.size)
-        R._round_into(s.limbs, s.codes, s.k, 24, -149, R._POW2, exact, s.size or 1,
-                      s.size * s.k, np.empty(s.k + 1, np.int64))
-        assert bits(fast) == bits(exact.astype(np.float32))
-    top = np.full(5000, 26, np.int8)
-    limbs = rng.integers(-2 ** 61, 2 ** 61, 5000 * 2)
-    exact = np.empty(5000)
-    R._round_into(limbs, top, 2, 24, -149, R._POW2, exact, 5000, 10000, np.empty(3, np.int64))
-    assert bits(R.rounded(limbs, top, 2, np.float32)) == bits(exact.astype(np.float32))
+        assert bits(R.rounded(s.limbs, s.codes, s.k, dtype)) == bits(exact(s.limbs, s.codes,
+                                                                           s.k))
+    for k in range(R.K_RANGE[0], R.K_RANGE[1] + 1):
+        limbs, top = _random_sums(rng, 3000, k)
+        fast, want = R.rounded(limbs, top, k, dtype), exact(limbs, top, k)
+        nan = np.isnan(fast) & np.isnan(want)
+        assert bits(fast[~nan]) == bits(want[~nan]), k
 
 
 def test_bench_flag():
