@@ -209,6 +209,10 @@ CHEAP = {
         "python jobs/perf_tables.py --runs docs/results/perf-np2-{1,2,3}.json --persistent "
         "docs/results/perf-np2-persistent-{1,2,3}.json",
     "python jobs/fault_matrix.py --cost": "python jobs/fault_matrix.py --cost --reps 1",
+    'mpiexec -n 4 python -c "import numpy, numba; from mpi4py import MPI; '
+    'MPI.COMM_WORLD.Barrier()"':
+        'mpiexec -n 4 python -c "import numpy, numba; from mpi4py import MPI; '
+        'MPI.COMM_WORLD.Barrier()"',
     "python jobs/sim_validation.py render published docs/simulator-validation.json":
         "python jobs/sim_validation.py render published docs/simulator-validation.json",
     "python jobs/sim_validation.py render pipeline docs/simulator-pipeline.json":
@@ -238,6 +242,7 @@ ELSEWHERE = {
     "docs/results/fabric-tuned-{first,second}/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
     "-o slurm/local/tuning-fabric-1g.json": ("tests/unit/test_cli.py", "--with-mpi"),
     "mpicoll tune --with-mpi": ("tests/unit/test_cli.py", "--with-mpi"),
+    "python -m mpicoll.tools.warm": ("run.sh", "python -m mpicoll.tools.warm"),
     "python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json":
         ("tests/unit/test_sim_sharing.py", "sim_validation pipeline"),
     "mpiexec -n 2 python -m mpi4py jobs/train_dp.py --steps 300 --repeats 3 --outdir results":
