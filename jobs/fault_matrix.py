@@ -20,6 +20,16 @@ Forms: ``blocking`` (``allreduce``), ``nonblocking`` (``iallreduce(...).wait()``
 ``persistent`` (``allreduce_init(...)()``); bcast cases use ``bcast``, ``ibcast``,
 ``bcast_init``.
 
+``--death ALGO`` adds, as the job's last case, a rank's death in a call of ALGO (``shm``: peer
+death in the shared window): the last rank exits as shm's copy loop starts (another algorithm:
+in its first wait mid-schedule, every rank on the Python executor), and the others must raise
+naming it within the deadline + 1 s -- or return the right result where its data was already
+out. A dead rank ends the job for what would follow, so it comes last, once per job; the
+survivors report over a communicator of their own and end without ``MPI_Finalize``. Launch it
+with Hydra's clean-up off, or the launcher kills the survivors first:
+
+    mpiexec -disable-auto-cleanup -n 3 python -m mpi4py jobs/fault_matrix.py --death shm
+
 ``python jobs/fault_matrix.py --cost`` times, in one process, the steps the checks add to every
 call (docs/reliability.md, "Cost"). ``--markdown FILE`` rewrites the table between ``<!-- fault-matrix -->`` and
 ``<!-- /fault-matrix -->`` in FILE (docs/reliability.md's), ``--json FILE`` writes every
@@ -44,6 +54,7 @@ import mpicoll
 from mpicoll._runtime.context import state
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout, ConcurrentCall, PeerError
 from mpicoll.registry import COLLECTIVES
+from mpicoll.testing import environment
 
 ALGORITHMS = tuple(COLLECTIVES["allreduce"]) + ("auto",)
 BCAST = tuple(COLLECTIVES["bcast"]) + ("auto",)
@@ -287,6 +298,33 @@ def kernel_lock(comm, a, form, t):
             holder.wait()
 
 
+def peer_death(comm, a, form, t):
+    """``--death``: the last rank dies in the call (``_arm_death``); the others' outcome."""
+    n = comm.Get_size()
+    if comm.Get_rank() == n - 1:
+        _arm_death(a)
+    y = allreduce(form, _mine(comm), algorithm=a, comm=comm, timeout=t)
+    return y, bool((y == n * (n + 1) / 2).all())
+
+
+def _arm_death(a) -> None:
+    """Make this process exit in its next call of ``a``: as shm's copy loop starts (its window
+    ready, the others waiting for its flag), else in its first wait mid-schedule."""
+    if _shared(a):
+        from mpicoll.shm import kernels as shm_kernels
+        shm_kernels.window_copy = shm_kernels.single_copy = lambda *args: os._exit(0)
+        return
+    from mpicoll._runtime import watch
+    real = watch.Watch.wait
+
+    def dying_wait(self, requests, step, nsteps=0, *args, **kwargs):
+        if isinstance(step, str) or step == min(1, nsteps - 1):
+            os._exit(0)
+        return real(self, requests, step, nsteps, *args, **kwargs)
+
+    watch.Watch.wait = dying_wait
+
+
 # name -> (function, collective, forms, owner, what the docs promise)
 CASES = {
     "local error": (local_error, "allreduce", FORMS, None,
@@ -322,7 +360,11 @@ CASES = {
                              "everywhere (reset on every error path)"),
     "shm vs mpi": (shm_vs_mpi, "allreduce", ("blocking",), None,
                    "ArgumentMismatch everywhere, within 2 s"),
+    "peer death": (peer_death, "allreduce", ("blocking",), None,
+                   "the others: an error naming the dead rank (shm: CommunicatorBroken), within "
+                   "the deadline + 1 s, or the right result if its data was out (--death, last)"),
 }
+LAST = {"peer death"}       # run by --death only, after every other case: it ends a rank
 HANGS: set = set()          # cases that hung once, run only with --include-hangs
 ONCE = {"kernel lock held", "skipped call (default)", "Buckets missed ready", "shm vs mpi"}
 
@@ -386,6 +428,13 @@ def judge(case: str, records: list, t: float) -> str:
         return verdict(ok and slow < t + 1, f"{kinds} in {slow:.2f} s")
     if case == "Buckets missed ready":
         return verdict(all(k == "returned" for k in kinds) and not wrong, f"{kinds}, wrong")
+    if case == "peer death":            # records: the survivors' (the last rank is dead)
+        names_dead = re.compile(rf"\brank(\(s\))? \[?([0-9]+, )*{len(records)}\b").search
+        ok = not wrong and all(
+            r["kind"] == "returned" or (r["kind"] in {"CommunicatorBroken", "CollectiveTimeout",
+                                                      "PeerError"} and names_dead(r["text"]))
+            for r in records)
+        return verdict(ok and slow < t + 1, f"{kinds} in {slow:.2f} s, wrong: {wrong}")
     raise KeyError(case)
 
 
@@ -460,6 +509,9 @@ def main(argv=None) -> int:
                     help="also run the cases in HANGS (none now; one that may hang aborts)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--markdown", default=None, help="rewrite the table in this file")
+    ap.add_argument("--death", default=None, metavar="ALGO",
+                    help="last, a rank's death in a call of ALGO (needs mpiexec "
+                         "-disable-auto-cleanup; the job then ends without MPI_Finalize)")
     ap.add_argument("--cost", action="store_true",
                     help="only time the steps the checks add to every call (one process)")
     args = ap.parse_args(argv)
@@ -473,6 +525,7 @@ def main(argv=None) -> int:
         QUICK if args.quick else ALGORITHMS
     cases = args.cases.split(",") if args.cases else [
         c for c in CASES if args.include_hangs or c not in HANGS]
+    cases = [c for c in cases if c not in LAST]
     if size < 3:
         cases = [c for c in cases if c != "roots split bcast"]
     nodes = len(state(world).nodes())
@@ -546,6 +599,11 @@ def main(argv=None) -> int:
                 results.append({"case": case, "algorithm": a, "form": form, "verdict": worst,
                                 "owner": owner, "promise": promise, "ranks": records,
                                 "verdicts": verdicts, "slowest": slowest})
+    if args.death and (nodes == 1 or not _shared(args.death)):
+        row = death(world, args.death, t)
+        if row is not None:
+            failed += row["verdict"].startswith("FAIL")
+            results.append(row)
     if rank == 0:
         print(f"# {len(results)} rows, {failed} FAIL, {time.monotonic() - started:.0f} s",
               flush=True)
@@ -555,7 +613,37 @@ def main(argv=None) -> int:
                           indent=1)
         if args.markdown:
             update_markdown(args.markdown, table(results, size, t, args.reps), size)
+    if args.death:                      # a rank is dead: MPI_Finalize could wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1 if failed else 0)
     return 1 if failed else 0
+
+
+def death(world, a: str, t: float):
+    """The ``--death`` case: the last rank of ``world`` dies in a call of ``a``; return the
+    row (on rank 0 of the survivors; None elsewhere). The dying rank does not return."""
+    rank, size = world.Get_rank(), world.Get_size()
+    survivors = world.Split(0 if rank < size - 1 else MPI.UNDEFINED)    # before it dies
+    comm = world.Dup()
+    # (not shm: every rank on the Python executor, which waits in a Watch.wait every step)
+    with environment(**({} if _shared(a) else {"MPICOLL_EXECUTOR": "python"})):
+        allreduce("blocking", _mine(comm), algorithm=a, comm=comm, timeout=600)
+        world.Barrier()
+        mine = record(peer_death, comm, a, "blocking", t)
+    records = survivors.gather(mine, 0)
+    if rank != 0:
+        return None
+    verdict = judge("peer death", records, t)
+    shown = "; ".join(f"{r}: {rec['kind']} {rec['seconds']:.2f} s"
+                      for r, rec in enumerate(records))
+    print(f"{verdict.split(':')[0]:<6} {'peer death':<34} {a:<19} {'blocking':<11} {shown}; "
+          f"{size - 1}: exited", flush=True)
+    if verdict != "ok":
+        print(f"       {verdict[:300]} | rank 0 saw: {records[0]['text'][:200]}", flush=True)
+    return {"case": "peer death", "algorithm": a, "form": "blocking", "verdict": verdict,
+            "owner": None, "promise": CASES["peer death"][4], "ranks": records,
+            "verdicts": [verdict], "slowest": [max(rec["seconds"] for rec in records)]}
 
 
 def table(results: list, size: int, t: float, reps: int) -> str:

@@ -208,15 +208,17 @@ def test_fault_matrix(tmp_path, ranks):
     """jobs/fault_matrix.py, once (issue #22): a local error, count/dtype/op/algorithm
     mismatches, a skipped call (validate='callsite'; without it, caught at the next call),
     bcast roots that disagree, Free after a failure and in flight, two threads, the kernel lock
-    held, Buckets' missed ready, shm against mpi -- for every algorithm and auto, in every form:
-    every case ends in the promised error on every rank (mismatches and local errors within
-    2 s), no rank hangs, none returns a wrong result (except the documented limits and the
-    cases other issues own, reported as such). About 1.5 minutes at N = 3."""
+    held, Buckets' missed ready, shm against mpi -- for every algorithm and auto, in every form,
+    and last a peer's death under shm (the last rank exits in the shared window; Hydra's
+    clean-up off so the others live on): every case ends in the promised error on every rank
+    (mismatches and local errors within 2 s, the death within the deadline + 1 s), no rank
+    hangs, none returns a wrong result (except the documented limits and the cases other issues
+    own, reported as such). About a minute at N = 3."""
     out = tmp_path / "matrix.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), MPIEXEC_TIMEOUT="500")
-    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py",
-                           str(ROOT / "jobs" / "fault_matrix.py"), "--reps", "1",
-                           "--timeout", "2", "--json", str(out)],
+    proc = subprocess.run([MPIEXEC, "-disable-auto-cleanup", "-n", str(ranks), sys.executable,
+                           "-m", "mpi4py", str(ROOT / "jobs" / "fault_matrix.py"), "--reps", "1",
+                           "--timeout", "2", "--death", "shm", "--json", str(out)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=530)
     assert proc.returncode == 0, output(proc)
     rows = json.loads(out.read_text())["rows"]
@@ -226,7 +228,7 @@ def test_fault_matrix(tmp_path, ranks):
             "algorithm mismatch", "skipped call (callsite)", "skipped call then another",
             "root=self bcast",
             "Free after failure", "Free in flight", "threads", "kernel lock held",
-            "Buckets missed ready", "shm vs mpi"} <= cases
+            "Buckets missed ready", "shm vs mpi", "peer death"} <= cases
     for row in rows:
         assert not row["verdict"].startswith("FAIL"), row
         if row["owner"] is None:
