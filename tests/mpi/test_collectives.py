@@ -129,7 +129,7 @@ def test_naive_gives_every_rank_the_left_folds_bits(comm, form, executor, segmen
                     h.start()
                     h.wait()
                     h.free()
-                if compress:
+                if compress and comm.size > 1:     # (one rank sends nothing: no rounding)
                     codec = compression.CODECS[compress]
                     for x in xs:
                         codec.round(x)
