@@ -654,11 +654,14 @@ def table(results: list, size: int, t: float, reps: int) -> str:
         if r["algorithm"] not in algorithms:
             algorithms.append(r["algorithm"])
     again = f" --reps {reps}" if reps > 1 else ""
-    lines = [f"N = {size}, timeout {t:g} s, {reps} repetition(s) (`mpiexec -n {size} python -m "
-             f"mpi4py jobs/fault_matrix.py{again} --markdown docs/reliability.md`): per "
+    died = [r["algorithm"] for r in results if r["case"] == "peer death"]
+    launch = "mpiexec -disable-auto-cleanup" if died else "mpiexec"
+    death = f" --death {died[0]}" if died else ""
+    lines = [f"N = {size}, timeout {t:g} s, {reps} repetition(s) (`{launch} -n {size} python -m "
+             f"mpi4py jobs/fault_matrix.py{again}{death} --markdown docs/reliability.md`): per "
              "algorithm, the worst verdict over the forms run (blocking, nonblocking, "
              "persistent) and repetitions, and the slowest rank's time to error (or to return), "
-             "the largest over them.", "",
+             "the largest over them" + ("; the peer death, once, last." if died else "."), "",
              "| case | promise | " + " | ".join(f"`{a}`" for a in algorithms) + " |",
              "|---|---|" + "---|" * len(algorithms)]
     for case in dict.fromkeys(r["case"] for r in results):

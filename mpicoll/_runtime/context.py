@@ -21,7 +21,6 @@ calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is fre
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import time
@@ -68,12 +67,6 @@ class CommState:
         self.lock = threading.RLock()           # held by the thread in a call on it (enter)
         self.background = None                  # first nonblocking calls being started (setup.py)
         self.freed = False                      # the user freed the communicator (free)
-        # this rank's random number for this communicator, and every rank's once the first
-        # call's presence check has exchanged them: roll calls and notices carry the sender's,
-        # so one left in MPI's queue by an earlier communicator with the same context id is
-        # told apart and dropped (notice.fresh)
-        self.incarnation = int.from_bytes(os.urandom(8), "little") >> 1
-        self.incarnations: np.ndarray | None = None
         notice.register(comm, self)
 
     def check(self, what: str = "mpicoll") -> None:
@@ -95,7 +88,7 @@ class CommState:
         if self.made:
             return
         if self._dup is None:
-            self.incarnations = presence(self.parent, watch, self.incarnation)
+            presence(self.parent, watch)
             if self.parent.Iprobe(MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
                 # notices of an earlier first call that failed (notice.py): judged, not left
                 self.notices += notice.collect(self.parent)
@@ -357,26 +350,22 @@ def drain(comm: MPI.Intracomm, tags) -> None:
 PRESENCE_TAG_OFFSET = 1     # the presence check's tag: MPI.TAG_UB - 1 (the roll call's: TAG_UB)
 
 
-def presence(comm: MPI.Intracomm, watch=None, incarnation: int = 0) -> np.ndarray:
-    """Return every rank's incarnation (``CommState.incarnation``; this rank's is
-    ``incarnation``) once every rank of ``comm`` has entered its first mpicoll call on it; past
+def presence(comm: MPI.Intracomm, watch=None) -> None:
+    """Return once every rank of ``comm`` has entered its first mpicoll call on it; past
     ``watch``'s deadline (if any) raise ``CollectiveTimeout`` (a roll call names the missing
     ranks).
 
-    One int64 to each other rank, so nothing is left to complete: on a timeout the unfinished
-    receives are cancelled and the sends (eager) are already complete. A rank that comes after
-    the others gave up finds their roll call here and raises before starting
-    ``MPI_Comm_idup``."""
+    Empty messages, so nothing is left to complete: on a timeout the unfinished receives are
+    cancelled and the sends (eager) are already complete. A rank that comes after the others
+    gave up finds their roll call here and raises before starting ``MPI_Comm_idup``."""
     me, size = comm.Get_rank(), comm.Get_size()
     tag = roll_call_tag() - PRESENCE_TAG_OFFSET
     others = [r for r in range(size) if r != me]
-    mine, got = np.array([incarnation], np.int64), np.zeros(size, np.int64)
-    got[me] = incarnation
-    requests = ([comm.Irecv(got[r:r + 1], r, tag) for r in others]
-                + [comm.Isend(mine, r, tag) for r in others])
+    requests = ([comm.Irecv(_EMPTY, r, tag) for r in others]
+                + [comm.Isend(_EMPTY, r, tag) for r in others])
     if watch is None:
         MPI.Request.Waitall(requests)
-        return got
+        return
     try:
         watch.wait(requests, "the presence check before MPI_Comm_idup (first call on the "
                    "communicator)", peers=others + others, heed_roll_call=True)
@@ -385,7 +374,9 @@ def presence(comm: MPI.Intracomm, watch=None, incarnation: int = 0) -> np.ndarra
             if request and not request.Test():
                 request.Cancel()
                 request.Wait()
-    return got
+
+
+_EMPTY = np.empty(0, np.int8)
 
 
 def node_layout(comm: MPI.Intracomm, ranks_per_node: int | None = None) -> tuple:

@@ -6,15 +6,11 @@ the others waiting for its messages until their deadline. Instead the failing ra
 *notice* to every other rank: one small nonblocking message on mpicoll's duplicate of the
 communicator, with the tag ``MPI_TAG_UB - 2`` that calls never use (``tags.layout``), holding
 
-    [call, broken, incarnation] (int64)  +  "TypeError: sendbuf must be an array, got list"
+    [call, broken] (int64)  +  "TypeError: sendbuf must be an array, got list"
 
 ``call`` is the call's number on the communicator (counted from 1: ``CommState.calls``; the
 failing rank takes its number too, so the numbering stays the same on every rank), ``broken``
-whether the sender will use the communicator again, ``incarnation`` the sender's random number
-for this communicator (``CommState.incarnation``, exchanged in the presence check of its first
-call): a notice that a rank not in a failed call never read stays in MPI's queue under the
-communicator's context id, which MPI gives to a later communicator once every rank has freed
-this one; there it carries the wrong incarnation, and is dropped (``fresh``). A rank waiting in a call looks for notices
+whether the sender will use the communicator again. A rank waiting in a call looks for notices
 while it waits -- not in its first ``watch.LOOK_AFTER`` seconds, so a call that completes at
 once pays nothing -- and then decides (``judge``):
 
@@ -39,13 +35,12 @@ from mpi4py import MPI
 from ..errors import PeerError
 from .tags import tag_ub
 
-__all__ = ["notice_tag", "post", "collect", "judge", "register", "lookup", "fresh",
-           "NOTICE_TAG_OFFSET"]
+__all__ = ["notice_tag", "post", "collect", "judge", "register", "lookup", "NOTICE_TAG_OFFSET"]
 
 NOTICE_TAG_OFFSET = 2       # the notices' tag: MPI_TAG_UB - 2
 OWN, BROKEN, RELAYED = 0, 1, 2  # the sender's own error before communicating (communicator kept),
                                 # its call failed mid-way, it relays a PeerError (both: broken)
-_HEAD = 24                  # bytes: call, broken, incarnation (three int64)
+_HEAD = 16                  # bytes: call, broken (two int64)
 
 _states: dict = {}          # communicator handle (py2f) -> its CommState (the parent's and the dup's)
 
@@ -80,8 +75,7 @@ def post(state, call: int, broken: int, text: str) -> None:
     requests kept alive in ``state.outbox``."""
     comm = state.comm
     me, size = comm.Get_rank(), comm.Get_size()
-    msg = np.concatenate([np.array([call, int(broken), state.incarnation], np.int64).view(
-                              np.uint8),
+    msg = np.concatenate([np.array([call, int(broken)], np.int64).view(np.uint8),
                           np.frombuffer(text.encode(errors="replace")[:4000], np.uint8)])
     tag = notice_tag()
     if len(state.outbox) > 256:         # drop the completed ones (with their messages)
@@ -93,23 +87,13 @@ def collect(comm: MPI.Comm) -> list:
     """Receive every notice that has arrived on ``comm``: ``[(rank, call, kind, text)]``
     (kind: ``OWN``, ``BROKEN``, ``RELAYED``)."""
     tag, status, got = notice_tag(), MPI.Status(), []
-    state = lookup(comm)
     while comm.Iprobe(MPI.ANY_SOURCE, tag, status):
         msg = np.empty(status.Get_count(MPI.BYTE), np.uint8)
-        source = status.Get_source()
-        comm.Recv(msg, source, tag)
-        call, broken, incarnation = (int(v) for v in msg[:_HEAD].view(np.int64))
-        if fresh(state, source, incarnation):
-            got.append((source, call, broken, msg[_HEAD:].tobytes().decode(errors="replace")))
+        comm.Recv(msg, status.Get_source(), tag)
+        call, broken = (int(v) for v in msg[:_HEAD].view(np.int64))
+        got.append((status.Get_source(), call, broken, msg[_HEAD:].tobytes().decode(
+            errors="replace")))
     return got
-
-
-def fresh(state, rank: int, incarnation: int) -> bool:
-    """Whether a message from ``rank`` that says ``incarnation`` is of ``state``'s
-    communicator, not one left by an earlier communicator with the same MPI context id
-    (unknown before the first call's presence check: then yes)."""
-    known = None if state is None else state.incarnations
-    return known is None or int(known[rank]) == incarnation
 
 
 def judge(state, current: int, what: str) -> PeerError | None:

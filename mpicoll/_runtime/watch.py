@@ -6,10 +6,7 @@ raises ``CollectiveTimeout``:
 
 1. the rank sends its status -- the call's tag and number, the step it is in, whether its own
    deadline passed, and the call's signature (its arguments as text, ``tags.signature``) -- to
-   every other rank, with the tag ``MPI.TAG_UB`` that calls never use, and with its
-   incarnation of the communicator (``CommState.incarnation``): a roll call left unread in
-   MPI's queue by an earlier communicator whose context id MPI gave to this one is received
-   and dropped (``notice.fresh``), never taken for one of this communicator's;
+   every other rank, with the tag ``MPI.TAG_UB`` that calls never use;
 2. it collects the other ranks' status for up to ``ROLL_CALL_SECONDS``.
 
 A rank that is waiting in a call with a timeout looks for such a message each time it polls,
@@ -95,11 +92,13 @@ class Watch:
         ``step`` is the step index (of ``nsteps``) or a phrase; ``peers`` the rank of each request.
         ``heed_roll_call``: raise if a roll call came even when the requests are complete.
         """
+        tag = roll_call_tag()
         start, pause = time.monotonic(), 1e-5
-        while not _test(requests) or (heed_roll_call and self.called()):
+        while not _test(requests) or (
+                heed_roll_call and self.comm.Iprobe(MPI.ANY_SOURCE, tag)):
             now = time.monotonic()
             expired = now > self.deadline
-            if expired or self.called():
+            if expired or self.comm.Iprobe(MPI.ANY_SOURCE, tag):
                 raise self.give_up(requests, step, nsteps, peers, expired)
             if now - start < _SPIN_SECONDS:
                 os.sched_yield()        # let the rank we wait for run, if it shares our core
@@ -116,7 +115,7 @@ class Watch:
             return True
         now = time.monotonic()
         expired = now > self.deadline
-        if expired or self.called():
+        if expired or self.comm.Iprobe(MPI.ANY_SOURCE, roll_call_tag()):
             raise self.give_up(requests, step, nsteps, peers, expired)
         if now >= self.next_look:
             self.look(now, requests, step, nsteps, peers)
@@ -128,7 +127,7 @@ class Watch:
         naming ``waiting_on``; else return."""
         now = time.monotonic()
         expired = now > self.deadline
-        if expired or self.called():
+        if expired or self.comm.Iprobe(MPI.ANY_SOURCE, roll_call_tag()):
             raise self.give_up([], step, nsteps, waiting_on, expired)
         if now >= self.next_look:
             self.look(now, [], step, nsteps, waiting_on)
@@ -265,25 +264,6 @@ class Watch:
                     found[rank] = nbytes
         return found
 
-    _came = None                # roll-call messages ``called`` received: [(rank, message)]
-
-    def called(self) -> bool:
-        """Whether another rank's roll call has come (``MPI_Iprobe``); one that is not of this
-        communicator (``notice.fresh``) is received and dropped."""
-        comm, tag = self.comm, roll_call_tag()
-        if self._came:
-            return True
-        status = MPI.Status()
-        while comm.Iprobe(MPI.ANY_SOURCE, tag, status):
-            state = notice.lookup(comm)
-            if state is None or state.incarnations is None:
-                return True
-            rank, msg = _receive(comm, tag, status)
-            if notice.fresh(state, rank, int(msg[:_HEAD].view(np.int64)[5])):
-                self._came = [(rank, msg)]
-                return True
-        return False
-
     def roll_call(self, step: int, why: int) -> dict:
         """Tell every other rank where this one is; return what was heard, ``{rank: (tag,
         number, step, why, signature, history, previous signature)}``; ``why``: ``JOINED``
@@ -291,44 +271,26 @@ class Watch:
         found a message of another signature)."""
         comm, tag = self.comm, roll_call_tag()
         me, size = comm.Get_rank(), comm.Get_size()
-        state = notice.lookup(comm)
         text = f"{self.signature}\n{self.previous}".encode()
-        head = [self.tag, self.number, step, why, self.history,
-                0 if state is None else state.incarnation]
-        status = np.concatenate([np.array(head, np.int64).view(np.uint8),
-                                 np.frombuffer(text, np.uint8)])
+        status = np.concatenate([np.array([self.tag, self.number, step, why, self.history],
+                                          np.int64).view(np.uint8), np.frombuffer(text, np.uint8)])
         self.abandoned += [status] + [comm.Isend(status, peer, tag)
                                       for peer in range(size) if peer != me]
         heard, probe = {}, MPI.Status()
-        came, self._came = self._came or [], None
         end = time.monotonic() + ROLL_CALL_SECONDS
         while len(heard) < size - 1 and time.monotonic() < end:
-            if came:
-                rank, msg = came.pop()
-            elif comm.Iprobe(MPI.ANY_SOURCE, tag, probe):
-                rank, msg = _receive(comm, tag, probe)
+            if comm.Iprobe(MPI.ANY_SOURCE, tag, probe):
+                msg = np.empty(probe.Get_count(MPI.BYTE), np.uint8)
+                comm.Recv(msg, probe.Get_source(), tag)
+                head = [int(v) for v in msg[:40].view(np.int64)]
+                sig, _, previous = msg[40:].tobytes().decode().partition("\n")
+                heard[probe.Get_source()] = (*head[:4], sig, head[4], previous)
             else:
                 time.sleep(1e-4)
-                continue
-            head = [int(v) for v in msg[:_HEAD].view(np.int64)]
-            if not notice.fresh(state, rank, head[5]):
-                continue                # an earlier communicator's, with this context id
-            sig, _, previous = msg[_HEAD:].tobytes().decode().partition("\n")
-            heard[rank] = (*head[:4], sig, head[4], previous)
         return heard
 
 
 JOINED, EXPIRED, FOUND = 0, 1, 2      # why a rank runs the roll call
-_HEAD = 48                  # a roll call's bytes before the text: tag, number, step, why,
-                            # history, incarnation (int64)
-
-
-def _receive(comm, tag: int, status) -> tuple:
-    """(rank, message) of the roll call ``status`` probed."""
-    msg = np.empty(status.Get_count(MPI.BYTE), np.uint8)
-    rank = status.Get_source()
-    comm.Recv(msg, rank, tag)
-    return rank, msg
 
 
 def _how(timeout: float | None, found: bool) -> str:

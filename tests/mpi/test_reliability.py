@@ -319,8 +319,7 @@ def test_a_failed_calls_messages_are_not_taken_by_a_later_communicator(comm):
     0's next call with a deadline gave up, naming the others as "in another call"), and with
     that fixed alone, the data message was received by a later call of the same number and
     arguments (a wrong result, [2, 2, 1, 1] for [2, 2, 2, 2]). Now a new duplicate is drained
-    before any rank can send on it, and a roll call or notice carries its sender's incarnation
-    of the communicator (a stale one is dropped): every later call is right, on every rank."""
+    before any rank can send on it: every later call is right, on every rank."""
     if comm.size == 1:
         pytest.skip("needs two ranks")
     import time
