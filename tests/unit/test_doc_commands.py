@@ -234,8 +234,8 @@ ELSEWHERE = {
         ("tests/run.sh", "tests/dropin"),
     "mpiexec -n 2 python -m mpi4py jobs/fault_matrix.py --markdown docs/reliability.md":
         ("tests/jobs/test_faults.py", "fault_matrix"),
-    "mpiexec -n 3 python -m mpi4py jobs/fault_matrix.py --reps 5 --markdown docs/reliability.md":
-        ("tests/jobs/test_faults.py", "fault_matrix"),
+    "mpiexec -disable-auto-cleanup -n 3 python -m mpi4py jobs/fault_matrix.py --reps 20 --death "
+    "shm --markdown docs/reliability.md": ("tests/jobs/test_faults.py", "--death"),
     "mpiexec -n 4 python -m mpi4py jobs/fault_matrix.py --reps 20 --markdown docs/reliability.md":
         ("slurm/fault_matrix.sbatch", "jobs/fault_matrix.py"),
     "python -m mpicoll tune --with-mpi docs/results/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
