@@ -29,7 +29,7 @@ from typing import Iterable, Sequence, Union
 
 __all__ = [
     "Send", "Recv", "Schedule", "block_displs", "make_schedule", "check_step",
-    "pof2_fold", "fold_real_rank", "virtual_blocks", "check_into_next",
+    "pof2_fold", "fold_real_rank", "virtual_blocks", "check_into_next", "recv_kind",
 ]
 
 
@@ -153,8 +153,7 @@ class Schedule:
         rows = []
         for index, (recvs, sends) in enumerate(self.plan):
             for peer, lo, hi, reduce, left, at, into in recvs:
-                kind = (2 + left + (2 if into >= 0 else 0)) if reduce else 1
-                rows.append((index, peer, lo, hi, kind, at))
+                rows.append((index, peer, lo, hi, recv_kind(reduce, left, into), at))
             rows += [(index, peer, lo, hi, 0, 0) for peer, lo, hi in sends]
         return np.array(rows, np.int64).reshape(-1, 6)
 
@@ -210,6 +209,12 @@ def virtual_blocks(lo: int, width: int, rem: int) -> int:
 def fold_real_rank(newrank: int, rem: int) -> int:
     """The real rank behind a ``newrank`` of ``pof2_fold``."""
     return newrank * 2 + 1 if newrank < rem else newrank + rem
+
+
+def recv_kind(reduce: bool, left: bool, into: int) -> int:
+    """A receive's kind in ``Schedule.table`` (the index of its name in ``TABLE_KINDS``), from
+    its ``Schedule.plan`` fields."""
+    return (2 + left + (2 if into >= 0 else 0)) if reduce else 1
 
 
 def check_into_next(step: Step) -> None:

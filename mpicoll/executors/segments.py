@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import settings
-from ..schedule import Schedule, block_displs
+from ..schedule import Schedule, block_displs, recv_kind
 
 __all__ = ["MIN_SEGMENT", "MAX_SEGMENT", "SegmentRule", "rule", "Plan", "plan", "COLUMNS"]
 
@@ -202,7 +202,7 @@ class _Piece:
 
 def _step(recvs, sends, itemsize: int, rule: SegmentRule) -> list:
     """The segments of one step of ``Schedule.plan``, in plan order, with their rounds."""
-    messages = [(peer, lo, hi, (2 + left + (2 if into >= 0 else 0)) if reduce else COPY)
+    messages = [(peer, lo, hi, recv_kind(reduce, left, into))
                 for peer, lo, hi, reduce, left, _, into in recvs]
     messages += [(peer, lo, hi, SEND) for peer, lo, hi in sends]
     splits = [_displs(lo, hi, rule.pieces((hi - lo) * itemsize)) for _, lo, hi, _ in messages]
