@@ -543,7 +543,7 @@ def main(argv=None) -> int:
               f"{load:.1f}; {MPI.Get_library_version().splitlines()[0].strip()}", flush=True)
     results, failed = [], 0
     for case in cases:
-        fn, collective, forms, owner, promise = CASES[case]
+        fn, collective, forms, _, _ = CASES[case]
         names = BCAST if collective == "bcast" else algorithms
         if collective == "bcast" and args.quick:
             names = ("binomial", "ring", "mpi", "auto")
@@ -589,16 +589,7 @@ def main(argv=None) -> int:
                 worst = next((v for v in verdicts if v.startswith("FAIL")), None) or \
                     next((v for v in verdicts if v != "ok"), "ok")
                 failed += worst.startswith("FAIL")
-                shown = "; ".join(f"{r}: {rec['kind']} {rec['seconds']:.2f} s"
-                                  for r, rec in enumerate(records))
-                print(f"{worst.split(':')[0]:<6} {case:<34} {a:<19} {form:<11} {shown}",
-                      flush=True)
-                if worst != "ok":
-                    print(f"       {worst[:300]} | rank 0 saw: {records[0]['text'][:200]}"
-                          f" | rank 1 saw: {records[1]['text'][:200]}", flush=True)
-                results.append({"case": case, "algorithm": a, "form": form, "verdict": worst,
-                                "owner": owner, "promise": promise, "ranks": records,
-                                "verdicts": verdicts, "slowest": slowest})
+                results.append(report_row(case, a, form, worst, records, verdicts, slowest))
     if args.death and (nodes == 1 or not _shared(args.death)):
         row = death(world, args.death, t)
         if row is not None:
@@ -635,15 +626,22 @@ def death(world, a: str, t: float):
     if rank != 0:
         return None
     verdict = judge("peer death", records, t)
+    return report_row("peer death", a, "blocking", verdict, records, [verdict],
+                      [max(rec["seconds"] for rec in records)], also=f"; {size - 1}: exited")
+
+
+def report_row(case: str, a: str, form: str, verdict: str, records: list, verdicts: list,
+               slowest: list, also: str = "") -> dict:
+    """Print one case's line (and, if not ok, why, with what ranks 0 and 1 saw); its row."""
     shown = "; ".join(f"{r}: {rec['kind']} {rec['seconds']:.2f} s"
                       for r, rec in enumerate(records))
-    print(f"{verdict.split(':')[0]:<6} {'peer death':<34} {a:<19} {'blocking':<11} {shown}; "
-          f"{size - 1}: exited", flush=True)
+    print(f"{verdict.split(':')[0]:<6} {case:<34} {a:<19} {form:<11} {shown}{also}", flush=True)
     if verdict != "ok":
-        print(f"       {verdict[:300]} | rank 0 saw: {records[0]['text'][:200]}", flush=True)
-    return {"case": "peer death", "algorithm": a, "form": "blocking", "verdict": verdict,
-            "owner": None, "promise": CASES["peer death"][4], "ranks": records,
-            "verdicts": [verdict], "slowest": [max(rec["seconds"] for rec in records)]}
+        saw = "".join(f" | rank {r} saw: {rec['text'][:200]}" for r, rec in enumerate(records[:2]))
+        print(f"       {verdict[:300]}{saw}", flush=True)
+    return {"case": case, "algorithm": a, "form": form, "verdict": verdict,
+            "owner": CASES[case][3], "promise": CASES[case][4], "ranks": records,
+            "verdicts": verdicts, "slowest": slowest}
 
 
 def table(results: list, size: int, t: float, reps: int) -> str:
