@@ -198,7 +198,7 @@ def _decide(call: Call, checked: tuple, layout: Layout, root, form: str,
     """The rest of ``make``: ``auto``'s choice and the options (they need the communicator's
     node layout: the first call on it sets it up), the executor, the checks of the node."""
     collective, algo, opname, dtype, codec, given, declared = checked
-    size = call.comm.Get_size()
+    size = call.size
     st = call.open()
     algo, extra = select.decide(collective, "auto" if algo is None else algo.name,
                                 nbytes=layout.work.nbytes, count=layout.work.size, size=size,
@@ -301,7 +301,7 @@ def schedule_of(algo: Algorithm, rank: int, size: int, count: int, options: tupl
 
 def _schedule(call: Call, p: Plan):
     st = call.open()
-    return schedule_of(p.algorithm, call.comm.Get_rank(), p.size, p.count,
+    return schedule_of(p.algorithm, call.rank, p.size, p.count,
                        tuple(p.options.items()), st.nodes())
 
 

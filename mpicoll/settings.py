@@ -201,11 +201,12 @@ LIBRARY = (
             "who moves nonblocking collectives: a progress thread (needs `MPI_THREAD_MULTIPLE`; "
             "`auto` picks it when the MPI library gives that level) or the caller, in `test`/`wait`",
             "first nonblocking call", _choice("auto", "thread", "caller")),
-    Setting("MPICOLL_BACKGROUND_START", "0 | 1", False,
+    Setting("MPICOLL_BACKGROUND_START", "0 | 1", True,
             "`1`: a nonblocking call on a communicator mpicoll has not set up yet returns at once "
-            "and a background thread sets it up (docs/reliability.md); `0`: it sets it up "
-            "first, as a blocking call (on, its `MPI_Comm_idup` can pass a collective the user "
-            "starts meanwhile on the communicator, against MPI's ordering rule)",
+            "(its `MPI_Comm_idup` started in its place) and a background thread finishes the "
+            "set-up (docs/reliability.md); `0`: it sets the communicator up first, as a "
+            "blocking call (then a rank that starts it and waits for another rank's message "
+            "before the other starts it deadlocks)",
             "each nonblocking call", _flag),
 )
 

@@ -67,7 +67,10 @@ class Call:
                             "comm.Free(), or never created): pass a live communicator")
         if not isinstance(comm, MPI.Intracomm):
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
-        self.collective, self.comm, self.alone = collective, comm, comm.Get_size() == 1
+        self.collective, self.comm = collective, comm
+        # (read now: a call started in the background (setup.py) may run after comm.Free())
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.alone = self.size == 1
         self._st = attach(comm)
         # local: from now on freeing comm drops mpicoll's stray messages; one thread at a time
         self._owner = not self.alone
@@ -103,7 +106,7 @@ class Call:
         call's tag. Communicates: on a communicator's first use it completes mpicoll's
         duplicate and finds the node layout (collective), under the deadline if any."""
         if self._state is None:
-            st = attach(self.comm)
+            st = self._st
             st.check(self.collective)
             self._state = st
             if not st.made or st.background is not None:

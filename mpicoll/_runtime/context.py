@@ -44,6 +44,8 @@ class CommState:
     def __init__(self, comm: MPI.Intracomm):
         self.comm = self.parent = comm          # the duplicate once ``ready`` has made it
         self._dup: MPI.Request | None = None    # its MPI_Comm_idup while unfinished
+        self._presence = None                   # the presence check posted by ``start``
+        self._duplicate_freed = False           # (free_duplicate: once)
         self.made = False
         self.calls = 0
         self.tags = layout(roll_call_tag())     # call numbers x argument hashes (tags.py)
@@ -77,6 +79,23 @@ class CommState:
                 f"({self.broken}) and its messages may still be in flight; create a new "
                 "communicator (comm.Dup() on every rank) to go on")
 
+    def start(self) -> None:
+        """The set-up's first steps, on the caller's thread of a nonblocking call, without
+        waiting for any rank (``setup``: the call returns at once): post the presence check's
+        messages and start ``MPI_Comm_idup``, so that it takes its place among the collectives
+        this rank starts on the communicator (MPI's ordering rule). ``ready``, on the
+        background thread, then waits for them and uses only the duplicate and what was posted
+        here: the user may free the communicator meanwhile."""
+        self.check()
+        if self.made or self._dup is not None:
+            return
+        # (a handle of the communicator of our own: the user's object is null once freed,
+        # but the communicator lives on in MPI until the requests posted here complete)
+        held = MPI.Intracomm.fromhandle(self.parent.handle)
+        self._presence = held, post_presence(held)
+        self.failed_here.clear()                # (first calls that failed reuse the number)
+        self.comm, self._dup = held.Idup()
+
     def ready(self, watch=None) -> None:
         """Make the duplicate (under ``watch``'s deadline, if any), then find the nodes. While
         the first nonblocking calls are started in the background (``setup``), wait for them:
@@ -89,15 +108,15 @@ class CommState:
             return
         if self._dup is None:
             presence(self.parent, watch)
-            if self.parent.Iprobe(MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
-                # notices of an earlier first call that failed (notice.py): judged, not left
-                self.notices += notice.collect(self.parent)
-                error = notice.judge(self, self.calls + 1, "mpicoll")
-                if error is not None:
-                    error.in_flight = False
-                    raise error
+            self._judge_notices()
             self.failed_here.clear()            # (first calls that failed reuse the number)
             self.comm, self._dup = self.parent.Idup()
+        elif self._presence is not None:        # posted by ``start``: the others' messages
+            (held, posted), self._presence = self._presence, None
+            if watch is not None:
+                watch.comm = held               # (its roll call, if the deadline passes)
+            wait_presence(held, posted, watch)
+            self._judge_notices()
         if watch is None:
             self._dup.Wait()
         else:
@@ -111,6 +130,17 @@ class CommState:
         self.made = True
         notice.register(self.comm, self)
         self._nodes[None] = node_layout(self.comm)
+
+    def _judge_notices(self) -> None:
+        """After the presence check: notices of an earlier first call that failed (notice.py)
+        are judged, not left (not on a communicator the user freed meanwhile)."""
+        if self.parent != MPI.COMM_NULL and self.parent.Iprobe(
+                MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
+            self.notices += notice.collect(self.parent)
+            error = notice.judge(self, self.calls + 1, "mpicoll")
+            if error is not None:
+                error.in_flight = False
+                raise error
 
     @property
     def ranks_per_node(self) -> int | None:
@@ -182,7 +212,7 @@ class CommState:
             self._nodes[k] = node_layout(self.comm, k)
         return self._nodes[k]
 
-    def free(self) -> None:
+    def free(self, comm: MPI.Comm | None = None) -> None:
         """The user freed the communicator: drop mpicoll's stray messages, free the duplicate.
 
         A failed call can leave roll-call and presence messages that no one will receive (sent
@@ -195,20 +225,40 @@ class CommState:
         self.freed = True
         if MPI.Is_finalized():
             return
+        parent = self.parent if comm is None else comm
+        builtin = parent in (MPI.COMM_WORLD, MPI.COMM_SELF)     # freed inside MPI_Finalize
+        tag = roll_call_tag()
+        if self.background is not None and not self.made:
+            # The set-up is under way on the background thread (setup.py). MPI defers this
+            # call until the set-up's requests on the communicator complete, and then makes
+            # it from inside that thread's MPI_Test, where no MPI call may be made (MPICH:
+            # "pthread_mutex_lock: Resource deadlock avoided"). The background thread frees
+            # the duplicate once its calls started; the communicator's strays are not drained.
+            notice.forget(parent)
+            return
         if self.background is not None:     # first calls being started (setup.py): let them
             self.background.wait_empty()
-        tag = roll_call_tag()
-        builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)   # freed inside MPI_Finalize
+        notice.forget(parent)
+        if not builtin:
+            drain(parent, (tag, tag - PRESENCE_TAG_OFFSET, tag - notice.NOTICE_TAG_OFFSET))
+        self.free_duplicate()
+
+    def free_duplicate(self) -> None:
+        """The duplicate's part of ``free``: the requests in flight on it completed, its stray
+        messages dropped, its shared memory and itself freed. Once, by whichever thread comes
+        first (``free``, or the background thread of a set-up the user freed: setup.py)."""
+        with _freeing:
+            if self._duplicate_freed:
+                return
+            self._duplicate_freed = True
+        builtin = self.parent in (MPI.COMM_WORLD, MPI.COMM_SELF)
         if self.made and not builtin:
             settle(self)
         _orphans.extend(release(self.abandoned + [r for _, r in self.outbox]))
         _orphans.extend(m for m, _ in self.outbox)
         self.abandoned, self.outbox = [], []
-        notice.forget(self.parent)
         if self.made:
             notice.forget(self.comm)
-        if not builtin:
-            drain(self.parent, (tag, tag - PRESENCE_TAG_OFFSET, tag - notice.NOTICE_TAG_OFFSET))
         if not self.broken:                     # collective: not after a failure
             for shared in ([self.shared] if self.shared is not None else []) + \
                     list(self.node_shared.values()):
@@ -222,6 +272,9 @@ class CommState:
                 self.comm.Free()
         if not builtin:                         # (not inside MPI_Finalize)
             free_quarantined()
+
+
+_freeing = threading.Lock()
 
 
 def free_quarantined(seconds: float | None = None) -> None:
@@ -358,19 +411,28 @@ def presence(comm: MPI.Intracomm, watch=None) -> None:
     Empty messages, so nothing is left to complete: on a timeout the unfinished receives are
     cancelled and the sends (eager) are already complete. A rank that comes after the others
     gave up finds their roll call here and raises before starting ``MPI_Comm_idup``."""
-    me, size = comm.Get_rank(), comm.Get_size()
+    wait_presence(comm, post_presence(comm), watch)
+
+
+def post_presence(comm: MPI.Intracomm) -> list:
+    """The presence check's messages, posted: receives from every other rank, then sends."""
     tag = roll_call_tag() - PRESENCE_TAG_OFFSET
-    others = [r for r in range(size) if r != me]
-    requests = ([comm.Irecv(_EMPTY, r, tag) for r in others]
-                + [comm.Isend(_EMPTY, r, tag) for r in others])
+    others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
+    return ([comm.Irecv(_EMPTY, r, tag) for r in others]
+            + [comm.Isend(_EMPTY, r, tag) for r in others])
+
+
+def wait_presence(comm: MPI.Intracomm, requests: list, watch=None) -> None:
+    """Wait for ``post_presence``'s ``requests`` (see ``presence``)."""
     if watch is None:
         MPI.Request.Waitall(requests)
         return
+    others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
     try:
         watch.wait(requests, "the presence check before MPI_Comm_idup (first call on the "
                    "communicator)", peers=others + others, heed_roll_call=True)
     finally:
-        for request in requests[:len(others)]:
+        for request in requests[:len(requests) // 2]:
             if request and not request.Test():
                 request.Cancel()
                 request.Wait()
@@ -393,7 +455,7 @@ def node_layout(comm: MPI.Intracomm, ranks_per_node: int | None = None) -> tuple
 
 
 def _delete(comm, keyval, value) -> None:
-    value.free()
+    value.free(comm)        # (comm: the handle being freed; the user's object may be null now)
 
 
 _keyval = None

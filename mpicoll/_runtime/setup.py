@@ -17,15 +17,18 @@ call, or anything else that needs the communicator ready, waits until the queue 
 (``CommState.ready``). Errors reach the request (``wait`` raises them) and, as a blocking
 call's, the other ranks (``Call.__exit__``: notices, a broken communicator).
 
+On the caller's thread ``later`` first makes ``CommState.start``: it posts the presence
+check's messages and starts the ``MPI_Comm_idup`` there, so that the ``Idup`` takes its place
+among the collectives this rank starts on the communicator (MPI's ordering rule: started by the
+background thread it could pass a ``comm.Ibarrier()`` the user starts right after, and hung).
+The background thread only waits for them and then uses mpicoll's duplicate, so the user may
+free the communicator at once; MPICH then calls mpicoll's attribute callback from inside that
+thread's ``MPI_Test`` once the set-up's requests complete, and there ``CommState.free`` only
+marks the state (no MPI call may be made there): the thread frees the duplicate after its calls.
+
 With ``validate=True`` the call agrees before it returns (that is what it asks for), so it
-starts on the caller's thread. Off by default (``MPICOLL_BACKGROUND_START=1`` turns it on),
-because it breaks a rule of MPI: every rank must start a communicator's collectives in one
-order, and this thread's ``MPI_Comm_idup`` of the user's communicator can come before or after
-a collective the user starts there meanwhile (``comm.Ibarrier()`` right after the
-``Iallreduce`` calls: hung at 5 ranks on one node and 3 ranks on two). Starting the ``Idup`` on
-the caller's thread keeps the order, but then MPICH defers the attribute callback of a
-``comm.Free()`` made while it is pending, which the set-up relies on (tried, not landed). Needs
-the progress thread (``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With
+starts on the caller's thread. On by default (``MPICOLL_BACKGROUND_START=0`` turns it off).
+Needs the progress thread (``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With
 ``caller`` progress no other thread may call MPI while the caller does, and the first
 nonblocking call on a communicator makes the duplicate before it returns, as a blocking one.
 """
@@ -37,7 +40,6 @@ from collections import deque
 
 from .. import settings
 from .call import Call
-from .context import attach
 
 __all__ = ["ready_now", "later"]
 
@@ -48,7 +50,7 @@ def ready_now(call: Call) -> bool:
         return True
     if not settings.get("MPICOLL_BACKGROUND_START"):
         return True
-    st = attach(call.comm)
+    st = call._st
     if st.made and st.background is None:
         return True
     from ..executors import progress         # (thread mode needs MPI_THREAD_MULTIPLE)
@@ -59,7 +61,8 @@ def later(call: Call, go, what: str, result):
     """``go()`` (the call's plan and start; returns the started request) on the
     communicator's background thread; returns the request that follows it, in flight now."""
     from ..executors import progress
-    st = attach(call.comm)
+    st = call._st
+    st.start()          # the Idup, here: in its place among this rank's collectives on comm
     follower = progress.Request.following(what, st, result)
     with _lock:
         queue = st.background
@@ -102,7 +105,7 @@ class Background:
                 if not self.jobs:
                     self.st.background = None
                     self.empty.set()
-                    return
+                    break
                 call, go, follower = self.jobs.popleft()
             try:
                 inner = go()
@@ -113,6 +116,8 @@ class Background:
                     follower.refuse(exc)
             else:
                 follower.adopt(inner)
+        if self.st.freed:       # freed while the set-up was under way: the duplicate now
+            self.st.free_duplicate()
 
     def wait_empty(self) -> None:
         """Block until every queued call has started (not from the background thread)."""
