@@ -204,7 +204,8 @@ LIBRARY = (
     Setting("MPICOLL_BACKGROUND_START", "0 | 1", True,
             "`1`: a nonblocking call on a communicator mpicoll has not set up yet returns at once "
             "(its `MPI_Comm_idup` started in its place) and a background thread finishes the "
-            "set-up (docs/reliability.md); `0`: it sets the communicator up first, as a "
+            "set-up (docs/reliability.md; MPICH only: off under Open MPI, which failed with it); "
+            "`0`: it sets the communicator up first, as a "
             "blocking call (then a rank that starts it and waits for another rank's message "
             "before the other starts it deadlocks)",
             "each nonblocking call", _flag),

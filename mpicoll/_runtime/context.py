@@ -30,7 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..errors import CommunicatorBroken, ConcurrentCall
+from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
 from ..executors.python import new_traffic
 from ..topology import virtual_nodes
 from . import notice
@@ -89,12 +89,11 @@ class CommState:
         self.check()
         if self.made or self._dup is not None:
             return
-        # (a handle of the communicator of our own: the user's object is null once freed,
-        # but the communicator lives on in MPI until the requests posted here complete)
-        held = MPI.Intracomm.fromhandle(self.parent.handle)
-        self._presence = held, post_presence(held)
+        if self.parent.Iprobe(MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
+            self.notices += notice.collect(self.parent)   # (judged by ``ready``)
+        self._presence = post_presence(self.parent)
         self.failed_here.clear()                # (first calls that failed reuse the number)
-        self.comm, self._dup = held.Idup()
+        self.comm, self._dup = self.parent.Idup()
 
     def ready(self, watch=None) -> None:
         """Make the duplicate (under ``watch``'s deadline, if any), then find the nodes. While
@@ -112,11 +111,12 @@ class CommState:
             self.failed_here.clear()            # (first calls that failed reuse the number)
             self.comm, self._dup = self.parent.Idup()
         elif self._presence is not None:        # posted by ``start``: the others' messages
-            (held, posted), self._presence = self._presence, None
-            if watch is not None:
-                watch.comm = held               # (its roll call, if the deadline passes)
-            wait_presence(held, posted, watch)
-            self._judge_notices()
+            (peers, posted), self._presence = self._presence, None
+            wait_posted(posted, peers, watch, "the presence check before MPI_Comm_idup (first "
+                        "call on the communicator)")
+            self._judge_notices(probe=False)
+            wait_posted([self._dup], [], watch, "MPI_Comm_idup (mpicoll's duplicate of the "
+                        "communicator)")
         if watch is None:
             self._dup.Wait()
         else:
@@ -131,12 +131,13 @@ class CommState:
         notice.register(self.comm, self)
         self._nodes[None] = node_layout(self.comm)
 
-    def _judge_notices(self) -> None:
+    def _judge_notices(self, probe: bool = True) -> None:
         """After the presence check: notices of an earlier first call that failed (notice.py)
-        are judged, not left (not on a communicator the user freed meanwhile)."""
-        if self.parent != MPI.COMM_NULL and self.parent.Iprobe(
-                MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
+        are judged, not left (``probe``: received now; else those ``start`` received)."""
+        if probe and self.parent.Iprobe(MPI.ANY_SOURCE,
+                                        roll_call_tag() - notice.NOTICE_TAG_OFFSET):
             self.notices += notice.collect(self.parent)
+        if self.notices:
             error = notice.judge(self, self.calls + 1, "mpicoll")
             if error is not None:
                 error.in_flight = False
@@ -228,16 +229,20 @@ class CommState:
         parent = self.parent if comm is None else comm
         builtin = parent in (MPI.COMM_WORLD, MPI.COMM_SELF)     # freed inside MPI_Finalize
         tag = roll_call_tag()
-        if self.background is not None and not self.made:
-            # The set-up is under way on the background thread (setup.py). MPI defers this
-            # call until the set-up's requests on the communicator complete, and then makes
-            # it from inside that thread's MPI_Test, where no MPI call may be made (MPICH:
-            # "pthread_mutex_lock: Resource deadlock avoided"). The background thread frees
-            # the duplicate once its calls started; the communicator's strays are not drained.
+        background = self.background
+        if background is not None and threading.current_thread() is background.thread:
+            # The set-up is under way on the background thread (setup.py), and MPICH defers
+            # this call until the set-up's requests on the communicator complete, then makes
+            # it from inside that thread's MPI_Test, where no MPI call may be made ("pthread_
+            # mutex_lock: Resource deadlock avoided"). The background thread frees the
+            # duplicate once its calls started; the communicator's strays are not drained.
             notice.forget(parent)
             return
-        if self.background is not None:     # first calls being started (setup.py): let them
-            self.background.wait_empty()
+        if background is not None:
+            # First calls being started (setup.py): let them. Open MPI makes this call at once
+            # in comm.Free(), and the communicator lives until it returns (its pending
+            # MPI_Comm_idup would not outlive it: a crash in MPI_Testall).
+            background.wait_empty()
         notice.forget(parent)
         if not builtin:
             drain(parent, (tag, tag - PRESENCE_TAG_OFFSET, tag - notice.NOTICE_TAG_OFFSET))
@@ -414,23 +419,47 @@ def presence(comm: MPI.Intracomm, watch=None) -> None:
     wait_presence(comm, post_presence(comm), watch)
 
 
-def post_presence(comm: MPI.Intracomm) -> list:
-    """The presence check's messages, posted: receives from every other rank, then sends."""
+def post_presence(comm: MPI.Intracomm) -> tuple:
+    """The presence check's messages, posted: receives from every other rank, then sends;
+    returns the rank of each request and the requests."""
     tag = roll_call_tag() - PRESENCE_TAG_OFFSET
     others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
-    return ([comm.Irecv(_EMPTY, r, tag) for r in others]
-            + [comm.Isend(_EMPTY, r, tag) for r in others])
+    return others + others, ([comm.Irecv(_EMPTY, r, tag) for r in others]
+                             + [comm.Isend(_EMPTY, r, tag) for r in others])
 
 
-def wait_presence(comm: MPI.Intracomm, requests: list, watch=None) -> None:
-    """Wait for ``post_presence``'s ``requests`` (see ``presence``)."""
+def wait_posted(requests: list, peers: list, watch, step: str) -> None:
+    """Complete ``requests`` posted on a communicator the user may free meanwhile (the
+    background set-up, setup.py), never touching that communicator: under Open MPI a probe
+    of a freed one crashes the process. Past ``watch``'s deadline (if any), cancel what is
+    unfinished and raise ``CollectiveTimeout`` naming the ranks (``peers``: each request's)
+    whose requests did not complete."""
+    pause = 1e-5
+    while not MPI.Request.Testall(requests):
+        if watch is not None and time.monotonic() > watch.deadline:
+            waiting = sorted({p for p, r in zip(peers, requests) if r})
+            for request in requests:
+                if request:
+                    try:
+                        request.Cancel()
+                    except MPI.Exception:
+                        pass            # (an Idup cannot be cancelled: it stays pending)
+            watch.abandoned += [r for r in requests if r]
+            raise CollectiveTimeout(watch.what, step, 0, waiting_on=waiting,
+                                    timeout=watch.timeout)
+        time.sleep(pause)
+        pause = min(2 * pause, 1e-3)
+
+
+def wait_presence(comm: MPI.Intracomm, posted: tuple, watch=None) -> None:
+    """Wait for ``post_presence``'s requests (see ``presence``)."""
+    others, requests = posted
     if watch is None:
         MPI.Request.Waitall(requests)
         return
-    others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
     try:
         watch.wait(requests, "the presence check before MPI_Comm_idup (first call on the "
-                   "communicator)", peers=others + others, heed_roll_call=True)
+                   "communicator)", peers=others, heed_roll_call=True)
     finally:
         for request in requests[:len(requests) // 2]:
             if request and not request.Test():

@@ -27,7 +27,8 @@ thread's ``MPI_Test`` once the set-up's requests complete, and there ``CommState
 marks the state (no MPI call may be made there): the thread frees the duplicate after its calls.
 
 With ``validate=True`` the call agrees before it returns (that is what it asks for), so it
-starts on the caller's thread. On by default (``MPICOLL_BACKGROUND_START=0`` turns it off).
+starts on the caller's thread. On by default under MPICH (``MPICOLL_BACKGROUND_START=0`` turns
+it off); off under other libraries (``_library_allows``: Open MPI failed with it).
 Needs the progress thread (``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With
 ``caller`` progress no other thread may call MPI while the caller does, and the first
 nonblocking call on a communicator makes the duplicate before it returns, as a blocking one.
@@ -35,6 +36,7 @@ nonblocking call on a communicator makes the duplicate before it returns, as a b
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 
@@ -48,13 +50,23 @@ def ready_now(call: Call) -> bool:
     """Whether ``call`` can start on the caller's thread without waiting for other ranks."""
     if call.alone or call.validate:     # (validate=True: the agreement step at the start)
         return True
-    if not settings.get("MPICOLL_BACKGROUND_START"):
+    if not settings.get("MPICOLL_BACKGROUND_START") or not _library_allows():
         return True
     st = call._st
     if st.made and st.background is None:
         return True
     from ..executors import progress         # (thread mode needs MPI_THREAD_MULTIPLE)
     return progress.mode() != "thread"
+
+
+@functools.lru_cache(maxsize=1)
+def _library_allows() -> bool:
+    """Only under MPICH (and its derivatives): under Open MPI 5 a first call set up in the
+    background beside the user's own nonblocking collective on the communicator failed
+    (``MPI_ERR_IN_STATUS`` in ``Waitall``, then a hang: tests/mpi/test_drop_in.py at 2 ranks),
+    and testing an ``MPI_Comm_idup`` whose parent was freed crashed."""
+    from mpi4py import MPI
+    return "MPICH" in MPI.Get_library_version()
 
 
 def later(call: Call, go, what: str, result):
