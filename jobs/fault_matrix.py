@@ -33,7 +33,8 @@ with Hydra's clean-up off, or the launcher kills the survivors first:
 ``python jobs/fault_matrix.py --cost`` times, in one process, the steps the checks add to every
 call (docs/reliability.md, "Cost"). ``--markdown FILE`` rewrites the table between ``<!-- fault-matrix -->`` and
 ``<!-- /fault-matrix -->`` in FILE (docs/reliability.md's), ``--json FILE`` writes every
-record, ``--reps K`` repeats every case K times (the verdict is the worst).
+record, ``--reps K`` repeats every case K times (the verdict is the worst; with ``--cost``, K
+batches are timed instead of 15).
 """
 
 from __future__ import annotations
@@ -504,7 +505,9 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithms", default=None, help="comma-separated (default: all and auto)")
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     ap.add_argument("--timeout", type=float, default=5.0, help="each call's timeout (s)")
-    ap.add_argument("--reps", type=int, default=1, help="repeat every case this many times")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="repeat every case this many times (default 1; with --cost: the "
+                         "batches timed, default 15)")
     ap.add_argument("--include-hangs", action="store_true",
                     help="also run the cases in HANGS (none now; one that may hang aborts)")
     ap.add_argument("--json", default=None)
@@ -516,8 +519,10 @@ def main(argv=None) -> int:
                     help="only time the steps the checks add to every call (one process)")
     args = ap.parse_args(argv)
     if args.cost:
-        cost()
+        cost(**({} if args.reps is None else {"reps": args.reps}))
         return 0
+    if args.reps is None:
+        args.reps = 1
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     t = args.timeout

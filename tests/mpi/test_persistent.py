@@ -58,8 +58,9 @@ def test_persistent_gives_the_plain_calls_bits(comm, collective, algorithm, exec
     problems = []
     traffic = state(comm).traffic
     ops = OPS if collective in ("allreduce", "reduce_scatter_block") else ("sum",)
+    # 8 ranks (oversubscribed in CI): one uneven count; N = 1..5 run all three
     with environment(MPICOLL_EXECUTOR=executor):
-        for n in (1, comm.size + 1, 1000):
+        for n in (1, comm.size + 1, 1000) if comm.size <= 5 else (comm.size + 1,):
             for dtype in (np.float32, np.int64):
                 for op in ops:
                     for inplace in ((False, True) if collective == "allreduce" else (False,)):
@@ -114,6 +115,10 @@ def test_persistent_allocates_nothing_per_call(comm, algorithm, executor, deadli
         pytest.skip("the Python executor allocates mpi4py requests per step")
     send, recv = np.ones(1 << 17), np.empty(1 << 17)
     calls = 50 if deadline == "0" else 500
+    if comm.size > 5 and deadline is None:
+        # 8 ranks, oversubscribed in CI (~20-60 s per algorithm for 500 calls there): 125,
+        # which still shows a small object kept every 4th call; N = 1..5 run the 500
+        calls //= 4
     with environment(MPICOLL_EXECUTOR=executor, MPICOLL_TIMEOUT=deadline):
         h = mpicoll.allreduce_init(send, recv, algorithm=algorithm, comm=comm)
         for _ in range(3):
