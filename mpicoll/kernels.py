@@ -39,7 +39,10 @@ numpy's conversion, keeping the top 10 bits of the NaN's payload, at least one s
 ml_dtypes' quiet NaN 0x7fc0 with the sign kept). MAX and MIN compare the widened values (exact)
 and keep one operand's bits. When both operands of a sum or product are NaNs, numpy's
 float16 loop and ml_dtypes' bfloat16 one return the second one's (quieted; for bfloat16 its
-sign): the kernels compute ``x + acc`` in float32 for that (x86 returns the first operand's).
+sign): the kernels say so (``_nan_of_x``): they return x's NaN, quieted, when x is one. (They
+once computed ``x + acc`` and counted on x86 returning the first operand's NaN; but LLVM may
+swap the operands of a commutative operation, and on a fresh cache the bfloat16 product took
+the other NaN's sign: tests/unit/test_dtypes.py's left fold at P = 3..5.)
 
 Compilation is lazy: a kernel is compiled (or loaded from numba's on-disk cache) for a dtype the
 first time ``kernel(op, dtype)`` is asked for it, under ``file_lock``, a lock file in the cache's
@@ -416,15 +419,26 @@ def _f32_to_bf16(f):
 
 
 @njit(cache=True, nogil=True)
+def _nan_of_x(x, r):
+    """``r`` (acc op x, in float32), or x's NaN, quieted, when x is one: with two NaNs numpy's
+    float16 loop and ml_dtypes' bfloat16 one return the second operand's (see above)."""
+    if x != x:
+        return np.uint32(np.float32(x).view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
+    return r
+
+
+@njit(cache=True, nogil=True)
 def float16_sum_into(acc, x):
     for i in range(acc.shape[0]):
-        acc[i] = _f32_to_f16(_f16_to_f32(x[i]) + _f16_to_f32(acc[i]))   # x first: see above
+        b = _f16_to_f32(x[i])
+        acc[i] = _f32_to_f16(_nan_of_x(b, _f16_to_f32(acc[i]) + b))
 
 
 @njit(cache=True, nogil=True)
 def float16_prod_into(acc, x):
     for i in range(acc.shape[0]):
-        acc[i] = _f32_to_f16(_f16_to_f32(x[i]) * _f16_to_f32(acc[i]))
+        b = _f16_to_f32(x[i])
+        acc[i] = _f32_to_f16(_nan_of_x(b, _f16_to_f32(acc[i]) * b))
 
 
 @njit(cache=True, nogil=True)
@@ -446,13 +460,15 @@ def float16_min_into(acc, x):
 @njit(cache=True, nogil=True)
 def bfloat16_sum_into(acc, x):
     for i in range(acc.shape[0]):
-        acc[i] = _f32_to_bf16(_bf16_to_f32(x[i]) + _bf16_to_f32(acc[i]))   # x first: see above
+        b = _bf16_to_f32(x[i])
+        acc[i] = _f32_to_bf16(_nan_of_x(b, _bf16_to_f32(acc[i]) + b))
 
 
 @njit(cache=True, nogil=True)
 def bfloat16_prod_into(acc, x):
     for i in range(acc.shape[0]):
-        acc[i] = _f32_to_bf16(_bf16_to_f32(x[i]) * _bf16_to_f32(acc[i]))
+        b = _bf16_to_f32(x[i])
+        acc[i] = _f32_to_bf16(_nan_of_x(b, _bf16_to_f32(acc[i]) * b))
 
 
 @njit(cache=True, nogil=True)
