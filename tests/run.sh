@@ -104,9 +104,6 @@ fi
 rm -rf "$sdist_dir"
 
 # The Open MPI leg. Its mpiexec (PRRTE) refuses root and more ranks than cores without these.
-# Left out there: naive's left-fold test, after which (with test_compiled.py between) a later
-# test_persistent.py call under Open MPI at 4 ranks found the ranks' call histories apart
-# (ArgumentMismatch, "their hashes differ"); not understood yet, and not seen under MPICH.
 OPENMPI_TESTS=(tests/mpi/test_collectives.py tests/mpi/test_compiled.py
     tests/mpi/test_persistent.py
     tests/mpi/test_nonblocking.py::test_requests_in_flight_during_numba_compute_are_exact
@@ -127,7 +124,6 @@ else
         PATH="$openmpi_bin:$PATH" MPICOLL_EXECUTOR=compiled timeout -k 15 900 \
             mpiexec --allow-run-as-root --oversubscribe -n "$n" \
             python -m mpi4py -m pytest "${OPENMPI_TESTS[@]}" --with-mpi -x -q \
-            -k "not test_naive_gives_every_rank_the_left_folds_bits" \
             --timeout=300 --timeout-method=thread --color=no "$@" 2>&1 \
             | tee "$LOGDIR/openmpi-$n.log"
         record "Open MPI mpiexec -n $n" "$LOGDIR/openmpi-$n.log" "${PIPESTATUS[0]}"

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import zlib
 from typing import NoReturn
 
 import numpy as np
@@ -175,19 +176,28 @@ class Call:
         who passed what, on every rank."""
         comm = self.open().comm
         h = self.chained            # the hash of the arguments and of the calls before
-        extremes = np.empty(2, np.int64)
-        validate.wait(comm.Iallreduce(np.array([h, -h], np.int64), extremes, op=MPI.MAX),
+        # (mine is named, so it lives until the wait returns: mpi4py does not keep it alive,
+        # and under Open MPI the collective read it after it was freed -- a heap pointer as
+        # the largest hash, ArgumentMismatch "their hashes differ" for equal arguments)
+        extremes, mine = np.empty(2, np.int64), np.array([h, -h], np.int64)
+        validate.wait(comm.Iallreduce(mine, extremes, op=MPI.MAX),
                       self.watch, "the argument check of the MPI library's collective "
                       "(MPI_Iallreduce)")
         if extremes[0] != -extremes[1]:
-            self.disagree("the argument check of the MPI library's collective under a deadline")
+            self.disagree("the argument check of the MPI library's collective under a deadline",
+                          f"MPI_Iallreduce gave {extremes[0]} and {-extremes[1]} as the "
+                          f"largest and smallest, this rank's is {h}")
 
-    def disagree(self, step: str) -> NoReturn:
+    def disagree(self, step: str, seen: str = "") -> NoReturn:
         """The ranks' signature hashes differ (every rank found out, so this is collective):
         exchange the fingerprints of ``agree``'s fields and raise ``ArgumentMismatch`` naming
         who passed what."""
+        earlier = None
+        if self.chained:            # (the history before this call, the call before it)
+            history, _, last = self._unlabel
+            earlier = history, "" if last is None else last.text
         disagree(self.open().comm, self.collective, self._agreed_on, self.timeout is not None,
-                 self.watch, step)
+                 self.watch, step, earlier, seen)
 
     def mpi(self, blocking, nonblocking, *args, **kwargs) -> None:
         """The MPI library's own collective on mpicoll's duplicate: ``blocking`` (e.g.
@@ -285,14 +295,31 @@ class Call:
 
 
 def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool, watch,
-             step: str) -> NoReturn:
+             step: str, earlier: tuple | None = None, seen: str = "") -> NoReturn:
     """``Call.disagree`` for a call that agreed on ``agreed_on`` (algorithm, fields) -- also a
-    prepared call's (``cache.Entry``), which keeps them."""
+    prepared call's (``cache.Entry``), which keeps them. ``earlier``: (the running hash of the
+    calls before this one, the previous call's signature), to tell the ranks apart when their
+    arguments agree and their histories don't."""
     algorithm, fields = agreed_on
     validate.check(comm, validate.fingerprint(collective, algorithm, timeout=timed, **fields),
                    watch, step)
+    if earlier is not None:         # the same arguments: the calls before this one differ?
+        history, previous = earlier
+        mine = np.array([history, zlib.crc32(previous.encode())], np.int64)
+        table = np.empty((comm.Get_size(), 2), np.int64)
+        validate.wait(comm.Iallgather(mine, table), watch,
+                      "the report of the earlier calls (MPI_Iallgather)")
+        if len(set(table[:, 0].tolist())) > 1:
+            raise ArgumentMismatch(
+                f"{collective} {algorithm}: the ranks passed the same arguments, but their "
+                "earlier calls on this communicator differ (a call made on some ranks only, "
+                "or with other arguments, that completed anyway): the running hash of the "
+                f"calls per rank {table[:, 0].tolist()}, of the previous call's arguments "
+                f"{table[:, 1].tolist()}; on rank {comm.Get_rank()} the previous call was "
+                f"{previous or 'none'!r}")
     raise ArgumentMismatch(f"{collective} {algorithm}: the ranks called it with "
-                           "different arguments (their hashes differ)")
+                           f"different arguments (their hashes differ{': ' if seen else ''}"
+                           f"{seen})")
 
 
 def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,

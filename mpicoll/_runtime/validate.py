@@ -70,15 +70,16 @@ def rejected(collective: str, error: BaseException) -> list:
 def check(comm: MPI.Intracomm, fp: list, watch=None, how: str = "validate=True") -> None:
     """Raise ``ArgumentMismatch`` on every rank unless ``fp`` is the same on all of them."""
     k = len(fp)
-    extremes = np.empty(2 * k, np.int64)
-    wait(comm.Iallreduce(np.array(fp + [-v for v in fp], np.int64), extremes, op=MPI.MAX),
-          watch, "the validate=True check (MPI_Iallreduce)")
+    # (the send buffers are named, so they live until the wait returns: mpi4py does not keep
+    # a nonblocking collective's buffers alive, and Open MPI read a freed one in its progress)
+    extremes, both = np.empty(2 * k, np.int64), np.array(fp + [-v for v in fp], np.int64)
+    wait(comm.Iallreduce(both, extremes, op=MPI.MAX), watch,
+         "the validate=True check (MPI_Iallreduce)")
     high = extremes.tolist()
     if high[:k] == [-v for v in high[k:]]:          # every field's max == its min
         return
-    table = np.empty((comm.Get_size(), k), np.int64)
-    wait(comm.Iallgather(np.array(fp, np.int64), table), watch,
-          "the validate=True report (MPI_Iallgather)")
+    table, mine = np.empty((comm.Get_size(), k), np.int64), np.array(fp, np.int64)
+    wait(comm.Iallgather(mine, table), watch, "the validate=True report (MPI_Iallgather)")
     raise mismatch(_COLLECTIVES[fp[0]], table, how)
 
 

@@ -296,6 +296,24 @@ def test_bcast_roots_that_disagree_are_caught_by_the_next_call(comm):
     agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
 
 
+def test_bcast_roots_that_disagree_are_named_by_the_next_library_call(comm):
+    """The same, when the next call is the MPI library's own (its one-number agreement under a
+    deadline): every rank raises ArgumentMismatch saying the arguments agree and the earlier
+    calls differ, naming the call before (not "different arguments", which they aren't)."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    b = np.full(4, float(comm.rank))
+
+    def both():
+        mpicoll.bcast(b, root=comm.rank, algorithm="binomial", comm=comm, timeout=30)
+        mpicoll.allreduce(np.ones(4), algorithm="mpi", comm=comm, timeout=30)
+    got, elapsed = _outcome(both)
+    ok = (isinstance(got, mpicoll.ArgumentMismatch) and elapsed < FAST
+          and "the same arguments, but their earlier calls" in str(got)
+          and f"root={comm.rank}" in str(got))
+    agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
+
+
 def test_free_with_a_request_in_flight(comm):
     """comm.Free() while an iallreduce is in flight (the last rank starts late): the request
     completes with the right result; no raw MPI error."""
