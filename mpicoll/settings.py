@@ -201,7 +201,7 @@ LIBRARY = (
             "who moves nonblocking collectives: a progress thread (needs `MPI_THREAD_MULTIPLE`; "
             "`auto` picks it when the MPI library gives that level) or the caller, in `test`/`wait`",
             "first nonblocking call", _choice("auto", "thread", "caller")),
-    Setting("MPICOLL_BACKGROUND_START", "0 | 1", True,
+    Setting("MPICOLL_BACKGROUND_START", "0 | 1", False,
             "`1`: a nonblocking call on a communicator mpicoll has not set up yet returns at once "
             "(its `MPI_Comm_idup` started in its place) and a background thread finishes the "
             "set-up (docs/reliability.md; MPICH only: off under Open MPI, which failed with it); "
