@@ -89,8 +89,7 @@ class CommState:
         self.check()
         if self.made or self._dup is not None:
             return
-        if self.parent.Iprobe(MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
-            self.notices += notice.collect(self.parent)   # (judged by ``ready``)
+        self._collect_notices()                 # (judged by ``ready``)
         self._presence = post_presence(self.parent)
         self.failed_here.clear()                # (first calls that failed reuse the number)
         self.comm, self._dup = self.parent.Idup()
@@ -134,14 +133,18 @@ class CommState:
     def _judge_notices(self, probe: bool = True) -> None:
         """After the presence check: notices of an earlier first call that failed (notice.py)
         are judged, not left (``probe``: received now; else those ``start`` received)."""
-        if probe and self.parent.Iprobe(MPI.ANY_SOURCE,
-                                        roll_call_tag() - notice.NOTICE_TAG_OFFSET):
-            self.notices += notice.collect(self.parent)
+        if probe:
+            self._collect_notices()
         if self.notices:
             error = notice.judge(self, self.calls + 1, "mpicoll")
             if error is not None:
                 error.in_flight = False
                 raise error
+
+    def _collect_notices(self) -> None:
+        """Receive the notices that have arrived on the caller's communicator."""
+        if self.parent.Iprobe(MPI.ANY_SOURCE, roll_call_tag() - notice.NOTICE_TAG_OFFSET):
+            self.notices += notice.collect(self.parent)
 
     @property
     def ranks_per_node(self) -> int | None:

@@ -281,17 +281,23 @@ def test_mismatched_counts_are_found_while_waiting(comm, algorithm):
     agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
 
 
-def test_bcast_roots_that_disagree_are_caught_by_the_next_call(comm):
-    """Every rank passes root=self (each one's sends complete without a receiver): the next
-    call on the communicator raises on every rank (the running hash in the tags)."""
+def _bcast_roots_that_disagree_then(comm, algorithm):
+    """Every rank a bcast root (root=self), then an allreduce with ``algorithm``: its outcome
+    and the seconds it took."""
     if comm.size < 2:
         pytest.skip("needs 2 ranks")
     b = np.full(4, float(comm.rank))
 
     def both():
         mpicoll.bcast(b, root=comm.rank, algorithm="binomial", comm=comm, timeout=30)
-        mpicoll.allreduce(np.ones(4), algorithm="ring", comm=comm, timeout=30)
-    got, elapsed = _outcome(both)
+        mpicoll.allreduce(np.ones(4), algorithm=algorithm, comm=comm, timeout=30)
+    return _outcome(both)
+
+
+def test_bcast_roots_that_disagree_are_caught_by_the_next_call(comm):
+    """Every rank passes root=self (each one's sends complete without a receiver): the next
+    call on the communicator raises on every rank (the running hash in the tags)."""
+    got, elapsed = _bcast_roots_that_disagree_then(comm, "ring")
     ok = isinstance(got, (mpicoll.ArgumentMismatch, mpicoll.PeerError)) and elapsed < FAST
     agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
 
@@ -300,14 +306,7 @@ def test_bcast_roots_that_disagree_are_named_by_the_next_library_call(comm):
     """The same, when the next call is the MPI library's own (its one-number agreement under a
     deadline): every rank raises ArgumentMismatch saying the arguments agree and the earlier
     calls differ, naming the call before (not "different arguments", which they aren't)."""
-    if comm.size < 2:
-        pytest.skip("needs 2 ranks")
-    b = np.full(4, float(comm.rank))
-
-    def both():
-        mpicoll.bcast(b, root=comm.rank, algorithm="binomial", comm=comm, timeout=30)
-        mpicoll.allreduce(np.ones(4), algorithm="mpi", comm=comm, timeout=30)
-    got, elapsed = _outcome(both)
+    got, elapsed = _bcast_roots_that_disagree_then(comm, "mpi")
     ok = (isinstance(got, mpicoll.ArgumentMismatch) and elapsed < FAST
           and "the same arguments, but their earlier calls" in str(got)
           and f"root={comm.rank}" in str(got))
