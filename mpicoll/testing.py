@@ -10,7 +10,18 @@ from __future__ import annotations
 import contextlib
 import os
 
-__all__ = ["agree", "raises_everywhere", "environment"]
+__all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS"]
+
+# Up to this many ranks the MPI tests sweep every count, root and call of their loops; above it
+# (5 and 8 ranks in CI: oversubscribed on a 2-core machine, each small call ~10x slower) a
+# sample of them, still every algorithm, collective and form. The in-process executor's unit
+# tests cover every count and root at P up to 64.
+SWEEP_RANKS = 4
+
+
+def every_case(size: int) -> bool:
+    """Whether an MPI test at ``size`` ranks runs its full sweep (else its sample)."""
+    return size <= SWEEP_RANKS
 
 
 def agree(comm, ok: bool, message: str = "") -> None:

@@ -23,7 +23,7 @@ import pytest
 
 import mpicoll
 from mpicoll import plan
-from mpicoll.testing import agree, environment
+from mpicoll.testing import agree, environment, every_case
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 import allocations  # noqa: E402
@@ -36,10 +36,10 @@ GROWTH = 256                 # bytes a second batch may add (none seen: replaced
 
 
 def batch(comm, calls):
-    """Calls per batch: half as many at 8 ranks (oversubscribed in CI, each call ~10x slower
+    """Calls per batch: half as many at 5 and 8 ranks (oversubscribed in CI, each call ~10x slower
     there), still enough that one 16-byte object kept per call (>= 400 B per batch) passes
-    GROWTH; N = 1..5 run the full batches."""
-    return calls if comm.size <= 5 else calls // 2
+    GROWTH; N = 1..4 run the full batches."""
+    return calls if every_case(comm.size) else calls // 2
 
 
 def measured(comm, call, calls, peak_limit):

@@ -10,7 +10,8 @@ from mpicoll._runtime.context import state
 from mpicoll.algorithms import allreduce_shm
 from mpicoll.executors import compiled, inprocess
 from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK, lookup
-from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
+from mpicoll.testing import (agree, environment, every_case, exact_input, exact_result,
+                             raises_everywhere)
 
 # the first four dtypes and ops; tests/mpi/test_dtypes.py covers the others
 DTYPES, OPS = kernels.DTYPES[:4], kernels.OPS[:4]
@@ -20,9 +21,9 @@ MPI_OP = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
 
 def counts(p):
-    # 8 ranks (oversubscribed in CI): the empty, an uneven and a 1000 count (65537 is most of
+    # 5 and 8 ranks (oversubscribed in CI): the empty, an uneven and a 1000 count (65537 is most of
     # the time there); every count at P = 1..17 in-process (with 100,003:
-    # tests/unit/test_simulated_collectives.py), and all of these here at N = 1..5
+    # tests/unit/test_simulated_collectives.py), and all of these here at N = 1..4
     if p > 5:
         return [0, p + 1, 1000]
     return sorted({0, 1, max(p - 1, 1), p, p + 1, 7, 1000, 65537})
@@ -228,10 +229,11 @@ def test_double_binary_tree_nodes(comm, ranks_per_node):
     with environment(MPICOLL_RANKS_PER_NODE=ranks_per_node):
         nodes = state(comm).nodes()
         problems = []
-        # 8 ranks (oversubscribed in CI): two counts, not 65537 (most of the time there);
+        # 5 and 8 ranks (oversubscribed in CI): two counts, not 65537 (most of the time there);
         # every count, op and dtype at P = 1..17 in-process
-        # (tests/unit/test_simulated_collectives.py), and all four here at N = 1..5
-        for n in (1, comm.size + 1, 1001, 65537) if comm.size <= 5 else (comm.size + 1, 1001):
+        # (tests/unit/test_simulated_collectives.py), and all four here at N = 1..4
+        for n in ((1, comm.size + 1, 1001, 65537) if every_case(comm.size)
+                  else (comm.size + 1, 1001)):
             for dtype in DTYPES:
                 for op in OPS:
                     x = exact_input(comm.rank, n, dtype, op)
@@ -289,9 +291,10 @@ def test_allgather_matches_mpi(comm, algorithm):
 @pytest.mark.parametrize("algorithm", list(BCAST))
 def test_bcast_matches_mpi(comm, algorithm):
     problems = []
-    # 8 ranks (oversubscribed in CI): the first, a middle and the last root; every root at
-    # P = 1..17 in-process (tests/unit/test_simulated_collectives.py), and here at N = 1..5
-    roots = range(comm.size) if comm.size <= 5 else sorted({0, comm.size // 2, comm.size - 1})
+    # 5 and 8 ranks (oversubscribed in CI): the first, a middle and the last root; every root at
+    # P = 1..17 in-process (tests/unit/test_simulated_collectives.py), and here at N = 1..4
+    roots = (range(comm.size) if every_case(comm.size)
+             else sorted({0, comm.size // 2, comm.size - 1}))
     for root in roots:
         for n in (0, 1, comm.size + 1, 10007):
             for dtype in DTYPES:
@@ -350,9 +353,10 @@ def test_hierarchical_shm_node_phases(comm, ranks_per_node, single_copy):
                               match="same number of ranks|inside one real node")
             return
         problems = []
-        # the chunked count (past 4 MiB) at N = 1..5 only: at 8 ranks (oversubscribed in CI)
+        # the chunked count (past 4 MiB) at N = 1..4 only: at 5 and 8 ranks (oversubscribed in CI)
         # every rank drawing every rank's 4 MiB is most of the test's time
-        for n in (1, comm.size + 1, 4099) + (((4 << 20) // 8 + 3,) if comm.size <= 5 else ()):
+        chunked = ((4 << 20) // 8 + 3,) if every_case(comm.size) else ()
+        for n in (1, comm.size + 1, 4099) + chunked:
             inputs = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
             out = mpicoll.allreduce(inputs[comm.rank], algorithm="hierarchical", inner="shm",
                                     comm=comm)

@@ -25,7 +25,7 @@ from mpicoll.algorithms import allreduce_shm
 from mpicoll.comm import Request
 from mpicoll._runtime.context import state
 from mpicoll.registry import COLLECTIVES
-from mpicoll.testing import agree, exact_input, exact_result, raises_everywhere
+from mpicoll.testing import agree, every_case, exact_input, exact_result, raises_everywhere
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -120,9 +120,9 @@ def _cases(comm, collective, ops=kernels.OPS):
     algorithms = ["auto"] + list(COLLECTIVES[collective])
     names = list(SPECS)
     size = comm.Get_size()
-    # 8 ranks (oversubscribed in CI): counts 0, 1, size - 1 and size (every count 0..size at
-    # N = 1..5, where these loops cost a fifth as much)
-    counts = range(size + 1) if size <= 5 else (0, 1, size - 1, size)
+    # 5 and 8 ranks (oversubscribed in CI): counts 0, 1, size - 1 and size (every count 0..size at
+    # N = 1..4, where these loops cost a fifth as much)
+    counts = range(size + 1) if every_case(size) else (0, 1, size - 1, size)
     i = 0
     for dtype, datatype in TYPES:
         for opname in ops:
@@ -313,6 +313,7 @@ def test_nonblocking_and_persistent_forms_of_every_collective(comm):
             mc.Ireduce_scatter_block([send, MPI.INT], [later, MPI.INT], op=MPI.MAX).Wait()
             agree(comm, _equal(np.asarray(memoryview(recv)), want) and _equal(later, want),
                   f"reduce_scatter_block {algorithm} step {step}")
+        started.Free()
     for algorithm in ["auto"] + list(COLLECTIVES["allgather"]):
         mc.algorithm = algorithm
         send, recv = np.zeros(n), bytearray(8 * n * size)
@@ -327,6 +328,7 @@ def test_nonblocking_and_persistent_forms_of_every_collective(comm):
             mc.Iallgather([send, MPI.DOUBLE], [later, MPI.DOUBLE]).Wait()
             agree(comm, _equal(np.frombuffer(recv), want) and _equal(later, want),
                   f"allgather {algorithm} step {step}")
+        started.Free()
     for algorithm in ["auto"] + list(COLLECTIVES["bcast"]):
         mc.algorithm = algorithm
         for root in range(size):
@@ -342,6 +344,7 @@ def test_nonblocking_and_persistent_forms_of_every_collective(comm):
                 mc.Ibcast([later, MPI.INT64_T], root=root).Wait()
                 agree(comm, _equal(buf, want) and _equal(later, want),
                       f"bcast {algorithm} root {root} step {step}")
+            started.Free()
 
 
 def _mpi4py_program(comm):

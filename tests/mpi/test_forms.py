@@ -15,11 +15,11 @@ import mpicoll
 from mpicoll import plan, settings
 from mpicoll._runtime.context import state
 from mpicoll.registry import COLLECTIVES
-from mpicoll.testing import agree, environment
+from mpicoll.testing import SWEEP_RANKS, agree, environment, every_case
 
 pytestmark = pytest.mark.mpi
 CASES = [(c, a) for c, table in COLLECTIVES.items() for a in [*table, "auto"]]
-SAMPLED = ("auto", "ring", "hierarchical", "shm", "mpi")      # every collective's, at 8 ranks
+SAMPLED = ("auto", "ring", "hierarchical", "shm", "mpi")      # above SWEEP_RANKS ranks
 COUNTS = (37, 16384)        # 16384 float64: 128 KiB, in shm's band (the hierarchical row)
 
 
@@ -111,8 +111,9 @@ def _check_forms(comm, collective, algorithm, n):
 @pytest.mark.parametrize("collective,algorithm", CASES)
 @pytest.mark.parametrize("n", COUNTS)
 def test_every_form_runs_the_same_plan(comm, collective, algorithm, n):
-    if comm.size > 5 and (n != COUNTS[-1] or algorithm not in SAMPLED):
-        pytest.skip("above 5 ranks (oversubscribed here) a sample: N = 1..5 run them all")
+    if not every_case(comm.size) and (n != COUNTS[-1] or algorithm not in SAMPLED):
+        pytest.skip(f"above {SWEEP_RANKS} ranks (oversubscribed here) a sample: "
+                    "fewer ranks run them all")
     _check_forms(comm, collective, algorithm, n)
 
 

@@ -15,7 +15,7 @@ from mpicoll import kernels
 # the first four dtypes and ops; tests/mpi/test_dtypes.py covers the others
 DTYPES, OPS = kernels.DTYPES[:4], kernels.OPS[:4]
 from mpicoll.registry import COLLECTIVES
-from mpicoll.testing import agree, environment
+from mpicoll.testing import agree, environment, every_case
 
 pytestmark = pytest.mark.mpi
 ALGORITHMS = [(c, a) for c, table in COLLECTIVES.items() for a in table]
@@ -58,9 +58,9 @@ def test_persistent_gives_the_plain_calls_bits(comm, collective, algorithm, exec
     problems = []
     traffic = state(comm).traffic
     ops = OPS if collective in ("allreduce", "reduce_scatter_block") else ("sum",)
-    # 8 ranks (oversubscribed in CI): one uneven count; N = 1..5 run all three
+    # 5 and 8 ranks (oversubscribed in CI): one uneven count; N = 1..4 run all three
     with environment(MPICOLL_EXECUTOR=executor):
-        for n in (1, comm.size + 1, 1000) if comm.size <= 5 else (comm.size + 1,):
+        for n in (1, comm.size + 1, 1000) if every_case(comm.size) else (comm.size + 1,):
             for dtype in (np.float32, np.int64):
                 for op in ops:
                     for inplace in ((False, True) if collective == "allreduce" else (False,)):
@@ -115,9 +115,9 @@ def test_persistent_allocates_nothing_per_call(comm, algorithm, executor, deadli
         pytest.skip("the Python executor allocates mpi4py requests per step")
     send, recv = np.ones(1 << 17), np.empty(1 << 17)
     calls = 50 if deadline == "0" else 500
-    if comm.size > 5 and deadline is None:
-        # 8 ranks, oversubscribed in CI (~20-60 s per algorithm for 500 calls there): 125,
-        # which still shows a small object kept every 4th call; N = 1..5 run the 500
+    if not every_case(comm.size) and deadline is None:
+        # 5 and 8 ranks, oversubscribed in CI (~20-60 s per algorithm for 500 calls there): 125,
+        # which still shows a small object kept every 4th call; N = 1..4 run the 500
         calls //= 4
     with environment(MPICOLL_EXECUTOR=executor, MPICOLL_TIMEOUT=deadline):
         h = mpicoll.allreduce_init(send, recv, algorithm=algorithm, comm=comm)
