@@ -38,7 +38,7 @@ raises ``Unsupported``, counted in ``Comm.fallbacks``.)
 
 Requests are MPI requests: ``Iallreduce`` (...) returns a ``Request``, an MPI generalized
 request that completes with mpicoll's collective, and ``Allreduce_init`` (...) a ``Prequest``,
-an MPI persistent request whose ``Start()`` runs the collective. ``MPI.Request.Waitall``,
+an MPI persistent request whose ``Start()`` starts the collective and returns at once. ``MPI.Request.Waitall``,
 ``Testall``, ``Waitany`` ... take them (with mpicoll's progress thread, the default under
 ``MPI_THREAD_MULTIPLE``; under ``MPICOLL_PROGRESS=caller`` use ``Request.Waitall`` ..., which
 move the collectives). docs/buffers.md has the details.
@@ -47,6 +47,7 @@ move the collectives). docs/buffers.md has the details.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 from collections.abc import Mapping
 
@@ -54,6 +55,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import api, buffers, kernels, ops, persistent, registry
+from .executors import progress
 
 __all__ = ["Comm", "wrap", "Request", "Prequest", "Unsupported"]
 
@@ -493,30 +495,127 @@ _EMPTY = bytearray(0)
 class Prequest(MPI.Prequest):
     """An mpicoll persistent collective as an MPI persistent request (``Comm.Allreduce_init``).
 
-    ``Start()`` runs the whole collective (``mpicoll.persistent``: no background progress),
-    then starts the MPI request this object is -- a persistent receive from
-    ``MPI.PROC_NULL``, which completes at once -- so ``Wait``, ``Test``, ``Free``,
+    ``Start()`` starts mpicoll's persistent collective (``mpicoll.persistent``) and returns at
+    once; the progress thread runs it. The MPI request this object is, a persistent receive of
+    an empty message on a communicator of this process alone, completes when the collective
+    does: its last step sends that message (one byte, which the receive cannot hold, if the
+    collective failed, so that ``MPI.Request.Waitall`` raises ``MPI_ERR_TRUNCATE``; this
+    class's ``Wait`` and ``Test`` raise mpicoll's own error). So ``Wait``, ``Test``, ``Free``,
     ``MPI.Request.Waitall`` ... behave as for MPI's persistent requests. Start it with its own
     ``Start()`` or ``Prequest.Startall`` (``MPI.Prequest.Startall`` would start only the MPI
-    request, not the collective)."""
+    request, not the collective).
+
+    Under ``MPICOLL_PROGRESS=caller`` (no progress thread) nothing would move the collective
+    inside MPI's own wait: there ``Start()`` runs the whole collective, then starts a receive
+    from ``MPI.PROC_NULL``, which completes at once."""
 
     @classmethod
     def _make(cls, handle, args: _Args) -> "Prequest":
-        request = cls(MPI.COMM_SELF.Recv_init([_EMPTY, 0, MPI.BYTE], MPI.PROC_NULL))
-        request._handle, request._args = handle, args
+        if progress.mode() == "thread":
+            comm, tag = _signals()
+            request = cls(comm.Recv_init([_EMPTY, 0, MPI.BYTE], 0, tag))
+            request._signal = (comm, tag)
+        else:
+            request = cls(MPI.COMM_SELF.Recv_init([_EMPTY, 0, MPI.BYTE], MPI.PROC_NULL))
+            request._signal = None
+        request._handle, request._args, request._started = handle, args, False
+        request._error = None               # (_end: unpacking the result failed)
         return request
 
     def Start(self) -> None:
-        """Run the collective, then start the MPI request (complete at once)."""
+        """Start the collective (or, without the progress thread, run it), then the MPI
+        request, which completes with it."""
         if self._handle is None or not self:
             raise ValueError("Start() on a persistent request that was freed")
+        self._settle()
+        if self._signal is None:
+            self._args.before()
+            self._handle()      # on this thread: the buffers' owners see no other thread
+            self._args.after()
+            MPI.Prequest.Start(self)
+            return
         self._args.before()
-        self._handle()          # on this thread: the buffers' owners see no other thread
-        self._args.after()
-        MPI.Prequest.Start(self)
+        MPI.Prequest.Start(self)            # posted before the collective can end
+        try:
+            self._handle.start()
+        except BaseException as exc:
+            self._signal_end(exc)           # (the receive completes: the request is inactive)
+            with _suppress_mpi():
+                MPI.Prequest.Wait(self)
+            raise
+        self._started = True
+        self._handle.when_done(self._end)
+
+    def _end(self, error) -> None:
+        """The collective is done (``error``: None or why not), in whichever thread finished
+        it: unpack, then complete the MPI request. Never raises."""
+        if error is None:
+            try:
+                self._args.after()
+            except BaseException as exc:    # noqa: BLE001 - Wait raises it
+                error = self._error = exc
+        self._signal_end(error)
+
+    def _signal_end(self, error) -> None:
+        comm, tag = self._signal
+        with _suppress_mpi():
+            comm.Isend([_ONE, 1 if error is not None else 0, MPI.BYTE], 0, tag).Free()
+
+    def _settle(self) -> None:
+        """After a run that MPI's own wait completed, mpicoll's handle is done too: close it
+        (its error, if any, MPI's wait reported; the communicator refuses further calls)."""
+        if self._started:
+            self._started = False
+            try:
+                self._handle.wait()
+            except BaseException:   # noqa: BLE001 - reported by MPI's wait (ERR_TRUNCATE)
+                pass
+            self._handle.release()
+            self._error = None
+
+    def Wait(self, status=None) -> bool:
+        """Wait until the collective is done; raises mpicoll's error if it failed."""
+        if self._started:
+            self._started = False
+            try:
+                self._handle.wait()
+            except BaseException:
+                with _suppress_mpi():
+                    MPI.Prequest.Wait(self)
+                raise
+            finally:
+                self._handle.release()      # (the caller's thread frees the buffers)
+            error, self._error = self._error, None
+            if error is not None:           # (unpacking the result failed)
+                with _suppress_mpi():
+                    MPI.Prequest.Wait(self)
+                raise error
+        return MPI.Prequest.Wait(self, status)
+
+    def Test(self, status=None) -> bool:
+        """Whether the collective is done (raises mpicoll's error if it failed)."""
+        if self._started:
+            try:
+                if not self._handle.test():
+                    return False
+            except BaseException:   # noqa: BLE001 - Wait completes the MPI request, raises it
+                pass
+            return self.Wait(status)
+        return MPI.Prequest.Test(self, status)
 
     def Free(self) -> None:
-        """Free the MPI request and drop mpicoll's handle (``REQUEST_NULL`` after)."""
+        """Free the MPI request and drop mpicoll's handle (``REQUEST_NULL`` after); one still
+        running completes first."""
+        if self._started:
+            self._started = False
+            try:
+                self._handle.wait()
+            finally:
+                self._handle.release()
+                with _suppress_mpi():
+                    MPI.Prequest.Wait(self)
+        if self._handle is not None:
+            self._handle.free()
         self._handle = None
         MPI.Prequest.Free(self)
 
@@ -529,6 +628,19 @@ class Prequest(MPI.Prequest):
     def result(self) -> np.ndarray:
         """The receive buffer (a numpy view of it)."""
         return self._handle.result
+
+
+_ONE = bytearray(1)
+_signal_comm: list = []             # [this process's communicator of Prequest's messages]
+_signal_tags = itertools.count(1)
+
+
+def _signals() -> tuple:
+    """(a duplicate of ``COMM_SELF``, a tag of its own) for one ``Prequest``'s message."""
+    if not _signal_comm:
+        _signal_comm.append(MPI.COMM_SELF.Dup())
+    tag = next(_signal_tags) % MPI.COMM_SELF.Get_attr(MPI.TAG_UB)
+    return _signal_comm[0], tag
 
 
 # ----------------------------------------------------------------------------- algorithms

@@ -99,6 +99,17 @@ class Persistent:
         self._active = False
         return self._request.wait()
 
+    def when_done(self, fn) -> None:
+        """Call ``fn(error)`` once, when the collective started by ``start()`` completes or
+        fails (``progress.Request.when_done``: from the thread that finishes it)."""
+        self._request.when_done(fn)
+
+    def release(self) -> None:
+        """Return once the progress thread holds no reference to the finished collective
+        (``progress.Request.release``)."""
+        if self._request is not None:
+            self._request.release()
+
     def free(self) -> None:
         """Drop the handle (MPI's persistent request with ``algorithm="mpi"``); it can't run
         again."""
@@ -108,6 +119,9 @@ class Persistent:
         if self._library is not None and self._library:
             self._library.Free()
         self._freed = True
+        if self._request is not None:   # (it refers back to this handle: no cycle left for
+            self._request.release()     # the garbage collector to free in another thread)
+            self._request = None
 
     def _usable(self) -> None:
         if self._freed:

@@ -165,6 +165,34 @@ def test_start_then_ssend_completes(comm):
         agree(comm, np.array_equal(out, np.full(1024, float(comm.size))), "wrong sum")
 
 
+def test_start_then_ssend_completes_through_the_drop_in(comm):
+    """The same program with mpicoll.Comm's persistent request: its Start() returns at once
+    (the progress thread runs the collective), and MPI's own Waitall, mixed with an MPI
+    request, waits for the collective."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    from mpi4py import MPI
+    from mpicoll.executors import progress
+    if progress.mode() != "thread":
+        pytest.skip("without the progress thread Start() runs the whole collective")
+    mc = mpicoll.Comm(comm, algorithm="ring")
+    x, out = np.ones(1024), np.empty(1024)
+    mc.Allreduce(x, out)                                    # the communicator is known
+    handle = mc.Allreduce_init(x, out)
+    try:
+        for step in range(3):
+            x[:] = step + 1
+            _start_then_ssend(comm, lambda: handle.Start())
+            token = np.zeros(1)
+            other = [comm.Irecv(token, source=(comm.rank - 1) % comm.size, tag=8),
+                     comm.Isend(np.ones(1), dest=(comm.rank + 1) % comm.size, tag=8)]
+            MPI.Request.Waitall([handle] + other)
+            agree(comm, np.array_equal(out, np.full(1024, float(comm.size * (step + 1))))
+                  and token[0] == 1.0, f"step {step}: wrong sum {out[:2]} or token {token}")
+    finally:
+        handle.Free()
+
+
 @pytest.mark.parametrize("collective", ["iallreduce", "ireduce_scatter_block", "iallgather",
                                         "ibcast", "Comm.Iallreduce", "two in a row"])
 def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):

@@ -246,6 +246,41 @@ def test_request_errors_are_raised_by_wait(monkeypatch):
     monkeypatch.setattr(comm_module._Args, "after", real)
 
 
+def test_persistent_request_errors_are_raised_by_wait(monkeypatch):
+    """A persistent request whose collective fails raises mpicoll's error from Wait and Test,
+    and MPI's Waitall reports it (its receive is truncated) instead of returning success; the
+    request is inactive after, and starts again."""
+    from mpicoll import comm as comm_module
+    from mpicoll.executors import progress
+    mc = mpicoll.Comm(COMM)
+    x, out = np.arange(3.0), np.zeros(3)
+    real = comm_module._Args.after
+
+    def failing_after(self):
+        raise RuntimeError("unpacking failed")
+    handle = mc.Allreduce_init(x, out)
+    monkeypatch.setattr(comm_module._Args, "after", failing_after)
+    if progress.mode() == "thread":
+        handle.Start()
+        with pytest.raises(RuntimeError, match="unpacking failed"):
+            handle.Wait()
+        handle.Start()
+        with pytest.raises(RuntimeError, match="unpacking failed"):
+            while not handle.Test():
+                pass
+        handle.Start()
+        with pytest.raises(MPI.Exception):
+            MPI.Request.Waitall([handle])
+    else:                       # caller progress: Start() runs the collective, and raises
+        with pytest.raises(RuntimeError, match="unpacking failed"):
+            handle.Start()
+    monkeypatch.setattr(comm_module._Args, "after", real)
+    x[:] = 2
+    handle.Start()
+    assert handle.Wait() is True and out.tolist() == [2.0] * 3
+    handle.Free()
+
+
 def test_persistent_request_start_wait_test_startall():
     mc = mpicoll.Comm(COMM)
     x, out = np.arange(3.0), np.zeros(3)
@@ -261,7 +296,7 @@ def test_persistent_request_start_wait_test_startall():
     x[:] = 7
     for h in handles:
         h.Start()
-    MPI.Request.Waitall(handles)                # MPI's own: the collective ran in Start()
+    MPI.Request.Waitall(handles)                # MPI's own: completes with the collective
     assert out.tolist() == [7] * 3 and all(handles)     # inactive, not null (persistent)
     status = MPI.Status()
     assert handles[0].Get_status(status) and status.Get_count(MPI.BYTE) == 0
