@@ -85,7 +85,7 @@ def test_sweep_array_one_result_per_index(job):
 def test_mpi_test_suite_across_ranks(job):
     assert_ok(job)
     runs = load(job.results() / "tests.json")
-    assert [r["nranks"] for r in runs] == [3, 4]
+    assert [r["nranks"] for r in runs] == [4]
     for r in runs:
         assert r["exit"] == 0 and r["failed"] == 0 and r["passed"] > 0, runs
 
