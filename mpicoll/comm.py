@@ -527,14 +527,14 @@ class Prequest(MPI.Prequest):
         request, which completes with it."""
         if self._handle is None or not self:
             raise ValueError("Start() on a persistent request that was freed")
-        self._settle()
+        if self._started:       # a run that MPI's own wait completed: its error, if any,
+            self._join()        # MPI's wait reported (ERR_TRUNCATE); the communicator refuses
+        self._args.before()     # further calls after a failure
         if self._signal is None:
-            self._args.before()
             self._handle()      # on this thread: the buffers' owners see no other thread
             self._args.after()
             MPI.Prequest.Start(self)
             return
-        self._args.before()
         MPI.Prequest.Start(self)            # posted before the collective can end
         try:
             self._handle.start()
@@ -561,32 +561,25 @@ class Prequest(MPI.Prequest):
         with _suppress_mpi():
             comm.Isend([_ONE, 1 if error is not None else 0, MPI.BYTE], 0, tag).Free()
 
-    def _settle(self) -> None:
-        """After a run that MPI's own wait completed, mpicoll's handle is done too: close it
-        (its error, if any, MPI's wait reported; the communicator refuses further calls)."""
-        if self._started:
-            self._started = False
-            try:
-                self._handle.wait()
-            except BaseException:   # noqa: BLE001 - reported by MPI's wait (ERR_TRUNCATE)
-                pass
+    def _join(self) -> BaseException | None:
+        """Close the started run: wait for mpicoll's collective and let go of it (the caller's
+        thread then frees the buffers); its error, or unpacking's (``_end``), or None."""
+        self._started = False
+        try:
+            self._handle.wait()
+            error = self._error
+        except BaseException as exc:    # noqa: BLE001 - the caller raises or drops it
+            error = exc
+        finally:
             self._handle.release()
-            self._error = None
+        self._error = None
+        return error
 
     def Wait(self, status=None) -> bool:
         """Wait until the collective is done; raises mpicoll's error if it failed."""
         if self._started:
-            self._started = False
-            try:
-                self._handle.wait()
-            except BaseException:
-                with _suppress_mpi():
-                    MPI.Prequest.Wait(self)
-                raise
-            finally:
-                self._handle.release()      # (the caller's thread frees the buffers)
-            error, self._error = self._error, None
-            if error is not None:           # (unpacking the result failed)
+            error = self._join()
+            if error is not None:           # (the MPI request completes, truncated)
                 with _suppress_mpi():
                     MPI.Prequest.Wait(self)
                 raise error
@@ -607,13 +600,11 @@ class Prequest(MPI.Prequest):
         """Free the MPI request and drop mpicoll's handle (``REQUEST_NULL`` after); one still
         running completes first."""
         if self._started:
-            self._started = False
-            try:
-                self._handle.wait()
-            finally:
-                self._handle.release()
-                with _suppress_mpi():
-                    MPI.Prequest.Wait(self)
+            error = self._join()
+            with _suppress_mpi():
+                MPI.Prequest.Wait(self)
+            if error is not None:
+                raise error
         if self._handle is not None:
             self._handle.free()
         self._handle = None
