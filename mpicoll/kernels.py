@@ -73,7 +73,7 @@ from numba.extending import intrinsic
 
 from . import settings
 
-__all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
+__all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage", "read_through",
            "as_storage", "kernel_name", "kernel", "warmup", "numpy_kernel",
            "sum_into", "prod_into", "max_into", "min_into"]
 
@@ -244,6 +244,25 @@ def as_storage(a: np.ndarray) -> np.ndarray:
     if s is None and _is_bf16(a.dtype):
         s = _HALF[a.dtype]
     return a if s is None else a.view(s)
+
+
+def read_through(a: np.ndarray) -> np.ndarray:
+    """``a``, or, if it is read-only, a writable array over the same memory, for a kernel that
+    only reads it: numba types a read-only array apart, so a read-only sendbuf would compile
+    every kernel it reaches once more, at its first call (minutes, on every rank at once)."""
+    if a.flags.writeable:
+        return a
+    return np.asarray(_Alias(a))
+
+
+class _Alias:
+    """``a``'s array interface marked writable; numpy keeps this object, and so ``a``, alive as
+    the new array's base."""
+
+    def __init__(self, a: np.ndarray):
+        self.array = a
+        self.__array_interface__ = dict(a.__array_interface__,
+                                        data=(a.__array_interface__["data"][0], False))
 
 
 # ----------------------------------------------------------------------------- native kernels

@@ -441,19 +441,16 @@ def single_copy(src, dst, flags, rank, seq, resume, code, acc, scratch, piece, i
 _ready: set = set()
 
 
-def warmup(dtype, readonly: bool = False,
-           functions: tuple = ("window_copy", "single_copy")) -> float:
+def warmup(dtype, functions: tuple = ("window_copy", "single_copy")) -> float:
     """Compile (or load from numba's disk cache) ``window_copy`` and ``single_copy`` (or those
-    of them ``functions`` names) for arrays of ``kernels.storage(dtype)`` (and a read-only
-    input: numba types it apart), under ``kernels.file_lock``; the seconds spent (0.0 when
-    ready)."""
+    of them ``functions`` names) for arrays of ``kernels.storage(dtype)``, under
+    ``kernels.file_lock``; the seconds spent (0.0 when ready)."""
     dtype = kernels.storage(dtype)
-    if (dtype, readonly) in _ready:
+    if dtype in _ready:
         return 0.0
     started = MPI.Wtime()
     with kernels.file_lock():
         src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
-        src.flags.writeable = not readonly
         flags = np.zeros(FLAGS * LINE, np.int64)
         first = CODES.index(kernels.ops_for(dtype)[0])
         if "window_copy" in functions:
@@ -463,5 +460,5 @@ def warmup(dtype, readonly: bool = False,
             single_copy(src, dst, flags, 0, 1, 0, first, np.empty(BLOCK, dtype),
                         np.empty(1, dtype), 1, np.zeros(4, np.int64), 0.0, 0.0, 0, True, False)
     if {"window_copy", "single_copy"} <= set(functions):
-        _ready.add((dtype, readonly))
+        _ready.add(dtype)
     return MPI.Wtime() - started

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels import as_storage
+from ..kernels import as_storage, read_through
 from ..errors import ArgumentMismatch, CommunicatorBroken, PeerError
 from . import kernels, probe, window as _window
 from .kernels import (ABORTED, ARRIVED, BETWEEN, DONE, FLAGS, GATHERED, LINE, MISMATCH,
@@ -58,9 +58,7 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
     (``Window.single_copy``), the whole vector goes through ``kernels.single_copy`` instead."""
     code = kernels.code(op, dst.dtype)
     user = dst                              # between() gets slices of it: the user's dtype
-    src, dst = as_storage(src), as_storage(dst)   # half types: their bits
-    if not src.flags.writeable:             # a read-only sendbuf: its own compiled code
-        kernels.warmup(src.dtype, readonly=True)
+    src, dst = read_through(as_storage(src)), as_storage(dst)   # half types: their bits
     get_watch = watch if callable(watch) else lambda: watch
     single = dst.nbytes >= SINGLE_COPY_MIN_BYTES
     window = window_for(st, 0 if single else dst.nbytes, tag, get_watch, nodes)

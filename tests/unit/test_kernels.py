@@ -188,3 +188,23 @@ def test_compilation_is_lazy():
     kernels.kernel("bxor", np.int16)
     assert ("bxor", np.dtype(np.int16)) in kernels._ready
     assert set(kernels._ready) - before <= {("bxor", np.dtype(np.int16))}
+
+
+def test_read_through_is_a_writable_alias_of_a_read_only_array():
+    """A read-only sendbuf reaches the kernels as a writable array over its own memory (numba
+    would compile each kernel again for the read-only type), which keeps the original alive."""
+    import gc
+    import numba
+
+    frozen = np.arange(6.0)
+    frozen.flags.writeable = False
+    alias = kernels.read_through(frozen)
+    assert alias.flags.writeable and np.shares_memory(alias, frozen)
+    assert numba.typeof(alias) == numba.typeof(np.arange(6.0))     # the writable array's type
+    writable = np.arange(3)
+    assert kernels.read_through(writable) is writable
+    from_bytes = np.frombuffer(bytes(range(8)), np.uint8)         # memory nobody may write
+    del frozen
+    gc.collect()
+    assert alias.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert kernels.read_through(from_bytes).tolist() == list(range(8))
