@@ -23,8 +23,10 @@ class CollectiveTimeout(TimeoutError):
         where = step if isinstance(step, str) else f"step {step} of {nsteps}"
         if timeout is not None:
             text = f"{what}: timed out after {timeout:g} s in {where}"
-        else:
+        elif self.gave_up:
             text = f"{what}: gave up in {where} because rank(s) {self.gave_up} timed out"
+        else:
+            text = f"{what}: gave up in {where}, called by another rank's roll call"
         if self.waiting_on:
             text += f", waiting for rank(s) {self.waiting_on}"
         if self.missing:

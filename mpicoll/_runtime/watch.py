@@ -232,6 +232,15 @@ class Watch:
             before = {r: h[6] for r, h in same.items()}
             before[me] = self.previous
             return diverged(self.what, before, missing, timeout, found=found)
+        # A rank still in the call before this one, which found that the ranks had made it with
+        # other arguments (a bcast whose ranks passed different roots: this rank's part of it
+        # completed, that rank's did not): that call's mismatch, not "in another call"
+        earlier = {r: h[4] for r, h in heard.items()
+                   if (self.number - h[1]) % self.calls == 1 and h[4] and h[4] != self.previous}
+        if self.signature and self.previous and earlier:
+            earlier[me] = self.previous
+            return mismatch(f"{self.what}: the call before it on this communicator", earlier,
+                            missing, timeout, found=found)
         strays = self.strays(missing) if self.signature else {}
         if strays:
             return stray_mismatch(self.what, self.signature, strays, missing, timeout,

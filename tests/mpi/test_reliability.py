@@ -5,6 +5,7 @@ bounded in memory. (Timeouts with a missing or dying rank: tests/jobs/test_fault
 
 import importlib.util
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -298,9 +299,15 @@ def _bcast_roots_that_disagree_then(comm, algorithm):
     return _outcome(both)
 
 
-def test_bcast_roots_that_disagree_are_caught_by_the_next_call(comm):
-    """Every rank passes root=self (each one's sends complete without a receiver): the next
-    call on the communicator raises on every rank (the running hash in the tags)."""
+@pytest.mark.parametrize("late", [None, 0, -1])
+def test_bcast_roots_that_disagree_are_caught_by_the_next_call(comm, late):
+    """Every rank passes root=self (each one's sends complete without a receiver): the bcast or
+    the next call on the communicator raises on every rank (the running hash in the tags) --
+    whoever comes late (``late``: that rank starts 0.1 s after the others). A rank that finds
+    the other roots' messages in the bcast itself runs the roll call from there, while the
+    others are in the next call: they name the bcast's mismatch too, not "in another call"."""
+    if late is not None and comm.rank == late % comm.size:
+        time.sleep(0.1)
     got, elapsed = _bcast_roots_that_disagree_then(comm, "ring")
     ok = isinstance(got, (mpicoll.ArgumentMismatch, mpicoll.PeerError)) and elapsed < FAST
     agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
