@@ -73,8 +73,8 @@ from numba.extending import intrinsic
 
 from . import settings
 
-__all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage", "read_through",
-           "as_storage", "kernel_name", "kernel", "warmup", "numpy_kernel",
+__all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
+           "as_storage", "read_through", "kernel_name", "kernel", "warmup", "numpy_kernel",
            "sum_into", "prod_into", "max_into", "min_into"]
 
 _NAMES = ("float32", "float64", "int32", "int64",   # the first four: mpicoll's originals
