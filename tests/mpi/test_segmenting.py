@@ -76,16 +76,17 @@ def test_segmented_gives_the_unsegmented_bits(comm, collective, algorithm):
     nodes = state(comm).nodes() if algo.has("node-layout") else None
     for n in (1, comm.size + 1, 1001):
         count = n * comm.size if collective == "reduce_scatter_block" else n
+        sizes = segment_sizes(comm, n)
         for dtype, op in CASES if reducing else ((np.float64, "sum"),):
             x = awkward(comm.rank, count, dtype)
             results, counters = {}, {}
-            for setting in ("0",) + segment_sizes(comm, n):
+            for setting in ("0",) + sizes:
                 with environment(MPICOLL_EXECUTOR="compiled", MPICOLL_SEGMENT_BYTES=setting):
                     before = dict(traffic)
                     results[setting] = run(collective, algorithm, x, op, comm)
                     counters[setting] = {k: traffic[k] - before[k] for k in traffic}
             label = f"n={count} {np.dtype(dtype)} {op}"
-            for setting in segment_sizes(comm, n):
+            for setting in sizes:
                 if results[setting].tobytes() != results["0"].tobytes():
                     problems.append(f"{label} segments of {setting} B: different bits")
                 if counters[setting] != counters["0"]:
@@ -95,7 +96,7 @@ def test_segmented_gives_the_unsegmented_bits(comm, collective, algorithm):
                 inputs = [awkward(r, count, dtype) for r in range(comm.size)]
                 sim = simulate.allreduce(inputs, op, algorithm,
                                          **({"nodes": nodes} if nodes else {}))[comm.rank]
-                if sim.tobytes() != results[segment_sizes(comm, n)[0]].tobytes():
+                if sim.tobytes() != results[sizes[0]].tobytes():
                     problems.append(f"{label}: differs from the in-process executor")
     agree(comm, not problems, problems[:5])
 

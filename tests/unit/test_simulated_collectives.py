@@ -1,9 +1,10 @@
 """Every algorithm, in-process, at P = 1..17 virtual ranks against numpy's reduction.
 
 Counts cover the edge cases of block partitioning (0, 1, P-1, P, P+1) and primes, for every
-op x dtype; one count over 100 003 and the hierarchical layouts, for sum and max. Integers (wrap-around included) and MAX/MIN must be exact; float
-sums and products must lie within the bound of any summation order: |err| <= (P-1).eps.sum|x_i|
-for SUM and (P-1).eps.|prod| (to first order) for PROD.
+op x dtype; one count over 100 003 and the hierarchical layouts, for sum and max. Integers
+(wrap-around included) and MAX/MIN must be exact; float sums and products must lie within the
+bound of any summation order: |err| <= (P-1).eps.sum|x_i| for SUM and (P-1).eps.|prod| (to
+first order) for PROD.
 """
 
 import numpy as np
