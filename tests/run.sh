@@ -6,7 +6,9 @@
 #   2. tests/jobs, serial pytest that launches small mpiexec jobs of its own (3, 4 and 8 ranks):
 #      fault injection and timeouts, the MPI test harness, the benchmark end to end;
 #   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
-#      adds 8), each run bounded by a per-test timeout and an outer `timeout`;
+#      adds 8), each run bounded by a per-test timeout and an outer `timeout`; tests whose
+#      subject is not the rank count are marked `max_ranks(4)` or `(5)` and skipped above it
+#      (tests/mpi/conftest.py);
 #   4. tests/dropin: mpi4py's own collective suites through mpicoll.Comm, N = 2 and 3 (the
 #      release is fetched by pip; skipped with the reason if it can't be, except under CI=true);
 #   5. Open MPI: a reduced tests/mpi (every algorithm of every collective, the compiled executor

@@ -19,12 +19,18 @@ sent, per byte reduced): a step starts at the same point and lasts
 posted together so their latencies overlap, reductions after the transfers. ``Result.time`` is
 the last rank's finish; tests check it against ``cost()`` for every algorithm.
 
+Schedules are immutable and pure functions of their arguments, so both the schedules of a call
+and the pairing of their messages are built once and kept (a few hundred recent ones): an
+exhaustive test that runs the same schedules over several dtypes and ops pays for them once.
+
     >>> from mpicoll import simulate
     >>> out = simulate.allreduce([np.arange(4.0) * r for r in range(3)], algorithm="ring")
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +64,39 @@ class Result:
 
     def bytes_sent(self, itemsize: int) -> list[int]:
         return [n * itemsize for n in self.elements_sent]
+
+
+KEPT = 512                      # schedule sets (and their pairings) kept, most recent first
+
+
+class _Recent:
+    """A small thread-safe LRU table."""
+
+    def __init__(self, size: int):
+        self.size, self.table, self.lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, key, make):
+        with self.lock:
+            if key in self.table:
+                self.table.move_to_end(key)
+                return self.table[key]
+        value = make()
+        with self.lock:
+            self.table[key] = value
+            if len(self.table) > self.size:
+                self.table.popitem(last=False)
+        return value
+
+
+_SCHEDULES = _Recent(KEPT)      # (collective, algorithm, size, count, options) -> schedules
+_LINKS = _Recent(KEPT)          # the schedules' ids -> (the schedules, their links)
+
+
+def _linked(scheds) -> dict:
+    """``_link(scheds)``, kept for these very Schedule objects: the table holds them, so no
+    other object can take their ids while their entry lives, and they are immutable."""
+    scheds = tuple(scheds)
+    return _LINKS.get(tuple(map(id, scheds)), lambda: (scheds, _link(scheds)))[1]
 
 
 def _link(scheds: list[Schedule]) -> dict:
@@ -107,7 +146,7 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum
     gamma)`` also times the run on the alpha-beta-gamma clock.
     """
     size = len(scheds)
-    links = _link(scheds)
+    links = _linked(scheds)
     reduce_into = None if op is None or not buffers else kernels.kernel(op, buffers[0].dtype)
     buffers = [kernels.as_storage(b) for b in buffers]     # the same memory (half types: uint16)
     pc = [0] * size                 # the step each rank has entered (posted)
@@ -190,6 +229,19 @@ def schedules(collective: str, algorithm: str, size: int, count: int, *, root: i
     ``picked``: what the cost model would choose (``Algorithm.pick``, e.g. a chunk count);
     without it the schedule's own default.
     """
+    key = (collective, algorithm, size, count, root, nodes, ranks_per_node,
+           tuple(sorted((picked or {}).items())), tuple(sorted(options.items())))
+    try:
+        hash(key)
+    except TypeError:           # e.g. nodes as lists: build them afresh
+        return _schedules(collective, algorithm, size, count, root, nodes, ranks_per_node,
+                          picked, options)
+    return list(_SCHEDULES.get(key, lambda: tuple(_schedules(
+        collective, algorithm, size, count, root, nodes, ranks_per_node, picked, options))))
+
+
+def _schedules(collective, algorithm, size, count, root, nodes, ranks_per_node, picked,
+               options) -> list[Schedule]:
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule ({algo.describe()})")

@@ -8,10 +8,11 @@ job, so no rank's first call compiles (docs/performance.md: minutes on a fresh c
 Two processes compile side by side, split by numba function, so that each function's cache
 index is written by one process only (numba rewrites a function's whole index when it saves an
 overload: two writers could drop each other's entries). This process compiles the kernels
-first, then starts the second process for shm's ``window_copy`` (which only loads the kernels
-it calls), and meanwhile compiles the executor's loops and shm's ``single_copy``. The second
-takes ``kernels.file_lock`` on a lock file of its own (``kernels.use_lock_file``): on the shared
-one, the two compilations would take turns. On two cores: about half the time of one process.
+first (which everything else calls, and then only loads), then starts the second process for
+shm's ``window_copy`` and the executor's loops, and meanwhile compiles shm's ``single_copy``,
+the longest of them (on a fresh cache, one process: kernels 35 s, loops 68 s, ``window_copy``
+52 s, ``single_copy`` 196 s). The second takes ``kernels.file_lock`` on a lock file of its own
+(``kernels.use_lock_file``): on the shared one, the two compilations would take turns.
 A stamp file in numba's cache folder, newer than every source file of mpicoll, marks it done.
 """
 
@@ -36,18 +37,22 @@ def fresh() -> bool:
     return stamp().exists() and stamp().stat().st_mtime >= newest
 
 
-def window_copies() -> None:
-    """The second process's share: shm's ``window_copy`` for each of its dtypes."""
-    kernels.use_lock_file(kernels.lock_path() + ".window-copy")
+def second_share() -> None:
+    """The second process's share: shm's ``window_copy`` for each of its dtypes, then the
+    compiled executor's loop for every storage dtype."""
+    kernels.use_lock_file(kernels.lock_path() + ".second")
     for dtype in kernels.DTYPES:
         if dtype in allreduce_shm.DTYPES:
             allreduce_shm.warmup(dtype, functions=("window_copy",))
+    for dtype in kernels.DTYPES:
+        if compiled.available() is None:
+            compiled.warmup(kernels.storage(dtype))
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--window-copy"]:
-        window_copies()
+    if argv == ["--second-share"]:
+        second_share()
         return 0
     if argv:
         print("usage: python -m mpicoll.tools.warm", file=sys.stderr)
@@ -60,19 +65,17 @@ def main(argv=None) -> int:
     for dtype in kernels.DTYPES:
         for op in kernels.ops_for(dtype):
             kernels.warmup(op, dtype)
-    second = subprocess.Popen([sys.executable, "-m", "mpicoll.tools.warm", "--window-copy"])
+    second = subprocess.Popen([sys.executable, "-m", "mpicoll.tools.warm", "--second-share"])
     try:
         for dtype in kernels.DTYPES:
-            if compiled.available() is None:
-                compiled.warmup(kernels.storage(dtype))
             if dtype in allreduce_shm.DTYPES:
                 allreduce_shm.warmup(dtype, functions=("single_copy",))
     except BaseException:
         second.kill()
         raise
     if second.wait():
-        print(f"run.sh: shm's window_copy failed to compile (exit {second.returncode})",
-              file=sys.stderr)
+        print("run.sh: shm's window_copy or the executor's loops failed to compile (exit "
+              f"{second.returncode})", file=sys.stderr)
         return 1
     stamp().touch()
     print(f"run.sh: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -191,7 +191,8 @@ def test_no_pending_references_after_a_first_call_timeout_on_comm_world(tmp_path
 
 
 def test_eight_ranks_cold_numba_cache(tmp_path):
-    """8 ranks start at once on an empty NUMBA_CACHE_DIR: every op and dtype still right."""
+    """8 ranks start at once on an empty NUMBA_CACHE_DIR: the kernels they all compile and cache
+    at the same moment give MPI's bits."""
     cache = tmp_path / "numba-cache"
     cache.mkdir()
     proc, elapsed, rows = launch(FAULTS / "cold_cache.py", [], tmp_path, ranks=8,

@@ -8,6 +8,12 @@
   ``mpicoll.testing.agree``, so all ranks fail the same test together);
 * the ``comm`` fixture hands each test a fresh duplicate of COMM_WORLD, so nothing left over
   from one test can be matched by the next.
+Rank counts: every test runs at N = 1..4 (one rank, powers of two, an odd count that folds).
+A test whose subject is not the rank count (allocations, buffer kinds, dtypes, the drop-in's
+argument forms, the cache of plans) carries ``@pytest.mark.max_ranks(4)``, and one about the
+forms or executors agreeing ``max_ranks(5)``: above that they are skipped, saying so. At 5 and 8
+ranks (oversubscribed: each call ~10x slower) the run keeps the tests about the rank count itself:
+every algorithm against MPI, the plan shared by every form, segments, shm, fail-fast and the soak.
 Tests of a shared-memory algorithm (``shm``) are skipped when the ranks span several nodes
 (the Slurm runs); its refusal there is tested in ``test_shm.py``.
 Ranks other than 0 report tersely (``-qq --tb=line``) unless ``MPICOLL_TEST_VERBOSE=1``.
@@ -36,7 +42,14 @@ def one_node() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the parametrized cases of a shared-memory algorithm across nodes."""
+    """Skip the tests marked for fewer ranks than COMM_WORLD has, and the parametrized cases of
+    a shared-memory algorithm across nodes."""
+    size = MPI.COMM_WORLD.Get_size()
+    for item in items:
+        marker = item.get_closest_marker("max_ranks")
+        if marker is not None and size > marker.args[0]:
+            item.add_marker(pytest.mark.skip(
+                reason=f"the rank count is not its subject: runs at N <= {marker.args[0]}"))
     if one_node():
         return
     from mpicoll.registry import ALLREDUCE

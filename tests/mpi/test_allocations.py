@@ -23,23 +23,16 @@ import pytest
 
 import mpicoll
 from mpicoll import plan
-from mpicoll.testing import agree, environment, every_case
+from mpicoll.testing import agree, environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 import allocations  # noqa: E402
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(4)]
 
 COUNT = 8192                 # float64: 64 KiB, so a temporary copy of it could not hide
 CALLS = 100                  # per batch: a leak of one small object per call is >= 3 KiB
 GROWTH = 256                 # bytes a second batch may add (none seen: replaced ints only)
-
-
-def batch(comm, calls):
-    """Calls per batch: half as many at 5 and 8 ranks (oversubscribed in CI, each call ~10x slower
-    there), still enough that one 16-byte object kept per call (>= 400 B per batch) passes
-    GROWTH; N = 1..4 run the full batches."""
-    return calls if every_case(comm.size) else calls // 2
 
 
 def measured(comm, call, calls, peak_limit):
@@ -59,7 +52,7 @@ def measured(comm, call, calls, peak_limit):
 @pytest.mark.parametrize("executor", ["compiled", "python"])
 @pytest.mark.parametrize("how", ["persistent", "plain"])
 def test_no_allocation_survives_a_call(comm, how, executor, timeout):
-    calls = batch(comm, CALLS)
+    calls = CALLS
     case = next(make for name, ex, t, make in allocations.cases(comm, COUNT)
                 if (name, ex, t) == (how, executor, timeout))
     with environment(MPICOLL_EXECUTOR=executor):
@@ -88,7 +81,7 @@ def test_no_allocation_survives_a_call(comm, how, executor, timeout):
 def test_no_allocation_survives_a_plain_call_of_any_algorithm(comm, algorithm):
     x = np.arange(COUNT, dtype=np.float64) + comm.rank
     y = np.empty_like(x)
-    calls = batch(comm, CALLS // 2)
+    calls = CALLS // 2
     got = measured(comm, lambda: mpicoll.allreduce(x, y, algorithm=algorithm, comm=comm),
                    calls, COUNT * 8 // 4)
     first, second = got["surviving_after"]

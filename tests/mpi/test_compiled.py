@@ -13,7 +13,7 @@ from mpicoll import kernels
 from mpicoll.registry import COLLECTIVES
 from mpicoll.testing import agree, environment
 
-pytestmark = [pytest.mark.mpi,
+pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(5),
               pytest.mark.skipif(compiled.available() is not None,
                                  reason=f"compiled executor unavailable: {compiled.available()}")]
 

@@ -14,12 +14,12 @@ import mpicoll
 from mpicoll import kernels
 from mpicoll._runtime.context import state
 from mpicoll.registry import ALLREDUCE
-from mpicoll.testing import agree, environment, every_case
+from mpicoll.testing import agree, environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 import dtype_matrix  # noqa: E402
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(4)]
 OWN = [a for a in mpicoll.ALGORITHMS if ALLREDUCE[a].scheduled]     # shm: tests/mpi/test_shm.py
 
 
@@ -29,9 +29,7 @@ def test_every_op_of_a_dtype(comm, dtype, executor):
     nodes = state(comm).nodes()
     problems = []
     offset = kernels.DTYPES.index(dtype)
-    # 5 and 8 ranks (oversubscribed in CI): one count, uneven across the ranks and long enough for
-    # the kernels' vector loops; N = 1..4 run all three
-    counts = (1, comm.size + 1, 257) if every_case(comm.size) else (257,)
+    counts = (1, comm.size + 1, 257)     # the last uneven and long enough for the vector loops
     with environment(MPICOLL_EXECUTOR=executor):
         for i, op in enumerate(kernels.ops_for(dtype)):
             algorithms = [OWN[(offset + i) % len(OWN)]]

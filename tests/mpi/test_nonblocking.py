@@ -148,6 +148,7 @@ def test_blocking_and_persistent_calls_while_shared_memory_requests_are_in_fligh
         other.Free()
 
 
+@pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("compress", ["bf16", "fp16", "int8"])
 @pytest.mark.parametrize("algorithm", [a for a in COLLECTIVES["allreduce"]
                                        if lookup("allreduce", a).scheduled])

@@ -51,6 +51,7 @@ def plain_and_persistent(collective, algorithm, comm, n, dtype, op, inplace):
     return None, h, buf
 
 
+@pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("executor", ["compiled", "python"])
 @pytest.mark.parametrize("collective,algorithm", ALGORITHMS)
 def test_persistent_gives_the_plain_calls_bits(comm, collective, algorithm, executor):
@@ -58,7 +59,7 @@ def test_persistent_gives_the_plain_calls_bits(comm, collective, algorithm, exec
     problems = []
     traffic = state(comm).traffic
     ops = OPS if collective in ("allreduce", "reduce_scatter_block") else ("sum",)
-    # 5 and 8 ranks (oversubscribed in CI): one uneven count; N = 1..4 run all three
+    # 5 ranks (oversubscribed in CI): one uneven count; N = 1..4 run all three
     with environment(MPICOLL_EXECUTOR=executor):
         for n in (1, comm.size + 1, 1000) if every_case(comm.size) else (comm.size + 1,):
             for dtype in (np.float32, np.int64):
@@ -100,6 +101,7 @@ def test_persistent_gives_the_plain_calls_bits(comm, collective, algorithm, exec
     agree(comm, not problems, problems[:5])
 
 
+@pytest.mark.max_ranks(4)
 @pytest.mark.parametrize("deadline", ["0", None])
 @pytest.mark.parametrize("executor", ["compiled", "python"])
 @pytest.mark.parametrize("algorithm", [a for a in mpicoll.ALGORITHMS if a != "mpi"])
@@ -115,10 +117,6 @@ def test_persistent_allocates_nothing_per_call(comm, algorithm, executor, deadli
         pytest.skip("the Python executor allocates mpi4py requests per step")
     send, recv = np.ones(1 << 17), np.empty(1 << 17)
     calls = 50 if deadline == "0" else 500
-    if not every_case(comm.size) and deadline is None:
-        # 5 and 8 ranks, oversubscribed in CI (~20-60 s per algorithm for 500 calls there): 125,
-        # which still shows a small object kept every 4th call; N = 1..4 run the 500
-        calls //= 4
     with environment(MPICOLL_EXECUTOR=executor, MPICOLL_TIMEOUT=deadline):
         h = mpicoll.allreduce_init(send, recv, algorithm=algorithm, comm=comm)
         for _ in range(3):

@@ -67,6 +67,7 @@ def test_every_algorithm_same_bits(comm, algorithm):
     agree(comm, not problems, problems[:5])
 
 
+@pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("executor", ["python", "compiled"])
 @pytest.mark.parametrize("mode", ["always", "never"])
 def test_executors_segments_and_large_counts(comm, executor, mode):
@@ -166,6 +167,7 @@ def forms(x, algorithm, comm):
     return out
 
 
+@pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving", "hierarchical",
                                        "double_binary_tree"])
 def test_every_form_same_bits(comm, algorithm):
@@ -190,6 +192,7 @@ def test_every_form_same_bits(comm, algorithm):
     agree(comm, not problems and "reproducible=" in described, (problems[:5], described))
 
 
+@pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving"])
 def test_reduce_scatter_block_every_form(comm, algorithm):
     from mpi4py import MPI
@@ -239,6 +242,7 @@ def test_mismatch_raises_everywhere(comm):
                               match="reproducible")
 
 
+@pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling"])
 def test_comm_attribute_every_form(comm, algorithm):
     """``mpicoll.Comm(..., reproducible=True)`` (and the attribute set later): Allreduce,
