@@ -14,6 +14,10 @@ the longest of them (on a fresh cache, one process: kernels 35 s, loops 68 s, ``
 52 s, ``single_copy`` 196 s). The second takes ``kernels.file_lock`` on a lock file of its own
 (``kernels.use_lock_file``): on the shared one, the two compilations would take turns.
 A stamp file in numba's cache folder, newer than every source file of mpicoll, marks it done.
+
+numba checks a cached function against its own source file only. The executor's loop and shm's
+loops compile the kernels into themselves, so after kernels.py changes their cache would still
+hold the old kernels: when kernels.py is newer than the stamp, their caches are emptied first.
 """
 
 from __future__ import annotations
@@ -26,10 +30,24 @@ from pathlib import Path
 from .. import kernels
 from ..algorithms import allreduce_shm
 from ..executors import compiled
+from ..shm import kernels as shm_kernels
+
+# the cached functions that compile mpicoll.kernels' kernels into themselves
+KERNEL_CALLERS = (compiled._loop, shm_kernels.window_copy, shm_kernels.single_copy)
 
 
 def stamp() -> Path:
     return Path(kernels.lock_path()).with_name("mpicoll-warm.stamp")   # numba's cache folder
+
+
+def drop_stale_kernel_callers() -> bool:
+    """Empty the caches of ``KERNEL_CALLERS`` if kernels.py changed since the last warm-up
+    (their own source files did not, so numba would load them with the old kernels inside)."""
+    if not stamp().exists() or Path(kernels.__file__).stat().st_mtime <= stamp().stat().st_mtime:
+        return False
+    for dispatcher in KERNEL_CALLERS:
+        dispatcher._cache.flush()
+    return True
 
 
 def fresh() -> bool:
@@ -62,6 +80,9 @@ def main(argv=None) -> int:
     print(f"run.sh: numba compiles mpicoll's kernels into {stamp().parent} (once; minutes on a "
           "fresh clone)", file=sys.stderr, flush=True)
     started = time.monotonic()
+    if drop_stale_kernel_callers():
+        print("run.sh: kernels.py changed: the executor's and shm's loops compile again",
+              file=sys.stderr, flush=True)
     for dtype in kernels.DTYPES:
         for op in kernels.ops_for(dtype):
             kernels.warmup(op, dtype)

@@ -90,3 +90,31 @@ def test_nested_in_a_thread_and_one_thread_at_a_time():
         order.append("main")
     thread.join(30)
     assert order == ["main", "other"]
+
+
+def test_warm_empties_the_kernel_callers_caches_when_kernels_changed(tmp_path, monkeypatch):
+    """numba checks a cached function against its own file only: after kernels.py changes, the
+    warm-up empties the caches of the loops that compile the kernels into themselves, and
+    leaves them alone otherwise (and on a first warm-up, with no stamp yet)."""
+    from mpicoll import kernels
+    from mpicoll.tools import warm
+
+    class Cache:
+        flushed = 0
+
+        def flush(self):
+            Cache.flushed += 1
+
+    class Caller:
+        _cache = Cache()
+
+    stamp = tmp_path / "mpicoll-warm.stamp"
+    monkeypatch.setattr(warm, "stamp", lambda: stamp)
+    monkeypatch.setattr(warm, "KERNEL_CALLERS", (Caller(), Caller()))
+    source = Path(kernels.__file__)
+    assert not warm.drop_stale_kernel_callers() and Cache.flushed == 0       # no stamp yet
+    stamp.touch()
+    os.utime(stamp, (source.stat().st_mtime + 10,) * 2)                   # warmed after it
+    assert not warm.drop_stale_kernel_callers() and Cache.flushed == 0
+    os.utime(stamp, (source.stat().st_mtime - 10,) * 2)                   # kernels.py newer
+    assert warm.drop_stale_kernel_callers() and Cache.flushed == 2
