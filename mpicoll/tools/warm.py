@@ -56,13 +56,12 @@ def fresh() -> bool:
 
 
 def second_share() -> None:
-    """The second process's share: shm's ``window_copy`` for each of its dtypes, then the
+    """The second process's share: shm's ``window_copy`` for each of its dtypes and the
     compiled executor's loop for every storage dtype."""
     kernels.use_lock_file(kernels.lock_path() + ".second")
     for dtype in kernels.DTYPES:
         if dtype in allreduce_shm.DTYPES:
             allreduce_shm.warmup(dtype, functions=("window_copy",))
-    for dtype in kernels.DTYPES:
         if compiled.available() is None:
             compiled.warmup(kernels.storage(dtype))
 
