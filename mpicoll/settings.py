@@ -226,6 +226,9 @@ SCRIPTS = (
     Setting("MPICOLL_SKIP_TORCH", "0 | 1", 0, "skip the PyTorch leg (and its environment, "
             "`.venv-torch`) of `bash run.sh test`; ignored under CI=true",
             "run.sh, tests/run-torch.sh"),
+    Setting("MPICOLL_TORCH_LEG", "0 | 1", 0, "set by `bash run.sh test` once `.venv-torch` is "
+            "installed: tests/run.sh then runs the PyTorch leg beside its Slurm stage",
+            "run.sh, tests/run.sh"),
     Setting("MPICOLL_SKIP_SLURM", "0 | 1", 0, "skip the Slurm integration tests",
             "tests/run-slurm.sh"),
     Setting("MPICOLL_REQUIRE_SLURM", "0 | 1", 0,

