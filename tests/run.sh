@@ -38,9 +38,9 @@ stage() {    # stage TITLE: a stage's header, with the time (CI's duration, stag
     echo "== [$(date +%T)] $1"
 }
 
-record() {   # record NAME LOG RC: add the pytest counts of LOG's runs (their summary lines)
-    local lines p f s
-    lines=$(grep -aE ' in [0-9.]+s( \([0-9:]+\))?( =+)?$' "$2")
+record() {   # record NAME LOG RC: add the pytest counts of LOG's runs (their summaries, even
+    local lines p f s    # where other ranks' progress dots share the line)
+    lines=$(grep -aoE '[0-9]+ [a-z]+(, [0-9]+ [a-z]+)* in [0-9.]+s' "$2")
     p=$(grep -oE '[0-9]+ passed' <<<"$lines" | awk '{s+=$1} END {print s+0}')
     s=$(grep -oE '[0-9]+ skipped' <<<"$lines" | awk '{s+=$1} END {print s+0}')
     f=$(grep -oE '[0-9]+ (failed|error)' <<<"$lines" | awk '{s+=$1} END {print s+0}')
