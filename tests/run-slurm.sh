@@ -64,6 +64,10 @@ local)
         skip "Slurm is not installed, and there is no apt-get to install it"
     else
         echo "== starting the local Slurm cluster (slurm/local-cluster.sh up)"
+        # sbatch --wait polls every 8 s (MinJobAge 16; 2, 10, 42, 74 ... s with the default
+        # 300): the stage ends within 8 s of its last job, not up to 32 s after. The array
+        # test reads each task's own log, not only sbatch's exit code (local/slurm.conf.in)
+        export MPICOLL_SLURM_MIN_JOB_AGE=${MPICOLL_SLURM_MIN_JOB_AGE:-16}
         trap 'echo "== stopping the local Slurm cluster"; bash slurm/local-cluster.sh down' EXIT
         trap 'exit 130' INT TERM
         if ! up=$(bash slurm/local-cluster.sh up); then

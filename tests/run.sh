@@ -10,8 +10,8 @@
 #      documented commands on the other;
 #   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
 #      adds 8), each run bounded by a per-test timeout and an outer `timeout`; tests whose
-#      subject is not the rank count are marked `max_ranks(4)` or `(5)` and skipped above it
-#      (tests/mpi/conftest.py);
+#      subject is not the rank count are marked `rank_counts(1, 2, 4)`, `max_ranks(4)` or
+#      `(5)` and skipped at the other counts (tests/mpi/conftest.py);
 #   4. tests/dropin: mpi4py's own collective suites through mpicoll.Comm, N = 2 and 3 (the
 #      release is fetched by pip; skipped with the reason if it can't be, except under CI=true);
 #   5. Open MPI: a reduced tests/mpi (every algorithm of every collective, the compiled executor

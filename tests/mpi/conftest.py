@@ -9,11 +9,13 @@
 * the ``comm`` fixture hands each test a fresh duplicate of COMM_WORLD, so nothing left over
   from one test can be matched by the next.
 Rank counts: every test runs at N = 1..4 (one rank, powers of two, an odd count that folds).
-A test whose subject is not the rank count (allocations, buffer kinds, dtypes, the drop-in's
-argument forms, the cache of plans) carries ``@pytest.mark.max_ranks(4)``, and one about the
-forms or executors agreeing ``max_ranks(5)``: above that they are skipped, saying so. At 5 and 8
-ranks (oversubscribed: each call ~10x slower) the run keeps the tests about the rank count itself:
-every algorithm against MPI, the plan shared by every form, segments, shm, fail-fast and the soak.
+A test whose subject is not the rank count carries a mark that skips it elsewhere, saying so:
+``@pytest.mark.rank_counts(1, 2, 4)`` where nothing it calls depends on N (buffer kinds, dtypes,
+the drop-in's argument forms, the cache of plans, training; every algorithm at N = 3 is in
+test_collectives and test_forms), ``max_ranks(4)`` for allocations (an odd count takes other
+steps), ``max_ranks(5)`` for the forms or executors agreeing. At 5 and 8 ranks (oversubscribed:
+each call ~10x slower) the run keeps the tests about the rank count itself: every algorithm
+against MPI, the plan shared by every form, segments, shm, fail-fast and the soak.
 Tests of a shared-memory algorithm (``shm``) are skipped when the ranks span several nodes
 (the Slurm runs); its refusal there is tested in ``test_shm.py``.
 Ranks other than 0 report tersely (``-qq --tb=line``) unless ``MPICOLL_TEST_VERBOSE=1``.
@@ -50,6 +52,10 @@ def pytest_collection_modifyitems(config, items):
         if marker is not None and size > marker.args[0]:
             item.add_marker(pytest.mark.skip(
                 reason=f"the rank count is not its subject: runs at N <= {marker.args[0]}"))
+        marker = item.get_closest_marker("rank_counts")
+        if marker is not None and size not in marker.args:
+            item.add_marker(pytest.mark.skip(
+                reason=f"the rank count is not its subject: runs at N in {marker.args}"))
     if one_node():
         return
     from mpicoll.registry import ALLREDUCE

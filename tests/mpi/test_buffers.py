@@ -14,7 +14,7 @@ from mpicoll._runtime.context import state
 from mpicoll.registry import COLLECTIVES
 from mpicoll.testing import agree, exact_input, exact_result
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300), pytest.mark.max_ranks(4)]
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300), pytest.mark.rank_counts(1, 2, 4)]
 
 
 class DLPackOnly:

@@ -28,7 +28,7 @@ from mpicoll._runtime.context import state
 from mpicoll.registry import COLLECTIVES
 from mpicoll.testing import agree, exact_input, exact_result, raises_everywhere
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600), pytest.mark.max_ranks(4)]
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600), pytest.mark.rank_counts(1, 2, 4)]
 
 
 def _mpi_datatype(dtype):

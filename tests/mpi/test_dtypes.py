@@ -19,7 +19,7 @@ from mpicoll.testing import agree, environment
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 import dtype_matrix  # noqa: E402
 
-pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(4)]
+pytestmark = [pytest.mark.mpi, pytest.mark.rank_counts(1, 2, 4)]
 OWN = [a for a in mpicoll.ALGORITHMS if ALLREDUCE[a].scheduled]     # shm: tests/mpi/test_shm.py
 
 

@@ -13,7 +13,7 @@ from mpicoll import cache, settings
 from mpicoll._runtime import context
 from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
 
-pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(4)]
+pytestmark = [pytest.mark.mpi, pytest.mark.rank_counts(1, 2, 4)]
 
 ALGORITHMS = ["auto", "ring", "recursive_doubling", "rabenseifner", "binomial"]
 

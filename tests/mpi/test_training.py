@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from mpicoll.testing import agree
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600), pytest.mark.max_ranks(4)]
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600), pytest.mark.rank_counts(1, 2, 4)]
 ROOT = Path(__file__).resolve().parents[2]
 
 

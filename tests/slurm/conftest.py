@@ -9,8 +9,9 @@ tests are skipped, or fail when MPICOLL_REQUIRE_SLURM=1.
 
 Every test names its job with ``@pytest.mark.slurm_job(NAME)`` (a key of ``JOBS``). All the
 jobs the selected tests need are submitted at once, when the first of them starts, each by its
-own ``sbatch --wait``: they queue together, and the slow polling of ``sbatch --wait`` (after 2,
-10, 42, 74 ... s with the default MinJobAge) is paid about once instead of once per job.
+own ``sbatch --wait``: they queue together, and the polling of ``sbatch --wait`` (after 2, 10,
+42, 74 ... s with the default MinJobAge; every 8 s on the cluster tests/run-slurm.sh starts,
+MinJobAge 16) is paid about once instead of once per job.
 Jobs are submitted from results/slurm-tests/ (emptied first), so their logs and results stay
 there for inspection.
 """

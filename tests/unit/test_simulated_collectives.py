@@ -97,11 +97,12 @@ def test_allreduce(algorithm, p, dtype, op):
         assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, keep)), "inputs modified"
 
 
-# one count over 100 003 (blocks of thousands, uneven): sum and max, as the hierarchical test
+# one count over 100 003 (blocks of thousands, uneven): sum and max, as the hierarchical test;
+# P = 1, 2, 3 (odd), 5, 8 (a power of two), 17 (test_allreduce: every P up to 17 on short counts)
 @pytest.mark.parametrize("op", ["sum", "max"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("algorithm", FLAT)
-@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13, 16, 17])
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 17])
 def test_allreduce_large(algorithm, p, dtype, op):
     xs = inputs(p, LARGE, dtype, op)
     check(simulate.allreduce(xs, op, algorithm), xs, op, f"{algorithm} P={p} {dtype} {op}")
