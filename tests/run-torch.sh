@@ -13,16 +13,7 @@ bin="$PWD/${TORCH_VENV:-.venv-torch}/bin"
 export MPIEXEC_TIMEOUT=${MPIEXEC_TIMEOUT:-900}
 status=0
 
-clean_stale_shm() {   # as tests/run.sh: this user's MPICH segments no running process maps
-    local mapped f    # (dead_rank.py's ranks end with os._exit and leave theirs behind)
-    mapped=$(cat /proc/[0-9]*/maps 2>/dev/null | grep -o '/dev/shm/mpich_[^ ]*' | sort -u)
-    for f in /dev/shm/mpich_shm_* /dev/shm/mpich_vci_*; do
-        [ -O "$f" ] || continue
-        # a minute old at least: one a starting job made a moment ago may be mapped yet
-        [ -n "$(find "$f" -maxdepth 0 -mmin +1)" ] || continue
-        grep -qxF "$f" <<<"$mapped" || rm -f "$f"
-    done
-}
+source tests/stale-shm.sh     # clean_stale_shm, as tests/run.sh
 
 if [ ! -x "$bin/python" ] || ! "$bin/python" -c 'import torch' 2>/dev/null; then
     echo "no torch environment at $bin: run this through 'bash run.sh test'"

@@ -52,21 +52,8 @@ record() {   # record NAME LOG RC: add the pytest counts of LOG's runs (their su
     fi
 }
 
-# MPICH names a node's shared-memory segment after the launcher's key-value space
-# (Hydra: "kvs_<mpiexec pid>_0"; srun: "<job>.<step>"), and a killed rank leaves it in
-# /dev/shm. A later mpiexec that gets the same pid (pid_max is often 32768) opens that stale
-# segment and MPI_Init fails "Out of memory". Before each stage, remove this user's MPICH
-# segments that no running process has mapped (the tests kill ranks on purpose).
-clean_stale_shm() {
-    local mapped f
-    mapped=$(cat /proc/[0-9]*/maps 2>/dev/null | grep -o '/dev/shm/mpich_[^ ]*' | sort -u)
-    for f in /dev/shm/mpich_shm_* /dev/shm/mpich_vci_*; do
-        [ -O "$f" ] || continue
-        # a minute old at least: one a starting job made a moment ago may be mapped yet
-        [ -n "$(find "$f" -maxdepth 0 -mmin +1)" ] || continue
-        grep -qxF "$f" <<<"$mapped" || rm -f "$f"
-    done
-}
+# clean_stale_shm: this user's MPICH segments left by killed ranks (tests/stale-shm.sh)
+source tests/stale-shm.sh
 
 clean_stale_shm
 stage "unit tests (tests/unit, pytest-xdist over the cores)"
