@@ -4,10 +4,9 @@
 #      6 minutes serial, 3.5 on 2 cores): the in-process executor over every algorithm,
 #      kernels, API errors, settings, docs;
 #   2. tests/jobs, pytest that launches small mpiexec jobs of its own (3, 4 and 8 ranks): fault
-#      injection and timeouts, the MPI test harness, the benchmark end to end. Two xdist workers
-#      (--dist loadgroup): the tests about deadlines (test_faults, test_harness, the mismatch
-#      demo: mostly waiting for them) run one after another on one worker, the benchmark and
-#      documented commands on the other;
+#      injection and timeouts, the MPI test harness, the benchmark end to end; serial (on two
+#      xdist workers, -n 2 --dist loadgroup, a load beside test_on_timeout_abort_ends_the_job
+#      once made Hydra report a SIGKILLed rank's 9 before the abort's 124);
 #   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
 #      adds 8), each run bounded by a per-test timeout and an outer `timeout`; tests whose
 #      subject is not the rank count are marked `rank_counts(1, 2, 4)`, `max_ranks(4)` or
@@ -62,7 +61,7 @@ record unit "$LOGDIR/unit.log" "${PIPESTATUS[0]}"
 
 clean_stale_shm
 stage "job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
-timeout -k 15 1800 python -m pytest tests/jobs -q -n 2 --dist loadgroup "$@" 2>&1 | tee "$LOGDIR/jobs.log"
+timeout -k 15 1800 python -m pytest tests/jobs -q "$@" 2>&1 | tee "$LOGDIR/jobs.log"
 record jobs "$LOGDIR/jobs.log" "${PIPESTATUS[0]}"
 
 for n in $RANKS; do

@@ -20,10 +20,6 @@ from mpicoll.registry import ALLREDUCE, COLLECTIVES
 from mpicoll._runtime.watch import ROLL_CALL_SECONDS
 from mpicoll.errors import CollectiveTimeout
 
-# tests/run.sh runs tests/jobs on two pytest-xdist workers (--dist loadgroup): the tests whose
-# subject is a deadline run one after another, on one worker.
-pytestmark = pytest.mark.xdist_group("deadlines")
-
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "tests" / "faults"
 MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
@@ -194,9 +190,6 @@ def test_no_pending_references_after_a_first_call_timeout_on_comm_world(tmp_path
     assert rows[2][-1].get("done"), rows
 
 
-# no deadline here, only compiling: a group of its own (with the module's mark, "compile_deadlines"),
-# so that it runs beside the deadline tests
-@pytest.mark.xdist_group("compile")
 def test_eight_ranks_cold_numba_cache(tmp_path):
     """8 ranks start at once on an empty NUMBA_CACHE_DIR: the kernels they all compile and cache
     at the same moment give MPI's bits."""
