@@ -69,7 +69,8 @@ import numpy as np
 from llvmlite import ir
 from numba import from_dtype, njit, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
+from numba.np.numpy_support import as_dtype
 
 from . import settings
 
@@ -531,6 +532,90 @@ def kernel_name(op: str, dtype) -> str:
     if op == "prod" and dtype.kind == "c":
         return "complex_prod"
     return op
+
+
+# ----------------------------------------------------------------------------- by code
+
+CODES = tuple(KERNELS)      # a kernel's *code*: its index here (how compiled loops name an op)
+
+
+def kernel_code(op: str, dtype) -> int:
+    """The code of ``op``'s kernel for ``dtype`` (an allowed pair): ``reduce_by_code``'s."""
+    found = _codes.get((op, dtype))
+    if found is None:
+        found = _codes[op, np.dtype(dtype)] = CODES.index(kernel_name(op, dtype))
+    return found
+
+
+_codes: dict = {}
+
+
+def reduce_by_code(code, acc, x):
+    """``acc = op(acc, x)`` with the kernel of code ``code``: for compiled loops, which take
+    the op as a number (the executor's loop, shm's loops; compiled: the overload below)."""
+    KERNELS[CODES[code]](acc, x)
+
+
+def _nothing(acc, x):
+    pass
+
+
+_nothing_jit = njit(cache=True, nogil=True)(_nothing)
+
+
+@overload(reduce_by_code, jit_options={"nogil": True})
+def _reduce_by_code(code, acc, x):
+    """One flat if-chain over the codes, for one storage dtype: only the kernels that apply to
+    it are compiled in (float64: sum, prod, max, min; uint16: the ten integer ops and float16's
+    and bfloat16's four); any other code does nothing -- the API refused those pairs before
+    any communication (``check``). Flat, because numba links and optimises again every
+    function a compiled function calls: a chain of nested dispatch functions, each calling the
+    next, made its compile time grow with the square of the kernels' number."""
+    dtype = np.dtype(as_dtype(acc.dtype))
+    names = {kernel_name(o, d) for d in DTYPES if storage(d) == dtype for o in ops_for(d)}
+    (k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14, k15, k16, k17,
+     k18) = [fn if name in names else _nothing_jit for name, fn in KERNELS.items()]
+
+    def impl(code, acc, x):
+        if code == 0:
+            k0(acc, x)
+        elif code == 1:
+            k1(acc, x)
+        elif code == 2:
+            k2(acc, x)
+        elif code == 3:
+            k3(acc, x)
+        elif code == 4:
+            k4(acc, x)
+        elif code == 5:
+            k5(acc, x)
+        elif code == 6:
+            k6(acc, x)
+        elif code == 7:
+            k7(acc, x)
+        elif code == 8:
+            k8(acc, x)
+        elif code == 9:
+            k9(acc, x)
+        elif code == 10:
+            k10(acc, x)
+        elif code == 11:
+            k11(acc, x)
+        elif code == 12:
+            k12(acc, x)
+        elif code == 13:
+            k13(acc, x)
+        elif code == 14:
+            k14(acc, x)
+        elif code == 15:
+            k15(acc, x)
+        elif code == 16:
+            k16(acc, x)
+        elif code == 17:
+            k17(acc, x)
+        elif code == 18:
+            k18(acc, x)
+    return impl
 
 
 def numpy_kernel(op: str, dtype):

@@ -104,8 +104,6 @@ def _library_version(lib: ctypes.CDLL) -> str:
 _unavailable = _setup()
 
 from numba import from_dtype, njit, types  # noqa: E402  (after the symbols exist)
-from numba.extending import overload  # noqa: E402
-from numba.np.numpy_support import as_dtype  # noqa: E402
 
 _h = types.int32 if HANDLE.itemsize == 4 else types.intp   # MPI_Comm, MPI_Datatype
 _i, _p = types.int32, types.intp                           # int, any pointer
@@ -122,76 +120,6 @@ DONE = -1               # _loop's result when every step is complete; >= 0: a pe
 SPIN_SECONDS = 0.01     # with a deadline: poll this long in the loop, then let the Watch poll
 BUSY_POLLS = 64         # ... the first polls of a step back to back (as MPI_Waitall), then yielding
 CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
-OPS = {name: i for i, name in enumerate(kernels.KERNELS)}     # _loop's op codes: a kernel's
-
-# ----------------------------------------------------------------------------- the op dispatch
-
-
-def _reduce(op, acc, x):
-    """``kernels.KERNELS``' kernel number ``op`` on ``acc``, ``x`` (compiled: see below)."""
-    list(kernels.KERNELS.values())[op](acc, x)
-
-
-def _nothing(acc, x):
-    pass
-
-
-_nothing_jit = njit(cache=True, nogil=True)(_nothing)
-
-
-@overload(_reduce, jit_options={"cache": True})
-def _reduce_typed(op, acc, x):
-    """The op dispatch compiled into ``_loop`` for one storage dtype: only the kernels that
-    apply to it are compiled in (``kernels.kernel_name``: e.g. float64's sum, prod, max, min;
-    uint16's ten integer ops and float16's and bfloat16's four); any other code does nothing --
-    the API refused those pairs before any communication (``kernels.check``)."""
-    dtype = np.dtype(as_dtype(acc.dtype))
-    names = {kernels.kernel_name(o, d) for d in kernels.DTYPES if kernels.storage(d) == dtype
-             for o in kernels.ops_for(d)}
-    (k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14, k15, k16, k17,
-     k18) = [fn if name in names else _nothing_jit for name, fn in kernels.KERNELS.items()]
-
-    def impl(op, acc, x):
-        if op == 0:
-            k0(acc, x)
-        elif op == 1:
-            k1(acc, x)
-        elif op == 2:
-            k2(acc, x)
-        elif op == 3:
-            k3(acc, x)
-        elif op == 4:
-            k4(acc, x)
-        elif op == 5:
-            k5(acc, x)
-        elif op == 6:
-            k6(acc, x)
-        elif op == 7:
-            k7(acc, x)
-        elif op == 8:
-            k8(acc, x)
-        elif op == 9:
-            k9(acc, x)
-        elif op == 10:
-            k10(acc, x)
-        elif op == 11:
-            k11(acc, x)
-        elif op == 12:
-            k12(acc, x)
-        elif op == 13:
-            k13(acc, x)
-        elif op == 14:
-            k14(acc, x)
-        elif op == 15:
-            k15(acc, x)
-        elif op == 16:
-            k16(acc, x)
-        elif op == 17:
-            k17(acc, x)
-        elif op == 18:
-            k18(acc, x)
-    return impl
-
 
 # ----------------------------------------------------------------------------- the loop
 
@@ -276,7 +204,7 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                 a, b = incoming, acc
             else:
                 a, b = acc, incoming
-            _reduce(op, a, b)
+            kernels.reduce_by_code(op, a, b)
             if left:
                 acc[:] = incoming
         i = end
@@ -293,7 +221,7 @@ def warmup(dtype: np.dtype) -> None:
     """Compile (or load from numba's disk cache) ``_loop`` for the storage dtype ``dtype``
     (``kernels.storage``), under ``kernels.file_lock`` (one process per machine
     compiles, the others then load). Each dtype's loop holds the kernels of every op that
-    applies to it (``_reduce_typed``); a call's compile time is not charged to its deadline
+    applies to it (``kernels.reduce_by_code``); a call's compile time is not charged to its deadline
     (``execute``)."""
     if dtype in _ready:
         return
@@ -350,7 +278,7 @@ def _op_code(op: str, dtype: np.dtype) -> tuple:
     if found is None:
         kernels.check(op, dtype)
         store = kernels.storage(dtype)
-        found = _op_codes[op, dtype] = (OPS[kernels.kernel_name(op, dtype)],
+        found = _op_codes[op, dtype] = (kernels.kernel_code(op, dtype),
                                         None if store == dtype else store)
     return found
 

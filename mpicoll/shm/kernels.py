@@ -10,7 +10,8 @@ numpy's ufuncs -- picked by a *kernel code*, the index of the kernel's name in
 ``kernels.KERNELS`` (``code(op, dtype)``). float16 and bfloat16 travel as their uint16 bit
 patterns (``kernels.as_storage``), so ``sum`` on uint16 storage is either an integer sum (code
 of ``sum``) or a half-precision one (code of ``float16_sum``): the code, not the dtype, says
-which. ``reduce_into`` compiles, for each storage dtype, only the kernels that apply to it.
+which. ``reduce_into`` (``kernels.reduce_by_code``) compiles, for each storage dtype, only the
+kernels that apply to it.
 
 Flag layout. Each rank has FLAGS lines of LINE int64s (128 bytes: no two ranks' flags share a
 cache line); the first int64 of line ARRIVED / REDUCED / GATHERED is that flag, and the rest of
@@ -51,19 +52,9 @@ MISMATCH = -2               # returned: a rank published another call signature'
 BETWEEN = -3                # returned: my slice is reduced; all-reduce it across the nodes
 UNREADABLE = -4             # returned (single copy): reading rank j's memory failed
 
-CODES = tuple(kernels.KERNELS)      # kernel code -> kernel name
+CODES = kernels.CODES               # kernel code -> kernel name
 SUM, PROD, MAX, MIN = (CODES.index(name) for name in ("sum", "prod", "max", "min"))
-
-
-def code(op: str, dtype) -> int:
-    """The kernel code of ``op`` on ``dtype`` (a pair MPI allows: ``kernels.check``)."""
-    found = _codes.get((op, dtype))
-    if found is None:
-        found = _codes[op, np.dtype(dtype)] = CODES.index(kernels.kernel_name(op, dtype))
-    return found
-
-
-_codes: dict = {}
+code = kernels.kernel_code          # the kernel code of (op, dtype), a pair MPI allows
 
 
 def _register() -> None:
@@ -134,53 +125,7 @@ def publish(flags, index, value):
 
 # ----------------------------------------------------------------------------- reduction
 
-def reduce_into(code, acc, x):
-    """``acc = op(acc, x)`` with the kernel of ``code`` (compiled code: the overload below)."""
-    kernels.KERNELS[CODES[code]](acc, x)
-
-
-_K = kernels.KERNELS
-_INT_OPS = ("sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor")
-_HALF_OPS = tuple(f"{t}_{op}" for t in ("float16", "bfloat16") for op in ("sum", "prod", "max",
-                                                                          "min"))
-
-
-def _applies(dtype) -> tuple:
-    """The kernel names that apply to storage dtype ``dtype`` (a numba type)."""
-    if isinstance(dtype, types.Boolean):
-        return ("land", "lor", "lxor")
-    if isinstance(dtype, types.Complex):
-        return ("sum", "complex_prod")
-    if isinstance(dtype, types.Float):
-        return ("sum", "prod", "max", "min")
-    if dtype == types.uint16:
-        return _INT_OPS + _HALF_OPS
-    return _INT_OPS
-
-
-def _dispatch(names: tuple):
-    """``impl(code, acc, x)``: the kernel of ``code`` among ``names`` (the first one otherwise),
-    written as one if-chain so that only these kernels are compiled."""
-    if len(names) == 1:
-        only = _K[names[0]]
-
-        def impl(code, acc, x):
-            only(acc, x)
-        return impl
-    first, this, rest = _K[names[0]], CODES.index(names[0]), njit(_dispatch(names[1:]),
-                                                                  nogil=True)
-
-    def impl(code, acc, x):
-        if code == this:
-            first(acc, x)
-        else:
-            rest(code, acc, x)
-    return impl
-
-
-@overload(reduce_into, jit_options={"nogil": True})
-def _reduce_into(code, acc, x):
-    return _dispatch(_applies(acc.dtype))
+reduce_into = kernels.reduce_by_code     # acc = op(acc, x), the op by its kernel code
 
 
 def combine(code, out, a, b):

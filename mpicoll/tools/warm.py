@@ -10,8 +10,8 @@ index is written by one process only (numba rewrites a function's whole index wh
 overload: two writers could drop each other's entries). This process compiles the kernels
 first (which everything else calls, and then only loads), then starts the second process for
 shm's ``window_copy`` and the executor's loops, and meanwhile compiles shm's ``single_copy``,
-the longest of them (on a fresh cache, one process: kernels 35 s, loops 68 s, ``window_copy``
-52 s, ``single_copy`` 196 s). The second takes ``kernels.file_lock`` on a lock file of its own
+the longest of them (on a fresh cache, one process: kernels 22 s, loops 29 s, ``window_copy``
+31 s, ``single_copy`` 82 s). The second takes ``kernels.file_lock`` on a lock file of its own
 (``kernels.use_lock_file``): on the shared one, the two compilations would take turns.
 A stamp file in numba's cache folder, newer than every source file of mpicoll, marks it done.
 
