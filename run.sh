@@ -78,49 +78,36 @@ case "${1:-}" in
     test)
         # The Open MPI leg's environment (the Open MPI wheel and mpi4py on it: tests/run.sh) and
         # the PyTorch leg's (torch's wheel: the longest install, ~80 s of CPU alone) are
-        # installed beside the main one and numba's compiling, at a lower priority (nice 10):
-        # they take the CPU those leave (pip waits on the disk and the registry, the main
-        # install is one process on two cores), and are ready before the suite needs them.
-        # The main environment is made first: on Debian it may need apt-get's python3-venv.
+        # installed in the background, at a lower priority (nice 10), beside the main one,
+        # numba's compiling and the first stages of the suite: they take the CPU those leave.
+        # tests/run.sh waits for each when its stage comes (MPICOLL_LEG_INSTALLS: NAME.log,
+        # then NAME.status, the install's exit status). The main environment is made first:
+        # on Debian it may need apt-get's python3-venv.
         make_venv "$VENV"
-        openmpi_pid="" torch_pid=""
+        MPICOLL_LEG_INSTALLS=$(mktemp -d)
+        export MPICOLL_LEG_INSTALLS
+        start_leg() {   # start_leg NAME VENV EXTRAS
+            local dir=$MPICOLL_LEG_INSTALLS
+            (renice -n 10 -p "$BASHPID" >/dev/null || true; set +e
+             (set -e; install "$2" "$3") >"$dir/$1.log" 2>&1
+             echo "$?" >"$dir/$1.status.part"; mv "$dir/$1.status.part" "$dir/$1.status") &
+        }
         if [ "${MPICOLL_SKIP_OPENMPI:-0}" != 1 ] || [ "${CI:-}" = true ]; then
-            openmpi_log=$(mktemp)
-            (renice -n 10 -p "$BASHPID" >/dev/null; install "$OPENMPI_VENV" openmpi,test) \
-                >"$openmpi_log" 2>&1 &
-            openmpi_pid=$!
+            start_leg openmpi "$OPENMPI_VENV" openmpi,test
         fi
         if [ "${MPICOLL_SKIP_TORCH:-0}" != 1 ] || [ "${CI:-}" = true ]; then
-            torch_log=$(mktemp)
-            (renice -n 10 -p "$BASHPID" >/dev/null; install "$TORCH_VENV" mpich,test,torch) \
-                >"$torch_log" 2>&1 &
-            torch_pid=$!
+            start_leg torch "$TORCH_VENV" mpich,test,torch
+            export MPICOLL_TORCH_LEG=1      # tests/run.sh runs it beside its Slurm stage
+        else
+            echo "== PyTorch leg skipped (MPICOLL_SKIP_TORCH=1)"
         fi
         setup
         warm
-        leg_ready() {   # leg_ready PID LOG NAME: wait for a leg's install; say if it failed
-            if ! wait "$1"; then
-                cat "$2" >&2
-                echo "run.sh: installing the $3 environment failed" >&2
-                return 1
-            fi
-            grep -v "^WARNING: Location" "$2" || true
-            rm -f "$2"
-        }
-        if [ -n "$openmpi_pid" ]; then
-            leg_ready "$openmpi_pid" "$openmpi_log" "Open MPI" || exit 1
-        fi
-        # tests/run.sh runs the PyTorch leg (tests/run-torch.sh) beside its Slurm stage
-        status=0
-        if [ -z "$torch_pid" ]; then
-            echo "== PyTorch leg skipped (MPICOLL_SKIP_TORCH=1)"
-        elif leg_ready "$torch_pid" "$torch_log" PyTorch; then
-            export MPICOLL_TORCH_LEG=1
-        else
-            status=1        # the rest of the suite still runs
-        fi
         shift
-        bash tests/run.sh "$@" || status=1
+        status=0
+        bash tests/run.sh "$@" || status=$?
+        wait        # (tests/run.sh waited for the installs its stages use; -k may skip them)
+        rm -rf "$MPICOLL_LEG_INSTALLS"
         exit "$status"
         ;;
     shell)

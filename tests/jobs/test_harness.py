@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# tests/run.sh runs tests/jobs on two pytest-xdist workers (--dist loadgroup): the tests whose
+# subject is a deadline run one after another, on one worker.
+pytestmark = pytest.mark.xdist_group("deadlines")
+
 ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
     [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
