@@ -76,6 +76,12 @@ leg_ready() {   # leg_ready NAME TITLE: run.sh installs the Open MPI and PyTorch
 # clean_stale_shm: this user's MPICH segments left by killed ranks (tests/stale-shm.sh)
 source tests/stale-shm.sh
 
+# mpi4py's test suites for the drop-in leg: fetched (pip download, ~10 s) beside the first stages
+sdist_dir=$(mktemp -d)
+python tests/dropin/mpi4py_suites.py "$sdist_dir" >"$LOGDIR/dropin-sdist" \
+    2>"$LOGDIR/dropin-pip.log" &
+sdist_pid=$!
+
 clean_stale_shm
 stage "unit tests (tests/unit, pytest-xdist over the cores)"
 python -m pytest tests/unit -q -n auto "$@" 2>&1 | tee "$LOGDIR/unit.log"
@@ -96,12 +102,11 @@ done
 
 # The drop-in leg: mpi4py's own collective suites (test_cco_buf, test_cco_nb_buf,
 # test_cco_pr_buf, from the source release of the installed mpi4py, fetched once by pip into a
-# temporary directory) with their communicators wrapped in mpicoll.Comm, at N = 2 and 3. If pip
+# temporary directory, in the background from the start) with their communicators wrapped in mpicoll.Comm, at N = 2 and 3. If pip
 # can't get the release the leg is skipped, saying why -- except under CI=true, where that fails.
 clean_stale_shm
 stage "drop-in: mpi4py's collective suites through mpicoll.Comm (tests/dropin)"
-sdist_dir=$(mktemp -d)
-if sdist=$(python tests/dropin/mpi4py_suites.py "$sdist_dir" 2>"$LOGDIR/dropin-pip.log"); then
+if wait "$sdist_pid" && sdist=$(cat "$LOGDIR/dropin-sdist") && [ -n "$sdist" ]; then
     for n in 2 3; do
         clean_stale_shm
         stage "drop-in, mpiexec -n $n"
