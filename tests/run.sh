@@ -102,8 +102,9 @@ done
 
 # The drop-in leg: mpi4py's own collective suites (test_cco_buf, test_cco_nb_buf,
 # test_cco_pr_buf, from the source release of the installed mpi4py, fetched once by pip into a
-# temporary directory, in the background from the start) with their communicators wrapped in mpicoll.Comm, at N = 2 and 3. If pip
-# can't get the release the leg is skipped, saying why -- except under CI=true, where that fails.
+# temporary directory, in the background from the start) with their communicators wrapped in
+# mpicoll.Comm, at N = 2 and 3. If pip can't get the release the leg is skipped, saying why --
+# except under CI=true, where that fails.
 clean_stale_shm
 stage "drop-in: mpi4py's collective suites through mpicoll.Comm (tests/dropin)"
 if wait "$sdist_pid" && sdist=$(cat "$LOGDIR/dropin-sdist") && [ -n "$sdist" ]; then
@@ -158,12 +159,12 @@ fi
 
 torch_pid=""
 if [ "${MPICOLL_TORCH_LEG:-0}" = 1 ]; then
-    if leg_ready torch PyTorch > "$LOGDIR/torch-install.log" 2>&1; then
+    leg_ready torch PyTorch 2>&1 | tee "$LOGDIR/torch-install.log"
+    rc=${PIPESTATUS[0]}
+    record "PyTorch install" "$LOGDIR/torch-install.log" "$rc"
+    if [ "$rc" = 0 ]; then
         bash tests/run-torch.sh "$@" >"$LOGDIR/torch.log" 2>&1 &
         torch_pid=$!
-    else
-        cat "$LOGDIR/torch-install.log"
-        record "PyTorch install" "$LOGDIR/torch-install.log" 1
     fi
 fi
 stage "Slurm integration tests (tests/slurm: the slurm/ job scripts on the local cluster)$(

@@ -221,8 +221,8 @@ def warmup(dtype: np.dtype) -> None:
     """Compile (or load from numba's disk cache) ``_loop`` for the storage dtype ``dtype``
     (``kernels.storage``), under ``kernels.file_lock`` (one process per machine
     compiles, the others then load). Each dtype's loop holds the kernels of every op that
-    applies to it (``kernels.reduce_by_code``); a call's compile time is not charged to its deadline
-    (``execute``)."""
+    applies to it (``kernels.reduce_by_code``); a call's compile time is not charged to its
+    deadline (``execute``)."""
     if dtype in _ready:
         return
     with kernels.file_lock():
