@@ -23,6 +23,16 @@ A message takes one of three paths:
 A path's latency is the alpha of its class (``intra``, ``nic``, ``spine``: the spine's alpha is
 the whole cross-spine path's). ``gamma`` is seconds per byte reduced.
 
+A fabric may also declare the hosts' network stack (``stack``, bytes per second; None: not
+modelled): the CPU work of moving a byte between nodes through the kernel's TCP stack and the
+MPI library's copies, which every inter-node byte costs once on the host that sends it and once
+on the host that receives it. Each host is one more shared link of capacity ``stack`` on every
+inter-node path (twice on a path whose two ends share the host), so the ranks of a host share
+it, as they share its cores. ``nodes_per_host`` nodes share one host (1 on a cluster; the
+emulated nodes of ``slurm/local-cluster.sh up --fabric`` all share the one machine's).
+``stack_per_flow`` (bytes per second; None: no cap) is the most one inter-node message gets
+from the stack, alone (a core's work). ``jobs/fabric_stack.py`` measures both.
+
 NCCL-like fabrics also declare ``channels`` (0: one per NIC, i.e. ``per_node``: the timed
 executor splits a collective over that many rings or trees, each on its own NIC), ``protocols``
 (``Protocol``: per-hop alpha of each link class, bandwidth efficiency and a per-call base, as
@@ -114,6 +124,9 @@ class Fabric:
     channels: int = 1                      # 0: one per NIC (per_node)
     protocols: dict | None = None          # name -> Protocol
     overlap: bool = False                  # reduction overlapped with the transfer
+    stack: float | None = None             # bytes/s a host's network stack moves (None: free)
+    nodes_per_host: int = 1                # nodes sharing one host (and its stack)
+    stack_per_flow: float | None = None    # bytes/s of one inter-node message (None: no cap)
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -126,6 +139,11 @@ class Fabric:
                              f"{self.oversubscription} and {self.gamma}")
         if self.channels < 0:
             raise ValueError(f"channels must be >= 0 (0: one per NIC), got {self.channels}")
+        if (not all(v is None or v > 0 for v in (self.stack, self.stack_per_flow))
+                or self.nodes_per_host < 1):
+            raise ValueError(f"stack and stack_per_flow must be None or > 0 bytes/s and "
+                             f"nodes_per_host >= 1, got stack={self.stack!r}, stack_per_flow="
+                             f"{self.stack_per_flow!r}, nodes_per_host={self.nodes_per_host!r}")
 
     @property
     def nchannels(self) -> int:
@@ -160,7 +178,12 @@ class Fabric:
                 f"gamma {self.gamma * 1e12:g} ps/B"
                 + (f", {self.nchannels} channel(s)" if self.nchannels > 1 else "")
                 + (f", protocols {'/'.join(self.protocols)}" if self.protocols else "")
-                + (", reduction overlapped" if self.overlap else ""))
+                + (", reduction overlapped" if self.overlap else "")
+                + (f", stack {self.stack / 1e9:g}GB/s per host"
+                   + (f" of {self.nodes_per_host} nodes" if self.nodes_per_host > 1 else "")
+                   if self.stack else "")
+                + (f", {self.stack_per_flow / 1e9:g}GB/s per flow" if self.stack_per_flow
+                   else ""))
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -173,7 +196,8 @@ class Routes:
     """Link ids, capacities and paths of a fabric, computed with array arithmetic.
 
     Links (directed): ``intra`` up/down per rank, ``nic`` up/down per rank, up/down per leaf,
-    and one unused link of infinite capacity that pads the shorter paths to four links.
+    the network stack of each host (with ``stack``), and one unused link of infinite capacity
+    that pads the shorter paths to four links (six with ``stack``).
     """
 
     def __init__(self, fabric: Fabric):
@@ -189,20 +213,25 @@ class Routes:
         else:
             npl, self.nleaves = f.nodes, 1
         self.nodes_per_leaf = npl
-        # Shifting every rank by a whole leaf group maps the fabric onto itself.
-        self.period = npl * g if f.nodes % npl == 0 else N
+        nph = f.nodes_per_host
+        self.nhosts = -(-f.nodes // nph) if f.stack else 0
+        # Shifting every rank by a whole leaf group (and host) maps the fabric onto itself.
+        group = int(np.lcm(npl, nph)) if f.stack else npl
+        self.period = group * g if f.nodes % group == 0 else N
         ranks = np.arange(N)
         self.leaf_of = self.leaf(ranks)
         ports = np.bincount(self.leaf_of, minlength=self.nleaves)
         up = ports * f.nic.bandwidth / f.oversubscription
-        self.nlinks = 4 * N + 2 * self.nleaves + 1
+        self.host0 = 4 * N + 2 * self.nleaves       # first host's stack link
+        self.nlinks = self.host0 + self.nhosts + 1
         self.pad = self.nlinks - 1
         self.capacity = np.concatenate([
             np.full(2 * N, f.intra.bandwidth), np.full(2 * N, f.nic.bandwidth), up, up,
-            [np.inf]])
+            np.full(self.nhosts, f.stack or np.inf), [np.inf]])
         self.alpha = np.array([f.intra.alpha, f.nic.alpha, f.spine.alpha])
-        self.cap = np.array([f.intra.bandwidth, f.nic.bandwidth,
-                             min(f.spine.bandwidth, f.nic.bandwidth)])
+        flow = f.stack_per_flow or np.inf
+        self.cap = np.array([f.intra.bandwidth, min(f.nic.bandwidth, flow),
+                             min(f.spine.bandwidth, f.nic.bandwidth, flow)])
         self.up_leaf = 4 * N                     # first leaf -> spine link
 
     def leaf(self, r):
@@ -222,14 +251,20 @@ class Routes:
         return np.where(same_node, INTRA, np.where(same_leaf, LEAF, SPINE))
 
     def links(self, src, dst, kind):
-        """The (messages x 4) link ids of each path, padded with the unused link."""
+        """The (messages x 4, or 6 with ``stack``) link ids of each path, padded with the
+        unused link: an inter-node path also crosses the stack of the sending host and of the
+        receiving one (the same link twice when they are one host: it does both halves)."""
         N = self.size
-        out = np.full((len(src), 4), self.pad, dtype=np.int64)
+        out = np.full((len(src), 6 if self.nhosts else 4), self.pad, dtype=np.int64)
         intra, net, spine = kind == INTRA, kind != INTRA, kind == SPINE
         out[intra, 0], out[intra, 1] = src[intra], N + dst[intra]
         out[net, 0], out[net, 1] = 2 * N + src[net], 3 * N + dst[net]
         out[spine, 2] = 4 * N + self.leaf_of[src[spine]]
         out[spine, 3] = 4 * N + self.nleaves + self.leaf_of[dst[spine]]
+        if self.nhosts:
+            per_host = self.fabric.per_node * self.fabric.nodes_per_host
+            out[net, 4] = self.host0 + src[net] // per_host
+            out[net, 5] = self.host0 + dst[net] // per_host
         return out
 
     def name(self, link: int) -> str:
@@ -244,6 +279,8 @@ class Routes:
             return f"leaf {link - 4 * N} -> spine"
         if link < 4 * N + 2 * self.nleaves:
             return f"spine -> leaf {link - 4 * N - self.nleaves}"
+        if link < self.host0 + self.nhosts:
+            return f"network stack of host {link - self.host0}"
         return "(none)"
 
 

@@ -328,6 +328,10 @@ class _Route:
         self.limit = links[np.arange(n), j]
         capped = (kind == SPINE) & (routes.cap[SPINE] < capl.min(axis=1))
         self.limit[capped] = links[capped, 2]
+        stack = routes.fabric.stack_per_flow    # a message held back by its share of a stack
+        if stack and routes.nhosts:
+            held = (kind != INTRA) & (stack <= capl.min(axis=1))
+            self.limit[held] = links[held, 4]
         self.perm = bool(n == N and n and _is_perm(src, N) and _is_perm(dst, N))
         g = routes.fabric.per_node
         net = kind != INTRA
@@ -502,10 +506,13 @@ class _Totals:
             self.path_messages[name] += route.waves * int(pm[i])
 
     def class_bytes(self) -> dict:
-        n2 = 2 * self.routes.size
-        return {"intra": float(self.loads[:n2].sum()),
-                "nic": float(self.loads[n2:2 * n2].sum()),
-                "spine": float(self.loads[2 * n2:-1].sum())}
+        n2, h = 2 * self.routes.size, self.routes.host0
+        out = {"intra": float(self.loads[:n2].sum()),
+               "nic": float(self.loads[n2:2 * n2].sum()),
+               "spine": float(self.loads[2 * n2:h].sum())}
+        if self.routes.nhosts:
+            out["stack"] = float(self.loads[h:-1].sum())
+        return out
 
     def top(self) -> tuple[int, float, float]:
         held = self.held[:-1]                   # not the padding link

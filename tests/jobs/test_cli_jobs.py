@@ -44,3 +44,22 @@ def test_bench_no_check_claims_nothing_and_json_lands_in_a_new_folder(tmp_path):
     assert [r["wrong"] for r in res["records"]] == [None] * 4
     assert (tmp_path / "csv/r.csv").read_text().count("\n") == 5
     assert "results not checked" in mpicoll("report", str(path)).stdout
+
+
+def test_fabric_stack_refuses_pairs_on_one_node_and_measures_them_when_allowed(tmp_path):
+    """jobs/fabric_stack.py (docs/fabric.md): its pairs must cross nodes; ``--allow-plain``
+    measures them anyway (here: shared memory) and the model's numbers follow from the rates."""
+    job = [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(ROOT / "jobs/fabric_stack.py"),
+           "--outdir", str(tmp_path), "--size", "1M", "-n", "2"]
+    run = dict(cwd=ROOT, capture_output=True, text=True, timeout=120,
+               env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = subprocess.run(job, **run)
+    assert proc.returncode == 2 and "on different nodes; got 2 rank(s) on 1 node(s)" in proc.stdout
+    assert not (tmp_path / "fabric_stack.json").exists()
+    proc = subprocess.run(job + ["--allow-plain", "--nodes-per-host", "2"], **run)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = json.loads((tmp_path / "fabric_stack.json").read_text())
+    assert (res["shaped"], res["nranks"], res["nodes"], res["size"]) == (False, 2, 1, 1 << 20)
+    assert res["one_flow_Bps"] > 0 and res["all_flows_Bps"] > 0
+    assert res["stack_per_flow"] == res["one_flow_Bps"]
+    assert res["stack"] == 2 * res["all_flows_Bps"]         # both ends of a byte on one host

@@ -10,6 +10,7 @@
 """
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -271,6 +272,39 @@ def test_fabric_from_a_json_file(tmp_path, capsys):
     path.write_text("{}")
     with pytest.raises(ValueError, match="not a fabric file"):
         fabrics.preset(str(path), 2, 4)
+
+
+def test_a_host_stack_is_shared_by_its_nodes_and_paid_at_both_ends():
+    """``stack``: every inter-node byte costs the sending host's stack and the receiving one's;
+    nodes on one host share it (the emulated cluster), nodes on their own hosts do not."""
+    B, S = 1_000_000, 4e9
+    fab = replace(flat(4, gamma=0.0), stack=S)                       # 4 hosts of one node
+    one = replace(fab, nodes_per_host=4)                             # 4 nodes on one host
+    assert timed.run(_one_wave([0], [1], B), fab, itemsize=1).time == pytest.approx(ALPHA + B / S)
+    # on one host a byte costs its stack twice (send and receive): half the rate
+    r = timed.run(_one_wave([0], [1], B), one, itemsize=1)
+    assert r.time == pytest.approx(ALPHA + 2 * B / S)
+    assert r.max_link == "network stack of host 0" and r.class_bytes["stack"] == 2 * B
+    # two messages between other pairs of nodes: apart they don't meet, on one host they share
+    pair = _one_wave([0, 2], [1, 3], B)
+    assert timed.run(pair, fab, itemsize=1).time == pytest.approx(ALPHA + B / S)
+    assert timed.run(pair, one, itemsize=1).time == pytest.approx(ALPHA + 4 * B / S)
+    for fabric in (replace(flat(4, 2), stack=S, nodes_per_host=2), one):
+        ring = timed.simulate("allreduce", "ring", fabric, 1 << 20)   # the shortcuts hold
+        assert ring.time == pytest.approx(
+            timed.simulate("allreduce", "ring", fabric, 1 << 20, general=True).time)
+        assert ring.time > timed.simulate("allreduce", "ring", replace(fabric, stack=None),
+                                          1 << 20).time
+    assert "stack 4GB/s per host of 4 nodes" in one.describe()
+    assert "stack" not in timed.simulate("allreduce", "ring", flat(4), 1 << 20).class_bytes
+    # one core's share: a message alone gets at most stack_per_flow
+    capped = replace(one, stack_per_flow=S / 8)
+    r = timed.run(_one_wave([0], [1], B), capped, itemsize=1)
+    assert r.time == pytest.approx(ALPHA + 8 * B / S)
+    assert r.max_link == "network stack of host 0"
+    for bad in ({"stack": 0.0}, {"stack_per_flow": -1.0}, {"nodes_per_host": 0}):
+        with pytest.raises(ValueError, match="stack and stack_per_flow must be"):
+            replace(fab, **bad)
 
 
 # ----------------------------------------------------------------------------- stragglers
