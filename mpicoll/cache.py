@@ -12,9 +12,11 @@ C-contiguous, recvbuf writable, no overlap -- and, when any check fails, takes t
 which raises the same error as ever. Then the broken-communicator check, the call number and
 tag, the copy and the run; under a deadline, the deadline is a time of ``MPI_Wtime`` and a
 ``Watch`` is made only if a round outlasts the compiled loop's spin (``compiled.Reusable``).
-Kept only for the compiled executor's schedules and for the shared-memory runner (whose
-deadline's ``Watch`` is likewise made only if a wait outlasts a spin), and never with
-``validate`` (which agrees every call): other calls take the full path every time.
+Kept only for the compiled executor's schedules, for the shared-memory runner (whose
+deadline's ``Watch`` is likewise made only if a wait outlasts a spin) and for the MPI library's
+own all-reduce (``algorithm="mpi"``, or ``auto``'s choice of it: under a deadline the same two
+nonblocking collectives as the full path, the hash check and ``MPI_Iallreduce``), and never
+with ``validate`` (which agrees every call): other calls take the full path every time.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from mpi4py import MPI
 
 from . import ops, settings
 from ._runtime import context
-from ._runtime.call import Call, disagree, failed
+from ._runtime.call import LIBRARY_CHECK, Call, disagree, failed, hashes_differ
 from ._runtime.watch import Watch
 from .errors import ArgumentMismatch, CollectiveTimeout
 from .executors import compiled, progress
@@ -51,7 +53,7 @@ class Entry:
 
     __slots__ = ("collective", "numbered", "offset", "what", "signature", "timeout",
                  "on_timeout", "run", "internode_bytes", "rank", "block", "shared_memory",
-                 "hashed", "agreed", "plan", "sig", "noop")
+                 "hashed", "agreed", "plan", "sig", "noop", "mpi_op")
 
     def __init__(self, call: Call, plan, prepared):
         self.collective, self.rank, self.block = call.collective, call.comm.Get_rank(), plan.block
@@ -64,9 +66,13 @@ class Entry:
         self.what = call.watch.what if call.watch is not None else call.collective
         self.timeout, self.on_timeout = call.timeout, call.on_timeout
         self.run, self.internode_bytes = None, 0
-        # shm and the node phases in shared memory run by ``shared``, not ``__call__``
+        # shm and the node phases in shared memory run by ``shared``, the MPI library's
+        # all-reduce by ``library``, not ``__call__``
         self.shared_memory = prepared if isinstance(prepared, SharedMemory) else None
-        if self.shared_memory is not None:
+        self.mpi_op = None
+        if plan.kind == "library" and self.numbered:       # (alone: the copy, as noop)
+            self.mpi_op, self.agreed = ops.MPI_OPS[plan.op], call._agreed_on
+        elif self.shared_memory is not None:
             self.hashed, self.agreed = sig.hashed, call._agreed_on
         elif prepared is not None:
             _, sched, internode, op, scratch = prepared
@@ -127,6 +133,38 @@ class Entry:
                      "ranks' hashes differ)")
         try:
             self.shared_memory.run(src, dst, tag, get_watch, self.hashed, mismatch)
+        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
+            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
+                failed(st, watch, self.on_timeout, st.parent, exc)
+            raise
+
+    @context.exclusive                      # one thread at a time (issue #22)
+    def library(self, st, sendbuf, recvbuf) -> None:
+        """The MPI library's all-reduce from ``sendbuf`` (or ``MPI.IN_PLACE``) into
+        ``recvbuf`` as a new call on ``st``: what the full path runs (``Call.agree``'s hash
+        check under a deadline, then ``Call.mpi``), without its decisions."""
+        if st.broken:
+            st.check(self.collective)
+        number = st.next_number()
+        before = st.history, st.before, st.last
+        chained = (self.sig.hashed ^ st.history) or 1       # as ``Call._label``'s
+        tag = st.label(number, self.sig)
+        comm = st.comm
+        if self.timeout is None:
+            comm.Allreduce(sendbuf, recvbuf, op=self.mpi_op)
+            return
+        watch = self._watch(st, number, self.timeout, tag)
+        try:
+            seen = hashes_differ(comm, chained, watch)
+            if seen:
+                try:
+                    disagree(comm, self.collective, self.agreed, True, watch, LIBRARY_CHECK,
+                             (before[0], "" if before[2] is None else before[2].text), seen)
+                except ArgumentMismatch:
+                    if not st.broken:       # before any transfer: as if not called (Call's)
+                        st.history, st.before, st.last = before
+                    raise
+            watch.wait([comm.Iallreduce(sendbuf, recvbuf, op=self.mpi_op)], "MPI_Iallreduce")
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
@@ -253,6 +291,9 @@ def allreduce(k, sendbuf, recvbuf, comm):
         recvbuf = np.empty(sendbuf.shape, sendbuf.dtype)
     elif not _checked(sendbuf, recvbuf):
         return None
+    if entry.mpi_op is not None:            # the MPI library's: it reads sendbuf itself
+        entry.library(st, sendbuf, recvbuf)
+        return recvbuf
     if entry.shared_memory is not None:     # it reads sendbuf itself
         entry.shared(st, (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1),
                      recvbuf.reshape(-1))

@@ -54,7 +54,7 @@ from . import notice, tags, validate
 from .context import CommState, attach, enter, leave
 from .watch import Watch
 
-__all__ = ["Call", "ABORT_CODE", "failed", "disagree"]
+__all__ = ["Call", "ABORT_CODE", "failed", "disagree", "hashes_differ", "LIBRARY_CHECK"]
 
 ABORT_CODE = 124        # the job's MPI_Abort error code after a timeout (as timeout(1) exits)
 
@@ -171,22 +171,11 @@ class Call:
             self._agree_hash(algorithm, fields)
 
     def _agree_hash(self, algorithm: str, fields: dict) -> None:
-        """One small ``MPI_Iallreduce`` (MAX of the signature's hash and of its negation): every
-        rank learns whether all passed the same arguments; if not, ``validate``'s report names
-        who passed what, on every rank."""
-        comm = self.open().comm
-        h = self.chained            # the hash of the arguments and of the calls before
-        # (mine is named, so it lives until the wait returns: mpi4py does not keep it alive,
-        # and under Open MPI the collective read it after it was freed -- a heap pointer as
-        # the largest hash, ArgumentMismatch "their hashes differ" for equal arguments)
-        extremes, mine = np.empty(2, np.int64), np.array([h, -h], np.int64)
-        validate.wait(comm.Iallreduce(mine, extremes, op=MPI.MAX),
-                      self.watch, "the argument check of the MPI library's collective "
-                      "(MPI_Iallreduce)")
-        if extremes[0] != -extremes[1]:
-            self.disagree("the argument check of the MPI library's collective under a deadline",
-                          f"MPI_Iallreduce gave {extremes[0]} and {-extremes[1]} as the "
-                          f"largest and smallest, this rank's is {h}")
+        """``hashes_differ`` on the call's chained hash; if they differ, ``validate``'s report
+        names who passed what, on every rank."""
+        seen = hashes_differ(self.open().comm, self.chained, self.watch)
+        if seen:
+            self.disagree(LIBRARY_CHECK, seen)
 
     def disagree(self, step: str, seen: str = "") -> NoReturn:
         """The ranks' signature hashes differ (every rank found out, so this is collective):
@@ -292,6 +281,25 @@ class Call:
     def _failed(self, exc: BaseException) -> None:
         """Mark the communicator broken after a call that failed mid-way; abort if asked to."""
         failed(self._state, self.watch, self.on_timeout, self.comm, exc)
+
+
+LIBRARY_CHECK = "the argument check of the MPI library's collective under a deadline"
+
+
+def hashes_differ(comm: MPI.Intracomm, h: int, watch) -> str:
+    """One small ``MPI_Iallreduce`` (MAX of hash ``h`` and of its negation) before the MPI
+    library's own collective under a deadline: every rank learns whether all passed the same
+    arguments (and made the same calls before). "" if they did, else what it saw."""
+    # (mine is named, so it lives until the wait returns: mpi4py does not keep it alive,
+    # and under Open MPI the collective read it after it was freed -- a heap pointer as
+    # the largest hash, ArgumentMismatch "their hashes differ" for equal arguments)
+    extremes, mine = np.empty(2, np.int64), np.array([h, -h], np.int64)
+    validate.wait(comm.Iallreduce(mine, extremes, op=MPI.MAX), watch,
+                  "the argument check of the MPI library's collective (MPI_Iallreduce)")
+    if extremes[0] == -extremes[1]:
+        return ""
+    return (f"MPI_Iallreduce gave {extremes[0]} and {-extremes[1]} as the largest and "
+            f"smallest, this rank's is {h}")
 
 
 def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool, watch,

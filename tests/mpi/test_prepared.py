@@ -15,7 +15,7 @@ from mpicoll.testing import agree, environment, exact_input, exact_result, raise
 
 pytestmark = [pytest.mark.mpi, pytest.mark.rank_counts(1, 2, 4)]
 
-ALGORITHMS = ["auto", "ring", "recursive_doubling", "rabenseifner", "binomial"]
+ALGORITHMS = ["auto", "ring", "recursive_doubling", "rabenseifner", "binomial", "mpi"]
 
 
 def _table(comm):
@@ -42,9 +42,9 @@ def test_repeated_calls_are_exact(comm, algorithm, timeout):
                 (("out of place", recv), ("in place", inplace), ("allocated", fresh))
                 if not np.array_equal(got, want)]
     agree(comm, not bad, bad)
-    kept = [p for p in _table(comm).values() if p.run is not None]
+    kept = [p for p in _table(comm).values() if p.run is not None or p.mpi_op is not None]
     agree(comm, size == 1 or algorithm == "auto" or len(kept) == 3,
-          f"{len(kept)} prepared calls that run a schedule")
+          f"{len(kept)} prepared calls that run a schedule or the MPI library's all-reduce")
 
 
 def test_bad_buffers_after_a_prepared_call(comm):
@@ -90,6 +90,36 @@ def test_mismatch_on_a_prepared_call(comm):
     agree(comm, exc.in_flight, exc)
     raises_everywhere(comm, mpicoll.CommunicatorBroken, mpicoll.allreduce, np.ones(10),
                       algorithm="ring", comm=comm, timeout=1.0)
+
+
+@pytest.mark.parametrize("timeout", [60.0, float("inf")])
+def test_the_library_all_reduce_prepared(comm, monkeypatch, timeout):
+    """``algorithm="mpi"`` is prepared too: a repeated call skips the full path (no new plan)
+    and is exact. Under a deadline it keeps the full path's hash check: a rank that passes
+    another count (full path) against the others' prepared call -- every rank raises
+    ArgumentMismatch naming both counts, before any transfer, and the communicator stays
+    usable on every rank, prepared or not."""
+    from mpicoll import plan
+    size, rank, last = comm.Get_size(), comm.Get_rank(), comm.Get_size() - 1
+    send = exact_input(rank, 10, np.float64, "sum")
+    for _ in range(2):
+        out = mpicoll.allreduce(send, algorithm="mpi", comm=comm, timeout=timeout)
+    made, real = [], plan.make
+    monkeypatch.setattr(plan, "make", lambda *a, **k: made.append(1) or real(*a, **k))
+    out = mpicoll.allreduce(send, algorithm="mpi", comm=comm, timeout=timeout)
+    agree(comm, np.array_equal(out, exact_result(size, 10, np.float64, "sum")), out)
+    agree(comm, size == 1 or not made, f"{len(made)} plan(s) made for a repeated call")
+    monkeypatch.undo()
+    if size == 1 or timeout == float("inf"):
+        return                      # (alone, or no deadline: no hash check to hold to)
+    n = 10 + 10 * (rank == last)
+    exc = raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.allreduce, np.ones(n),
+                            algorithm="mpi", comm=comm, timeout=timeout,
+                            match=rf"count: 10 on rank\(s\) \[0.*\], 20 on rank\(s\) \[{last}\]")
+    agree(comm, not exc.in_flight, exc)
+    for _ in range(2):              # usable: the prepared call (and the full path on `last`)
+        out = mpicoll.allreduce(send, algorithm="mpi", comm=comm, timeout=timeout)
+        agree(comm, np.array_equal(out, exact_result(size, 10, np.float64, "sum")), out)
 
 
 def test_timeout_on_a_prepared_call(comm):
