@@ -213,7 +213,7 @@ def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: in
     for option in algo.options:           # the tuned row's measured variant (tune's "options")
         value = tuned.get(option.name)
         if value is None or given.get(option.name) is not None or value not in option.choices \
-                or (option.env and settings.get(option.env) is not None):
+                or (option.env and settings.given(option.env)):
             continue                      # (an argument or a setting has the last word)
         if value in option.mpi_only and not (extra.get(option.name) == value
                                              or (not scheduled and option.name == "inner"

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Setting", "LIBRARY", "SCRIPTS", "get", "reload", "on_reload", "markdown_table",
-           "update_markdown", "problems", "unknown_names", "bytes_of", "seconds_of"]
+__all__ = ["Setting", "LIBRARY", "SCRIPTS", "get", "given", "reload", "on_reload",
+           "markdown_table", "update_markdown", "problems", "unknown_names", "bytes_of",
+           "seconds_of"]
 
 PROFILES = Path(__file__).with_name("profiles")
 
@@ -305,6 +306,13 @@ def get(name: str) -> Any:
     value = setting.parse(name, text) if text else setting.default
     _values[name] = value
     return value
+
+
+def given(name: str) -> bool:
+    """Whether the environment sets library setting ``name`` (a value, not its default: a
+    tuned row's option yields to the user's setting only)."""
+    get(name)                           # (parsed and checked as on any use)
+    return bool(os.environ.get(name, ""))
 
 
 def problems() -> list[str]:

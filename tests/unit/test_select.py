@@ -75,27 +75,36 @@ def test_the_tuned_row_serves_only_its_layout_with_its_options(tmp_path):
         "8": [{"max_bytes": None, "algorithm": "binomial"}],
         "8/2": [{"max_bytes": 8, "algorithm": "mpi"},                  # (tune --with-mpi)
                 {"max_bytes": 1024, "algorithm": "ring", "options": {"order": "rank"}},
-                {"max_bytes": None, "algorithm": "hierarchical", "options": {"inner": "shm"}}]}}
+                {"max_bytes": 1 << 20, "algorithm": "hierarchical", "options": {"inner": "shm"}},
+                {"max_bytes": None, "algorithm": "hierarchical",
+                 "options": {"inner": "shm", "outer": "ring"}}]}}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(table))
     with environment(MPICOLL_TUNING=str(path), MPICOLL_RING_ORDER=None, MPICOLL_HIER_INNER=None,
-                     MPICOLL_SHM_SINGLE_COPY="off"):
+                     MPICOLL_HIER_OUTER=None, MPICOLL_SHM_SINGLE_COPY="off"):
         one = Layout([range(8)])
         assert decide(nbytes=1024, size=8, st=one) == ("binomial", {})
         four = Layout(virtual_nodes(8, 2))                  # 4 nodes x 2 (the shaped fabric)
         assert decide(nbytes=1024, size=8, st=four) == ("ring", {"order": "rank"})
         assert decide(nbytes=8, size=8, st=four) == ("mpi", {})
-        assert decide(nbytes=1 << 24, size=8, st=four) == ("hierarchical", {"inner": "shm"})
-        assert decide(nbytes=1 << 24, size=8, st=four, op="bogus_op") == ("hierarchical", {})
+        assert decide(nbytes=1 << 20, size=8, st=four) == ("hierarchical", {"inner": "shm"})
+        # an option with a default setting (MPICOLL_HIER_OUTER: recursive_doubling) too
+        assert decide(nbytes=1 << 24, size=8, st=four) == ("hierarchical",
+                                                           {"inner": "shm", "outer": "ring"})
+        assert decide(nbytes=1 << 24, size=8, st=four, op="bogus_op") == ("hierarchical",
+                                                                          {"outer": "ring"})
         assert decide(nbytes=1 << 24, size=8, st=four,
-                      given={"inner": "ring"}) == ("hierarchical", {})
+                      given={"inner": "ring"}) == ("hierarchical", {"outer": "ring"})
         apart = Layout(virtual_nodes(8, 2), real_nodes=[(r,) for r in range(8)])  # no sharing
-        assert decide(nbytes=1 << 24, size=8, st=apart) == ("hierarchical", {})
+        assert decide(nbytes=1 << 24, size=8, st=apart) == ("hierarchical", {"outer": "ring"})
         two = Layout(virtual_nodes(8, 4))                   # "8/4": no row, the model's choice
         assert decide(nbytes=1024, size=8, st=two)[0] == select._from_model("allreduce", 1024,
                                                                             8, 4)
     with environment(MPICOLL_TUNING=str(path), MPICOLL_RING_ORDER="rail"):
         assert decide(nbytes=1024, size=8, st=four) == ("ring", {})   # the setting decides
+    with environment(MPICOLL_TUNING=str(path), MPICOLL_HIER_OUTER="recursive_doubling",
+                     MPICOLL_HIER_INNER=None, MPICOLL_SHM_SINGLE_COPY="off"):
+        assert decide(nbytes=1 << 24, size=8, st=four) == ("hierarchical", {"inner": "shm"})
 
 
 def test_the_lib_row_keeps_types_the_library_lacks_on_mpicolls_schedules(monkeypatch):
