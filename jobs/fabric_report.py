@@ -42,11 +42,11 @@ FABRIC_FILES = {"veth-1g": ROOT / "slurm/local/fabric-1g.json",
 BEGIN, END = "<!-- fabric-report:begin -->", "<!-- fabric-report:end -->"
 SIM_MIN = 64 << 10
 TUNED = "fabric-tuned-"      # the bench again, auto with MPICOLL_TUNING (--collect-tuned)
-# The per-message cost of an MPI message on this machine while the ranks outnumber the cores
-# and MPICH busy-polls: 8 B ping-pong between two node namespaces, 2.5-3.6 ms one way
-# (docs/fabric.md), against 112 us for a blocking TCP socket. The "loaded" model puts it in
-# place of every link class's alpha.
-LOADED_ALPHA = 3e-3
+# The "stack" model adds the hosts' network stack that jobs/fabric_stack.py measured
+# (fabric-stack-*.json, from `slurm/fabric.sbatch all` or `stack`): on the fastest fabric
+# measured, where the link is faster than the stack, so that the rates are the stack's.
+STACK = "fabric-stack-"
+PAIR = 1.25     # two variants measured further apart than this are "clearly" in an order
 
 
 def human(n: int) -> str:
@@ -63,12 +63,13 @@ def collect(dirs, results: Path, prefix: str = "fabric-bench-") -> None:
             name = prefix + p.name[len("fabric-bench-"):]
             shutil.copy(p, results / name)
             print(f"# {p} -> {results / name}")
-        b = d / "fabric_bytes.json"
-        if b.exists():
-            res = json.loads(b.read_text())
-            name = f"fabric-bytes-{res.get('fabric') or 'plain'}-{res['nranks']}ranks.json"
-            shutil.copy(b, results / name)
-            print(f"# {b} -> {results / name}")
+        for what in ("bytes", "stack"):
+            b = d / f"fabric_{what}.json"
+            if b.exists():
+                res = json.loads(b.read_text())
+                name = f"fabric-{what}-{res.get('fabric') or 'plain'}-{res['nranks']}ranks.json"
+                shutil.copy(b, results / name)
+                print(f"# {b} -> {results / name}")
 
 
 def load_runs(results: Path, prefix: str = "fabric-bench-") -> list[dict]:
@@ -100,15 +101,31 @@ def split(variant: str):
     return name, dict(kv.split("=", 1) for kv in rest.replace("+", ",").split(",") if kv)
 
 
-def model_fabric(fabric_name: str, nodes: int, per: int, alpha: float | None = None):
-    from mpicoll.executors.fabric import LinkClass, from_json
+def load_stack(results: Path) -> dict | None:
+    """The stack measured on the fabric with the fastest links (None: none measured)."""
+    from mpicoll.executors.fabric import from_json
+    found = []
+    for p in sorted(results.glob(f"{STACK}*.json")):
+        res = json.loads(p.read_text())
+        if res.get("fabric") in FABRIC_FILES:
+            nic = from_json(FABRIC_FILES[res["fabric"]], 1, 1).nic.bandwidth
+            found.append((nic, p.name, res))
+    if not found:
+        return None
+    nic, name, res = max(found, key=lambda x: x[0])
+    return dict(res, _file=name, _nic=nic)
+
+
+def model_fabric(fabric_name: str, nodes: int, per: int, stack: dict | None = None):
+    """The fabric JSON's model at ``nodes`` x ``per``, plus the hosts' network stack when
+    ``stack`` (a fabric-stack-*.json) is given: every emulated node on the one host."""
+    from mpicoll.executors.fabric import from_json
     f = from_json(FABRIC_FILES[fabric_name], nodes, per)
     # the node's one link is shared by its ranks: the leaf (the node) uplink = one NIC
     f = replace(f, oversubscription=float(per) if f.leaf == "node" else f.oversubscription)
-    if alpha is not None:
-        f = replace(f, name=f.name + "-loaded",
-                    **{c: LinkClass(alpha, getattr(f, c).bandwidth)
-                       for c in ("intra", "nic", "spine")})
+    if stack is not None:
+        f = replace(f, name=f.name + "+stack", stack=stack["stack"],
+                    stack_per_flow=stack["stack_per_flow"], nodes_per_host=nodes)
     return f
 
 
@@ -220,8 +237,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
     if tuned:
         add("### auto with the fabric's decision table\n")
         add("A later run of the same bench with `MPICOLL_TUNING=slurm/local/tuning-fabric-1g.json` "
-            "(`mpicoll tune --with-mpi` on the 1 Gbit/s sweeps above and the two later runs summed up "
-            "below: one `\"N/L\"` row per layout). `auto "
+            "(`mpicoll tune` on the 1 Gbit/s sweeps above: one `\"N/L\"` row per layout). `auto "
             "vs MPI` = MPI's time / auto's, both measured in this run (interleaved).\n")
         add("| layout | size | MPI | auto ran | auto | auto vs MPI | best mpicoll | best vs MPI |")
         add("|---|---:|---:|---|---:|---:|---|---:|")
@@ -241,13 +257,14 @@ def report(runs, results: Path, doc_dir: Path) -> str:
     # with the table it had (the later runs, each tuned on the runs before it)
     sets = [("the sweeps above (auto before: one-node table and model)",
              [r for r in runs if r["_fabric"] == "veth-1g" and not r["_cyclic"]])]
-    for sub, what in (("fabric-tuned-first", "first run with a fabric table (from the sweeps)"),
-                      ("fabric-tuned-second", "second run (table from the sweeps and the first, "
-                                              "--with-mpi)")):
+    for sub, what in (("fabric-tuned-first", "2026-12-01, loaded machine: first run with a "
+                                             "fabric table (from that day's sweeps)"),
+                      ("fabric-tuned-second", "2026-12-01, loaded machine: second run (table "
+                                              "from the sweeps and the first, --with-mpi)")):
         if (results / sub).is_dir():
             sets.append((f"{what}, `docs/results/{sub}/`", load_runs(results / sub)))
     if tuned:
-        sets.append(("the run in the table above (table from all three, --with-mpi)", tuned))
+        sets.append(("the run in the table above (table from the sweeps above)", tuned))
     if len(sets) > 1:
         add("auto against MPI at 1 Gbit/s, block placement, every run (each point: MPI's time / "
             "auto's in that run):\n")
@@ -293,18 +310,25 @@ def report(runs, results: Path, doc_dir: Path) -> str:
 
     # -- simulator
     add("### The simulator against the measurements\n")
+    stack = load_stack(results)
     add(f"Every variant with a schedule at every size >= {human(SIM_MIN)}: predicted / measured "
         "(1.00 = exact; 0.80-1.25 is the issue's +-25 %), for two models: **network** = the "
         "fabric JSON the cluster was started with (TCP's per-message cost across the link, "
-        f"112 us), and *loaded* = the same with every alpha at {LOADED_ALPHA * 1e3:g} ms, MPI's "
-        "measured per-message cost on this machine while 8 busy-polling ranks share 2 cores. "
+        "112 us), and *stack* = the same plus the hosts' network stack (every emulated node on "
+        "this one machine: its CPU moves each inter-node byte out of one node and into another)"
+        + (f", as `jobs/fabric_stack.py` measured it with point-to-point messages on "
+           f"{stack['fabric']} ({stack['nranks']} ranks on {stack['nodes']} nodes, "
+           f"`docs/results/{stack['_file']}`): one message alone "
+           f"{stack['stack_per_flow'] / 1e6:.0f} MB/s, every rank at once "
+           f"{stack['all_flows_Bps'] / 1e6:.0f} MB/s between nodes in all" if stack else
+           ": not measured, so the same as network") + ". "
         "`auto` is simulated as the variant it picked; MPI_Allreduce and "
         "`hierarchical@inner=shm` have no schedule. Both predictions and the measurements are in "
         "docs/results/fabric-sim-*.json.\n")
     summary = []
     for (fabric_name, lay), (run, t) in sims.items():
         fabs = {"network": model_fabric(fabric_name, run["_nodes"], run["_per"]),
-                "loaded": model_fabric(fabric_name, run["_nodes"], run["_per"], LOADED_ALPHA)}
+                "stack": model_fabric(fabric_name, run["_nodes"], run["_per"], stack)}
         sizes = [s for s in t if s >= SIM_MIN]
         variants = [v for v in (run.get("variants") or []) if v != "mpi"]
         meas = {v: [t[s][v]["time_us"] if v in t[s] else None for s in sizes] for v in variants}
@@ -316,15 +340,16 @@ def report(runs, results: Path, doc_dir: Path) -> str:
             f"{fabs['network'].describe()})\n")
         add("| variant | " + " | ".join(human(s) for s in sizes) + " |")
         add("|---|" + "---:|" * len(sizes))
-        stats = {m: {"within": 0, "total": 0, "same": 0, "rho": []} for m in fabs}
+        stats = {m: {"within": 0, "total": 0, "same": 0, "rho": [], "pairs": 0, "alike": 0}
+                 for m in fabs}
         for v in sim_vs:
             cells = []
             for i, mv in enumerate(meas[v]):
-                pn, pl = pred["network"][v][i], pred["loaded"][v][i]
+                pn, pl = pred["network"][v][i], pred["stack"][v][i]
                 if pn is None or mv is None:
                     cells.append("-")
                     continue
-                for m, p in (("network", pn), ("loaded", pl)):
+                for m, p in (("network", pn), ("stack", pl)):
                     stats[m]["total"] += 1
                     stats[m]["within"] += 0.8 <= p / mv <= 1.25
                 cells.append(f"**{pn / mv:.2f}** *{pl / mv:.2f}*")
@@ -339,12 +364,21 @@ def report(runs, results: Path, doc_dir: Path) -> str:
                 a = np.argsort(np.argsort([meas[v][i] for v in vs]))
                 b = np.argsort(np.argsort([pred[m][v][i] for v in vs]))
                 stats[m]["rho"].append(float(np.corrcoef(a, b)[0, 1]))
+                # the pairs whose measured times differ by more than the +-25 % band
+                for j, v in enumerate(vs):
+                    for w in vs[j + 1:]:
+                        if max(meas[v][i], meas[w][i]) > PAIR * min(meas[v][i], meas[w][i]):
+                            stats[m]["pairs"] += 1
+                            stats[m]["alike"] += ((meas[v][i] < meas[w][i])
+                                                  == (pred[m][v][i] < pred[m][w][i]))
         add("")
         for m in fabs:
             st = stats[m]
             add(f"- {m}: within +-25 % at {st['within']} of {st['total']} points; the same "
                 f"order of all variants at {st['same']} of {len(sizes)} sizes (rank correlation "
-                f"per size: {', '.join(f'{c:.2f}' for c in st['rho'])}).")
+                f"per size: {', '.join(f'{c:.2f}' for c in st['rho'])}); of the pairs of "
+                f"variants measured more than {PAIR:g}x apart at a size, {st['alike']} of "
+                f"{st['pairs']} in the same order.")
         full = sorted(t)
         for a, b in (("ring", "recursive_doubling"), ("ring", "binomial")):
             if a in variants and b in variants:
@@ -355,7 +389,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
                       for m, f in fabs.items()}
                 add(f"- {a} overtakes {b}: measured at {human(ms) if ms else 'no size'}; "
                     f"predicted at {human(ps['network']) if ps['network'] else 'no size'} "
-                    f"(network), {human(ps['loaded']) if ps['loaded'] else 'no size'} (loaded).")
+                    f"(network), {human(ps['stack']) if ps['stack'] else 'no size'} (stack).")
         add("")
         (results / f"fabric-sim-{fabric_name}-{lay}.json").write_text(json.dumps({
             "fabric": fabric_name, "layout": lay,
@@ -364,12 +398,15 @@ def report(runs, results: Path, doc_dir: Path) -> str:
             "stats": stats}, indent=1) + "\n")
         summary.append((fabric_name, lay, stats, len(sizes)))
     if summary:
-        add("| fabric | layout | within +-25 %: network | loaded | same order: network | loaded |")
-        add("|---|---|---:|---:|---:|---:|")
+        add(f"| fabric | layout | within +-25 %: network | stack | same order: network | "
+            f"stack | pairs > {PAIR:g}x apart in the same order: network | stack |")
+        add("|---|---|---:|---:|---:|---:|---:|---:|")
         for f, lay, st, n in summary:
             add(f"| {f} | {lay} | {st['network']['within']} / {st['network']['total']} | "
-                f"{st['loaded']['within']} / {st['loaded']['total']} | "
-                f"{st['network']['same']} / {n} | {st['loaded']['same']} / {n} |")
+                f"{st['stack']['within']} / {st['stack']['total']} | "
+                f"{st['network']['same']} / {n} | {st['stack']['same']} / {n} | "
+                f"{st['network']['alike']} / {st['network']['pairs']} | "
+                f"{st['stack']['alike']} / {st['stack']['pairs']} |")
         add("")
     for name in sorted({r["_fabric"] for r in runs}):
         path = doc_dir / f"fabric-{name}.png"

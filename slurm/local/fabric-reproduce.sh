@@ -3,8 +3,8 @@
 # for each link speed, the local cluster on a shaped fabric of 4 nodes, slurm/fabric.sbatch
 # (link bytes, then the bench at every layout), the results copied to docs/results/, then
 # jobs/fabric_report.py (tables, simulator, plots). At 1g, after the sweep, it writes the
-# fabric's decision table (mpicoll tune --with-mpi on the new and the committed sweeps:
-# slurm/local/tuning-fabric-1g.json) and runs the bench once more with MPICOLL_TUNING set
+# fabric's decision table (mpicoll tune on the new sweep: slurm/local/tuning-fabric-1g.json; not
+# --with-mpi, see docs/fabric.md) and runs the bench once more with MPICOLL_TUNING set
 # (docs/results/fabric-tuned-*.json: auto with that table; MPICOLL_REPRODUCE_TUNED=0 skips
 # it). Needs root (namespaces, Slurm) and the environment of run.sh (python with mpi4py,
 # mpicoll, matplotlib on PATH).
@@ -37,11 +37,11 @@ for speed in $speeds; do
         --layouts "$layouts") || { echo "the job failed: $work" >&2; exit 1; }
     dirs+=("$work/results/mpicoll-fabric-$id")
     if [[ $speed == 1g && ${MPICOLL_REPRODUCE_TUNED:-1} == 1 ]]; then
-        # auto with the fabric's own decision table: `mpicoll tune` on this sweep and the
-        # committed ones (docs/results), then the same bench again with MPICOLL_TUNING
+        # auto with the fabric's own decision table: `mpicoll tune` on this sweep, then the
+        # same bench again with MPICOLL_TUNING
         flat=$(for l in $layouts; do [[ $l == *c ]] || echo "$l"; done | xargs)
-        python -m mpicoll tune --with-mpi "$work/results/mpicoll-fabric-$id"/fabric-bench-veth-1g-*x?.json \
-            docs/results/fabric-bench-veth-1g-*x?.json -o slurm/local/tuning-fabric-1g.json
+        python -m mpicoll tune "$work/results/mpicoll-fabric-$id"/fabric-bench-veth-1g-*x?.json \
+            -o slurm/local/tuning-fabric-1g.json
         tid=$(cd "$work" && MPICOLL_TUNING=$root/slurm/local/tuning-fabric-1g.json \
             sbatch --parsable --wait "$root/slurm/fabric.sbatch" bench --layouts "$flat") ||
             { echo "the tuned job failed: $work" >&2; exit 1; }

@@ -238,10 +238,9 @@ ELSEWHERE = {
     "shm --markdown docs/reliability.md": ("tests/jobs/test_faults.py", "--death"),
     "mpiexec -n 4 python -m mpi4py jobs/fault_matrix.py --reps 20 --markdown docs/reliability.md":
         ("slurm/fault_matrix.sbatch", "jobs/fault_matrix.py"),
-    "python -m mpicoll tune --with-mpi docs/results/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
-    "docs/results/fabric-tuned-{first,second}/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
-    "-o slurm/local/tuning-fabric-1g.json": ("tests/unit/test_cli.py", "--with-mpi"),
-    "mpicoll tune --with-mpi": ("tests/unit/test_cli.py", "--with-mpi"),
+    "python -m mpicoll tune docs/results/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
+    "-o slurm/local/tuning-fabric-1g.json": ("slurm/local/fabric-reproduce.sh",
+                                             "python -m mpicoll tune"),
     "python -m mpicoll.tools.warm": ("run.sh", "python -m mpicoll.tools.warm"),
     "python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json":
         ("tests/unit/test_sim_sharing.py", "sim_validation pipeline"),
@@ -348,8 +347,10 @@ EXEMPT = {
     "python jobs/fabric_report.py --collect-tuned results/mpicoll-fabric-<jobid>":
         "reads a shaped-fabric run's results/ (bash slurm/local/fabric-reproduce.sh)",
     'MPICOLL_TUNING=$PWD/slurm/local/tuning-fabric-1g.json sbatch --wait slurm/fabric.sbatch '
-    'bench --layouts "4x2 2x2"': "needs the 4-node shaped fabric (local-cluster.sh up --fabric "
-                                 "... --nodes 4; fabric-reproduce.sh runs it)",
+    'bench --layouts "4x2 2x1 4x1 2x2"': "needs the 4-node shaped fabric (local-cluster.sh up "
+                                         "--fabric ... --nodes 4; fabric-reproduce.sh runs it)",
+    "sbatch slurm/fabric.sbatch stack": "needs a shaped fabric's nodes (its pairs must cross "
+                                        "nodes); tests/jobs/test_cli_jobs.py runs the job",
     "python jobs/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
     "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
 }
