@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from . import ops, settings
 from ._runtime import context
-from ._runtime.call import LIBRARY_CHECK, Call, disagree, failed, hashes_differ
+from ._runtime.call import Call, agree_library_hash, disagree, failed
 from ._runtime.watch import Watch
 from .errors import ArgumentMismatch, CollectiveTimeout
 from .executors import compiled, progress
@@ -147,7 +147,6 @@ class Entry:
             st.check(self.collective)
         number = st.next_number()
         before = st.history, st.before, st.last
-        chained = (self.sig.hashed ^ st.history) or 1       # as ``Call._label``'s
         tag = st.label(number, self.sig)
         comm = st.comm
         if self.timeout is None:
@@ -155,15 +154,13 @@ class Entry:
             return
         watch = self._watch(st, number, self.timeout, tag)
         try:
-            seen = hashes_differ(comm, chained, watch)
-            if seen:
-                try:
-                    disagree(comm, self.collective, self.agreed, True, watch, LIBRARY_CHECK,
-                             (before[0], "" if before[2] is None else before[2].text), seen)
-                except ArgumentMismatch:
-                    if not st.broken:       # before any transfer: as if not called (Call's)
-                        st.history, st.before, st.last = before
-                    raise
+            try:
+                agree_library_hash(comm, self.collective, self.agreed, self.sig.hashed, before,
+                                   watch)
+            except ArgumentMismatch:
+                if not st.broken:           # before any transfer: as if not called (Call's)
+                    st.history, st.before, st.last = before
+                raise
             watch.wait([comm.Iallreduce(sendbuf, recvbuf, op=self.mpi_op)], "MPI_Iallreduce")
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
@@ -181,10 +178,15 @@ class Entry:
 
 
 def remember(call: Call, key, plan, prepared) -> None:
-    """Keep ``call``'s plan (done) for calls with ``key`` (None: not kept)."""
-    if key is None or call.validate or (prepared is not None
-                                        and not isinstance(prepared, SharedMemory)
-                                        and prepared[0] is not compiled.execute):
+    """Keep ``call``'s plan (done) for calls with ``key`` (None: not kept). Of the MPI
+    library's own collectives only all-reduce is kept: the prepared forms of the others run
+    schedules only (``reduce_scatter_block`` ... below)."""
+    if key is None or call.validate:
+        return
+    if plan.kind == "library" and plan.collective != "allreduce":
+        return
+    if prepared is not None and not isinstance(prepared, SharedMemory) \
+            and prepared[0] is not compiled.execute:
         return
     st = context.attach(call.comm)
     table = st.cached

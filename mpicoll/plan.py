@@ -370,8 +370,7 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
         args, kwargs = library_args(p, layout)
         blocking, nonblocking, _ = LIBRARY[p.collective]
         call.mpi(blocking, nonblocking, *args, **kwargs)
-        if p.collective == "allreduce":     # (the others' buffers are views: full path)
-            cache.remember(call, key, p, None)
+        cache.remember(call, key, p, None)
         return layout.result
     progress.finish_deferred(call.open())   # (they share its scratch and window)
     if kind == "shared":

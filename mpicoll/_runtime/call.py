@@ -54,7 +54,7 @@ from . import notice, tags, validate
 from .context import CommState, attach, enter, leave
 from .watch import Watch
 
-__all__ = ["Call", "ABORT_CODE", "failed", "disagree", "hashes_differ", "LIBRARY_CHECK"]
+__all__ = ["Call", "ABORT_CODE", "failed", "disagree", "agree_library_hash"]
 
 ABORT_CODE = 124        # the job's MPI_Abort error code after a timeout (as timeout(1) exits)
 
@@ -171,11 +171,9 @@ class Call:
             self._agree_hash(algorithm, fields)
 
     def _agree_hash(self, algorithm: str, fields: dict) -> None:
-        """``hashes_differ`` on the call's chained hash; if they differ, ``validate``'s report
-        names who passed what, on every rank."""
-        seen = hashes_differ(self.open().comm, self.chained, self.watch)
-        if seen:
-            self.disagree(LIBRARY_CHECK, seen)
+        """``agree_library_hash`` for this call (``_label`` gave it its number and history)."""
+        agree_library_hash(self.open().comm, self.collective, self._agreed_on,
+                           self.signature.hashed, self._unlabel, self.watch)
 
     def disagree(self, step: str, seen: str = "") -> NoReturn:
         """The ranks' signature hashes differ (every rank found out, so this is collective):
@@ -283,23 +281,29 @@ class Call:
         failed(self._state, self.watch, self.on_timeout, self.comm, exc)
 
 
-LIBRARY_CHECK = "the argument check of the MPI library's collective under a deadline"
-
-
-def hashes_differ(comm: MPI.Intracomm, h: int, watch) -> str:
-    """One small ``MPI_Iallreduce`` (MAX of hash ``h`` and of its negation) before the MPI
-    library's own collective under a deadline: every rank learns whether all passed the same
-    arguments (and made the same calls before). "" if they did, else what it saw."""
+def agree_library_hash(comm: MPI.Intracomm, collective: str, agreed_on: tuple, hashed: int,
+                       before: tuple, watch) -> None:
+    """Before the MPI library's own collective under a deadline (a ``Call``'s, or a prepared
+    one's: ``cache.Entry.library``): one small ``MPI_Iallreduce`` (MAX of the call's chained
+    hash -- its signature's ``hashed`` folded with the history ``before`` it, as ``Call._label``
+    folds it -- and of its negation), so every rank learns whether all passed the same
+    arguments and made the same calls before; if not, ``disagree`` raises ``ArgumentMismatch``
+    naming who passed what, on every rank. ``before``: (history, before, last) of the
+    communicator's state before the call took its tag."""
+    history, _, last = before
+    h = (hashed ^ history) or 1
     # (mine is named, so it lives until the wait returns: mpi4py does not keep it alive,
     # and under Open MPI the collective read it after it was freed -- a heap pointer as
     # the largest hash, ArgumentMismatch "their hashes differ" for equal arguments)
     extremes, mine = np.empty(2, np.int64), np.array([h, -h], np.int64)
     validate.wait(comm.Iallreduce(mine, extremes, op=MPI.MAX), watch,
                   "the argument check of the MPI library's collective (MPI_Iallreduce)")
-    if extremes[0] == -extremes[1]:
-        return ""
-    return (f"MPI_Iallreduce gave {extremes[0]} and {-extremes[1]} as the largest and "
-            f"smallest, this rank's is {h}")
+    if extremes[0] != -extremes[1]:
+        disagree(comm, collective, agreed_on, True, watch,
+                 "the argument check of the MPI library's collective under a deadline",
+                 (history, "" if last is None else last.text),
+                 f"MPI_Iallreduce gave {extremes[0]} and {-extremes[1]} as the largest and "
+                 f"smallest, this rank's is {h}")
 
 
 def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool, watch,
