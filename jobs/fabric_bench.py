@@ -20,9 +20,14 @@ come in three bands, each its own bench run with its own iteration count: ``--sm
 iterations, 1 warm-up, only ring, ring@order=node, the hierarchical variants, auto and mpi: the
 others take seconds per call there at 1 Gbit/s). ``--quick`` is a smoke test (2 sizes).
 
-Writes DIR/fabric-bench-<fabric>-<N>x<K>[-cyclic].json (-cyclic: ranks not placed in blocks): bench's preamble (+ ``fabric``, ``link``: the
-node link's tbf rate as the fabric script set it) and the records of all bands, where
-``algorithm`` is the variant's name.
+Writes DIR/fabric-bench-<fabric>-<N>x<K>[-cyclic][-TAG].json (-cyclic: ranks not placed in
+blocks; ``--tag TAG``): bench's preamble (+ ``fabric``, ``link``: the node link's tbf rate as
+the fabric script set it; ``profile``: the cost model's profile, which ``auto`` decides by when
+no decision table serves the layout) and the records of all bands, where ``algorithm`` is the
+variant's name. ``--variants A,B,...`` times only those (every band), ``--small ''`` skips the
+small band.
+
+    python jobs/fabric_bench.py --table FILE...     # a markdown table of auto against MPI
 """
 
 from __future__ import annotations
@@ -90,13 +95,68 @@ def band(comm, sizes: str, factor: str, iters: int, warmup: int, variants) -> li
     return records
 
 
+def profile() -> dict:
+    """The cost model's profile ``auto`` decides by (``MPICOLL_PROFILE``): its path and links."""
+    from mpicoll import model, settings
+    pr = model.default_profile()
+    return {"path": str(settings.get("MPICOLL_PROFILE")), "alpha": pr.alpha, "beta": pr.beta,
+            "alpha_inter": pr.alpha_inter, "beta_inter": pr.beta_inter}
+
+
+def table(paths) -> str:
+    """Per file and size: each variant's median in ms, what ``auto`` ran, and auto / MPI
+    (MPI_Allreduce's time over auto's: > 1 is auto faster)."""
+    lines = []
+    for path in paths:
+        data = json.loads(open(path).read())
+        times, chose = {}, {}
+        for r in data["records"]:
+            times.setdefault(r["size"], {})[r["algorithm"]] = r["time_us"] / 1e3
+            if r["algorithm"] == "auto":
+                chose[r["size"]] = r.get("auto_choice") or "?"
+        variants = [v for v in data["variants"] if v not in ("auto", "mpi")]
+        pr = data.get("profile")
+        inter = ("not recorded" if pr is None else
+                 "no inter-node link (one node's)" if pr.get("beta_inter") is None else
+                 f"alpha_inter {pr['alpha_inter'] * 1e6:.0f} us, "
+                 f"1/beta_inter {1 / pr['beta_inter'] / 1e6:.0f} MB/s")
+        lines += [f"{data['nodes']} x {data['ranks_per_node']}, {data.get('fabric')}, "
+                  f"profile: {inter}", "",
+                  "| size | " + " | ".join(variants) + " | auto | auto ran | MPI | MPI / auto |",
+                  "|---:|" + "---:|" * len(variants) + "---:|---|---:|---:|"]
+        for size in sorted(times):
+            row = times[size]
+            lines.append(f"| {_size(size)} | " + " | ".join(
+                f"{row[v]:.2f}" if v in row else "-" for v in variants)
+                + f" | {row['auto']:.2f} | {chose[size]} | {row['mpi']:.2f} | "
+                f"{row['mpi'] / row['auto']:.2f}x |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
 def main(argv=None) -> int:
     ap = parser(__doc__)
     ap.add_argument("--small", default="8:32K", help="MIN:MAX of the small band (factor 8)")
     ap.add_argument("--large", default="256K:16M", help="MIN:MAX of the large band (factor 4)")
     ap.add_argument("--huge", default="64M", help="the huge band ('' for none)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 8 B and 64 KiB only")
+    ap.add_argument("--variants", help="comma-separated variants to time (default: all)")
+    ap.add_argument("--tag", help="suffix of the JSON file's name")
+    ap.add_argument("--table", nargs="+", metavar="FILE",
+                    help="print a markdown table of auto against MPI from these files (no MPI)")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
+    variants = tuple(args.variants.split(",")) if args.variants else VARIANTS
+    huge = variants if args.variants else HUGE
     out = outdir(args.outdir)
     install_variants()
     comm = MPI.COMM_WORLD.Dup()
@@ -107,18 +167,19 @@ def main(argv=None) -> int:
     say(f"# fabric bench: {comm.Get_size()} ranks, {len(nodes)} nodes x {rpn}; {info}")
     records = []
     if args.quick:
-        records += band(comm, "8:64K", "8192", 3, 1, VARIANTS)
+        records += band(comm, "8:64K", "8192", 3, 1, variants)
     else:
-        records += band(comm, args.small, "8", 20, 2, VARIANTS)
-        records += band(comm, args.large, "4", 3, 1, VARIANTS)
+        if args.small:
+            records += band(comm, args.small, "8", 20, 2, variants)
+        records += band(comm, args.large, "4", 3, 1, variants)
         if args.huge:
-            records += band(comm, args.huge, "4", 3, 1, HUGE)
+            records += band(comm, args.huge, "4", 3, 1, huge)
     pre = bench.preamble(comm, bench.parse_args(["-a", "ring"]), nodes)    # collective
     if RANK == 0:
         cyclic = any(list(n) != list(range(n[0], n[0] + len(n))) for n in nodes)
         name = (f"fabric-bench-{info['fabric'] or 'plain'}-{len(nodes)}x{rpn}"
-                f"{'-cyclic' if cyclic else ''}.json")
-        write_json(out / name, {**pre, **info, "variants": list(VARIANTS),
+                f"{'-cyclic' if cyclic else ''}{'-' + args.tag if args.tag else ''}.json")
+        write_json(out / name, {**pre, **info, "profile": profile(), "variants": list(variants),
                                 "records": records})
     comm.Free()
     return 0

@@ -9,6 +9,17 @@ link: a flat algorithm on several nodes pays the inter-node link on its critical
 node-aware one (``node-phases`` in the registry) pays the intra-node link in its node phases and
 the inter-node link in between.
 
+Ranks on one node share its network link (its NIC). The formulas count one rank's bytes, so
+across nodes ``predict`` prices each algorithm's bytes by what its own schedule does to the
+node's link (``nic_load``): the steps are walked in lock step on nodes of L consecutive ranks,
+and a step costs the busiest node's bytes leaving it at the inter-node beta, or the busiest
+rank's bytes inside its node at the intra-node beta, whichever is longer. A flat algorithm's
+beta is that time per byte of its critical path (the rank-order ring sends one flow out of each
+node, so it pays the inter-node beta once; recursive halving with two ranks per node sends two
+at once on its inter-node steps, so twice, and its intra-node steps at the intra-node beta); a
+node-aware one's inter-node beta is multiplied by the flows its node sends side by side (L for
+hierarchical's shards, one for its leaders).
+
 A profile measured on this project's 2-core machine ships as ``mpicoll/profiles/default.json``;
 ``MPICOLL_PROFILE`` points elsewhere. ``mpicoll model`` (``mpicoll.tools.model``) prints the
 predictions as a table.
@@ -27,7 +38,7 @@ from .registry import COLLECTIVES, lookup
 from .topology import virtual_nodes
 
 __all__ = ["Profile", "ProfileError", "load_profile", "default_profile", "predict", "predict_all",
-           "crossovers"]
+           "crossovers", "nic_load"]
 
 DEFAULT_PROFILE = settings.PROFILES / "default.json"
 
@@ -106,15 +117,87 @@ def predict(algorithm: str, p: int, nbytes: float, profile: Profile, *,
         return 0.0
     L = p if ranks_per_node is None else max(1, min(ranks_per_node, p))
     multi_node = L < p
+    a_in, b_in = profile.link(False)
+    a_out, b_out = profile.link(multi_node)
     if algo.has("node-phases"):
-        a_in, b_in = profile.link(False)
-        a_out, b_out = profile.link(multi_node)
         options = algo.resolve(options, virtual_nodes(p, L))   # defaults for these nodes
+        if multi_node:
+            b_out *= nic_load(collective, algorithm, p, L, tuple(options.items())).flows
         return profile.overhead + algo.cost(p, nbytes, a_out, b_out, profile.gamma,
                                             ranks_per_node=L, alpha_intra=a_in,
                                             beta_intra=b_in, **options)
-    alpha, beta = profile.link(multi_node)
-    return profile.overhead + algo.cost(p, nbytes, alpha, beta, profile.gamma)
+    if multi_node and algo.scheduled:
+        options = algo.resolve(options, virtual_nodes(p, L)) if algo.options else {}
+        b_out = nic_load(collective, algorithm, p, L, tuple(options.items())).beta(b_in, b_out)
+    return profile.overhead + algo.cost(p, nbytes, a_out, b_out, profile.gamma)
+
+
+@dataclass(frozen=True)
+class NicLoad:
+    """What an algorithm's schedule puts on the nodes' links, per element of its vector, step by
+    step (steps in lock step; the busiest node and rank of each step): ``out`` the elements
+    leaving a node, ``inside`` one rank's elements to its own node, ``sent`` one rank's
+    elements, and ``alone`` one rank's elements leaving its node."""
+    out: tuple
+    inside: tuple
+    sent: tuple
+    alone: tuple
+
+    def beta(self, beta_intra: float, beta_inter: float) -> float:
+        """A flat algorithm's beta per byte of its critical path (what its formula counts)."""
+        total = sum(self.sent)
+        if not total:
+            return beta_inter
+        return sum(max(o * beta_inter, i * beta_intra)
+                   for o, i in zip(self.out, self.inside)) / total
+
+    @property
+    def flows(self) -> float:
+        """The flows a node sends out side by side: its bytes out per byte of its busiest rank's
+        (on the steps that leave a node; 1 if none do)."""
+        alone = sum(self.alone)
+        return sum(self.out) / alone if alone else 1.0
+
+
+# the walk's nodes: all of them up to this many ranks, else the first and the last node (equal
+# nodes of consecutive ranks are alike but for a non-power-of-two fold at the end)
+_WALK_ALL_RANKS = 64
+
+
+@functools.lru_cache(maxsize=512)
+def nic_load(collective: str, algorithm: str, p: int, L: int, options: tuple = ()) -> NicLoad:
+    """``NicLoad`` of ``algorithm`` on ``p`` ranks in nodes of ``L`` consecutive ranks, with its
+    resolved ``options`` (hierarchical's ``inner="shm"`` is walked as ``"ring"``: the same
+    inter-node phase, and no schedule of its own)."""
+    algo = lookup(collective, algorithm)
+    nodes = virtual_nodes(p, L)
+    node_of = [j for j, members in enumerate(nodes) for _ in members]
+    kwargs = dict(options)
+    if kwargs.get("inner") == "shm":
+        kwargs["inner"] = "ring"
+    if algo.has("node-layout"):
+        kwargs["nodes"] = nodes
+    if algo.has("root"):
+        kwargs.setdefault("root", 0)
+    count = p * L * 64              # whole blocks and shards: the ratios, not a size
+    walked = nodes if p <= _WALK_ALL_RANKS else (nodes[0], nodes[-1])
+    out, inside, sent, alone = [], [], [], []
+    for members in walked:
+        for rank in members:
+            for s, (_, sends) in enumerate(algo.schedule(rank, p, count, **kwargs).plan):
+                if s == len(out):
+                    out.append({}), inside.append(0), sent.append(0), alone.append(0)
+                mine = {True: 0, False: 0}
+                for peer, lo, hi in sends:
+                    mine[node_of[peer] != node_of[rank]] += hi - lo
+                node = node_of[rank]
+                out[s][node] = out[s].get(node, 0) + mine[True]
+                inside[s] = max(inside[s], mine[False])
+                sent[s] = max(sent[s], mine[True] + mine[False])
+                alone[s] = max(alone[s], mine[True])
+    return NicLoad(tuple(max(step.values(), default=0) / count for step in out),
+                   tuple(x / count for x in inside), tuple(x / count for x in sent),
+                   tuple(x / count for x in alone))
 
 
 def predict_all(p: int, nbytes: float, profile: Profile, *, collective: str = "allreduce",

@@ -17,7 +17,9 @@ tuned  ``auto``; ``MPICOLL_TUNING``'s table          the measured winner for thi
        largest node; a one-node row never serves a   wins; ``inner="shm"`` only where the node
        call across nodes)                            phases can run)
 model  ``auto``; the cost model (``MPICOLL_PROFILE``)  the lowest predicted time, leaving out
-       predicts                                      ``naive`` (``baseline``) and ``shm``
+       predicts                                      ``naive`` (``baseline``) and ``shm``, with
+                                                     hierarchical's ``outer`` of least time
+                                                     (``MODELLED_OPTIONS``; a setting wins)
 lib    the choice is the MPI library's and it has    MPICH's classic rule (below), which names
        no datatype for the dtype (bfloat16), or the  only mpicoll's own schedules
        call needs a schedule (compression) and the
@@ -99,12 +101,36 @@ def _from_table(collective: str, nbytes: int, size: int, ranks_per_node=None) ->
 
 
 def _from_model(collective: str, nbytes: int, size: int, ranks_per_node) -> str | None:
+    choice = _model_choice(collective, nbytes, size, ranks_per_node)
+    return choice[0] if choice else None
+
+
+# the options the model row chooses too, each over its choices: hierarchical's inter-node
+# all-reduce (on 4 nodes x 2 an outer ring sends 1.5n through a node's link, the default
+# recursive doubling 2n: 1.12x faster at 1 Gbit/s, docs/fabric.md)
+MODELLED_OPTIONS = ("outer",)
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_choice(collective: str, nbytes: int, size: int, ranks_per_node) -> tuple | None:
+    """The model row's (algorithm, options): the lowest predicted time of every algorithm,
+    and of each choice of its ``MODELLED_OPTIONS`` that no setting fixes, leaving out teaching
+    baselines and ``shm`` (see the module doc); None if the model predicts none."""
     profile = model.default_profile()
-    predicted = model.predict_all(size, nbytes, profile, collective=collective,
-                                  ranks_per_node=ranks_per_node)
-    predicted = {name: t for name, t in predicted.items()     # never a teaching baseline
-                 if not lookup(collective, name).has("baseline")
-                 and not lookup(collective, name).has("shared-memory")}    # see the module doc
+    predicted = {}
+    for name, t in model.predict_all(size, nbytes, profile, collective=collective,
+                                     ranks_per_node=ranks_per_node).items():
+        algo = lookup(collective, name)
+        if algo.has("baseline") or algo.has("shared-memory"):
+            continue
+        predicted[name, ()] = t
+        for option in algo.options:
+            if option.name not in MODELLED_OPTIONS or (option.env and settings.given(option.env)):
+                continue
+            for value in option.choices:
+                predicted[name, ((option.name, value),)] = model.predict(
+                    name, size, nbytes, profile, collective=collective,
+                    ranks_per_node=ranks_per_node, **{option.name: value})
     return min(predicted, key=predicted.get) if predicted else None
 
 
@@ -142,7 +168,7 @@ def choose(collective: str, nbytes: int, size: int, count: int,
 @settings.on_reload
 def reload() -> None:
     """Forget cached decisions, tables and profiles (after changing the environment)."""
-    for cached in (choose, _table, model.default_profile):
+    for cached in (choose, _model_choice, _table, model.default_profile):
         cached.cache_clear()
 
 
@@ -202,6 +228,10 @@ def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: in
             entry = _table_entry(collective, nbytes, size, rpn)
             if entry and entry["algorithm"] == algo.name:
                 tuned = entry.get("options") or {}
+            elif entry is None:                 # the model row's options, if it decided
+                choice = _model_choice(collective, nbytes, size, rpn)
+                if choice and choice[0] == algo.name:
+                    tuned = dict(choice[1])
     names = {o.name for o in algo.options}
     extra = {}
     order = auto_ring_order(st) if auto and "order" in names and size > 1 else None
@@ -210,7 +240,8 @@ def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: in
     if "inner" in names and size > 1 and not scheduled and given.get("inner") is None and \
             _inner_row(st, op, dtype, nbytes):
         extra["inner"] = "shm"
-    for option in algo.options:           # the tuned row's measured variant (tune's "options")
+    for option in algo.options:           # the tuned row's measured variant (tune's "options"),
+                                          # or the model row's choice of MODELLED_OPTIONS
         value = tuned.get(option.name)
         if value is None or given.get(option.name) is not None or value not in option.choices \
                 or (option.env and settings.given(option.env)):

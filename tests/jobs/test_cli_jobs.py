@@ -63,3 +63,28 @@ def test_fabric_stack_refuses_pairs_on_one_node_and_measures_them_when_allowed(t
     assert res["one_flow_Bps"] > 0 and res["all_flows_Bps"] > 0
     assert res["stack_per_flow"] == res["one_flow_Bps"]
     assert res["stack"] == 2 * res["all_flows_Bps"]         # both ends of a byte on one host
+
+
+def test_fabric_bench_times_the_variants_asked_and_tables_auto_against_mpi(tmp_path):
+    """jobs/fabric_bench.py --variants/--tag (docs/fabric.md, *auto without a table*): only
+    those variants, in a file named with the tag that records auto's profile; --table prints
+    auto's choice and MPI's time over auto's from it, without MPI."""
+    run = dict(cwd=ROOT, capture_output=True, text=True, timeout=200,
+               env=dict(os.environ, PYTHONPATH=str(ROOT), MPICOLL_RANKS_PER_NODE="1"))
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py",
+                           str(ROOT / "jobs/fabric_bench.py"), "--outdir", str(tmp_path),
+                           "--quick", "--variants", "ring,auto,mpi", "--tag", "probe"], **run)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [path] = tmp_path.glob("fabric-bench-*-probe.json")
+    data = json.loads(path.read_text())
+    assert data["variants"] == ["ring", "auto", "mpi"]
+    assert {r["algorithm"] for r in data["records"]} == {"ring", "auto", "mpi"}
+    assert data["profile"]["path"] and data["profile"]["beta"] > 0
+    proc = subprocess.run([sys.executable, str(ROOT / "jobs/fabric_bench.py"), "--table",
+                           str(path)], **run)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 8 B")]
+    auto = next(r for r in data["records"] if r["algorithm"] == "auto" and r["size"] == 8)
+    mpi = next(r for r in data["records"] if r["algorithm"] == "mpi" and r["size"] == 8)
+    assert len(rows) == 1 and f"| {auto['auto_choice']} |" in rows[0]
+    assert rows[0].endswith(f"| {mpi['time_us'] / auto['time_us']:.2f}x |")
