@@ -355,6 +355,10 @@ EXEMPT = {
         "tests/unit/test_doc_tables.py checks the table made from its JSON",
     'sbatch --wait slurm/fabric.sbatch bench --layouts "4x2 2x2" --variants $V --tag '
     'auto-default': "needs the 4-node shaped fabric (local-cluster.sh up --fabric ... --nodes 4)",
+    'MPICOLL_PROFILE=$PWD/slurm/local/profile-fabric-10g.json sbatch --wait slurm/fabric.sbatch '
+    'bench --layouts "4x2 2x2" --variants $V --tag auto-calibrated':
+        "needs the 4-node shaped fabric at 10 Gbit/s (local-cluster.sh up --fabric "
+        "slurm/local/fabric-10g.json --nodes 4)",
     "sbatch slurm/fabric.sbatch stack": "needs a shaped fabric's nodes (its pairs must cross "
                                         "nodes); tests/jobs/test_cli_jobs.py runs the job",
     "python jobs/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
