@@ -336,6 +336,60 @@ def test_fast_rounding_is_the_exact_one(dtype):
         assert bits(fast[~nan]) == bits(want[~nan]), k
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_float_slices_are_the_bit_shift_ones(dtype):
+    """float32/float64 values are cut by float arithmetic (``_float_slices_into``); the integer
+    kernel (``_slices_into``, which the half types use) is the definition: the same slices for
+    every K, block layout (a partial last block too), several rows, accumulated or not, on
+    random bit patterns (subnormals, zeros of both signs, the largest finite values) and wide
+    data, with top codes from the value's own up to the largest and the special code."""
+    rng = np.random.default_rng(11)
+    dtype = np.dtype(dtype)
+    mb, eb, view = R._format(dtype)
+    n = 6007
+    patterns = rng.integers(np.iinfo(view).min, np.iinfo(view).max, 3 * n, dtype=view,
+                            endpoint=True).view(dtype)
+    patterns[::97] = 0
+    patterns[1::97] = -0.0
+    patterns[2::97] = np.finfo(dtype).max
+    patterns[3::97] = -np.finfo(dtype).smallest_subnormal
+    patterns[~np.isfinite(patterns)] = 1.0
+    patterns[4::97] = np.inf                        # their elements' top is SPECIAL
+    cases = [patterns.reshape(3, n), wide(3, n, dtype, seed=11)]
+    for x in cases:
+        own = np.max([R.codes(row) for row in x], axis=0).astype(np.int8)
+        raised = np.where((own >= 0) & (own < R.SPECIAL),
+                          np.minimum(own + rng.integers(0, 4, n), R._TOP_CODE), own)
+        for k in range(R.K_RANGE[0], R.K_RANGE[1] + 1):
+            for top in (own, raised.astype(np.int8)):
+                for rows, block in ((1, n), (3, n), (1, 1000), (3, 777)):
+                    stride = block * k + 3
+                    size = -(-n // block) * stride
+                    flat = np.ascontiguousarray(x[:rows]).reshape(-1)
+                    for accumulate in (False, True):
+                        if accumulate and top.max() == R.SPECIAL:
+                            continue
+                        start = rng.integers(-2 ** 40, 2 ** 40, size)
+                        want, got = start.copy(), start.copy()
+                        R._slices_into(flat.view(view), rows, mb, eb, top, k, want, block,
+                                       stride, accumulate)
+                        R._float_slices_into(flat, rows, top, R._SCALES[k], got, block,
+                                             stride, accumulate)
+                        hole = np.ones(size, bool)     # the stride's padding is not written
+                        for b in range(-(-n // block)):
+                            width = min(block, n - b * block)
+                            for j in range(k):
+                                at = b * stride + j * block
+                                hole[at:at + width] = False
+                        if top.max() == R.SPECIAL:  # inf/NaN elements: _specials_into's
+                            special = np.flatnonzero(top == R.SPECIAL)
+                            for j in range(k):
+                                hole[(special // block) * stride + j * block
+                                     + special % block] = True
+                        assert np.array_equal(got[~hole], want[~hole]), (k, rows, block)
+                        assert np.array_equal(got[hole], start[hole]) or top.max() == R.SPECIAL
+
+
 def test_bench_flag():
     """``mpicoll bench --reproducible`` adds the reproducible call; it refuses what it can't do."""
     from mpicoll.tools import bench
