@@ -207,6 +207,17 @@ def _scaled(x, t, k):
     return 0.0 if t == SPECIAL else v
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _digits_into(v, out, at, step, scales, add):
+    """The k slices of scaled value v (``_scaled``) into out[at + j * step], j = 0..k-1."""
+    above = 0.0
+    for j in range(len(scales) - 2, -1, -1):
+        whole = np.trunc(v * scales[j])
+        value = _float_bits(whole - above * _TWO_W + _MAGIC) - _MAGIC_BITS
+        out[at + j * step] = out[at + j * step] + value if add else value
+        above = whole
+
+
 @njit(cache=True, nogil=True)
 def _float_block(x, top, out, step, scales, add):
     """The slices of one block of float values ``x`` (n, codes ``top``) into ``out``: slice j
@@ -216,22 +227,10 @@ def _float_block(x, top, out, step, scales, add):
     n = top.shape[0]
     if step == n:
         for i in range(n):
-            v = _scaled(x[i], np.int64(top[i]), k)
-            above = 0.0
-            for j in range(k - 1, -1, -1):
-                whole = np.trunc(v * scales[j])
-                value = _float_bits(whole - above * _TWO_W + _MAGIC) - _MAGIC_BITS
-                out[j * n + i] = out[j * n + i] + value if add else value
-                above = whole
+            _digits_into(_scaled(x[i], np.int64(top[i]), k), out, i, n, scales, add)
     else:
         for i in range(n):
-            v = _scaled(x[i], np.int64(top[i]), k)
-            above = 0.0
-            for j in range(k - 1, -1, -1):
-                whole = np.trunc(v * scales[j])
-                value = _float_bits(whole - above * _TWO_W + _MAGIC) - _MAGIC_BITS
-                out[j * step + i] = out[j * step + i] + value if add else value
-                above = whole
+            _digits_into(_scaled(x[i], np.int64(top[i]), k), out, i, step, scales, add)
 
 
 @njit(cache=True, nogil=True)
