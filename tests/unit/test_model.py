@@ -126,3 +126,14 @@ def test_the_model_row_chooses_hierarchicals_outer_unless_a_setting_does(tmp_pat
                 assert decide()[1] is None      # the setting's value runs, as resolve gives it
         finally:
             select.reload()
+
+
+@pytest.mark.parametrize("p, L", [(10, 4), (7, 3), (96, 8)])
+def test_every_collective_is_priced_on_uneven_and_large_layouts(p, L):
+    """Uneven last nodes (hierarchical then takes its leaders), non-powers of two (the fold's
+    steps misalign the lock step) and a walk of two nodes only: a positive time each."""
+    from mpicoll.registry import COLLECTIVES
+    for collective in COLLECTIVES:
+        predicted = model.predict_all(p, 1 << 20, profile(), collective=collective,
+                                      ranks_per_node=L)
+        assert predicted and all(t > 0 for t in predicted.values()), (collective, predicted)
