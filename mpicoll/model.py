@@ -38,7 +38,7 @@ from .registry import COLLECTIVES, lookup
 from .topology import virtual_nodes
 
 __all__ = ["Profile", "ProfileError", "load_profile", "default_profile", "predict", "predict_all",
-           "crossovers", "nic_load"]
+           "crossovers", "nic_load", "walked_layout"]
 
 DEFAULT_PROFILE = settings.PROFILES / "default.json"
 
@@ -142,6 +142,8 @@ class NicLoad:
     inside: tuple
     sent: tuple
     alone: tuple
+    flow_scale: float = 1.0     # walked on fewer ranks per node: flows - 1 grows by this
+
 
     def beta(self, beta_intra: float, beta_inter: float) -> float:
         """A flat algorithm's beta per byte of its critical path (what its formula counts)."""
@@ -156,20 +158,50 @@ class NicLoad:
         """The flows a node sends out side by side: its bytes out per byte of its busiest rank's
         (on the steps that leave a node; 1 if none do)."""
         alone = sum(self.alone)
-        return sum(self.out) / alone if alone else 1.0
+        return 1.0 + (sum(self.out) / alone - 1.0) * self.flow_scale if alone else 1.0
 
 
 # the walk's nodes: all of them up to this many ranks, else the first and the last node (equal
 # nodes of consecutive ranks are alike but for a non-power-of-two fold at the end)
 _WALK_ALL_RANKS = 64
+# more nodes than this are walked as this many (7 when their number is not a power of two, so
+# that the layout keeps its kind), with the same last node, and nodes of more ranks as nodes
+# of this many: building the ring's schedule takes 0.14 s per rank at 4,096 ranks, and a
+# node-aware one's grows with the ranks per node
+_WALK_NODES = 8
+_WALK_RANKS_PER_NODE = 8
+
+
+def walked_layout(p: int, L: int) -> tuple[int, int]:
+    """The (ranks, ranks per node) ``nic_load`` walks for ``p`` ranks in nodes of ``L``: the same
+    up to ``_WALK_NODES`` nodes of up to ``_WALK_RANKS_PER_NODE`` ranks, else a layout of that
+    size and the same shape (a power of two of nodes stays one; the last node keeps its size, up
+    to the cap). The loads are ratios:
+    - the rank-order ring's doesn't change with the layout;
+    - recursive halving's and doubling's intra-node steps carry at most L/p of the bytes, which
+      the smaller layout overstates a little;
+    - a flat algorithm whose node's ranks all send out at once (recursive halving and doubling,
+      binomial, naive) shows 8 flows instead of L: a lower bound, still 8 times the ring's one;
+    - a node-aware algorithm's flows are scaled back to L (``NicLoad.flow_scale``): its shards
+      grow with L, its one leader doesn't."""
+    M = -(-p // L)
+    last = p - (M - 1) * L
+    if L > _WALK_RANKS_PER_NODE:
+        L, last = _WALK_RANKS_PER_NODE, min(last, _WALK_RANKS_PER_NODE)
+    if M > _WALK_NODES:
+        M = _WALK_NODES if M & (M - 1) == 0 else _WALK_NODES - 1
+    return (M - 1) * L + last, L
 
 
 @functools.lru_cache(maxsize=512)
 def nic_load(collective: str, algorithm: str, p: int, L: int, options: tuple = ()) -> NicLoad:
     """``NicLoad`` of ``algorithm`` on ``p`` ranks in nodes of ``L`` consecutive ranks, with its
     resolved ``options`` (hierarchical's ``inner="shm"`` is walked as ``"ring"``: the same
-    inter-node phase, and no schedule of its own)."""
+    inter-node phase, and no schedule of its own), walked on ``walked_layout``'s layout."""
     algo = lookup(collective, algorithm)
+    walked, L_walked = walked_layout(p, L)
+    flow_scale = (L - 1) / (L_walked - 1) if algo.has("node-phases") and L > L_walked else 1.0
+    p, L = walked, L_walked
     nodes = virtual_nodes(p, L)
     node_of = [j for j, members in enumerate(nodes) for _ in members]
     kwargs = dict(options)
@@ -197,7 +229,7 @@ def nic_load(collective: str, algorithm: str, p: int, L: int, options: tuple = (
                 alone[s] = max(alone[s], mine[True])
     return NicLoad(tuple(max(step.values(), default=0) / count for step in out),
                    tuple(x / count for x in inside), tuple(x / count for x in sent),
-                   tuple(x / count for x in alone))
+                   tuple(x / count for x in alone), flow_scale)
 
 
 def predict_all(p: int, nbytes: float, profile: Profile, *, collective: str = "allreduce",

@@ -88,10 +88,19 @@ def test_auto_across_nodes_leaves_halving_where_it_doubles_a_nodes_bytes(tmp_pat
 
 
 def test_the_walk_is_bounded_for_large_jobs():
-    """Above 64 ranks only the first and the last node are walked: the ring at 1,024 ranks in
-    nodes of 8 still sends one flow out of each node."""
+    """Large layouts are walked as at most 8 nodes of at most 8 ranks of the same shape: the ring
+    at 1,024 ranks in nodes of 8 still sends one flow out of each node; hierarchical's shards on
+    nodes of 64 are 64 flows (scaled back from the walk's 8), its leaders one."""
+    assert model.walked_layout(1024, 8) == (64, 8)          # 128 nodes: a power of two
+    assert model.walked_layout(1000, 8) == (56, 8)          # 125 nodes: 7, the last one full
+    assert model.walked_layout(1003, 8) == (51, 8)          # ... a last node of 3
+    assert model.walked_layout(4096, 64) == (64, 8)
+    assert model.walked_layout(24, 8) == (24, 8)            # small layouts as they are
     ring = load("ring", 1024, 8)
     assert ring.flows == 1.0 and math.isclose(ring.beta(INTRA, INTER), INTER)
+    assert load("hierarchical", 4096, 64, inner="ring").flows == 64.0
+    assert load("hierarchical", 4096, 64, inner="binomial").flows == 1.0
+    assert load("recursive_halving", 4096, 64).flows == 8.0     # the walk's lower bound
 
 
 def test_the_model_row_chooses_hierarchicals_outer_unless_a_setting_does(tmp_path):
