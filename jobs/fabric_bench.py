@@ -37,6 +37,7 @@ import os
 import sys
 
 from _util import RANK, outdir, parser, say, write_json
+from fabric_report import human
 from mpi4py import MPI
 
 import mpicoll
@@ -126,19 +127,12 @@ def table(paths) -> str:
                   "|---:|" + "---:|" * len(variants) + "---:|---|---:|---:|"]
         for size in sorted(times):
             row = times[size]
-            lines.append(f"| {_size(size)} | " + " | ".join(
+            lines.append(f"| {human(size)} | " + " | ".join(
                 f"{row[v]:.2f}" if v in row else "-" for v in variants)
                 + f" | {row['auto']:.2f} | {chose[size]} | {row['mpi']:.2f} | "
                 f"{row['mpi'] / row['auto']:.2f}x |")
         lines.append("")
     return "\n".join(lines).rstrip("\n")
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def main(argv=None) -> int:

@@ -144,7 +144,6 @@ class NicLoad:
     alone: tuple
     flow_scale: float = 1.0     # walked on fewer ranks per node: flows - 1 grows by this
 
-
     def beta(self, beta_intra: float, beta_inter: float) -> float:
         """A flat algorithm's beta per byte of its critical path (what its formula counts)."""
         total = sum(self.sent)
@@ -161,9 +160,6 @@ class NicLoad:
         return 1.0 + (sum(self.out) / alone - 1.0) * self.flow_scale if alone else 1.0
 
 
-# the walk's nodes: all of them up to this many ranks, else the first and the last node (equal
-# nodes of consecutive ranks are alike but for a non-power-of-two fold at the end)
-_WALK_ALL_RANKS = 64
 # more nodes than this are walked as this many (7 when their number is not a power of two, so
 # that the layout keeps its kind), with the same last node, and nodes of more ranks as nodes
 # of this many: building the ring's schedule takes 0.14 s per rank at 4,096 ranks, and a
@@ -212,9 +208,8 @@ def nic_load(collective: str, algorithm: str, p: int, L: int, options: tuple = (
     if algo.has("root"):
         kwargs.setdefault("root", 0)
     count = p * L * 64              # whole blocks and shards: the ratios, not a size
-    walked = nodes if p <= _WALK_ALL_RANKS else (nodes[0], nodes[-1])
     out, inside, sent, alone = [], [], [], []
-    for members in walked:
+    for members in nodes:                   # (at most 64 ranks: walked_layout)
         for rank in members:
             for s, (_, sends) in enumerate(algo.schedule(rank, p, count, **kwargs).plan):
                 if s == len(out):

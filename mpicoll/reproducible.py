@@ -175,26 +175,23 @@ _MAGIC_BITS = 0x4338000000000000            # its bits
 _TWO_W = float(1 << W)
 
 
-@intrinsic
-def _float_bits(typingctx, x):
-    """The bits of float64 ``x`` as an int64 (a bitcast, which vectorises)."""
-    if x != types.float64:
-        return None
+def _bitcast(source, target, doc: str):
+    """A numba intrinsic that reads a ``source`` value's bits as a ``target`` (which
+    vectorises, where a view of an array would not)."""
+    @intrinsic
+    def bitcast(typingctx, value):
+        if value != source:
+            return None
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-    return types.int64(types.float64), codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(target))
+        return target(source), codegen
+    bitcast.__doc__ = doc
+    return bitcast
 
 
-@intrinsic
-def _bits_float(typingctx, bits):
-    """The float64 whose bits are int64 ``bits`` (a bitcast)."""
-    if bits != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
+_float_bits = _bitcast(types.float64, types.int64, "The bits of a float64 as an int64.")
+_bits_float = _bitcast(types.int64, types.float64, "The float64 whose bits are an int64.")
 
 
 @njit(cache=True, nogil=True, inline="always")
