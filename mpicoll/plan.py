@@ -50,6 +50,7 @@ from .registry import Algorithm, lookup
 
 __all__ = ["Plan", "make", "begin", "last", "prepare", "run", "start", "request", "bound", "executor",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
+           "internode_elements", "prepared_schedule",
            "LIBRARY"]
 
 # The MPI library's own collective of each kind: blocking, nonblocking, persistent.
@@ -293,10 +294,14 @@ def schedule_of(algo: Algorithm, rank: int, size: int, count: int, options: tupl
     counters: counted once per schedule, not per message)."""
     kwargs = dict(options, **({"nodes": nodes} if algo.has("node-layout") else {}))
     sched = algo.schedule(rank, size, count, **kwargs)
+    return sched, internode_elements(sched, rank, nodes)
+
+
+def internode_elements(sched, rank: int, nodes: tuple) -> int:
+    """How many elements ``rank``'s schedule sends to ranks on other nodes."""
     node_of = {r: j for j, members in enumerate(nodes) for r in members}
-    internode = sum(hi - lo for _, sends in sched.plan for peer, lo, hi in sends
-                    if node_of[peer] != node_of[rank])
-    return sched, internode
+    return sum(hi - lo for _, sends in sched.plan for peer, lo, hi in sends
+               if node_of[peer] != node_of[rank])
 
 
 def _schedule(call: Call, p: Plan):
@@ -323,13 +328,19 @@ def prepare(call: Call, p: Plan):
         return SharedMemory(st, p.dtype, p.op, _choose(), p.algorithm, p.options["outer"])
     if kind != "schedule":
         return None
-    execute = _choose()
     sched, internode = _schedule(call, p)
-    op = p.op or kernels.ops_for(p.dtype)[0]        # nothing is reduced (allgather, bcast)
+    return prepared_schedule(call, sched, internode, p.op, p.dtype)
+
+
+def prepared_schedule(call: Call, sched, internode: int, op: str | None, dtype):
+    """``prepare``'s tuple for a schedule of ``dtype`` elements (``op`` None: nothing is
+    reduced), also one no plan names (``mpicoll.reproducible``'s exchange of values)."""
+    execute = _choose()
+    op = op or kernels.ops_for(dtype)[0]            # nothing is reduced (allgather, bcast)
     if execute is not compiled.execute:             # (the compiled loop compiles its own)
-        _warmup(call, op, p.dtype)
-    scratch = call.open().scratch(p.dtype, compiled.scratch_elements(execute, sched,
-                                                                     p.dtype.itemsize))
+        _warmup(call, op, dtype)
+    scratch = call.open().scratch(dtype, compiled.scratch_elements(execute, sched,
+                                                                   dtype.itemsize))
     return execute, sched, internode, op, scratch
 
 
@@ -443,9 +454,10 @@ def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple, nodes):
         count, [schedule_of(algo, r, size, count, options, nodes)[0] for r in range(size)])
 
 
-def bound(call: Call, p: Plan, prepared, flat: np.ndarray):
+def bound(call: Call, p: Plan | None, prepared, flat: np.ndarray):
     """``run(watch)``: the schedule on ``flat``, bound once to everything it uses, with its
-    own scratch (a persistent handle may run in the progress thread beside a blocking call)."""
+    own scratch (a persistent handle may run in the progress thread beside a blocking call).
+    ``prepared``: ``prepare(call, p)``'s, or ``prepared_schedule``'s (p None)."""
     execute, sched, internode, op, _ = prepared
     st = call.open()
     scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)

@@ -21,12 +21,16 @@ How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
    and associative while every partial sum stays below 2^62, which n <= 2^(62-W) = 2^22 values
    per element guarantee (``CAPACITY``, checked). An explicit ``algorithm=`` runs the MAX and
    the SUM; ``auto`` (one of mpicoll's schedules: every form runs a ``Job``) all-reduces the
-   slices below ``SPLIT_BYTES`` and above reduce-scatters them, each rank rounds its block and
-   the floats are all-gathered (fewer bytes: (8K + s + 2)/(2s) of the plain all-reduce's, s
-   the element size: 2.1x for float64, K = 3). ``algorithm="mpi"`` / ``"shm"`` (blocking only)
-   run the module's ``allreduce`` / ``reduce_scatter_block``: nested calls, ``SPLIT`` as set.
+   slices below ``SPLIT_BYTES``. Above, each rank rounds a block of n/N elements and the
+   floats are all-gathered: an array's values come to the rank that rounds them by a pairwise
+   exchange, which then does all three passes on them (``rounded_rows``: the plain
+   all-reduce's bytes, no slices on the wire); a ``BinnedSum``'s slices are reduce-scattered
+   ((8K + s + 2)/(2s) of the plain bytes, s the element size: 2.1x for float64, K = 3).
+   ``algorithm="mpi"`` / ``"shm"`` (blocking only) run the module's ``allreduce`` /
+   ``reduce_scatter_block``: nested calls, ``SPLIT`` as set.
 4. **One rounding.** The K slice sums are carried into one exact integer and rounded once to the
-   nearest float, ties to even (subnormals kept, overflow to +-inf).
+   nearest float, ties to even (subnormals kept, overflow to +-inf); for the default K, by
+   float arithmetic (TwoSum and rounding to odd), the same bits.
 
 So the result is a function of the multiset of values alone: round(sum over values of
 trunc_L(value)), with L the bottom of bin B-K+1. Error: |result - exact| <= u.|exact| +
@@ -48,7 +52,7 @@ from numba.extending import intrinsic
 from .buffers import array
 
 __all__ = ["W", "CAPACITY", "DEFAULT_K", "DTYPES", "BinnedSum", "sum", "allreduce",
-           "reduce_scatter_block", "wire_bytes", "spelled", "Job"]
+           "reduce_scatter_block", "wire_bytes", "rounded_rows", "spelled", "Job"]
 
 W = 40                          # bits per bin (and per slice)
 CAPACITY = 1 << (62 - W)        # terms per element: |slice sum| < n.2^W <= 2^62, carries fit
@@ -91,21 +95,29 @@ def _bitlen(v):
     return 64 - leading_zeros(np.uint64(v))
 
 
-@njit(cache=True, nogil=True)
-def _codes_into(bits, mb, eb, out):
-    """out[i] = the bin code of the value whose bits are bits[i] (selects, no branches: the
-    loop vectorises)."""
+@njit(cache=True, nogil=True, inline="always")
+def _code(b, mb, eb):
+    """The bin code of the value whose bits are b (selects, no branches: loops vectorise)."""
     emask = (1 << eb) - 1
     mmask = (1 << mb) - 1
     first = -((1 << (eb - 1)) - 1) - mb - G     # the grid place of bit 0 of m at e = 0 or 1
+    e = np.int64((np.uint64(b) >> np.uint64(mb)) & np.uint64(emask))
+    m = b & mmask
+    # m's bit length (a subnormal's), from the exponent of float64(m), m < 2^52: exact
+    length = np.int64(np.uint64(_float_bits(_bits_float(m | _TWO52_BITS) - _TWO52))
+                      >> np.uint64(52)) - 1022
+    lead = first + (e + mb if e != 0 else length)      # its leading bit's place, >= 0
+    zero = np.int8(MINUS_ZERO) if b < 0 else np.int8(PLUS_ZERO)
+    code = np.int8(np.uint64(lead * _PER_W) >> np.uint64(16))       # lead // W
+    code = code if (e | m) != 0 else zero
+    return np.int8(SPECIAL) if e == emask else code
+
+
+@njit(cache=True, nogil=True)
+def _codes_into(bits, mb, eb, out):
+    """out[i] = the bin code of the value whose bits are bits[i]."""
     for i in range(bits.shape[0]):
-        b = np.int64(bits[i])
-        e = (b >> mb) & emask
-        m = b & mmask
-        lead = first + (e + mb if e != 0 else _bitlen(m))     # its leading bit's place
-        zero = np.int8(MINUS_ZERO) if b < 0 else np.int8(PLUS_ZERO)
-        code = np.int8((lead * _PER_W) >> 16) if (e | m) != 0 else zero      # lead // W
-        out[i] = np.int8(SPECIAL) if e == emask else code
+        out[i] = _code(np.int64(bits[i]), mb, eb)
 
 
 @njit(cache=True, nogil=True)
@@ -171,6 +183,7 @@ def _slices_into(bits, rows, mb, eb, top, k, out, block, stride, accumulate):
 # and taking the bits (exact for integers below 2^51 in magnitude).
 
 _MAGIC = 1.5 * 2.0 ** 52
+_TWO52, _TWO52_BITS = 2.0 ** 52, 0x4330000000000000         # 2^52 and its bits
 _MAGIC_BITS = 0x4338000000000000            # its bits
 _TWO_W = float(1 << W)
 
@@ -195,13 +208,43 @@ _bits_float = _bitcast(types.int64, types.float64, "The float64 whose bits are a
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _pow2_pair(e):
+    """2^e as two normal powers of two, 2^floor(e/2) and 2^(e - floor(e/2)), -2044 <= e <
+    2046: a product by both is exact unless it overflows or falls below float64's subnormals'
+    grid. e's half by a logical shift, which vectorises (AVX2 has no 64-bit arithmetic
+    shift)."""
+    half = np.int64(np.uint64(e + 2048) >> np.uint64(1)) - 1024
+    return _bits_float((half + 1023) << 52), _bits_float((e - half + 1023) << 52)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _window_exponent(t, k):
+    """-(G + L), L = (t - k + 1).W the bottom of the window below top code t (the codes of
+    zeros and inf/NaN taken as 0)."""
+    return -G - (min(max(t, 0), _TOP_CODE) - k + 1) * W
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _scaled(x, t, k):
-    """x.2^-(G + L), L = (t - k + 1).W the bottom of the window below top code t (0 for an
-    inf/NaN element: ``_specials_into`` counts it; the codes of zeros take t = 0)."""
-    s = -G - (min(max(t, 0), _TOP_CODE) - k + 1) * W
-    half = s >> 1
-    v = np.float64(x) * _bits_float((half + 1023) << 52) * _bits_float((s - half + 1023) << 52)
+    """x.2^-(G + L), L the bottom of the window below top code t (0 for an inf/NaN element:
+    ``_specials_into`` counts it)."""
+    up, up2 = _pow2_pair(_window_exponent(t, k))
+    v = np.float64(x) * up * up2
     return 0.0 if t == SPECIAL else v
+
+
+@njit(cache=True, nogil=True)
+def _window_scales_into(top, k, up, up2, down, down2):
+    """Per element, 2^-(G + L) as up.up2 (``_scaled``'s; up = 0 for inf/NaN: their slices are
+    ``_specials_into``'s) and 2^(G + L) as down.down2 (the rounding's), L the bottom of its
+    window: a loop of its own, which vectorises (inline in the slicing, the same arithmetic
+    took twice as long)."""
+    for i in range(top.shape[0]):
+        t = np.int64(top[i])
+        e = _window_exponent(t, k)
+        a, b = _pow2_pair(e)
+        up[i], up2[i] = (0.0 if t == SPECIAL else a), b
+        down[i], down2[i] = _pow2_pair(-e)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -231,6 +274,15 @@ def _float_block(x, top, out, step, scales, add):
 
 
 @njit(cache=True, nogil=True)
+def _float_chunk_into(x, up, up2, out, scales, add):
+    """The slices of float values x (scales 2^-(G + L) = up.up2, ``_window_scales_into``) into
+    out: slice j of element i at out[j * n + i]."""
+    n = x.shape[0]
+    for i in range(n):
+        _digits_into(np.float64(x[i]) * up[i] * up2[i], out, i, n, scales, add)
+
+
+@njit(cache=True, nogil=True)
 def _float_slices_into(x, rows, top, scales, out, block, stride, accumulate):
     """``_slices_into`` for float32/float64 values ``x`` (not their bits)."""
     k = len(scales) - 1
@@ -245,10 +297,12 @@ def _float_slices_into(x, rows, top, scales, out, block, stride, accumulate):
 
 
 @njit(cache=True, nogil=True)
-def _specials_into(bits, rows, mb, eb, top, k, out, block, stride):
+def _specials_into(bits, rows, mb, eb, top, k, out, block, stride, row_stride=-1):
     """For the elements whose top code is SPECIAL: count this rank's +inf (slice 0), -inf
-    (slice 1) and NaN (2^31 in both) instead of slices."""
+    (slice 1) and NaN (2^31 in both) instead of slices (row r of the values at
+    bits[r * row_stride], top.size by default)."""
     n = top.shape[0]
+    row_stride = n if row_stride < 0 else row_stride
     emask = (1 << eb) - 1
     mmask = (1 << mb) - 1
     for i in range(n):
@@ -258,7 +312,7 @@ def _specials_into(bits, rows, mb, eb, top, k, out, block, stride):
         for j in range(k):
             out[at + j * block] = 0
         for r in range(rows):
-            b = np.int64(bits[r * n + i])
+            b = np.int64(bits[r * row_stride + i])
             if (b >> mb) & emask != emask:
                 continue
             if b & mmask:
@@ -415,6 +469,176 @@ def _round_fast_into(limbs, top, k, p, g, drop, pow2, out, block, stride, scratc
             out[i] = np.float64(odd) * pow2[c * W - s + drop]
 
 
+# Rounding by float arithmetic, which vectorises (``_round_fast_into`` carries with 64-bit
+# arithmetic shifts, which AVX2 has not): for K = 3 into float64, and K = 2 into float64 or
+# float32 (the defaults). Each slice sum, below 2^51 in magnitude (else the exact path), is a
+# float64 exactly (the 1.5.2^52 trick backwards) and so is its scaling by 2^jW: the sum is
+# taken in units of 2^L (L the window's bottom) and scaled once at the end, exact where the
+# result is a normal float64. Two values: their float64 sum is the one rounding (float64), or
+# TwoSum gives it and its exact error, and the last bit set odd where the error is not 0 is the
+# sum rounded to odd, which float32() rounds to nearest even exactly (53 >= 24 + 2 bits: Boldo
+# and Melquiond). Three values: Boldo and Melquiond's correctly rounded sum of three,
+# RN(th + RO(tl + ul)) with (uh, ul) = TwoSum(b, c), (th, tl) = TwoSum(a, uh) ("Emulation of
+# FMA and correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 57(4),
+# 2008). Elsewhere (zeros, inf/NaN, larger sums, overflow, results below 2^-900)
+# ``_round_one``; tests/unit/test_reproducible.py checks every case against it.
+
+_ODD_LIMIT = 1 << 51            # slice sums below this are float64s exactly (_as_float)
+_TINY = 2.0 ** -900
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _as_float(s):
+    """The int64 s, |s| < 2^51, as a float64 (exact)."""
+    return _bits_float(s + _MAGIC_BITS) - _MAGIC
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _two_sum(a, b):
+    """(RN(a + b), a + b - RN(a + b)): Knuth's TwoSum, exact (no overflow)."""
+    s = a + b
+    back = s - a
+    return s, (a - (s - back)) + (b - back)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _to_odd(s, e):
+    """s + e rounded to odd, from s = RN(s + e) and its exact error e: s, or where e != 0 and
+    s's last bit is even its neighbour towards s + e (one step of the bit pattern)."""
+    sb = _float_bits(s)
+    step = np.int64(1) if (sb ^ _float_bits(e)) >= 0 else np.int64(-1)
+    return _bits_float(sb + (step if (e != 0.0) & ((sb & 1) == 0) else np.int64(0)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _float_rounding(s0, s1, s2, c, k, p, down, down2):
+    """An element's slice sums s0, s1 (and s2 for k = 3), top code c, rounded by float
+    arithmetic (the comment above), and whether that is valid (else ``_round_one``). The sums
+    are added in units of 2^L, L the window's bottom, and the result scaled once by 2^L =
+    down.down2: exact where it is a normal float64 (|result| >= 2^-900) or 0 (an exact
+    cancellation)."""
+    ok = (c >= k - 1) & (c <= _TOP_CODE) & (s0 < _ODD_LIMIT) & (s0 > -_ODD_LIMIT) & \
+        (s1 < _ODD_LIMIT) & (s1 > -_ODD_LIMIT)
+    x0, x1 = _as_float(s0), _as_float(s1) * _TWO_W
+    if k == 2:
+        if p == 53:
+            u = x1 + x0
+        else:
+            s, e = _two_sum(x1, x0)
+            u = _to_odd(s, e)
+    else:
+        ok &= (s2 < _ODD_LIMIT) & (s2 > -_ODD_LIMIT)
+        x2 = _as_float(s2) * (_TWO_W * _TWO_W)
+        uh, ul = _two_sum(x1, x0)
+        th, tl = _two_sum(x2, uh)
+        s, e = _two_sum(tl, ul)
+        u = th + _to_odd(s, e)
+    z = u * down * down2
+    if p == 24:
+        z = np.float64(np.float32(z))
+    return z, ok & (abs(z) < np.inf) & ((u == 0.0) | (abs(z) >= _TINY))
+
+
+@njit(cache=True, nogil=True)
+def _round_float_chunk(limbs, at, step, top, k, p, down, down2, out, missed):
+    """``_float_rounding`` of top.size elements whose slice j is at limbs[at + j * step];
+    ``missed``: where invalid. One loop per (k, p), each over contiguous slices: vectorised."""
+    m = top.shape[0]
+    s0, s1 = limbs[at:at + m], limbs[at + step:at + step + m]
+    if k == 2 and p == 53:
+        for i in range(m):
+            out[i], ok = _float_rounding(s0[i], s1[i], 0, np.int64(top[i]), 2, 53, down[i],
+                                         down2[i])
+            missed[i] = not ok
+    elif k == 2:
+        for i in range(m):
+            out[i], ok = _float_rounding(s0[i], s1[i], 0, np.int64(top[i]), 2, 24, down[i],
+                                         down2[i])
+            missed[i] = not ok
+    else:
+        s2 = limbs[at + 2 * step:at + 2 * step + m]
+        for i in range(m):
+            out[i], ok = _float_rounding(s0[i], s1[i], s2[i], np.int64(top[i]), 3, 53,
+                                         down[i], down2[i])
+            missed[i] = not ok
+
+
+@njit(cache=True, nogil=True)
+def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, missed):
+    """``_round_into``'s bits by float arithmetic (the comment above) for k = 3 and p = 53,
+    or k = 2 and p = 53 or 24, in chunks of missed.size elements (``missed``: a scratch of
+    flags, where ``_round_one`` runs instead)."""
+    n = top.shape[0]
+    chunk = missed.shape[0]
+    values, up, up2, down, down2 = (np.empty(chunk), np.empty(chunk), np.empty(chunk),
+                                    np.empty(chunk), np.empty(chunk))
+    for blk in range((n + block - 1) // block):
+        lo0, hi0 = blk * block, min((blk + 1) * block, n)
+        for lo in range(lo0, hi0, chunk):
+            hi = min(lo + chunk, hi0)
+            at = blk * stride + lo - lo0            # element lo's slice 0
+            t = top[lo:hi]
+            _window_scales_into(t, k, up, up2, down, down2)
+            _round_float_chunk(limbs, at, block, t, k, p, down, down2, values, missed)
+            for i in range(hi - lo):
+                out[lo + i] = values[i]
+                if missed[i]:
+                    out[lo + i] = _round_one(limbs, at + i, block, np.int64(top[lo + i]), k,
+                                             p, g, pow2, scratch)
+
+
+@njit(cache=True, nogil=True)
+def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, out, top, limbs,
+                     values, missed, scratch):
+    """out[i] = the reproducible sum of x[r * n + i] over the ``rows`` rows (n = out.size;
+    float32/float64 values, ``bits`` their integer view), rounded once: ``sum`` then
+    ``rounded``, the same bits, fused by chunks of top.size elements so the slice sums stay in
+    the cache. ``top``, ``limbs`` (k * chunk), ``values``, ``missed``: the chunk's scratch."""
+    n, chunk = out.shape[0], top.shape[0]
+    fast = (k == 3 and p == 53) or k == 2
+    magnitude = (1 << (mb + eb)) - 1                    # the bits but the sign
+    up, up2, down, down2 = np.empty(chunk), np.empty(chunk), np.empty(chunk), np.empty(chunk)
+    for lo in range(0, n, chunk):
+        m = min(chunk, n - lo)
+        t, sums = top[:m], limbs[:k * m]
+        # Phase 1: the top codes, a MAX over the rows: the code of the largest magnitude (the
+        # codes grow with it, inf/NaN's the largest), or of zero: +0.0 if any is.
+        big, positive = sums[:m], missed[:m]            # (scratch, free until phase 2)
+        for i in range(m):
+            b = np.int64(bits[lo + i])
+            big[i], positive[i] = b & magnitude, b >= 0
+        for r in range(1, rows):
+            row = bits[r * n + lo:r * n + lo + m]
+            for i in range(m):
+                b = np.int64(row[i])
+                big[i] = max(big[i], b & magnitude)
+                positive[i] |= b >= 0
+        for i in range(m):
+            zero = np.int8(PLUS_ZERO) if positive[i] else np.int8(MINUS_ZERO)
+            t[i] = _code(big[i], mb, eb) if big[i] != 0 else zero
+        # Phase 2: the slices, summed over the rows.
+        _window_scales_into(t, k, up, up2, down, down2)
+        for r in range(rows):
+            _float_chunk_into(x[r * n + lo:r * n + lo + m], up, up2, sums, scales, r > 0)
+        special = False
+        for i in range(m):
+            special |= t[i] == SPECIAL
+        if special:
+            _specials_into(bits[lo:], rows, mb, eb, t, k, sums, m, k * m, n)
+        # Phase 3: one rounding.
+        if fast:
+            _round_float_chunk(sums, 0, m, t, k, p, down, down2, values, missed)
+            for i in range(m):
+                out[lo + i] = values[i]
+                if missed[i]:
+                    out[lo + i] = _round_one(sums, i, m, np.int64(t[i]), k, p, g, pow2,
+                                             scratch)
+        else:
+            _round_fast_into(sums, t, k, p, g, drop, pow2, values, m, k * m, scratch)
+            for i in range(m):
+                out[lo + i] = values[i]
+
+
 # ----------------------------------------------------------------------------- the pieces
 
 _SCALES = {k: tuple(2.0 ** (-j * W) for j in range(k + 1))      # 2^-jW, j = 0..k
@@ -494,7 +718,11 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
         out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
     block = (top.size or 1) if block is None else block
     stride = block * k if stride is None else stride
-    if dtype.itemsize >= 4:
+    if (k, dtype) in ((2, np.dtype(np.float64)), (3, np.dtype(np.float64)),
+                      (2, np.dtype(np.float32))):
+        _round_float_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
+                          np.empty(k + 1, np.int64), np.empty(min(1024, top.size), np.bool_))
+    elif dtype.itemsize >= 4:
         drop = 0 if dtype == np.float64 else 10
         _round_fast_into(limbs, top, k, mb + 1, _lowest(dtype), drop, _POW2, out, block, stride,
                          np.empty(k + 1, np.int64))
@@ -507,12 +735,44 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
         return out.astype(dtype)
 
 
-def wire_bytes(count: int, dtype, k=None, size: int = 2, split: bool = True) -> int:
+_CHUNK = 512       # elements per chunk of the fused sum of rows (its slice sums: 12 KiB at K = 3)
+
+
+def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
+                 limbs=None) -> np.ndarray:
+    """``rounded(*sum(x.reshape(rows, -1)))`` into ``out`` (flat, x's dtype): the same bits,
+    fused for float32/float64 (``_round_rows_into``); ``codes`` (rows * n int8) and ``limbs``
+    (n * k int64): the other dtypes' scratch, made if not given."""
+    mb, eb, view = _format(x.dtype)
+    n = out.size
+    if x.dtype in (np.float64, np.float32):
+        chunk = max(1, min(_CHUNK, n))
+        drop = 0 if x.dtype == np.float64 else 10
+        _round_rows_into(x, x.view(view), rows, mb, eb, k, mb + 1, _lowest(x.dtype), drop,
+                         _SCALES[k], _POW2, out, np.empty(chunk, np.int8),
+                         np.empty(k * chunk, np.int64), np.empty(chunk), np.empty(chunk,
+                                                                                  np.bool_),
+                         np.empty(k + 1, np.int64))
+        return out
+    codes = np.empty(rows * n, np.int8) if codes is None else codes
+    top = np.empty(n, np.int8)
+    _codes_into(x.view(view), mb, eb, codes)
+    _max_rows_into(codes, rows, top)
+    limbs = slices(x, top, k, rows=rows, out=limbs)
+    return rounded(limbs, top, k, x.dtype, out=out)
+
+
+def wire_bytes(count: int, dtype, k=None, size: int = 2, split: bool = True,
+               exchange: bool = False) -> int:
     """Bytes one rank sends in a reproducible all-reduce of ``count`` elements over ``size``
     ranks by ring-like algorithms (the MAX of int8 codes, the slices' reduce-scatter, the
-    floats' all-gather; ``split=False``: one all-reduce of the slices)."""
+    floats' all-gather; ``split=False``: one all-reduce of the slices; ``exchange``: auto's
+    path for arrays, the values' pairwise exchange and the floats' all-gather, a plain
+    all-reduce's bytes)."""
     dtype, k = np.dtype(dtype), _k(k, dtype)
     frac = (size - 1) / size
+    if exchange:
+        return round(2 * frac * count * dtype.itemsize)
     codes_bytes = 2 * frac * count
     if split:
         return round(codes_bytes + frac * count * (8 * k) + frac * count * dtype.itemsize)
@@ -812,17 +1072,25 @@ class Job:
             if recv.size != src.size:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {src.size}")
             n = block = src.size
-            # auto, large: reduce-scatter the slices, round this rank's block, all-gather the
-            # floats (each rank rounds n/N elements; fewer bytes); else one all-reduce of them
+            # auto, large: each rank rounds a block of n/N elements, then the floats are
+            # all-gathered. The values of its block come to it from every rank by a pairwise
+            # exchange (``exchange``: the plain all-reduce's bytes), or a BinnedSum's slices by
+            # a reduce-scatter; small, or an explicit algorithm: one all-reduce of the slices
             split = algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES
+            exchange = split and not isinstance(src, BinnedSum)
             blk = -(-n // size) if split else n
             stride = blk * k + 1
-            sums = take(size * stride if split else stride, np.int64)
+            fused = exchange and src.dtype in (np.float64, np.float32)  # (no slices kept)
+            sums = take(0 if fused else blk * k if exchange else size * stride if split else
+                        stride, np.int64)
             # the floats are gathered into recvbuf itself where its blocks are whole
             direct = split and size * blk == n and recv.flags.c_contiguous
             self.floats = recv.reshape(-1) if direct else take(size * blk, recv.dtype) \
                 if split else None
             self.blk, self.direct = blk, direct
+            # exchange: this rank's values (padded to N blocks), then every rank's values of
+            # this rank's block, one row per rank
+            self.values = take(2 * size * blk, src.dtype) if exchange else None
         else:
             def block_shape(shape, total):
                 return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
@@ -831,7 +1099,7 @@ class Job:
                 raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
                                  f"communicator size {size}")
             n = block = src.size // size
-            self.floats, self.direct = None, False
+            self.floats, self.direct, self.values = None, False, None
             if src is not recv and recv.size != n:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
             stride = n * k + 1
@@ -840,8 +1108,14 @@ class Job:
             size, rank
         self.src, self.recv, self.n, self.stride = src, recv, n, stride
         self.out = recv.reshape(-1)[:n]         # in place: recvbuf's first block
-        self.codes, self.sums = take(src.size, np.int8), sums
+        # the codes: of the values (the MAX's), or the exchange's top codes and codes of rows
+        self.codes = take(src.size if self.values is None else
+                          0 if sums.size == 0 else size * self.blk, np.int8)
+        self.sums = sums
         self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
+        if self.values is not None:
+            self._init_exchange(call)
+            return
 
         def whole(a):
             return Layout(a, (), (), a, None, a, a.size)
@@ -870,6 +1144,47 @@ class Job:
         self._gather = None if g is None or g.kind != "schedule" else plan.bound(
             call, g, prepared[id(g)], self.floats)
 
+    def _init_exchange(self, call) -> None:
+        """The plans of the exchange path: the pairwise exchange of values (a schedule no plan
+        names: ``alltoall_pairwise``) and the all-gather of the rounded floats; one agreement
+        (algorithm ``exchange``: a rank that passed a ``BinnedSum`` runs the slices'
+        reduce-scatter instead, and the two raise ``ArgumentMismatch``)."""
+        from . import plan
+        from .algorithms import alltoall_pairwise
+        from .buffers import Layout
+        size, rank, blk = self.size, self.rank, self.blk
+        g = plan.make(call, "allgather", "auto", Layout(self.floats, (), (), self.floats, None,
+                                                        self.floats, blk),
+                      form="persistent", reproducible=self.k)
+        sched = alltoall_pairwise.schedule(rank, size, blk)
+        nodes = call.open().nodes()
+        exchange = plan.prepared_schedule(call, sched, plan.internode_elements(sched, rank,
+                                                                                nodes),
+                                          None, self.values.dtype)
+        prepared = plan.prepare(call, g) if g.kind == "schedule" else None
+        call.open().last_plan = self.plan = g
+        call.agree("exchange", **{**g.fields(), "op": "sum", "dtype": self.dtype,
+                                  "count": self.n})
+        self._exchange = plan.bound(call, None, exchange, self.values)
+        self._gather = None if prepared is None else plan.bound(call, g, prepared, self.floats)
+
+    def _run_exchange(self, watch) -> None:
+        """The exchange path (``__init__``): values out by blocks, this rank's block's sum
+        rounded (the local ``sum`` of the N rows: the same function of the values), floats
+        all-gathered."""
+        n, size, rank, blk, k = self.n, self.size, self.rank, self.blk, self.k
+        mine, rows = self.values[:size * blk], self.values[size * blk:]
+        mine[:n] = self.src.reshape(-1)
+        mine[n:] = 0
+        self._exchange(watch)
+        rows[rank * blk:(rank + 1) * blk] = mine[rank * blk:(rank + 1) * blk]
+        rounded_rows(rows, size, k, self.floats[rank * blk:(rank + 1) * blk],
+                     codes=self.codes, limbs=self.sums)
+        if self._gather is not None:
+            self._gather(watch)
+        if not self.direct:
+            np.copyto(self.recv.reshape(-1), self.floats[:n])
+
     @property
     def result(self):
         return self.recv
@@ -880,12 +1195,14 @@ class Job:
         K x 8/s times the data). Requests in flight together each take their own."""
         if len(pool) > 8:
             pool.clear()
-        for a in (self.codes, self.sums, None if self.direct else self.floats):
+        for a in (self.codes, self.sums, None if self.direct else self.floats, self.values):
             if a is not None:
                 pool[(a.size, a.dtype)] = a
 
     def run(self, watch) -> None:
         """The whole call (see the class's doc), under ``watch``."""
+        if self.values is not None:
+            return self._run_exchange(watch)
         src, top, sums, k, n = self.src, self.codes, self.sums, self.k, self.n
         if isinstance(src, BinnedSum):
             top[...] = src.codes

@@ -30,7 +30,8 @@ FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "o
           "nodes", "compress", "executor", "segments", "reproducible", "site",
           "timeout", "error")
 _COLLECTIVES = tuple(COLLECTIVES)
-_NAMES = tuple(sorted({name for table in COLLECTIVES.values() for name in table}))
+# (and "exchange": the reproducible all-reduce's exchange of values, mpicoll.reproducible)
+_NAMES = tuple(sorted({name for table in COLLECTIVES.values() for name in table} | {"exchange"}))
 _CODECS = ("bf16", "fp16", "int8")        # mpicoll.compression.CODECS
 _ERRORS = ("none", "TypeError", "ValueError", "another error")
 _EXECUTORS = ("mpi", "shm", "compiled", "python", "progress")   # mpicoll.plan.executor

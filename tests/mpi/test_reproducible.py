@@ -242,6 +242,20 @@ def test_mismatch_raises_everywhere(comm):
                               match="reproducible")
 
 
+def test_arrays_and_local_sums_mixed_under_auto_raise_everywhere(comm):
+    """Large, under auto: plain arrays run the exchange of values, a BinnedSum the slices'
+    reduce-scatter; one rank with each raises ArgumentMismatch on every rank, at once (no
+    deadline), naming both."""
+    from mpicoll.errors import ArgumentMismatch
+    from mpicoll.testing import raises_everywhere
+    if comm.size == 1:
+        pytest.skip("no other rank to disagree with")
+    x = data(R.SPLIT_BYTES // 16 + 5, np.float64, seed=8)[comm.rank]
+    mine_x = R.sum(x[None]) if comm.rank == 0 else x
+    raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce, mine_x, reproducible=True,
+                      comm=comm, match="exchange")
+
+
 @pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling"])
 def test_comm_attribute_every_form(comm, algorithm):

@@ -437,3 +437,126 @@ def test_every_form_refuses_bad_values_on_the_calling_rank():
     assert bits(mpicoll.iallreduce(x, reproducible=4, **self).wait()) == bits(x)
     h = mpicoll.allreduce_init(x, np.empty_like(x), reproducible=4, **self)
     assert bits(h()) == bits(x) and "reproducible=4" in h.plan.describe()
+
+
+# ----------------------------------------------------------------------------- the exchange path
+
+def test_pairwise_exchange_schedule():
+    """alltoall_pairwise: after the run, rank r's received block s is rank s's block r, at
+    every size and count; every step is one send and one copied receive, and each rank sends
+    (P - 1) blocks."""
+    from mpicoll.algorithms import alltoall_pairwise
+    from mpicoll.schedule import check_step
+    for p in range(1, 10):
+        for count in (0, 1, 3):
+            scheds = [alltoall_pairwise.schedule(r, p, count) for r in range(p)]
+            for sched in scheds:
+                for step in sched.steps:
+                    check_step(step)
+            bufs = [np.concatenate([np.arange(p * count) + 1000 * r, np.full(p * count, -1)])
+                    .astype(np.float64) for r in range(p)]
+            result = inprocess.run(scheds, bufs, op=None)
+            for r in range(p):
+                for s in range(p):
+                    if s != r:
+                        got = bufs[r][p * count + s * count:p * count + (s + 1) * count]
+                        assert np.array_equal(got, np.arange(r * count, (r + 1) * count)
+                                              + 1000 * s), (p, count, r, s)
+            assert result.elements_sent == [(p - 1) * count] * p
+
+
+def exchanged(rows, k=None):
+    """auto's path for plain arrays, as the Job runs it: the values padded to P blocks, the
+    pairwise exchange (in-process executor), each rank's block summed over the P rows and
+    rounded (``rounded_rows``), the floats all-gathered; returns every rank's result."""
+    from mpicoll.algorithms import alltoall_pairwise
+    p, n = rows.shape
+    dtype = rows.dtype
+    k = R.DEFAULT_K[dtype] if k is None else k
+    blk = -(-n // p)
+    bufs = [np.zeros(2 * p * blk, dtype) for _ in range(p)]
+    for r in range(p):
+        bufs[r][:n] = rows[r]
+    inprocess.run([alltoall_pairwise.schedule(r, p, blk) for r in range(p)], bufs, op=None)
+    floats = []
+    for r in range(p):
+        mine = bufs[r][p * blk:]
+        mine[r * blk:(r + 1) * blk] = bufs[r][r * blk:(r + 1) * blk]
+        floats.append(R.rounded_rows(mine, p, k, np.empty(blk, dtype)))
+    return [r[:n] for r in inprocess.allgather(floats)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_exchange_path_same_bits(dtype):
+    """One row per rank (plain arrays), P up to 64, counts that do and don't divide into P
+    blocks: every rank gets the whole set's local reproducible sum's bits."""
+    for p in (1, 2, 3, 5, 8, 16, 64):
+        for count in (1, 7, 3 * p + 1):
+            x = wide(p, count, dtype, seed=p)
+            want = bits(R.sum(x))
+            for got in exchanged(x):
+                assert bits(got) == want, (p, count)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_fused_rows_are_sum_then_rounded(dtype):
+    """``rounded_rows`` (float32/float64: codes, slices and rounding fused by chunks) has the
+    bits of ``rounded(sum(rows))``: every K, 1 to 5 rows, counts around the chunk's size, on
+    random bit patterns (subnormals, zeros of both signs in every mix, the largest values,
+    inf of both signs, NaN) and wide data."""
+    rng = np.random.default_rng(12)
+    dtype = np.dtype(dtype)
+    _, _, view = R._format(dtype)
+    for rows in (1, 2, 3, 5):
+        for n in (1, R._CHUNK - 1, R._CHUNK + 1, 1500):
+            patterns = rng.integers(np.iinfo(view).min, np.iinfo(view).max, rows * n,
+                                    dtype=view, endpoint=True).view(dtype).copy()
+            patterns[~np.isfinite(patterns)] = 1.0
+            picks = rng.choice([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0], rows * n,
+                               p=[0.15, 0.15, 0.01, 0.01, 0.005, 0.675])
+            patterns = np.where(picks != 1.0, picks.astype(dtype), patterns)
+            patterns[:rows * n:max(1, n // 7)] = np.finfo(dtype).max
+            for x in (patterns.reshape(rows, n), wide(rows, n, dtype, seed=rows)):
+                for k in range(R.K_RANGE[0], R.K_RANGE[1] + 1):
+                    s = R.sum(x, k=k)
+                    want = R.rounded(s.limbs, s.codes, k, dtype)
+                    got = R.rounded_rows(np.ascontiguousarray(x).reshape(-1), rows, k,
+                                         np.empty(n, dtype))
+                    assert bits(got) == bits(want), (rows, n, k)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_float_rounding_on_ties_and_small_sums(dtype):
+    """The rounding by float arithmetic (K = 2 and 3 into float64, K = 2 into float32) gives
+    the exact path's bits on slice sums below 2^51 (the ones it takes): exact ties, one unit
+    above and below a tie, random low bits, either sign, carries moved between digits, and
+    every top code."""
+    import random
+    rand = random.Random(13)
+    dtype = np.dtype(dtype)
+    p, g = (53, -1074) if dtype == np.float64 else (24, -149)
+    for k in ((2, 3) if dtype == np.float64 else (2,)):
+        digits, tops = [], []
+        for _ in range(20000):
+            width = rand.randint(p + 1, k * R.W + 8)
+            d = width - p
+            t = ((rand.getrandbits(p) | 1 << (p - 1)) << d) + rand.choice(
+                [1 << (d - 1), (1 << (d - 1)) + 1, (1 << (d - 1)) - 1, 0, 1,
+                 rand.getrandbits(d)])
+            t = -t if rand.random() < 0.5 else t
+            row = [(t >> (j * R.W)) & ((1 << R.W) - 1) for j in range(k - 1)]
+            row.append(t >> ((k - 1) * R.W))
+            for j in range(k - 1, 0, -1):               # move some of each carry down
+                q = rand.randint(-2 ** 9, 2 ** 9)
+                row[j] -= q
+                row[j - 1] += q << R.W
+            digits.append(row)
+            tops.append(rand.randint(k - 1, R._TOP_CODE))
+        limbs = np.array(digits, np.int64).T.reshape(-1).copy()
+        top = np.array(tops, np.int8)
+        exact = np.empty(top.size)
+        R._round_into(limbs, top, k, p, g, R._POW2, exact, top.size, top.size * k,
+                      np.empty(k + 1, np.int64))
+        with np.errstate(over="ignore"):
+            exact = exact.astype(dtype)
+        assert bits(R.rounded(limbs, top, k, dtype)) == bits(exact), k
