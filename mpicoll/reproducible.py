@@ -96,21 +96,29 @@ def _bitlen(v):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _code(b, mb, eb):
-    """The bin code of the value whose bits are b (selects, no branches: loops vectorise)."""
+def _magnitude_code(a, mb, eb):
+    """The bin code of the nonzero magnitude whose bits are a (a value's bits but the sign;
+    SPECIAL for inf/NaN). Selects, no branches: loops vectorise."""
     emask = (1 << eb) - 1
     mmask = (1 << mb) - 1
     first = -((1 << (eb - 1)) - 1) - mb - G     # the grid place of bit 0 of m at e = 0 or 1
-    e = np.int64((np.uint64(b) >> np.uint64(mb)) & np.uint64(emask))
-    m = b & mmask
+    e = np.int64((np.uint64(a) >> np.uint64(mb)) & np.uint64(emask))
+    m = a & mmask
     # m's bit length (a subnormal's), from the exponent of float64(m), m < 2^52: exact
     length = np.int64(np.uint64(_float_bits(_bits_float(m | _TWO52_BITS) - _TWO52))
                       >> np.uint64(52)) - 1022
     lead = first + (e + mb if e != 0 else length)      # its leading bit's place, >= 0
-    zero = np.int8(MINUS_ZERO) if b < 0 else np.int8(PLUS_ZERO)
-    code = np.int8(np.uint64(lead * _PER_W) >> np.uint64(16))       # lead // W
-    code = code if (e | m) != 0 else zero
+    # lead // W, in int32 (AVX2 multiplies 32-bit lanes, not 64-bit ones)
+    code = np.int8((np.int32(lead) * np.int32(_PER_W)) >> np.int32(16))
     return np.int8(SPECIAL) if e == emask else code
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _code(b, mb, eb):
+    """The bin code of the value whose bits are b."""
+    a = b & ((1 << (mb + eb)) - 1)                      # the bits but the sign
+    zero = np.int8(MINUS_ZERO) if b < 0 else np.int8(PLUS_ZERO)
+    return _magnitude_code(a, mb, eb) if a != 0 else zero
 
 
 @njit(cache=True, nogil=True)
@@ -236,7 +244,8 @@ def _scaled(x, t, k):
 @njit(cache=True, nogil=True)
 def _window_scales_into(top, k, up, up2, down, down2):
     """Per element, 2^-(G + L) as up.up2 (``_scaled``'s; up = 0 for inf/NaN: their slices are
-    ``_specials_into``'s) and 2^(G + L) as down.down2 (the rounding's), L the bottom of its
+    ``_specials_into``'s) and 2^(G + L) as down.down2 (the float rounding's; down = NaN where
+    it can't be used: zeros' and inf/NaN's codes, a window below the grid), L the bottom of its
     window: a loop of its own, which vectorises (inline in the slicing, the same arithmetic
     took twice as long)."""
     for i in range(top.shape[0]):
@@ -244,7 +253,8 @@ def _window_scales_into(top, k, up, up2, down, down2):
         e = _window_exponent(t, k)
         a, b = _pow2_pair(e)
         up[i], up2[i] = (0.0 if t == SPECIAL else a), b
-        down[i], down2[i] = _pow2_pair(-e)
+        a, b = _pow2_pair(-e)
+        down[i], down2[i] = (a if (t >= k - 1) & (t <= _TOP_CODE) else np.nan), b
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -483,7 +493,9 @@ def _round_fast_into(limbs, top, k, p, g, drop, pow2, out, block, stride, scratc
 # 2008). Elsewhere (zeros, inf/NaN, larger sums, overflow, results below 2^-900)
 # ``_round_one``; tests/unit/test_reproducible.py checks every case against it.
 
-_ODD_LIMIT = 1 << 51            # slice sums below this are float64s exactly (_as_float)
+_ODD_LIMIT = float(1 << 51)     # slice sums below this are float64s exactly (_as_float)
+_CHUNK = 512        # elements per chunk of the float rounding and the fused sum of rows (the
+                    # slice sums of a chunk: 12 KiB at K = 3)
 _TINY = 2.0 ** -900
 
 
@@ -511,15 +523,17 @@ def _to_odd(s, e):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _float_rounding(s0, s1, s2, c, k, p, down, down2):
-    """An element's slice sums s0, s1 (and s2 for k = 3), top code c, rounded by float
-    arithmetic (the comment above), and whether that is valid (else ``_round_one``). The sums
-    are added in units of 2^L, L the window's bottom, and the result scaled once by 2^L =
-    down.down2: exact where it is a normal float64 (|result| >= 2^-900) or 0 (an exact
-    cancellation)."""
-    ok = (c >= k - 1) & (c <= _TOP_CODE) & (s0 < _ODD_LIMIT) & (s0 > -_ODD_LIMIT) & \
-        (s1 < _ODD_LIMIT) & (s1 > -_ODD_LIMIT)
-    x0, x1 = _as_float(s0), _as_float(s1) * _TWO_W
+def _float_rounding(s0, s1, s2, k, p, down, down2):
+    """An element's slice sums s0, s1 (and s2 for k = 3) rounded by float arithmetic (the
+    comment above), and whether that is valid (else ``_round_one``). The sums are added in
+    units of 2^L, L the window's bottom, where every term and every error is an integer
+    (nothing underflows), and the result is scaled once by 2^L = down.down2 (NaN for a top
+    code with no such window: zeros, inf/NaN, a window below the grid): exact
+    where it is a normal float64 (here |result| >= 2^-900) or 0 (an exact cancellation). A
+    slice sum of 2^51 or more reads as a float64 of 2^51 or more, or NaN (``_as_float``)."""
+    x0, x1 = _as_float(s0), _as_float(s1)
+    ok = (abs(x0) < _ODD_LIMIT) & (abs(x1) < _ODD_LIMIT)
+    x1 *= _TWO_W
     if k == 2:
         if p == 53:
             u = x1 + x0
@@ -527,8 +541,9 @@ def _float_rounding(s0, s1, s2, c, k, p, down, down2):
             s, e = _two_sum(x1, x0)
             u = _to_odd(s, e)
     else:
-        ok &= (s2 < _ODD_LIMIT) & (s2 > -_ODD_LIMIT)
-        x2 = _as_float(s2) * (_TWO_W * _TWO_W)
+        x2 = _as_float(s2)
+        ok &= abs(x2) < _ODD_LIMIT
+        x2 *= _TWO_W * _TWO_W
         uh, ul = _two_sum(x1, x0)
         th, tl = _two_sum(x2, uh)
         s, e = _two_sum(tl, ul)
@@ -539,61 +554,68 @@ def _float_rounding(s0, s1, s2, c, k, p, down, down2):
     return z, ok & (abs(z) < np.inf) & ((u == 0.0) | (abs(z) >= _TINY))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _float_rounding_at(limbs, at, step, i, top, k, p, down, down2):
+    """``_float_rounding`` of element i of a chunk whose slice j is at limbs[at + j * step]."""
+    return _float_rounding(limbs[at + i], limbs[at + step + i],
+                           limbs[at + 2 * step + i] if k == 3 else 0, k, p, down[i], down2[i])
+
+
 @njit(cache=True, nogil=True)
-def _round_float_chunk(limbs, at, step, top, k, p, down, down2, out, missed):
-    """``_float_rounding`` of top.size elements whose slice j is at limbs[at + j * step];
-    ``missed``: where invalid. One loop per (k, p), each over contiguous slices: vectorised."""
+def _round_float_chunk(limbs, at, step, top, k, p, g, pow2, down, down2, out, scratch):
+    """out[i] = element i (of top.size, slice j at limbs[at + j * step]) rounded once:
+    ``_float_rounding``, one loop per (k, p) over contiguous slices, vectorised (a flag per
+    element stored in it took 1.7x as long: only whether all were valid is kept), then, where
+    one was not, ``_round_one`` for those."""
     m = top.shape[0]
     s0, s1 = limbs[at:at + m], limbs[at + step:at + step + m]
+    valid = True
     if k == 2 and p == 53:
         for i in range(m):
-            out[i], ok = _float_rounding(s0[i], s1[i], 0, np.int64(top[i]), 2, 53, down[i],
-                                         down2[i])
-            missed[i] = not ok
+            out[i], ok = _float_rounding(s0[i], s1[i], 0, 2, 53, down[i], down2[i])
+            valid &= ok
     elif k == 2:
         for i in range(m):
-            out[i], ok = _float_rounding(s0[i], s1[i], 0, np.int64(top[i]), 2, 24, down[i],
-                                         down2[i])
-            missed[i] = not ok
+            out[i], ok = _float_rounding(s0[i], s1[i], 0, 2, 24, down[i], down2[i])
+            valid &= ok
     else:
         s2 = limbs[at + 2 * step:at + 2 * step + m]
         for i in range(m):
-            out[i], ok = _float_rounding(s0[i], s1[i], s2[i], np.int64(top[i]), 3, 53,
-                                         down[i], down2[i])
-            missed[i] = not ok
+            out[i], ok = _float_rounding(s0[i], s1[i], s2[i], 3, 53, down[i], down2[i])
+            valid &= ok
+    if not valid:
+        for i in range(m):
+            if not _float_rounding_at(limbs, at, step, i, top, k, p, down, down2)[1]:
+                out[i] = _round_one(limbs, at + i, step, np.int64(top[i]), k, p, g, pow2,
+                                    scratch)
 
 
 @njit(cache=True, nogil=True)
-def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, missed):
+def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, chunk):
     """``_round_into``'s bits by float arithmetic (the comment above) for k = 3 and p = 53,
-    or k = 2 and p = 53 or 24, in chunks of missed.size elements (``missed``: a scratch of
-    flags, where ``_round_one`` runs instead)."""
+    or k = 2 and p = 53 or 24, in chunks of ``chunk`` elements."""
     n = top.shape[0]
-    chunk = missed.shape[0]
     values, up, up2, down, down2 = (np.empty(chunk), np.empty(chunk), np.empty(chunk),
                                     np.empty(chunk), np.empty(chunk))
     for blk in range((n + block - 1) // block):
         lo0, hi0 = blk * block, min((blk + 1) * block, n)
         for lo in range(lo0, hi0, chunk):
             hi = min(lo + chunk, hi0)
-            at = blk * stride + lo - lo0            # element lo's slice 0
             t = top[lo:hi]
             _window_scales_into(t, k, up, up2, down, down2)
-            _round_float_chunk(limbs, at, block, t, k, p, down, down2, values, missed)
+            _round_float_chunk(limbs, blk * stride + lo - lo0, block, t, k, p, g, pow2, down,
+                               down2, values, scratch)
             for i in range(hi - lo):
                 out[lo + i] = values[i]
-                if missed[i]:
-                    out[lo + i] = _round_one(limbs, at + i, block, np.int64(top[lo + i]), k,
-                                             p, g, pow2, scratch)
 
 
 @njit(cache=True, nogil=True)
 def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, out, top, limbs,
-                     values, missed, scratch):
+                     values, positive, scratch):
     """out[i] = the reproducible sum of x[r * n + i] over the ``rows`` rows (n = out.size;
     float32/float64 values, ``bits`` their integer view), rounded once: ``sum`` then
     ``rounded``, the same bits, fused by chunks of top.size elements so the slice sums stay in
-    the cache. ``top``, ``limbs`` (k * chunk), ``values``, ``missed``: the chunk's scratch."""
+    the cache. ``top``, ``limbs`` (k * chunk), ``values``, ``positive``: the chunk's scratch."""
     n, chunk = out.shape[0], top.shape[0]
     fast = (k == 3 and p == 53) or k == 2
     magnitude = (1 << (mb + eb)) - 1                    # the bits but the sign
@@ -603,7 +625,7 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, out, to
         t, sums = top[:m], limbs[:k * m]
         # Phase 1: the top codes, a MAX over the rows: the code of the largest magnitude (the
         # codes grow with it, inf/NaN's the largest), or of zero: +0.0 if any is.
-        big, positive = sums[:m], missed[:m]            # (scratch, free until phase 2)
+        big = sums[:m]                                  # (scratch, free until phase 2)
         for i in range(m):
             b = np.int64(bits[lo + i])
             big[i], positive[i] = b & magnitude, b >= 0
@@ -615,7 +637,7 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, out, to
                 positive[i] |= b >= 0
         for i in range(m):
             zero = np.int8(PLUS_ZERO) if positive[i] else np.int8(MINUS_ZERO)
-            t[i] = _code(big[i], mb, eb) if big[i] != 0 else zero
+            t[i] = _magnitude_code(big[i], mb, eb) if big[i] != 0 else zero
         # Phase 2: the slices, summed over the rows.
         _window_scales_into(t, k, up, up2, down, down2)
         for r in range(rows):
@@ -627,16 +649,11 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, out, to
             _specials_into(bits[lo:], rows, mb, eb, t, k, sums, m, k * m, n)
         # Phase 3: one rounding.
         if fast:
-            _round_float_chunk(sums, 0, m, t, k, p, down, down2, values, missed)
-            for i in range(m):
-                out[lo + i] = values[i]
-                if missed[i]:
-                    out[lo + i] = _round_one(sums, i, m, np.int64(t[i]), k, p, g, pow2,
-                                             scratch)
+            _round_float_chunk(sums, 0, m, t, k, p, g, pow2, down, down2, values, scratch)
         else:
             _round_fast_into(sums, t, k, p, g, drop, pow2, values, m, k * m, scratch)
-            for i in range(m):
-                out[lo + i] = values[i]
+        for i in range(m):
+            out[lo + i] = values[i]
 
 
 # ----------------------------------------------------------------------------- the pieces
@@ -721,7 +738,7 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
     if (k, dtype) in ((2, np.dtype(np.float64)), (3, np.dtype(np.float64)),
                       (2, np.dtype(np.float32))):
         _round_float_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
-                          np.empty(k + 1, np.int64), np.empty(min(1024, top.size), np.bool_))
+                          np.empty(k + 1, np.int64), _CHUNK)
     elif dtype.itemsize >= 4:
         drop = 0 if dtype == np.float64 else 10
         _round_fast_into(limbs, top, k, mb + 1, _lowest(dtype), drop, _POW2, out, block, stride,
@@ -733,9 +750,6 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
         return out
     with np.errstate(over="ignore"):
         return out.astype(dtype)
-
-
-_CHUNK = 512       # elements per chunk of the fused sum of rows (its slice sums: 12 KiB at K = 3)
 
 
 def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
