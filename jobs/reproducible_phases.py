@@ -2,8 +2,10 @@
 
     mpiexec -n 2 python jobs/reproducible_phases.py float64 --mib 1 16 64 --calls 5
 
-Wraps the module's kernels' entry points (codes, slices, rounding) and the ``Job``'s bound
-plans (the MAX of the codes, the SUM of the slices, the all-gather of the floats), then runs
+Wraps the module's kernels' entry points (codes, slices, rounding; for arrays, ``auto``'s
+exchange path: the fused codes, slices and rounding of the rank's block) and the ``Job``'s
+bound plans (the MAX of the codes, the SUM of the slices, the exchange of the values, the
+all-gather of the floats), then runs
 the blocking ``allreduce(reproducible=True)`` and the plain ``auto`` call in turn, each between
 barriers. Prints per phase the median wall and thread CPU time (``time.thread_time``, the
 least disturbed on a shared machine), the slowest rank's, and the CPU ns per element of the
@@ -42,15 +44,17 @@ def timed(name, f):
 def instrument() -> None:
     """Wrap the kernels' entry points and every new ``Job``'s bound plans."""
     for name, label in (("_codes_into", "codes"), ("_local_slices", "slices"),
-                        ("rounded", "rounding (this rank's block)")):
+                        ("rounded", "rounding (this rank's block)"),
+                        ("rounded_rows", "codes, slices, rounding of the block (fused)")):
         setattr(R, name, timed(label, getattr(R, name)))
     made = R.Job.__init__
 
     def init(self, *args, **kwargs):
         made(self, *args, **kwargs)
         for attr, label in (("_max", "MAX of the codes"), ("_sum", "SUM of the slices"),
+                            ("_exchange", "exchange of the values"),
                             ("_gather", "all-gather of the floats")):
-            if getattr(self, attr) is not None:
+            if getattr(self, attr, None) is not None:
                 setattr(self, attr, timed(label, getattr(self, attr)))
     R.Job.__init__ = init
 
