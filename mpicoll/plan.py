@@ -50,7 +50,7 @@ from .registry import Algorithm, lookup
 
 __all__ = ["Plan", "make", "begin", "last", "prepare", "run", "start", "request", "bound", "executor",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
-           "internode_elements", "prepared_schedule",
+           "internode_elements", "prepared_schedule", "schedule_fields",
            "LIBRARY"]
 
 # The MPI library's own collective of each kind: blocking, nonblocking, persistent.
@@ -330,6 +330,14 @@ def prepare(call: Call, p: Plan):
         return None
     sched, internode = _schedule(call, p)
     return prepared_schedule(call, sched, internode, p.op, p.dtype)
+
+
+def schedule_fields() -> dict:
+    """The executor's fields of ``Plan.fields`` for a schedule a blocking or persistent call
+    runs, which no plan names (``mpicoll.reproducible``'s exchange of values)."""
+    run_by = "compiled" if _choose() is compiled.execute else "python"
+    return {"executor": run_by,
+            "segments": (_segment_rule() if run_by == "compiled" else "") or None}
 
 
 def prepared_schedule(call: Call, sched, internode: int, op: str | None, dtype):

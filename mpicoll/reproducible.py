@@ -26,6 +26,7 @@ How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
    exchange, which then does all three passes on them (``rounded_rows``: the plain
    all-reduce's bytes, no slices on the wire); a ``BinnedSum``'s slices are reduce-scattered
    ((8K + s + 2)/(2s) of the plain bytes, s the element size: 2.1x for float64, K = 3).
+   ``reduce_scatter_block`` takes the same paths, without the all-gather.
    ``algorithm="mpi"`` / ``"shm"`` (blocking only) run the module's ``allreduce`` /
    ``reduce_scatter_block``: nested calls, ``SPLIT`` as set.
 4. **One rounding.** The K slice sums are carried into one exact integer and rounded once to the
@@ -1113,11 +1114,17 @@ class Job:
                 raise ValueError(f"sendbuf has {src.size} elements, not a multiple of the "
                                  f"communicator size {size}")
             n = block = src.size // size
-            self.floats, self.direct, self.values = None, False, None
             if src is not recv and recv.size != n:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
+            # auto, large, an array: block r's values go to rank r by the pairwise exchange,
+            # and each rank sums its block's rows (as the all-reduce's exchange path)
+            exchange = algorithm == "auto" and size > 1 and not isinstance(src, BinnedSum) \
+                and src.size * k * 8 > SPLIT_BYTES
+            fused = exchange and src.dtype in (np.float64, np.float32)
             stride = n * k + 1
-            sums = take(size * stride, np.int64)
+            sums = take(0 if fused else n * k if exchange else size * stride, np.int64)
+            self.floats, self.direct, self.blk = None, False, n
+            self.values = take(2 * size * n, src.dtype) if exchange else None
         self.collective, self.k, self.dtype, self.size, self.rank = collective, k, recv.dtype, \
             size, rank
         self.src, self.recv, self.n, self.stride = src, recv, n, stride
@@ -1159,45 +1166,49 @@ class Job:
             call, g, prepared[id(g)], self.floats)
 
     def _init_exchange(self, call) -> None:
-        """The plans of the exchange path: the pairwise exchange of values (a schedule no plan
-        names: ``alltoall_pairwise``) and the all-gather of the rounded floats; one agreement
-        (algorithm ``exchange``: a rank that passed a ``BinnedSum`` runs the slices'
-        reduce-scatter instead, and the two raise ``ArgumentMismatch``)."""
+        """The exchange path's pieces: the pairwise exchange of values (a schedule no plan
+        names: ``alltoall_pairwise``) and, for the all-reduce, the all-gather of the rounded
+        floats; one agreement, algorithm ``exchange`` (a rank that passed a ``BinnedSum`` runs
+        the slices' reduce-scatter instead: the two raise ``ArgumentMismatch``)."""
         from . import plan
         from .algorithms import alltoall_pairwise
         from .buffers import Layout
         size, rank, blk = self.size, self.rank, self.blk
-        g = plan.make(call, "allgather", "auto", Layout(self.floats, (), (), self.floats, None,
-                                                        self.floats, blk),
-                      form="persistent", reproducible=self.k)
+        g = None
+        if self.collective == "allreduce":
+            g = plan.make(call, "allgather", "auto", Layout(self.floats, (), (), self.floats,
+                                                            None, self.floats, blk),
+                          form="persistent", reproducible=self.k)
         sched = alltoall_pairwise.schedule(rank, size, blk)
-        nodes = call.open().nodes()
-        exchange = plan.prepared_schedule(call, sched, plan.internode_elements(sched, rank,
-                                                                                nodes),
-                                          None, self.values.dtype)
-        prepared = plan.prepare(call, g) if g.kind == "schedule" else None
-        call.open().last_plan = self.plan = g
-        call.agree("exchange", **{**g.fields(), "op": "sum", "dtype": self.dtype,
-                                  "count": self.n})
+        exchange = plan.prepared_schedule(call, sched, plan.internode_elements(
+            sched, rank, call.open().nodes()), None, self.values.dtype)
+        prepared = plan.prepare(call, g) if g is not None and g.kind == "schedule" else None
+        if g is not None:
+            call.open().last_plan = self.plan = g
+            fields = g.fields()
+        else:
+            self.plan = _Described(f"exchange reproducible={self.k}")
+            fields = {"reproducible": self.k, **plan.schedule_fields()}
+        call.agree("exchange", **{**fields, "op": "sum", "dtype": self.dtype, "count": self.n})
         self._exchange = plan.bound(call, None, exchange, self.values)
         self._gather = None if prepared is None else plan.bound(call, g, prepared, self.floats)
 
     def _run_exchange(self, watch) -> None:
         """The exchange path (``__init__``): values out by blocks, this rank's block's sum
-        rounded (the local ``sum`` of the N rows: the same function of the values), floats
-        all-gathered."""
-        n, size, rank, blk, k = self.n, self.size, self.rank, self.blk, self.k
+        rounded (the local ``sum`` of the N rows: the same function of the values); for the
+        all-reduce, the floats all-gathered."""
+        size, rank, blk, k = self.size, self.rank, self.blk, self.k
         mine, rows = self.values[:size * blk], self.values[size * blk:]
-        mine[:n] = self.src.reshape(-1)
-        mine[n:] = 0
+        mine[:self.src.size] = self.src.reshape(-1)
+        mine[self.src.size:] = 0                        # (the all-reduce's last block)
         self._exchange(watch)
         rows[rank * blk:(rank + 1) * blk] = mine[rank * blk:(rank + 1) * blk]
-        rounded_rows(rows, size, k, self.floats[rank * blk:(rank + 1) * blk],
-                     codes=self.codes, limbs=self.sums)
+        out = self.out if self.floats is None else self.floats[rank * blk:(rank + 1) * blk]
+        rounded_rows(rows, size, k, out, codes=self.codes, limbs=self.sums)
         if self._gather is not None:
             self._gather(watch)
-        if not self.direct:
-            np.copyto(self.recv.reshape(-1), self.floats[:n])
+        if self.floats is not None and not self.direct:
+            np.copyto(self.recv.reshape(-1), self.floats[:self.n])
 
     @property
     def result(self):
@@ -1260,6 +1271,16 @@ class Job:
         mine = sums[self.rank * stride:(self.rank + 1) * stride]
         _check_terms(int(mine[-1]))
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
+
+
+class _Described:
+    """What a ``Job`` runs, where no plan names it, for ``describe()`` (requests, handles)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def describe(self) -> str:
+        return self.text
 
 
 _SPARE: dict = {}       # (count, dtype) -> a buffer a finished blocking call's Job gave back

@@ -195,24 +195,32 @@ def test_every_form_same_bits(comm, algorithm):
 @pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving"])
 def test_reduce_scatter_block_every_form(comm, algorithm):
+    """Every form, plain arrays (small; and large, auto's exchange of values), float32 and
+    bfloat16 (the fused kernel and the separate ones): the bits of the local sum's block."""
     from mpi4py import MPI
-    n = 6
-    x = data(n * comm.size, np.float32, seed=5)
-    rows = x[:comm.size]
-    want = bits(np.asarray(R.sum(rows))[comm.rank * n:(comm.rank + 1) * n])
-    got = {"blocking": mpicoll.reduce_scatter_block(rows[comm.rank], reproducible=True,
-                                                    algorithm=algorithm, comm=comm),
-           "ireduce_scatter_block": mpicoll.ireduce_scatter_block(
-               rows[comm.rank], reproducible=True, algorithm=algorithm, comm=comm).wait()}
-    h = mpicoll.reduce_scatter_block_init(rows[comm.rank], np.empty(n, np.float32),
-                                          reproducible=True, algorithm=algorithm, comm=comm)
-    got["reduce_scatter_block_init"] = h().copy()
-    h.start()
-    got["reduce_scatter_block_init start"] = h.wait().copy()
-    buf = rows[comm.rank].copy()
-    got["in place"] = mpicoll.ireduce_scatter_block(MPI.IN_PLACE, buf, reproducible=True,
-                                                    algorithm=algorithm, comm=comm).wait()[:n]
-    bad = [form for form, y in got.items() if bits(y) != want]
+    bad = []
+    large = (R.SPLIT_BYTES // 8 // comm.size + 3,) if algorithm == "auto" else ()
+    for dtype, n in [(d, n) for d in (np.float32, R.bfloat16) for n in (6,) + large]:
+        x = data(n * comm.size, dtype, seed=5)
+        rows = x[:comm.size]
+        want = bits(np.asarray(R.sum(rows))[comm.rank * n:(comm.rank + 1) * n])
+        got = {"blocking": mpicoll.reduce_scatter_block(rows[comm.rank], reproducible=True,
+                                                        algorithm=algorithm, comm=comm),
+               "ireduce_scatter_block": mpicoll.ireduce_scatter_block(
+                   rows[comm.rank], reproducible=True, algorithm=algorithm, comm=comm).wait()}
+        h = mpicoll.reduce_scatter_block_init(rows[comm.rank], np.empty(n, dtype),
+                                              reproducible=True, algorithm=algorithm,
+                                              comm=comm)
+        got["reduce_scatter_block_init"] = h().copy()
+        h.start()
+        got["reduce_scatter_block_init start"] = h.wait().copy()
+        h.free()
+        buf = rows[comm.rank].copy()
+        got["in place"] = mpicoll.ireduce_scatter_block(MPI.IN_PLACE, buf, reproducible=True,
+                                                        algorithm=algorithm,
+                                                        comm=comm).wait()[:n]
+        bad += [f"{np.dtype(dtype)} n={n} {form}" for form, y in got.items()
+                if bits(y) != want]
     agree(comm, not bad, bad)
 
 
