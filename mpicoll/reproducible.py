@@ -242,20 +242,40 @@ def _scaled(x, t, k):
     return 0.0 if t == SPECIAL else v
 
 
+def _window_table(k: int) -> np.ndarray:
+    """Per bin code c (row c & 255), the powers of two of its window (``_pow2_pair``'s
+    factors): 2^-(G + L) as columns 0 and 1 (column 0 is 0 for inf/NaN: their slices are
+    ``_specials_into``'s), 2^(G + L) as columns 2 and 3 (column 2 NaN where the float
+    rounding can't use it: zeros' and inf/NaN's codes, a window below the grid), and columns 4
+    and 5 the plain first factors of each (the two-value sum's cuts). L the window's bottom,
+    K = k. Looked up, which took half the time of computing them per element."""
+    table = _WINDOW_TABLES.get(k)
+    if table is None:
+        table = np.empty((256, 6))
+        for c in range(256):
+            t = c - 256 if c > SPECIAL else c
+            e = -G - (min(max(t, 0), _TOP_CODE) - k + 1) * W
+            half = e // 2
+            up, up2 = 2.0 ** half, 2.0 ** (e - half)
+            down, down2 = 2.0 ** -half, 2.0 ** (half - e)
+            usable = k - 1 <= t <= _TOP_CODE
+            table[c] = (0.0 if t == SPECIAL else up, up2, down if usable else np.nan, down2,
+                        up, down)
+        table = _WINDOW_TABLES[k] = table
+    return table
+
+
+_WINDOW_TABLES: dict = {}
+
+
 @njit(cache=True, nogil=True)
-def _window_scales_into(top, k, up, up2, down, down2):
-    """Per element, 2^-(G + L) as up.up2 (``_scaled``'s; up = 0 for inf/NaN: their slices are
-    ``_specials_into``'s) and 2^(G + L) as down.down2 (the float rounding's; down = NaN where
-    it can't be used: zeros' and inf/NaN's codes, a window below the grid), L the bottom of its
-    window: a loop of its own, which vectorises (inline in the slicing, the same arithmetic
-    took twice as long)."""
+def _window_scales_into(top, table, up, up2, down, down2):
+    """Per element, 2^-(G + L) as up.up2 and 2^(G + L) as down.down2 (``_window_table``'s
+    columns 0-3 for its top code), L the bottom of its window: a loop of its own (inline in
+    the slicing, computing them took twice as long)."""
     for i in range(top.shape[0]):
-        t = np.int64(top[i])
-        e = _window_exponent(t, k)
-        a, b = _pow2_pair(e)
-        up[i], up2[i] = (0.0 if t == SPECIAL else a), b
-        a, b = _pow2_pair(-e)
-        down[i], down2[i] = (a if (t >= k - 1) & (t <= _TOP_CODE) else np.nan), b
+        c = np.int64(top[i]) & 255
+        up[i], up2[i], down[i], down2[i] = table[c, 0], table[c, 1], table[c, 2], table[c, 3]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -592,7 +612,7 @@ def _round_float_chunk(limbs, at, step, top, k, p, g, pow2, down, down2, out, sc
 
 
 @njit(cache=True, nogil=True)
-def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, chunk):
+def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, chunk, table):
     """``_round_into``'s bits by float arithmetic (the comment above) for k = 3 and p = 53,
     or k = 2 and p = 53 or 24, in chunks of ``chunk`` elements."""
     n = top.shape[0]
@@ -603,7 +623,7 @@ def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, ch
         for lo in range(lo0, hi0, chunk):
             hi = min(lo + chunk, hi0)
             t = top[lo:hi]
-            _window_scales_into(t, k, up, up2, down, down2)
+            _window_scales_into(t, table, up, up2, down, down2)
             _round_float_chunk(limbs, blk * stride + lo - lo0, block, t, k, p, g, pow2, down,
                                down2, values, scratch)
             for i in range(hi - lo):
@@ -611,8 +631,25 @@ def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, ch
 
 
 @njit(cache=True, nogil=True)
-def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, out, top, limbs,
-                     values, positive, scratch):
+def _pair_sums_into(a, b, top, table, single, out):
+    """Two values per element (a[i], b[i], top code top[i]): round(trunc_L(a) + trunc_L(b)),
+    the definition, is one IEEE addition of the two values cut at 2^L (toward zero, each
+    exact: a float's leading bits, scaled by powers of two: ``_window_table``'s columns 4, 1,
+    5, 3), in the output's format (float32 when ``single``): correctly rounded, ties to even,
+    subnormals kept, overflow to inf, -0 only from two -0s, as ``_round_one``; NaN made the
+    default one."""
+    for i in range(top.shape[0]):
+        c = np.int64(top[i]) & 255
+        up, up2, down, down2 = table[c, 4], table[c, 1], table[c, 5], table[c, 3]
+        at = np.trunc(np.float64(a[i]) * up * up2) * down * down2
+        bt = np.trunc(np.float64(b[i]) * up * up2) * down * down2
+        z = np.float64(np.float32(at) + np.float32(bt)) if single else at + bt
+        out[i] = z if z == z else np.nan
+
+
+@njit(cache=True, nogil=True)
+def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, table, out, top,
+                     limbs, values, positive, scratch):
     """out[i] = the reproducible sum of x[r * n + i] over the ``rows`` rows (n = out.size;
     float32/float64 values, ``bits`` their integer view), rounded once: ``sum`` then
     ``rounded``, the same bits, fused by chunks of top.size elements so the slice sums stay in
@@ -639,8 +676,13 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, out, to
         for i in range(m):
             zero = np.int8(PLUS_ZERO) if positive[i] else np.int8(MINUS_ZERO)
             t[i] = _magnitude_code(big[i], mb, eb) if big[i] != 0 else zero
+        if rows == 2:                       # (two ranks: one addition per element)
+            _pair_sums_into(x[lo:lo + m], x[n + lo:n + lo + m], t, table, p == 24, values)
+            for i in range(m):
+                out[lo + i] = values[i]
+            continue
         # Phase 2: the slices, summed over the rows.
-        _window_scales_into(t, k, up, up2, down, down2)
+        _window_scales_into(t, table, up, up2, down, down2)
         for r in range(rows):
             _float_chunk_into(x[r * n + lo:r * n + lo + m], up, up2, sums, scales, r > 0)
         special = False
@@ -739,7 +781,7 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
     if (k, dtype) in ((2, np.dtype(np.float64)), (3, np.dtype(np.float64)),
                       (2, np.dtype(np.float32))):
         _round_float_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
-                          np.empty(k + 1, np.int64), _CHUNK)
+                          np.empty(k + 1, np.int64), _CHUNK, _window_table(k))
     elif dtype.itemsize >= 4:
         drop = 0 if dtype == np.float64 else 10
         _round_fast_into(limbs, top, k, mb + 1, _lowest(dtype), drop, _POW2, out, block, stride,
@@ -764,7 +806,7 @@ def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
         chunk = max(1, min(_CHUNK, n))
         drop = 0 if x.dtype == np.float64 else 10
         _round_rows_into(x, x.view(view), rows, mb, eb, k, mb + 1, _lowest(x.dtype), drop,
-                         _SCALES[k], _POW2, out, np.empty(chunk, np.int8),
+                         _SCALES[k], _POW2, _window_table(k), out, np.empty(chunk, np.int8),
                          np.empty(k * chunk, np.int64), np.empty(chunk), np.empty(chunk,
                                                                                   np.bool_),
                          np.empty(k + 1, np.int64))
@@ -1059,7 +1101,10 @@ class Job:
     K) raise ``ArgumentMismatch``. Both phases run under the call's tag, one after the other
     (MPI's messages between two ranks on one tag arrive in order). ``run(watch)`` is the whole
     call: codes, MAX, slices, SUM, one rounding into recvbuf -- the same function of the values'
-    multiset as the blocking call's, so the same bits."""
+    multiset as the blocking call's, so the same bits. ``auto`` on a large array instead runs
+    the exchange path (``_init_exchange``): the values' pairwise exchange, each rank's block
+    summed and rounded by ``rounded_rows``, and for the all-reduce an all-gather of the
+    floats."""
 
     def __init__(self, call, collective: str, sendbuf, recvbuf, *, op, k, algorithm="auto",
                  given=None, form: str = "nonblocking", compress=None, error_feedback=None,
@@ -1174,6 +1219,7 @@ class Job:
         from .algorithms import alltoall_pairwise
         from .buffers import Layout
         size, rank, blk = self.size, self.rank, self.blk
+        _check_terms(size)                      # (one value per rank and element)
         g = None
         if self.collective == "allreduce":
             g = plan.make(call, "allgather", "auto", Layout(self.floats, (), (), self.floats,

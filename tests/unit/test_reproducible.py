@@ -284,10 +284,20 @@ def test_public_calls_at_one_rank():
 
 
 def test_wire_bytes():
-    """The reduce-scatter path sends (8K + s)/(2s) + 1/s times a ring all-reduce's bytes."""
+    """The reduce-scatter path sends (8K + s)/(2s) + 1/s times a ring all-reduce's bytes, the
+    exchange of values exactly a ring all-reduce's: what the in-process executor counts."""
+    from mpicoll.algorithms import alltoall_pairwise
     n = 1 << 20
     plain = 2 * n * 8 * 3 / 4
     assert R.wire_bytes(n, np.float64, size=4) / plain == pytest.approx((24 + 8 + 2) / 16)
+    assert R.wire_bytes(n, np.float64, size=4, exchange=True) == plain
+    p, blk = 4, n // 4
+    scheds = [alltoall_pairwise.schedule(r, p, blk) for r in range(p)]
+    sent = inprocess.run(scheds, [np.zeros(2 * p * blk) for _ in range(p)], op=None)
+    gathered = inprocess.run(inprocess.schedules("allgather", "ring", p, n),
+                             [np.zeros(n) for _ in range(p)], op=None)
+    assert [8 * (a + b) for a, b in zip(sent.elements_sent, gathered.elements_sent)] == \
+        [R.wire_bytes(n, np.float64, size=p, exchange=True)] * p
 
 
 def _random_sums(rng, n, k):
