@@ -254,7 +254,7 @@ def _window_table(k: int) -> np.ndarray:
         table = np.empty((256, 6))
         for c in range(256):
             t = c - 256 if c > SPECIAL else c
-            e = -G - (min(max(t, 0), _TOP_CODE) - k + 1) * W
+            e = _window_exponent.py_func(t, k)
             half = e // 2
             up, up2 = 2.0 ** half, 2.0 ** (e - half)
             down, down2 = 2.0 ** -half, 2.0 ** (half - e)
@@ -648,14 +648,14 @@ def _pair_sums_into(a, b, top, table, single, out):
 
 
 @njit(cache=True, nogil=True)
-def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, table, out, top,
-                     limbs, values, positive, scratch):
+def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, fast, scales, pow2, table, out,
+                     top, limbs, values, positive, scratch):
     """out[i] = the reproducible sum of x[r * n + i] over the ``rows`` rows (n = out.size;
     float32/float64 values, ``bits`` their integer view), rounded once: ``sum`` then
     ``rounded``, the same bits, fused by chunks of top.size elements so the slice sums stay in
-    the cache. ``top``, ``limbs`` (k * chunk), ``values``, ``positive``: the chunk's scratch."""
+    the cache; ``fast``: (k, dtype) is one of ``_FLOAT_ROUNDING``'s. ``top``, ``limbs``
+    (k * chunk), ``values``, ``positive``: the chunk's scratch."""
     n, chunk = out.shape[0], top.shape[0]
-    fast = (k == 3 and p == 53) or k == 2
     magnitude = (1 << (mb + eb)) - 1                    # the bits but the sign
     up, up2, down, down2 = np.empty(chunk), np.empty(chunk), np.empty(chunk), np.empty(chunk)
     for lo in range(0, n, chunk):
@@ -703,6 +703,11 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, scales, pow2, table, 
 
 _SCALES = {k: tuple(2.0 ** (-j * W) for j in range(k + 1))      # 2^-jW, j = 0..k
            for k in range(K_RANGE[0], K_RANGE[1] + 1)}
+# the dtypes the float-arithmetic kernels take (slices, the fused sum of rows), and the
+# (K, dtype) the rounding by float arithmetic serves (``_float_rounding``)
+_FLOAT_KERNELS = (np.dtype(np.float64), np.dtype(np.float32))
+_FLOAT_ROUNDING = ((2, np.dtype(np.float64)), (3, np.dtype(np.float64)),
+                   (2, np.dtype(np.float32)))
 
 
 def _format(dtype) -> tuple:
@@ -754,7 +759,7 @@ def slices(x: np.ndarray, top: np.ndarray, k: int, *, rows: int = 1, out=None, b
     stride = block * k if stride is None else stride
     values = np.ascontiguousarray(x).reshape(-1)
     flat = values.view(view)
-    if values.dtype in (np.float64, np.float32):
+    if values.dtype in _FLOAT_KERNELS:
         _float_slices_into(values, rows, top, _SCALES[k], out, block, stride, accumulate)
     else:
         _slices_into(flat, rows, mb, eb, top, k, out, block, stride, accumulate)
@@ -778,8 +783,7 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
         out = np.empty(top.size, dtype if dtype.itemsize >= 4 else np.float64)
     block = (top.size or 1) if block is None else block
     stride = block * k if stride is None else stride
-    if (k, dtype) in ((2, np.dtype(np.float64)), (3, np.dtype(np.float64)),
-                      (2, np.dtype(np.float32))):
+    if (k, dtype) in _FLOAT_ROUNDING:
         _round_float_into(limbs, top, k, mb + 1, _lowest(dtype), _POW2, out, block, stride,
                           np.empty(k + 1, np.int64), _CHUNK, _window_table(k))
     elif dtype.itemsize >= 4:
@@ -802,11 +806,11 @@ def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
     (n * k int64): the other dtypes' scratch, made if not given."""
     mb, eb, view = _format(x.dtype)
     n = out.size
-    if x.dtype in (np.float64, np.float32):
+    if x.dtype in _FLOAT_KERNELS:
         chunk = max(1, min(_CHUNK, n))
         drop = 0 if x.dtype == np.float64 else 10
         _round_rows_into(x, x.view(view), rows, mb, eb, k, mb + 1, _lowest(x.dtype), drop,
-                         _SCALES[k], _POW2, _window_table(k), out, np.empty(chunk, np.int8),
+                         (k, x.dtype) in _FLOAT_ROUNDING, _SCALES[k], _POW2, _window_table(k), out, np.empty(chunk, np.int8),
                          np.empty(k * chunk, np.int64), np.empty(chunk), np.empty(chunk,
                                                                                   np.bool_),
                          np.empty(k + 1, np.int64))
@@ -996,7 +1000,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
                         **explicit, **common)
     size = (comm or MPI.COMM_WORLD).Get_size()
     terms = _terms(src)
-    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES and SPLIT != "never" \
+    if _large(algorithm, size, src, k) and SPLIT != "never" \
             and (SPLIT == "always" or _across_nodes(comm)):
         # Phase 2 (large, several nodes): reduce-scatter the slices (each block ends with the
         # term count), round this rank's block, all-gather the floats.
@@ -1022,7 +1026,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
     api.allreduce(MPI.IN_PLACE, buf, op=MPI.SUM, algorithm=algorithm, **explicit, **common)
     _check_terms(int(buf[-1]))
     # Phase 3: one rounding; auto, large: each rank rounds its block, then an all-gather.
-    if algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES:
+    if _large(algorithm, size, src, k):
         rank = (comm or MPI.COMM_WORLD).Get_rank()
         block = -(-n // size)
         lo, hi = min(rank * block, n), min((rank + 1) * block, n)
@@ -1033,6 +1037,12 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
         return recv
     rounded(buf, top, k, dtype, out=recv.reshape(-1))
     return recv
+
+
+def _large(algorithm, size: int, src, k: int) -> bool:
+    """Whether ``auto`` splits the work by blocks, each rank rounding its own (more than
+    ``SPLIT_BYTES`` of slices per rank; an array's values then travel by the exchange)."""
+    return algorithm == "auto" and size > 1 and src.size * k * 8 > SPLIT_BYTES
 
 
 def _across_nodes(comm) -> bool:
@@ -1136,21 +1146,16 @@ class Job:
             # all-gathered. The values of its block come to it from every rank by a pairwise
             # exchange (``exchange``: the plain all-reduce's bytes), or a BinnedSum's slices by
             # a reduce-scatter; small, or an explicit algorithm: one all-reduce of the slices
-            split = algorithm == "auto" and size > 1 and n * k * 8 > SPLIT_BYTES
+            split = _large(algorithm, size, src, k)
             exchange = split and not isinstance(src, BinnedSum)
             blk = -(-n // size) if split else n
             stride = blk * k + 1
-            fused = exchange and src.dtype in (np.float64, np.float32)  # (no slices kept)
-            sums = take(0 if fused else blk * k if exchange else size * stride if split else
-                        stride, np.int64)
+            sums = None if exchange else take(size * stride if split else stride, np.int64)
             # the floats are gathered into recvbuf itself where its blocks are whole
             direct = split and size * blk == n and recv.flags.c_contiguous
             self.floats = recv.reshape(-1) if direct else take(size * blk, recv.dtype) \
                 if split else None
             self.blk, self.direct = blk, direct
-            # exchange: this rank's values (padded to N blocks), then every rank's values of
-            # this rank's block, one row per rank
-            self.values = take(2 * size * blk, src.dtype) if exchange else None
         else:
             def block_shape(shape, total):
                 return shape[1:] if len(shape) > 1 and shape[0] == size else (total // size,)
@@ -1163,20 +1168,24 @@ class Job:
                 raise ValueError(f"recvbuf has {recv.size} elements, expected {n}")
             # auto, large, an array: block r's values go to rank r by the pairwise exchange,
             # and each rank sums its block's rows (as the all-reduce's exchange path)
-            exchange = algorithm == "auto" and size > 1 and not isinstance(src, BinnedSum) \
-                and src.size * k * 8 > SPLIT_BYTES
-            fused = exchange and src.dtype in (np.float64, np.float32)
+            exchange = _large(algorithm, size, src, k) and not isinstance(src, BinnedSum)
             stride = n * k + 1
-            sums = take(0 if fused else n * k if exchange else size * stride, np.int64)
+            sums = None if exchange else take(size * stride, np.int64)
             self.floats, self.direct, self.blk = None, False, n
-            self.values = take(2 * size * n, src.dtype) if exchange else None
         self.collective, self.k, self.dtype, self.size, self.rank = collective, k, recv.dtype, \
             size, rank
         self.src, self.recv, self.n, self.stride = src, recv, n, stride
         self.out = recv.reshape(-1)[:n]         # in place: recvbuf's first block
-        # the codes: of the values (the MAX's), or the exchange's top codes and codes of rows
-        self.codes = take(src.size if self.values is None else
-                          0 if sums.size == 0 else size * self.blk, np.int8)
+        self.values = None
+        if exchange:
+            # this rank's values (padded to N blocks), then every rank's values of this rank's
+            # block, one row per rank; the codes and slices of rows where not fused
+            fused = src.dtype in _FLOAT_KERNELS
+            self.values = take(2 * size * self.blk, src.dtype)
+            sums = take(0 if fused else self.blk * k, np.int64)
+            self.codes = take(0 if fused else size * self.blk, np.int8)
+        else:
+            self.codes = take(src.size, np.int8)        # the codes of the values (the MAX's)
         self.sums = sums
         self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
         if self.values is not None:

@@ -140,7 +140,8 @@ def test_the_model_row_chooses_hierarchicals_outer_unless_a_setting_does(tmp_pat
 @pytest.mark.parametrize("p, L", [(10, 4), (7, 3), (96, 8)])
 def test_every_collective_is_priced_on_uneven_and_large_layouts(p, L):
     """Uneven last nodes (hierarchical then takes its leaders), non-powers of two (the fold's
-    steps misalign the lock step) and a walk of two nodes only: a positive time each."""
+    steps misalign the lock step) and a large layout walked smaller (12 nodes as 7): a positive
+    time each."""
     from mpicoll.registry import COLLECTIVES
     for collective in COLLECTIVES:
         predicted = model.predict_all(p, 1 << 20, profile(), collective=collective,
