@@ -45,7 +45,8 @@ def instrument() -> None:
     """Wrap the kernels' entry points and every new ``Job``'s bound plans."""
     for name, label in (("_codes_into", "codes"), ("_local_slices", "slices"),
                         ("rounded", "rounding (this rank's block)"),
-                        ("rounded_rows", "codes, slices, rounding of the block (fused)")):
+                        ("rounded_rows", "codes, slices, rounding of the block (fused)"),
+                        ("rounded_pair", "the two rows' sums of the block (two ranks)")):
         setattr(R, name, timed(label, getattr(R, name)))
     made = R.Job.__init__
 

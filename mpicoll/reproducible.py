@@ -115,6 +115,17 @@ def _magnitude_code(a, mb, eb):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _float_code(m):
+    """The bin code of float64 magnitude m (the same as ``_magnitude_code`` of its bits for
+    m > 0 finite; inf/NaN's above the top code, a zero's -1): from m's exponent, a subnormal's
+    scaled by 2^64 first. Float arithmetic and selects, no integer MAX: loops vectorise."""
+    subnormal = m < _SMALLEST_NORMAL
+    e = np.int64(np.uint64(_float_bits(m * _TWO64 if subnormal else m)) >> np.uint64(52))
+    lead = e - (64 if subnormal else 0) - 1023 - G          # the grid place of its leading bit
+    return (np.int32(lead) * np.int32(_PER_W)) >> np.int32(16)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _code(b, mb, eb):
     """The bin code of the value whose bits are b."""
     a = b & ((1 << (mb + eb)) - 1)                      # the bits but the sign
@@ -193,6 +204,7 @@ def _slices_into(bits, rows, mb, eb, top, k, out, block, stride, accumulate):
 
 _MAGIC = 1.5 * 2.0 ** 52
 _TWO52, _TWO52_BITS = 2.0 ** 52, 0x4330000000000000         # 2^52 and its bits
+_TWO64, _SMALLEST_NORMAL = 2.0 ** 64, 2.0 ** -1022
 _MAGIC_BITS = 0x4338000000000000            # its bits
 _TWO_W = float(1 << W)
 
@@ -214,6 +226,8 @@ def _bitcast(source, target, doc: str):
 
 _float_bits = _bitcast(types.float64, types.int64, "The bits of a float64 as an int64.")
 _bits_float = _bitcast(types.int64, types.float64, "The float64 whose bits are an int64.")
+_float32_bits = _bitcast(types.float32, types.int32, "The bits of a float32 as an int32.")
+_bits_float32 = _bitcast(types.int32, types.float32, "The float32 whose bits are an int32.")
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -246,12 +260,12 @@ def _window_table(k: int) -> np.ndarray:
     """Per bin code c (row c & 255), the powers of two of its window (``_pow2_pair``'s
     factors): 2^-(G + L) as columns 0 and 1 (column 0 is 0 for inf/NaN: their slices are
     ``_specials_into``'s), 2^(G + L) as columns 2 and 3 (column 2 NaN where the float
-    rounding can't use it: zeros' and inf/NaN's codes, a window below the grid), and columns 4
-    and 5 the plain first factors of each (the two-value sum's cuts). L the window's bottom,
-    K = k. Looked up, which took half the time of computing them per element."""
+    rounding can't use it: zeros' and inf/NaN's codes, a window below the grid). L the
+    window's bottom, K = k. Looked up, which took half the time of computing them per
+    element."""
     table = _WINDOW_TABLES.get(k)
     if table is None:
-        table = np.empty((256, 6))
+        table = np.empty((256, 4))
         for c in range(256):
             t = c - 256 if c > SPECIAL else c
             e = _window_exponent.py_func(t, k)
@@ -259,8 +273,7 @@ def _window_table(k: int) -> np.ndarray:
             up, up2 = 2.0 ** half, 2.0 ** (e - half)
             down, down2 = 2.0 ** -half, 2.0 ** (half - e)
             usable = k - 1 <= t <= _TOP_CODE
-            table[c] = (0.0 if t == SPECIAL else up, up2, down if usable else np.nan, down2,
-                        up, down)
+            table[c] = (0.0 if t == SPECIAL else up, up2, down if usable else np.nan, down2)
         table = _WINDOW_TABLES[k] = table
     return table
 
@@ -631,20 +644,55 @@ def _round_float_into(limbs, top, k, p, g, pow2, out, block, stride, scratch, ch
 
 
 @njit(cache=True, nogil=True)
-def _pair_sums_into(a, b, top, table, single, out):
-    """Two values per element (a[i], b[i], top code top[i]): round(trunc_L(a) + trunc_L(b)),
-    the definition, is one IEEE addition of the two values cut at 2^L (toward zero, each
-    exact: a float's leading bits, scaled by powers of two: ``_window_table``'s columns 4, 1,
-    5, 3), in the output's format (float32 when ``single``): correctly rounded, ties to even,
-    subnormals kept, overflow to inf, -0 only from two -0s, as ``_round_one``; NaN made the
-    default one."""
-    for i in range(top.shape[0]):
-        c = np.int64(top[i]) & 255
-        up, up2, down, down2 = table[c, 4], table[c, 1], table[c, 5], table[c, 3]
-        at = np.trunc(np.float64(a[i]) * up * up2) * down * down2
-        bt = np.trunc(np.float64(b[i]) * up * up2) * down * down2
-        z = np.float64(np.float32(at) + np.float32(bt)) if single else at + bt
+def _pair_sums_into(a, b, k, single, out):
+    """Two values per element (a[i], b[i]): round(trunc_L(a) + trunc_L(b)), the definition,
+    is one IEEE addition of the two values cut at 2^L (toward zero, each exact: a float's
+    leading bits), in the output's format (float32 when ``single``): correctly rounded, ties
+    to even, subnormals kept, overflow to inf, -0 only from two -0s, as ``_round_one``; NaN
+    made the default one. L, the window's bottom, from the larger magnitude's code
+    (``_float_code``: the codes grow with the magnitude, so it is the MAX of the two). Float
+    arithmetic and selects only: the loop vectorises."""
+    for i in range(out.shape[0]):
+        x, y = np.float64(a[i]), np.float64(b[i])
+        e = _window_exponent(_float_code(max(abs(x), abs(y))), k)
+        up, up2 = _pow2_pair(e)
+        down, down2 = _pow2_pair(-e)
+        xt = np.trunc(x * up * up2) * down * down2
+        yt = np.trunc(y * up * up2) * down * down2
+        z = np.float64(np.float32(xt) + np.float32(yt)) if single else xt + yt
         out[i] = z if z == z else np.nan
+
+
+# float32's codes lie in 23..30 (its smallest subnormal to inf/NaN), so for K <= 3 every
+# window's powers of two, 2^-(G + L) = 2^(1074 - (t - K + 1)W) and its inverse, are products
+# of two normal float32s (|exponent| <= 2 x 117): the two-value sum runs in float32 itself,
+# eight lanes wide, its codes clamped to 23 (a zero's window: any does).
+_F32_CODES = ((-149 - G) // W, (128 - G) // W)
+_F32_PAIR_K = 3
+assert all(abs(-G - (t - k + 1) * W) <= 2 * 117 for k in range(K_RANGE[0], _F32_PAIR_K + 1)
+           for t in range(_F32_CODES[0], _F32_CODES[1] + 1))
+
+
+@njit(cache=True, nogil=True)
+def _pair_sums32_into(a, b, k, out):
+    """``_pair_sums_into`` for float32 and K <= _F32_PAIR_K, in float32 arithmetic (the
+    comment above): the same bits, three times faster."""
+    for i in range(out.shape[0]):
+        x, y = a[i], b[i]
+        m = max(abs(x), abs(y))
+        subnormal = m < np.float32(2.0 ** -126)
+        e = np.int32((_float32_bits(m * np.float32(2.0 ** 32) if subnormal else m) >> 23)
+                     - (32 if subnormal else 0))
+        t = np.int32((np.int32(e - 127 - G) * np.int32(_PER_W)) >> 16)  # the code, as _float_code
+        t = min(max(t, np.int32(_F32_CODES[0])), np.int32(_F32_CODES[1]))
+        ex = np.int32(-G - (t - k + 1) * W)
+        half = np.int32(ex >> 1)
+        up, up2 = _bits_float32(np.int32((half + 127) << 23)), \
+            _bits_float32(np.int32((ex - half + 127) << 23))
+        down, down2 = _bits_float32(np.int32((127 - half) << 23)), \
+            _bits_float32(np.int32((127 - ex + half) << 23))
+        z = np.trunc(x * up * up2) * down * down2 + np.trunc(y * up * up2) * down * down2
+        out[i] = z if z == z else np.float32(np.nan)
 
 
 @njit(cache=True, nogil=True)
@@ -656,31 +704,36 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, fast, scales, pow2, t
     the cache; ``fast``: (k, dtype) is one of ``_FLOAT_ROUNDING``'s. ``top``, ``limbs``
     (k * chunk), ``values``, ``positive``: the chunk's scratch."""
     n, chunk = out.shape[0], top.shape[0]
-    magnitude = (1 << (mb + eb)) - 1                    # the bits but the sign
     up, up2, down, down2 = np.empty(chunk), np.empty(chunk), np.empty(chunk), np.empty(chunk)
     for lo in range(0, n, chunk):
         m = min(chunk, n - lo)
         t, sums = top[:m], limbs[:k * m]
         # Phase 1: the top codes, a MAX over the rows: the code of the largest magnitude (the
-        # codes grow with it, inf/NaN's the largest), or of zero: +0.0 if any is.
-        big = sums[:m]                                  # (scratch, free until phase 2)
+        # codes grow with it; a NaN kept as the largest: SPECIAL, as inf), by float compares,
+        # which vectorise where int64 MAX does not (AVX2); an all-zero element's code, +0.0
+        # if any of its zeros is, from the bits, only in a chunk that has one.
+        big = values                                    # (scratch, free until phase 3)
         for i in range(m):
-            b = np.int64(bits[lo + i])
-            big[i], positive[i] = b & magnitude, b >= 0
+            big[i] = abs(np.float64(x[lo + i]))
         for r in range(1, rows):
-            row = bits[r * n + lo:r * n + lo + m]
+            row = x[r * n + lo:r * n + lo + m]
             for i in range(m):
-                b = np.int64(row[i])
-                big[i] = max(big[i], b & magnitude)
-                positive[i] |= b >= 0
+                v = abs(np.float64(row[i]))
+                big[i] = v if (v > big[i]) | (v != v) else big[i]
+        zeros = False
         for i in range(m):
-            zero = np.int8(PLUS_ZERO) if positive[i] else np.int8(MINUS_ZERO)
-            t[i] = _magnitude_code(big[i], mb, eb) if big[i] != 0 else zero
-        if rows == 2:                       # (two ranks: one addition per element)
-            _pair_sums_into(x[lo:lo + m], x[n + lo:n + lo + m], t, table, p == 24, values)
+            t[i] = np.int8(_float_code(big[i])) if big[i] < np.inf else np.int8(SPECIAL)
+            zeros |= big[i] == 0.0
+        if zeros:
             for i in range(m):
-                out[lo + i] = values[i]
-            continue
+                positive[i] = bits[lo + i] >= 0
+            for r in range(1, rows):
+                row = bits[r * n + lo:r * n + lo + m]
+                for i in range(m):
+                    positive[i] |= row[i] >= 0
+            for i in range(m):
+                if big[i] == 0.0:
+                    t[i] = np.int8(PLUS_ZERO) if positive[i] else np.int8(MINUS_ZERO)
         # Phase 2: the slices, summed over the rows.
         _window_scales_into(t, table, up, up2, down, down2)
         for r in range(rows):
@@ -806,14 +859,15 @@ def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
     (n * k int64): the other dtypes' scratch, made if not given."""
     mb, eb, view = _format(x.dtype)
     n = out.size
+    if rows == 2 and x.dtype in _FLOAT_KERNELS:
+        return rounded_pair(x[:n], x[n:2 * n], k, out)
     if x.dtype in _FLOAT_KERNELS:
         chunk = max(1, min(_CHUNK, n))
         drop = 0 if x.dtype == np.float64 else 10
         _round_rows_into(x, x.view(view), rows, mb, eb, k, mb + 1, _lowest(x.dtype), drop,
-                         (k, x.dtype) in _FLOAT_ROUNDING, _SCALES[k], _POW2, _window_table(k), out, np.empty(chunk, np.int8),
-                         np.empty(k * chunk, np.int64), np.empty(chunk), np.empty(chunk,
-                                                                                  np.bool_),
-                         np.empty(k + 1, np.int64))
+                         (k, x.dtype) in _FLOAT_ROUNDING, _SCALES[k], _POW2, _window_table(k),
+                         out, np.empty(chunk, np.int8), np.empty(k * chunk, np.int64),
+                         np.empty(chunk), np.empty(chunk, np.bool_), np.empty(k + 1, np.int64))
         return out
     codes = np.empty(rows * n, np.int8) if codes is None else codes
     top = np.empty(n, np.int8)
@@ -821,6 +875,16 @@ def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
     _max_rows_into(codes, rows, top)
     limbs = slices(x, top, k, rows=rows, out=limbs)
     return rounded(limbs, top, k, x.dtype, out=out)
+
+
+def rounded_pair(a: np.ndarray, b: np.ndarray, k: int, out: np.ndarray) -> np.ndarray:
+    """``rounded_rows`` of two rows of float32/float64 values, each read where it is: one
+    addition per element (``_pair_sums_into``, ``_pair_sums32_into``)."""
+    if a.dtype == np.float32 and k <= _F32_PAIR_K:
+        _pair_sums32_into(a, b, k, out)
+    else:
+        _pair_sums_into(a, b, k, a.dtype == np.float32, out)
+    return out
 
 
 def wire_bytes(count: int, dtype, k=None, size: int = 2, split: bool = True,
@@ -1257,9 +1321,13 @@ class Job:
         mine[:self.src.size] = self.src.reshape(-1)
         mine[self.src.size:] = 0                        # (the all-reduce's last block)
         self._exchange(watch)
-        rows[rank * blk:(rank + 1) * blk] = mine[rank * blk:(rank + 1) * blk]
+        own = mine[rank * blk:(rank + 1) * blk]
         out = self.out if self.floats is None else self.floats[rank * blk:(rank + 1) * blk]
-        rounded_rows(rows, size, k, out, codes=self.codes, limbs=self.sums)
+        if size == 2 and self.dtype in _FLOAT_KERNELS:    # (the own row read in place)
+            rounded_pair(own, rows[(1 - rank) * blk:(2 - rank) * blk], k, out)
+        else:
+            rows[rank * blk:(rank + 1) * blk] = own
+            rounded_rows(rows, size, k, out, codes=self.codes, limbs=self.sums)
         if self._gather is not None:
             self._gather(watch)
         if self.floats is not None and not self.direct:

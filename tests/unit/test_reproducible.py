@@ -5,6 +5,7 @@ accuracy against math.fsum; IEEE's specials; the public entry points at one rank
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -533,6 +534,43 @@ def test_fused_rows_are_sum_then_rounded(dtype):
                     got = R.rounded_rows(np.ascontiguousarray(x).reshape(-1), rows, k,
                                          np.empty(n, dtype))
                     assert bits(got) == bits(want), (rows, n, k)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_two_rows_by_one_addition(dtype):
+    """Two ranks' rows (``rounded_pair``: one IEEE addition of the two values cut at the
+    window, in float32 itself for float32 and K <= 3) have the bits of ``rounded(sum(rows))``
+    on the pairs where a cut or the addition could go wrong: exact cancellation (+0), two -0s
+    (-0), a zero beside anything, a value and its double (overflow at the largest), partners
+    one unit apart, subnormals of both sizes, a partner far below the window, inf and NaN,
+    for every K."""
+    rng = np.random.default_rng(14)
+    dtype = np.dtype(dtype)
+    _, _, view = R._format(dtype)
+    fi = ml_dtypes.finfo(dtype)
+    n = 4096
+    a = rng.integers(np.iinfo(view).min, np.iinfo(view).max, n, dtype=view,
+                     endpoint=True).view(dtype).copy()
+    a[~np.isfinite(a)] = 1.0
+    partners = [-a, a, np.zeros_like(a), -np.zeros_like(a),
+                (a.view(view) + 1).view(dtype),
+                (a * dtype.type(2.0 ** -30)).astype(dtype), np.full_like(a, np.nan),
+                np.full_like(a, np.inf), np.full_like(a, -np.inf),
+                rng.permutation(a), np.full_like(a, fi.smallest_subnormal),
+                np.full_like(a, -fi.max)]
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype)
+    for b in partners:
+        x = np.stack([a, b.astype(dtype)])
+        x[:, :len(special)] = special           # and the specials against each other
+        x[1, :len(special) ** 2] = np.repeat(special, len(special))[:len(special) ** 2]
+        x[0, :len(special) ** 2] = np.tile(special, len(special))
+        for k in range(R.K_RANGE[0], R.K_RANGE[1] + 1):
+            s = R.sum(x, k=k)
+            want = R.rounded(s.limbs, s.codes, k, dtype)
+            for pair in (x, x[::-1]):
+                got = R.rounded_rows(np.ascontiguousarray(pair).reshape(-1), 2, k,
+                                     np.empty(n, dtype))
+                assert bits(got) == bits(want), k
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
