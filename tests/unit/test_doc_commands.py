@@ -150,6 +150,10 @@ CHEAP = {
     "mpicoll bench -d bfloat16": f"mpiexec -n 2 mpicoll bench {_MB} -d bfloat16",
     "mpiexec -n N mpicoll bench --reproducible -d DTYPE -b 1M -e 64M -f 4 -n 7 -w 1":
         "mpiexec -n 2 mpicoll bench --reproducible -d float64 -b 1K -e 1K -n 3 -w 1",
+    "mpiexec -n 2 mpicoll bench --collective reduce_scatter_block --reproducible -b 16M -e 16M "
+    "-d float64":
+        "mpiexec -n 2 mpicoll bench --collective reduce_scatter_block --reproducible -b 1K "
+        "-e 1K -d float64 -n 3 -w 1",
     "mpiexec -n 2 python -m mpicoll bench -b 8 -e 64K -f 8":
         "mpiexec -n 2 python -m mpicoll bench -b 8 -e 64K -f 64 -n 3 -w 1",
     "mpiexec -n 2 python -m mpicoll bench -b 8 -e 64M -a shm,ring,mpi":
