@@ -1,6 +1,7 @@
 """Fill numba's disk cache, once per checkout, with everything a default call can compile: the
-kernels of every dtype x op, the compiled executor's loop for every storage dtype, and shm's two
-loops (``window_copy``, ``single_copy``) for its dtypes. ``bash run.sh`` runs it before any MPI
+kernels of every dtype x op, the compiled executor's loop for every storage dtype, shm's two
+loops (``window_copy``, ``single_copy``) for its dtypes, and the reproducible sums' kernels
+with the default K (``reproducible.warmup``). ``bash run.sh`` runs it before any MPI
 job, so no rank's first call compiles (docs/performance.md: minutes on a fresh clone).
 
     python -m mpicoll.tools.warm            # nothing to do when its stamp is newer than mpicoll
@@ -9,9 +10,9 @@ Two processes compile side by side, split by numba function, so that each functi
 index is written by one process only (numba rewrites a function's whole index when it saves an
 overload: two writers could drop each other's entries). This process compiles the kernels
 first (which everything else calls, and then only loads), then starts the second process for
-shm's ``window_copy`` and the executor's loops, and meanwhile compiles shm's ``single_copy``,
-the longest of them (on a fresh cache, one process: kernels 22 s, loops 29 s, ``window_copy``
-31 s, ``single_copy`` 82 s). The second takes ``kernels.file_lock`` on a lock file of its own
+shm's ``window_copy``, the executor's loops and the reproducible sums' kernels, and meanwhile
+compiles shm's ``single_copy``, the longest of them (on a fresh cache, one process: kernels 22
+s, loops 29 s, ``window_copy`` 31 s, the reproducible kernels 29 s, ``single_copy`` 82 s). The second takes ``kernels.file_lock`` on a lock file of its own
 (``kernels.use_lock_file``): on the shared one, the two compilations would take turns.
 A stamp file in numba's cache folder, newer than every source file of mpicoll, marks it done.
 
@@ -27,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import kernels
+from .. import kernels, reproducible
 from ..algorithms import allreduce_shm
 from ..executors import compiled
 from ..shm import kernels as shm_kernels
@@ -56,14 +57,15 @@ def fresh() -> bool:
 
 
 def second_share() -> None:
-    """The second process's share: shm's ``window_copy`` for each of its dtypes and the
-    compiled executor's loop for every storage dtype."""
+    """The second process's share: shm's ``window_copy`` for each of its dtypes, the
+    compiled executor's loop for every storage dtype, and the reproducible sums' kernels."""
     kernels.use_lock_file(kernels.lock_path() + ".second")
     for dtype in kernels.DTYPES:
         if dtype in allreduce_shm.DTYPES:
             allreduce_shm.warmup(dtype, functions=("window_copy",))
         if compiled.available() is None:
             compiled.warmup(kernels.storage(dtype))
+    reproducible.warmup()
 
 
 def main(argv=None) -> int:
@@ -94,8 +96,8 @@ def main(argv=None) -> int:
         second.kill()
         raise
     if second.wait():
-        print("run.sh: shm's window_copy or the executor's loops failed to compile (exit "
-              f"{second.returncode})", file=sys.stderr)
+        print("run.sh: shm's window_copy, the executor's loops or the reproducible kernels "
+              f"failed to compile (exit {second.returncode})", file=sys.stderr)
         return 1
     stamp().touch()
     print(f"run.sh: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
