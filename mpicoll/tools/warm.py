@@ -12,8 +12,9 @@ overload: two writers could drop each other's entries). This process compiles th
 first (which everything else calls, and then only loads), then starts the second process for
 shm's ``window_copy``, the executor's loops and the reproducible sums' kernels, and meanwhile
 compiles shm's ``single_copy``, the longest of them (on a fresh cache, one process: kernels 22
-s, loops 29 s, ``window_copy`` 31 s, the reproducible kernels 29 s, ``single_copy`` 82 s). The second takes ``kernels.file_lock`` on a lock file of its own
-(``kernels.use_lock_file``): on the shared one, the two compilations would take turns.
+s, loops 29 s, ``window_copy`` 31 s, the reproducible kernels 29 s, ``single_copy`` 82 s).
+The second takes ``kernels.file_lock`` on a lock file of its own (``kernels.use_lock_file``):
+on the shared one, the two compilations would take turns.
 A stamp file in numba's cache folder, newer than every source file of mpicoll, marks it done.
 
 numba checks a cached function against its own source file only. The executor's loop and shm's
