@@ -44,6 +44,8 @@ else the infinity); the sum of only -0.0 is -0.0, an exact cancellation +0.0.
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 from numba import njit, types
@@ -1311,7 +1313,6 @@ class Job:
         floats; one agreement, algorithm ``exchange`` (a rank that passed a ``BinnedSum`` runs
         the slices' reduce-scatter instead: the two raise ``ArgumentMismatch``)."""
         from . import plan
-        from .algorithms import alltoall_pairwise
         from .buffers import Layout
         size, rank, blk = self.size, self.rank, self.blk
         _check_terms(size)                      # (one value per rank and element)
@@ -1320,9 +1321,8 @@ class Job:
             g = plan.make(call, "allgather", "auto", Layout(self.floats, (), (), self.floats,
                                                             None, self.floats, blk),
                           form="persistent", reproducible=self.k)
-        sched = alltoall_pairwise.schedule(rank, size, blk)
-        exchange = plan.prepared_schedule(call, sched, plan.internode_elements(
-            sched, rank, call.open().nodes()), None, self.values.dtype)
+        sched, internode = _exchange_schedule(rank, size, blk, call.open().nodes())
+        exchange = plan.prepared_schedule(call, sched, internode, None, self.values.dtype)
         prepared = plan.prepare(call, g) if g is not None and g.kind == "schedule" else None
         if g is not None:
             call.open().last_plan = self.plan = g
@@ -1416,6 +1416,17 @@ class Job:
         mine = sums[self.rank * stride:(self.rank + 1) * stride]
         _check_terms(int(mine[-1]))
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
+
+
+@functools.lru_cache(maxsize=64)
+def _exchange_schedule(rank: int, size: int, count: int, nodes: tuple) -> tuple:
+    """The pairwise exchange's schedule and the elements it sends to other nodes, kept as
+    ``plan.schedule_of`` keeps a registered algorithm's (a schedule is immutable, and the
+    compiled executor keeps its segmented plan on it: made once, not per call)."""
+    from . import plan
+    from .algorithms import alltoall_pairwise
+    sched = alltoall_pairwise.schedule(rank, size, count)
+    return sched, plan.internode_elements(sched, rank, nodes)
 
 
 class _Described:
