@@ -861,7 +861,7 @@ def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
     (n * k int64): the other dtypes' scratch, made if not given."""
     mb, eb, view = _format(x.dtype)
     n = out.size
-    if rows == 2 and x.dtype in _FLOAT_KERNELS:
+    if _in_pairs(rows, x.dtype):
         return rounded_pair(x[:n], x[n:2 * n], k, out)
     if x.dtype in _FLOAT_KERNELS:
         chunk = max(1, min(_CHUNK, n))
@@ -877,6 +877,12 @@ def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
     _max_rows_into(codes, rows, top)
     limbs = slices(x, top, k, rows=rows, out=limbs)
     return rounded(limbs, top, k, x.dtype, out=out)
+
+
+def _in_pairs(rows: int, dtype) -> bool:
+    """Whether ``rounded_rows`` sums ``rows`` rows of ``dtype`` by ``rounded_pair``, which
+    reads each row where it is (so a caller may pass the two rows apart)."""
+    return rows == 2 and dtype in _FLOAT_KERNELS
 
 
 def rounded_pair(a: np.ndarray, b: np.ndarray, k: int, out: np.ndarray) -> np.ndarray:
@@ -1088,8 +1094,8 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
                         **explicit, **common)
     size = (comm or MPI.COMM_WORLD).Get_size()
     terms = _terms(src)
-    if _large(algorithm, size, src, k) and SPLIT != "never" \
-            and (SPLIT == "always" or _across_nodes(comm)):
+    large = _large(algorithm, size, src, k)
+    if large and SPLIT != "never" and (SPLIT == "always" or _across_nodes(comm)):
         # Phase 2 (large, several nodes): reduce-scatter the slices (each block ends with the
         # term count), round this rank's block, all-gather the floats.
         block = -(-n // size)
@@ -1099,14 +1105,7 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
         _local_slices(src, top, k, out=buf, block=block, stride=stride)
         mine = api.reduce_scatter_block(buf, algorithm="auto", **common)
         _check_terms(int(mine[-1]))
-        rank = (comm or MPI.COMM_WORLD).Get_rank()
-        lo, hi = min(rank * block, n), min((rank + 1) * block, n)
-        floats = np.zeros(size * block, dtype)
-        floats[rank * block:rank * block + hi - lo] = rounded(mine, top[lo:hi], k, dtype,
-                                                              block=block)
-        gathered = api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
-        np.copyto(recv.reshape(-1), gathered[:n])
-        return recv
+        return _rounded_blocks(mine, block, top, k, recv, comm, common)
     # Phase 2: one all-reduce of the slices and the term count, with the caller's algorithm.
     buf = np.empty(n * k + 1, np.int64)
     _local_slices(src, top, k, out=buf[:n * k])
@@ -1114,16 +1113,28 @@ def allreduce(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", comm=None, k
     api.allreduce(MPI.IN_PLACE, buf, op=MPI.SUM, algorithm=algorithm, **explicit, **common)
     _check_terms(int(buf[-1]))
     # Phase 3: one rounding; auto, large: each rank rounds its block, then an all-gather.
-    if _large(algorithm, size, src, k):
+    if large:
         rank = (comm or MPI.COMM_WORLD).Get_rank()
-        block = -(-n // size)
-        lo, hi = min(rank * block, n), min((rank + 1) * block, n)
-        floats = np.zeros(size * block, dtype)
-        rounded(buf[lo:], top[lo:hi], k, dtype, block=n, out=floats[lo:hi])   # one block
-        api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
-        np.copyto(recv.reshape(-1), floats[:n])
-        return recv
+        lo = min(rank * -(-n // size), n)
+        return _rounded_blocks(buf[lo:], n, top, k, recv, comm, common)
     rounded(buf, top, k, dtype, out=recv.reshape(-1))
+    return recv
+
+
+def _rounded_blocks(limbs, step, top, k, recv, comm, common):
+    """``auto``, large (the module's nested calls): this rank rounds its block of the n
+    elements, whose slice sums are ``limbs`` (slice j of its element i at limbs[j * step + i]),
+    then the floats are all-gathered into ``recv``; returns ``recv``."""
+    from mpi4py import MPI
+    import mpicoll as api
+    comm = comm or MPI.COMM_WORLD
+    n, size, rank = recv.size, comm.Get_size(), comm.Get_rank()
+    block = -(-n // size)
+    lo, hi = min(rank * block, n), min((rank + 1) * block, n)
+    floats = np.zeros(size * block, recv.dtype)
+    rounded(limbs, top[lo:hi], k, recv.dtype, block=step, out=floats[lo:hi])
+    api.allgather(MPI.IN_PLACE, floats, algorithm="auto", **common)
+    np.copyto(recv.reshape(-1), floats[:n])
     return recv
 
 
@@ -1345,7 +1356,7 @@ class Job:
         self._exchange(watch)
         own = mine[rank * blk:(rank + 1) * blk]
         out = self.out if self.floats is None else self.floats[rank * blk:(rank + 1) * blk]
-        if size == 2 and self.dtype in _FLOAT_KERNELS:    # (the own row read in place)
+        if _in_pairs(size, self.dtype):                   # (the own row read in place)
             rounded_pair(own, rows[(1 - rank) * blk:(2 - rank) * blk], k, out)
         else:
             rows[rank * blk:(rank + 1) * blk] = own

@@ -93,6 +93,30 @@ def test_executors_segments_and_large_counts(comm, executor, mode):
     agree(comm, not problems, problems[:5])
 
 
+@pytest.mark.max_ranks(5)
+@pytest.mark.parametrize("mode", ["always", "never"])
+def test_module_allreduce_by_blocks(comm, mode):
+    """``mpicoll.reproducible.allreduce`` called itself with ``auto`` (the public calls run a
+    ``Job``): past SPLIT_BYTES each rank rounds its block, after a reduce-scatter of the slices
+    ("always") or an all-reduce of them ("never"), and the floats are all-gathered: the local
+    sum's bits, every dtype, plain arrays and local sums, recvbuf given or not."""
+    problems = []
+    with split(mode):
+        for dtype in (np.float64, np.float32, np.float16, R.bfloat16):
+            for count in (R.SPLIT_BYTES // 16 + 5, 3 * comm.size * (R.SPLIT_BYTES // 16)):
+                x = data(count, dtype, seed=5)
+                rows = x[:comm.size]
+                want = bits(R.sum(rows))
+                out = np.empty(count, dtype)
+                for what, got in (("array", R.allreduce(rows[comm.rank], comm=comm)),
+                                  ("recvbuf", R.allreduce(rows[comm.rank], out, comm=comm)),
+                                  ("local sum", R.allreduce(R.sum(rows[comm.rank:comm.rank + 1]),
+                                                            comm=comm))):
+                    if bits(got) != want:
+                        problems.append(f"{np.dtype(dtype)} n={count} {what}")
+    agree(comm, not problems, problems[:5])
+
+
 @pytest.mark.parametrize("ranks_per_node", ["1", "2", "3"])
 def test_virtual_nodes(comm, ranks_per_node):
     problems = []
