@@ -561,9 +561,9 @@ def test_two_rows_by_one_addition(dtype):
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype)
     for b in partners:
         x = np.stack([a, b.astype(dtype)])
-        x[:, :len(special)] = special           # and the specials against each other
-        x[1, :len(special) ** 2] = np.repeat(special, len(special))[:len(special) ** 2]
+        # and the specials against each other, every ordered pair
         x[0, :len(special) ** 2] = np.tile(special, len(special))
+        x[1, :len(special) ** 2] = np.repeat(special, len(special))
         for k in range(R.K_RANGE[0], R.K_RANGE[1] + 1):
             s = R.sum(x, k=k)
             want = R.rounded(s.limbs, s.codes, k, dtype)
