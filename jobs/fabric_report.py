@@ -42,9 +42,10 @@ FABRIC_FILES = {"veth-1g": ROOT / "slurm/local/fabric-1g.json",
 BEGIN, END = "<!-- fabric-report:begin -->", "<!-- fabric-report:end -->"
 SIM_MIN = 64 << 10
 TUNED = "fabric-tuned-"      # the bench again, auto with MPICOLL_TUNING (--collect-tuned)
-# The "stack" model adds the hosts' network stack that jobs/fabric_stack.py measured
-# (fabric-stack-*.json, from `slurm/fabric.sbatch all` or `stack`): on the fastest fabric
-# measured, where the link is faster than the stack, so that the rates are the stack's.
+# The "host" model adds the hosts' network stack and memory copies that jobs/fabric_stack.py
+# measured (fabric-stack-*.json, from `slurm/fabric.sbatch all` or `stack`): on the fastest
+# fabric measured, where the link is faster than the stack, so that the rates are the stack's
+# (the copies between ranks of one node do not cross a link: any fabric measures them).
 STACK = "fabric-stack-"
 PAIR = 1.25     # two variants measured further apart than this are "clearly" in an order
 
@@ -117,15 +118,17 @@ def load_stack(results: Path) -> dict | None:
 
 
 def model_fabric(fabric_name: str, nodes: int, per: int, stack: dict | None = None):
-    """The fabric JSON's model at ``nodes`` x ``per``, plus the hosts' network stack when
-    ``stack`` (a fabric-stack-*.json) is given: every emulated node on the one host."""
+    """The fabric JSON's model at ``nodes`` x ``per``, plus the hosts' network stack and memory
+    copies when ``stack`` (a fabric-stack-*.json) is given: every emulated node on the one
+    host."""
     from mpicoll.executors.fabric import from_json
     f = from_json(FABRIC_FILES[fabric_name], nodes, per)
     # the node's one link is shared by its ranks: the leaf (the node) uplink = one NIC
     f = replace(f, oversubscription=float(per) if f.leaf == "node" else f.oversubscription)
     if stack is not None:
-        f = replace(f, name=f.name + "+stack", stack=stack["stack"],
-                    stack_per_flow=stack["stack_per_flow"], nodes_per_host=nodes)
+        f = replace(f, name=f.name + "+host", stack=stack["stack"],
+                    stack_per_flow=stack["stack_per_flow"], copy=stack.get("copy"),
+                    nodes_per_host=nodes)
     return f
 
 
@@ -314,13 +317,17 @@ def report(runs, results: Path, doc_dir: Path) -> str:
     add(f"Every variant with a schedule at every size >= {human(SIM_MIN)}: predicted / measured "
         "(1.00 = exact; 0.80-1.25 is the issue's +-25 %), for two models: **network** = the "
         "fabric JSON the cluster was started with (TCP's per-message cost across the link, "
-        "112 us), and *stack* = the same plus the hosts' network stack (every emulated node on "
-        "this one machine: its CPU moves each inter-node byte out of one node and into another)"
-        + (f", as `jobs/fabric_stack.py` measured it with point-to-point messages on "
+        "112 us), and *host* = the same plus the hosts' network stack (every emulated node on "
+        "this one machine: its CPU moves each inter-node byte out of one node and into another) "
+        "and their memory copies (the bytes between ranks of one node that MPI's shared memory "
+        "copies, shared by every rank on the machine)"
+        + (f", as `jobs/fabric_stack.py` measured them with point-to-point messages on "
            f"{stack['fabric']} ({stack['nranks']} ranks on {stack['nodes']} nodes, "
-           f"`docs/results/{stack['_file']}`): one message alone "
+           f"`docs/results/{stack['_file']}`): one message between nodes alone "
            f"{stack['stack_per_flow'] / 1e6:.0f} MB/s, every rank at once "
-           f"{stack['all_flows_Bps'] / 1e6:.0f} MB/s between nodes in all" if stack else
+           f"{stack['all_flows_Bps'] / 1e6:.0f} MB/s between nodes in all"
+           + (f", every rank with a rank of its own node at once {stack['copy'] / 1e9:.1f} GB/s "
+              "in all" if stack.get("copy") else "") if stack else
            ": not measured, so the same as network") + ". "
         "`auto` is simulated as the variant it picked; MPI_Allreduce and "
         "`hierarchical@inner=shm` have no schedule. Both predictions and the measurements are in "
@@ -328,7 +335,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
     summary = []
     for (fabric_name, lay), (run, t) in sims.items():
         fabs = {"network": model_fabric(fabric_name, run["_nodes"], run["_per"]),
-                "stack": model_fabric(fabric_name, run["_nodes"], run["_per"], stack)}
+                "host": model_fabric(fabric_name, run["_nodes"], run["_per"], stack)}
         sizes = [s for s in t if s >= SIM_MIN]
         variants = [v for v in (run.get("variants") or []) if v != "mpi"]
         meas = {v: [t[s][v]["time_us"] if v in t[s] else None for s in sizes] for v in variants}
@@ -345,11 +352,11 @@ def report(runs, results: Path, doc_dir: Path) -> str:
         for v in sim_vs:
             cells = []
             for i, mv in enumerate(meas[v]):
-                pn, pl = pred["network"][v][i], pred["stack"][v][i]
+                pn, pl = pred["network"][v][i], pred["host"][v][i]
                 if pn is None or mv is None:
                     cells.append("-")
                     continue
-                for m, p in (("network", pn), ("stack", pl)):
+                for m, p in (("network", pn), ("host", pl)):
                     stats[m]["total"] += 1
                     stats[m]["within"] += 0.8 <= p / mv <= 1.25
                 cells.append(f"**{pn / mv:.2f}** *{pl / mv:.2f}*")
@@ -389,7 +396,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
                       for m, f in fabs.items()}
                 add(f"- {a} overtakes {b}: measured at {human(ms) if ms else 'no size'}; "
                     f"predicted at {human(ps['network']) if ps['network'] else 'no size'} "
-                    f"(network), {human(ps['stack']) if ps['stack'] else 'no size'} (stack).")
+                    f"(network), {human(ps['host']) if ps['host'] else 'no size'} (host).")
         add("")
         (results / f"fabric-sim-{fabric_name}-{lay}.json").write_text(json.dumps({
             "fabric": fabric_name, "layout": lay,
@@ -398,15 +405,15 @@ def report(runs, results: Path, doc_dir: Path) -> str:
             "stats": stats}, indent=1) + "\n")
         summary.append((fabric_name, lay, stats, len(sizes)))
     if summary:
-        add(f"| fabric | layout | within +-25 %: network | stack | same order: network | "
-            f"stack | pairs > {PAIR:g}x apart in the same order: network | stack |")
+        add(f"| fabric | layout | within +-25 %: network | host | same order: network | "
+            f"host | pairs > {PAIR:g}x apart in the same order: network | host |")
         add("|---|---|---:|---:|---:|---:|---:|---:|")
         for f, lay, st, n in summary:
             add(f"| {f} | {lay} | {st['network']['within']} / {st['network']['total']} | "
-                f"{st['stack']['within']} / {st['stack']['total']} | "
-                f"{st['network']['same']} / {n} | {st['stack']['same']} / {n} | "
+                f"{st['host']['within']} / {st['host']['total']} | "
+                f"{st['network']['same']} / {n} | {st['host']['same']} / {n} | "
                 f"{st['network']['alike']} / {st['network']['pairs']} | "
-                f"{st['stack']['alike']} / {st['stack']['pairs']} |")
+                f"{st['host']['alike']} / {st['host']['pairs']} |")
         add("")
     for name in sorted({r["_fabric"] for r in runs}):
         path = doc_dir / f"fabric-{name}.png"

@@ -1,8 +1,9 @@
-"""The hosts' network stack, measured with point-to-point messages: how fast one message between
-nodes moves alone, and how many bytes between nodes the hosts move when every rank sends and
-receives at once. They are the fabric model's ``stack_per_flow`` and ``stack``
-(mpicoll/executors/fabric.py), the CPU work of the kernel's TCP stack and the MPI library's
-copies, which the link's rate alone does not show.
+"""The hosts' network stack and memory copies, measured with point-to-point messages: how fast
+one message between nodes moves alone, how many bytes between nodes the hosts move when every
+rank sends and receives at once, and how many bytes between ranks of one node they copy when
+every rank exchanges with a rank of its own node at once. They are the fabric model's
+``stack_per_flow``, ``stack`` and ``copy`` (mpicoll/executors/fabric.py): the CPU work of the
+kernel's TCP stack and of the MPI library's copies, which the links' rates alone do not show.
 
     bash slurm/local-cluster.sh up --fabric slurm/local/fabric-10g.json
     srun -N 4 --ntasks-per-node=2 python -m mpi4py jobs/fabric_stack.py --outdir DIR \\
@@ -17,6 +18,10 @@ nodes). Two tests, each timed ``-n`` times between barriers (median), with MPI_S
 * **all flows**: every rank sends its message to its partner and receives the partner's
   (MPI_Sendrecv, all at once); the rate is the bytes that crossed nodes (N x size) over the
   slowest rank's time.
+* **intra flows** (with 2 or more ranks on a node): local rank i exchanges with local rank
+  i xor 1 of its own node (MPI_Sendrecv, all pairs of all nodes at once); the rate is the bytes
+  moved (size x the ranks in a pair) over the slowest rank's time, per host: ``copy``. The link
+  plays no part, so it is valid on any fabric.
 
 With the link faster than both (a 10 Gbit/s fabric on this machine), ``stack_per_flow`` = the
 one-flow rate, and ``stack`` = the all-flows rate x (sides per host): each byte costs the stack
@@ -51,6 +56,14 @@ def timed(comm, fn, iters: int) -> float:
         fn()
         times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
     return float(np.median(times[1:]))
+
+
+def _mate(hosts, r):
+    """The rank that rank r exchanges with inside its node (local rank i xor 1), or None (the
+    last rank of a node with an odd number of them)."""
+    local = [q for q in range(len(hosts)) if hosts[q] == hosts[r]]
+    i = local.index(r)
+    return local[i ^ 1] if (i ^ 1) < len(local) else None
 
 
 def main(argv=None) -> int:
@@ -88,21 +101,33 @@ def main(argv=None) -> int:
     def exchange():
         comm.Sendrecv(send, dest=partner, sendtag=3, recvbuf=recv, source=partner, recvtag=3)
 
+    mate = _mate(hosts, rank)
+    paired = sum(1 for r in range(size) if _mate(hosts, r) is not None)
+
+    def intra():
+        if mate is not None:
+            comm.Sendrecv(send, dest=mate, sendtag=4, recvbuf=recv, source=mate, recvtag=4)
+
     one = nbytes / (timed(comm, ping_pong, args.iterations) / 2)
     every = size * nbytes / timed(comm, exchange, args.iterations)
     per_host = args.nodes_per_host or nodes
     sides = 2 if per_host > 1 else 1            # both ends of a byte on one host, or not
+    hosts_used = -(-nodes // per_host)
+    copy = paired * nbytes / timed(comm, intra, args.iterations) / hosts_used if paired else None
     out = {"fabric": os.environ.get("MPICOLL_FABRIC"), "ucx_tls": os.environ.get("UCX_TLS"),
            "shaped": shaped, "nranks": size, "nodes": nodes, "hosts": sorted(set(hosts)), "size": nbytes,
            "iterations": args.iterations, "nodes_per_host": per_host,
            "one_flow_Bps": one, "all_flows_Bps": every,
            "stack_per_flow": one, "stack": sides * every,
+           "intra_pairs_ranks": paired, "copy": copy,
            "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     say(f"one flow: {one / 1e6:.0f} MB/s; all {size} ranks at once: {every / 1e6:.0f} MB/s "
         f"between nodes in all")
     say(f"model: stack_per_flow = {one:.3g} B/s, stack = {sides} x {every:.3g} = "
         f"{sides * every:.3g} B/s per host of {per_host} node(s) (valid where the link is "
         "faster than both: compare with the fabric's nic bandwidth)")
+    say(f"model: copy = {copy:.3g} B/s per host of {per_host} node(s) ({paired} ranks exchanging "
+        "inside their nodes at once)" if copy else "copy: not measured (one rank per node)")
     if RANK == 0:
         write_json(outdir(args.outdir) / "fabric_stack.json", out)
     comm.Free()

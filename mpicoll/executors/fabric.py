@@ -31,7 +31,12 @@ inter-node path (twice on a path whose two ends share the host), so the ranks of
 it, as they share its cores. ``nodes_per_host`` nodes share one host (1 on a cluster; the
 emulated nodes of ``slurm/local-cluster.sh up --fabric`` all share the one machine's).
 ``stack_per_flow`` (bytes per second; None: no cap) is the most one inter-node message gets
-from the stack, alone (a core's work). ``jobs/fabric_stack.py`` measures both.
+from the stack, alone (a core's work). A host may also declare ``copy`` (bytes per second; None:
+not modelled): the bytes of messages between ranks of one node that its cores copy through the
+MPI library's shared memory in all, every such message at once. Each host is then one more
+shared link of capacity ``copy`` on every intra-node path: the ranks of its nodes share its
+cores and memory bandwidth (an intra-node port's own ``intra`` bandwidth is what one message gets
+alone). ``jobs/fabric_stack.py`` measures all three.
 
 NCCL-like fabrics also declare ``channels`` (0: one per NIC, i.e. ``per_node``: the timed
 executor splits a collective over that many rings or trees, each on its own NIC), ``protocols``
@@ -127,6 +132,7 @@ class Fabric:
     stack: float | None = None             # bytes/s a host's network stack moves (None: free)
     nodes_per_host: int = 1                # nodes sharing one host (and its stack)
     stack_per_flow: float | None = None    # bytes/s of one inter-node message (None: no cap)
+    copy: float | None = None              # bytes/s of intra-node messages a host copies
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -139,11 +145,12 @@ class Fabric:
                              f"{self.oversubscription} and {self.gamma}")
         if self.channels < 0:
             raise ValueError(f"channels must be >= 0 (0: one per NIC), got {self.channels}")
-        if (not all(v is None or v > 0 for v in (self.stack, self.stack_per_flow))
+        if (not all(v is None or v > 0 for v in (self.stack, self.stack_per_flow, self.copy))
                 or self.nodes_per_host < 1):
-            raise ValueError(f"stack and stack_per_flow must be None or > 0 bytes/s and "
+            raise ValueError(f"stack, stack_per_flow and copy must be None or > 0 bytes/s and "
                              f"nodes_per_host >= 1, got stack={self.stack!r}, stack_per_flow="
-                             f"{self.stack_per_flow!r}, nodes_per_host={self.nodes_per_host!r}")
+                             f"{self.stack_per_flow!r}, copy={self.copy!r}, nodes_per_host="
+                             f"{self.nodes_per_host!r}")
 
     @property
     def nchannels(self) -> int:
@@ -183,7 +190,10 @@ class Fabric:
                    + (f" of {self.nodes_per_host} nodes" if self.nodes_per_host > 1 else "")
                    if self.stack else "")
                 + (f", {self.stack_per_flow / 1e9:g}GB/s per flow" if self.stack_per_flow
-                   else ""))
+                   else "")
+                + (f", copies {self.copy / 1e9:g}GB/s per host"
+                   + (f" of {self.nodes_per_host} nodes" if self.nodes_per_host > 1 else "")
+                   if self.copy else ""))
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -196,8 +206,8 @@ class Routes:
     """Link ids, capacities and paths of a fabric, computed with array arithmetic.
 
     Links (directed): ``intra`` up/down per rank, ``nic`` up/down per rank, up/down per leaf,
-    the network stack of each host (with ``stack``), and one unused link of infinite capacity
-    that pads the shorter paths to four links (six with ``stack``).
+    the network stack and the memory copies of each host (with ``stack`` or ``copy``), and one
+    unused link of infinite capacity that pads the shorter paths to four links (six with hosts).
     """
 
     def __init__(self, fabric: Fabric):
@@ -214,20 +224,22 @@ class Routes:
             npl, self.nleaves = f.nodes, 1
         self.nodes_per_leaf = npl
         nph = f.nodes_per_host
-        self.nhosts = -(-f.nodes // nph) if f.stack else 0
+        self.nhosts = -(-f.nodes // nph) if (f.stack or f.copy) else 0
         # Shifting every rank by a whole leaf group (and host) maps the fabric onto itself.
-        group = int(np.lcm(npl, nph)) if f.stack else npl
+        group = int(np.lcm(npl, nph)) if self.nhosts else npl
         self.period = group * g if f.nodes % group == 0 else N
         ranks = np.arange(N)
         self.leaf_of = self.leaf(ranks)
         ports = np.bincount(self.leaf_of, minlength=self.nleaves)
         up = ports * f.nic.bandwidth / f.oversubscription
         self.host0 = 4 * N + 2 * self.nleaves       # first host's stack link
-        self.nlinks = self.host0 + self.nhosts + 1
+        self.copy0 = self.host0 + self.nhosts       # first host's copy link
+        self.nlinks = self.copy0 + self.nhosts + 1
         self.pad = self.nlinks - 1
         self.capacity = np.concatenate([
             np.full(2 * N, f.intra.bandwidth), np.full(2 * N, f.nic.bandwidth), up, up,
-            np.full(self.nhosts, f.stack or np.inf), [np.inf]])
+            np.full(self.nhosts, f.stack or np.inf), np.full(self.nhosts, f.copy or np.inf),
+            [np.inf]])
         self.alpha = np.array([f.intra.alpha, f.nic.alpha, f.spine.alpha])
         flow = f.stack_per_flow or np.inf
         self.cap = np.array([f.intra.bandwidth, min(f.nic.bandwidth, flow),
@@ -251,9 +263,10 @@ class Routes:
         return np.where(same_node, INTRA, np.where(same_leaf, LEAF, SPINE))
 
     def links(self, src, dst, kind):
-        """The (messages x 4, or 6 with ``stack``) link ids of each path, padded with the
-        unused link: an inter-node path also crosses the stack of the sending host and of the
-        receiving one (the same link twice when they are one host: it does both halves)."""
+        """The (messages x 4, or 6 with hosts) link ids of each path, padded with the unused
+        link: an inter-node path also crosses the stack of the sending host and of the receiving
+        one (the same link twice when they are one host: it does both halves), an intra-node
+        path its host's copies."""
         N = self.size
         out = np.full((len(src), 6 if self.nhosts else 4), self.pad, dtype=np.int64)
         intra, net, spine = kind == INTRA, kind != INTRA, kind == SPINE
@@ -265,6 +278,7 @@ class Routes:
             per_host = self.fabric.per_node * self.fabric.nodes_per_host
             out[net, 4] = self.host0 + src[net] // per_host
             out[net, 5] = self.host0 + dst[net] // per_host
+            out[intra, 4] = self.copy0 + src[intra] // per_host
         return out
 
     def name(self, link: int) -> str:
@@ -279,8 +293,10 @@ class Routes:
             return f"leaf {link - 4 * N} -> spine"
         if link < 4 * N + 2 * self.nleaves:
             return f"spine -> leaf {link - 4 * N - self.nleaves}"
-        if link < self.host0 + self.nhosts:
+        if link < self.copy0:
             return f"network stack of host {link - self.host0}"
+        if link < self.copy0 + self.nhosts:
+            return f"memory copies of host {link - self.copy0}"
         return "(none)"
 
 

@@ -510,8 +510,10 @@ class _Totals:
         out = {"intra": float(self.loads[:n2].sum()),
                "nic": float(self.loads[n2:2 * n2].sum()),
                "spine": float(self.loads[2 * n2:h].sum())}
-        if self.routes.nhosts:
-            out["stack"] = float(self.loads[h:-1].sum())
+        if self.routes.fabric.stack:
+            out["stack"] = float(self.loads[h:self.routes.copy0].sum())
+        if self.routes.fabric.copy:
+            out["copy"] = float(self.loads[self.routes.copy0:-1].sum())
         return out
 
     def top(self) -> tuple[int, float, float]:

@@ -63,6 +63,7 @@ def test_fabric_stack_refuses_pairs_on_one_node_and_measures_them_when_allowed(t
     assert res["one_flow_Bps"] > 0 and res["all_flows_Bps"] > 0
     assert res["stack_per_flow"] == res["one_flow_Bps"]
     assert res["stack"] == 2 * res["all_flows_Bps"]         # both ends of a byte on one host
+    assert res["intra_pairs_ranks"] == 2 and res["copy"] > 0   # the two ranks share the node
 
 
 def test_fabric_bench_times_the_variants_asked_and_tables_auto_against_mpi(tmp_path):

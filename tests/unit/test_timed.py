@@ -274,6 +274,14 @@ def test_fabric_from_a_json_file(tmp_path, capsys):
         fabrics.preset(str(path), 2, 4)
 
 
+def _slower_and_exact(name, fabric, without):
+    """1 MiB of ``name`` on ``fabric`` takes longer than on ``without``, and the shortcuts
+    give the general solution's time."""
+    t = timed.simulate("allreduce", name, fabric, 1 << 20).time
+    assert t == pytest.approx(timed.simulate("allreduce", name, fabric, 1 << 20, general=True).time)
+    assert t > timed.simulate("allreduce", name, without, 1 << 20).time
+
+
 def test_a_host_stack_is_shared_by_its_nodes_and_paid_at_both_ends():
     """``stack``: every inter-node byte costs the sending host's stack and the receiving one's;
     nodes on one host share it (the emulated cluster), nodes on their own hosts do not."""
@@ -290,11 +298,7 @@ def test_a_host_stack_is_shared_by_its_nodes_and_paid_at_both_ends():
     assert timed.run(pair, fab, itemsize=1).time == pytest.approx(ALPHA + B / S)
     assert timed.run(pair, one, itemsize=1).time == pytest.approx(ALPHA + 4 * B / S)
     for fabric in (replace(flat(4, 2), stack=S, nodes_per_host=2), one):
-        ring = timed.simulate("allreduce", "ring", fabric, 1 << 20)   # the shortcuts hold
-        assert ring.time == pytest.approx(
-            timed.simulate("allreduce", "ring", fabric, 1 << 20, general=True).time)
-        assert ring.time > timed.simulate("allreduce", "ring", replace(fabric, stack=None),
-                                          1 << 20).time
+        _slower_and_exact("ring", fabric, replace(fabric, stack=None))
     assert "stack 4GB/s per host of 4 nodes" in one.describe()
     assert "stack" not in timed.simulate("allreduce", "ring", flat(4), 1 << 20).class_bytes
     # one core's share: a message alone gets at most stack_per_flow
@@ -302,9 +306,31 @@ def test_a_host_stack_is_shared_by_its_nodes_and_paid_at_both_ends():
     r = timed.run(_one_wave([0], [1], B), capped, itemsize=1)
     assert r.time == pytest.approx(ALPHA + 8 * B / S)
     assert r.max_link == "network stack of host 0"
-    for bad in ({"stack": 0.0}, {"stack_per_flow": -1.0}, {"nodes_per_host": 0}):
-        with pytest.raises(ValueError, match="stack and stack_per_flow must be"):
+    for bad in ({"stack": 0.0}, {"stack_per_flow": -1.0}, {"nodes_per_host": 0}, {"copy": 0.0}):
+        with pytest.raises(ValueError, match="stack, stack_per_flow and copy must be"):
             replace(fab, **bad)
+
+
+def test_a_hosts_copies_are_shared_by_the_ranks_of_its_nodes():
+    """``copy``: every intra-node byte costs its host's copies, shared by every intra-node
+    message of the host's nodes (all of them on one host: the emulated cluster); inter-node
+    messages don't touch it, and a message alone still gets no more than its port."""
+    B, C = 1_000_000, 4e9
+    fab = replace(flat(2, 2, gamma=0.0), copy=C)                     # 2 hosts of one node
+    one = replace(fab, nodes_per_host=2)                             # 2 nodes on one host
+    r = timed.run(_one_wave([0], [1], B), fab, itemsize=1)
+    assert r.time == pytest.approx(ALPHA + B / C)
+    assert r.max_link == "memory copies of host 0" and r.class_bytes["copy"] == B
+    both = _one_wave([0, 2], [1, 3], B)                              # one per node, at once
+    assert timed.run(both, fab, itemsize=1).time == pytest.approx(ALPHA + B / C)
+    assert timed.run(both, one, itemsize=1).time == pytest.approx(ALPHA + 2 * B / C)
+    assert timed.run(_one_wave([0], [2], B), one, itemsize=1).time == pytest.approx(ALPHA + B / BW)
+    assert timed.run(_one_wave([0], [1], B), replace(one, copy=10 * BW),
+                     itemsize=1).time == pytest.approx(ALPHA + B / BW)
+    for fabric in (replace(flat(4, 2), copy=C, nodes_per_host=2), one):
+        _slower_and_exact("hierarchical", fabric, replace(fabric, copy=None))
+    assert "copies 4GB/s per host of 2 nodes" in one.describe()
+    assert "copy" not in timed.simulate("allreduce", "ring", flat(4, 2), 1 << 20).class_bytes
 
 
 # ----------------------------------------------------------------------------- stragglers
