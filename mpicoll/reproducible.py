@@ -24,7 +24,8 @@ How (ReproBLAS's binning, Demmel, Ahrens and Nguyen, with integers on the wire):
    slices below ``SPLIT_BYTES``. Above, each rank rounds a block of n/N elements and the
    floats are all-gathered: an array's values come to the rank that rounds them by a pairwise
    exchange, which then does all three passes on them (``rounded_rows``: the plain
-   all-reduce's bytes, no slices on the wire); a ``BinnedSum``'s slices are reduce-scattered
+   all-reduce's bytes, no slices on the wire; float32/float64 on one node: through ``shm``'s
+   window instead, no message, ``WINDOW``); a ``BinnedSum``'s slices are reduce-scattered
    ((8K + s + 2)/(2s) of the plain bytes, s the element size: 2.1x for float64, K = 3).
    ``reduce_scatter_block`` takes the same paths, without the all-gather.
    ``algorithm="mpi"`` / ``"shm"`` (blocking only) run the module's ``allreduce`` /
@@ -76,6 +77,9 @@ K_RANGE = (2, 8)
 # floats (3 collectives, fewer bytes); below, one all-reduce of the slices (fewer messages).
 SPLIT_BYTES = 256 << 10
 SPLIT = "nodes"     # when auto splits: "nodes" (ranks on several nodes), "always", "never"
+# auto, large, an array of float32/float64, every rank on one node where shm runs: the values
+# meet in shm's window (``Job._run_window``) instead of the exchange and the all-gather
+WINDOW = True
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -698,10 +702,10 @@ def _pair_sums32_into(a, b, k, out):
 
 
 @njit(cache=True, nogil=True)
-def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, fast, scales, pow2, table, out,
-                     top, limbs, values, positive, scratch):
-    """out[i] = the reproducible sum of x[r * n + i] over the ``rows`` rows (n = out.size;
-    float32/float64 values, ``bits`` their integer view), rounded once: ``sum`` then
+def _round_rows_into(x, bits, rows, stride, mb, eb, k, p, g, drop, fast, scales, pow2, table,
+                     out, top, limbs, values, positive, scratch):
+    """out[i] = the reproducible sum of x[r * stride + i] over the ``rows`` rows (i <
+    out.size; float32/float64 values, ``bits`` their integer view), rounded once: ``sum`` then
     ``rounded``, the same bits, fused by chunks of top.size elements so the slice sums stay in
     the cache; ``fast``: (k, dtype) is one of ``_FLOAT_ROUNDING``'s. ``top``, ``limbs``
     (k * chunk), ``values``, ``positive``: the chunk's scratch."""
@@ -718,7 +722,7 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, fast, scales, pow2, t
         for i in range(m):
             big[i] = abs(np.float64(x[lo + i]))
         for r in range(1, rows):
-            row = x[r * n + lo:r * n + lo + m]
+            row = x[r * stride + lo:r * stride + lo + m]
             for i in range(m):
                 v = abs(np.float64(row[i]))
                 big[i] = v if (v > big[i]) | (v != v) else big[i]
@@ -730,7 +734,7 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, fast, scales, pow2, t
             for i in range(m):
                 positive[i] = bits[lo + i] >= 0
             for r in range(1, rows):
-                row = bits[r * n + lo:r * n + lo + m]
+                row = bits[r * stride + lo:r * stride + lo + m]
                 for i in range(m):
                     positive[i] |= row[i] >= 0
             for i in range(m):
@@ -739,12 +743,12 @@ def _round_rows_into(x, bits, rows, mb, eb, k, p, g, drop, fast, scales, pow2, t
         # Phase 2: the slices, summed over the rows.
         _window_scales_into(t, table, up, up2, down, down2)
         for r in range(rows):
-            _float_chunk_into(x[r * n + lo:r * n + lo + m], up, up2, sums, scales, r > 0)
+            _float_chunk_into(x[r * stride + lo:r * stride + lo + m], up, up2, sums, scales, r > 0)
         special = False
         for i in range(m):
             special |= t[i] == SPECIAL
         if special:
-            _specials_into(bits[lo:], rows, mb, eb, t, k, sums, m, k * m, n)
+            _specials_into(bits[lo:], rows, mb, eb, t, k, sums, m, k * m, stride)
         # Phase 3: one rounding.
         if fast:
             _round_float_chunk(sums, 0, m, t, k, p, g, pow2, down, down2, values, scratch)
@@ -855,22 +859,27 @@ def rounded(limbs: np.ndarray, top: np.ndarray, k: int, dtype, *, block=None,
 
 
 def rounded_rows(x: np.ndarray, rows: int, k: int, out: np.ndarray, codes=None,
-                 limbs=None) -> np.ndarray:
+                 limbs=None, stride=None) -> np.ndarray:
     """``rounded(*sum(x.reshape(rows, -1)))`` into ``out`` (flat, x's dtype): the same bits,
     fused for float32/float64 (``_round_rows_into``); ``codes`` (rows * n int8) and ``limbs``
-    (n * k int64): the other dtypes' scratch, made if not given."""
+    (n * k int64): the other dtypes' scratch, made if not given. ``stride``: row r of the n
+    = out.size values starts at x[r * stride] (float32/float64; default n: x is rows x n)."""
     mb, eb, view = _format(x.dtype)
     n = out.size
+    stride = n if stride is None else stride
     if _in_pairs(rows, x.dtype):
-        return rounded_pair(x[:n], x[n:2 * n], k, out)
+        return rounded_pair(x[:n], x[stride:stride + n], k, out)
     if x.dtype in _FLOAT_KERNELS:
         chunk = max(1, min(_CHUNK, n))
         drop = 0 if x.dtype == np.float64 else 10
-        _round_rows_into(x, x.view(view), rows, mb, eb, k, mb + 1, _lowest(x.dtype), drop,
+        _round_rows_into(x, x.view(view), rows, stride, mb, eb, k, mb + 1, _lowest(x.dtype), drop,
                          (k, x.dtype) in _FLOAT_ROUNDING, _SCALES[k], _POW2, _window_table(k),
                          out, np.empty(chunk, np.int8), np.empty(k * chunk, np.int64),
                          np.empty(chunk), np.empty(chunk, np.bool_), np.empty(k + 1, np.int64))
         return out
+    if stride != n:
+        raise ValueError(f"rounded_rows: rows apart (stride {stride}) only for float32/float64, "
+                         f"not {x.dtype}")
     codes = np.empty(rows * n, np.int8) if codes is None else codes
     top = np.empty(n, np.int8)
     _codes_into(x.view(view), mb, eb, codes)
@@ -1213,7 +1222,7 @@ class Job:
     multiset as the blocking call's, so the same bits. ``auto`` on a large array instead runs
     the exchange path (``_init_exchange``): the values' pairwise exchange, each rank's block
     summed and rounded by ``rounded_rows``, and for the all-reduce an all-gather of the
-    floats."""
+    floats; for a float32/float64 all-reduce on one node, the window path (``_init_window``)."""
 
     def __init__(self, call, collective: str, sendbuf, recvbuf, *, op, k, algorithm="auto",
                  given=None, form: str = "nonblocking", compress=None, error_feedback=None,
@@ -1247,13 +1256,14 @@ class Job:
             # a reduce-scatter; small, or an explicit algorithm: one all-reduce of the slices
             split = _large(algorithm, size, src, k)
             exchange = split and not isinstance(src, BinnedSum)
+            window = exchange and _on_window(call, src.dtype)
             blk = -(-n // size) if split else n
             stride = blk * k + 1
             sums = None if exchange else take(size * stride if split else stride, np.int64)
             # the floats are gathered into recvbuf itself where its blocks are whole
             direct = split and size * blk == n and recv.flags.c_contiguous
-            self.floats = recv.reshape(-1) if direct else take(size * blk, recv.dtype) \
-                if split else None
+            self.floats = recv.reshape(-1) if direct or window else \
+                take(size * blk, recv.dtype) if split else None
             self.blk, self.direct = blk, direct
         else:
             def block_shape(shape, total):
@@ -1268,6 +1278,7 @@ class Job:
             # auto, large, an array: block r's values go to rank r by the pairwise exchange,
             # and each rank sums its block's rows (as the all-reduce's exchange path)
             exchange = _large(algorithm, size, src, k) and not isinstance(src, BinnedSum)
+            window = False
             stride = n * k + 1
             sums = None if exchange else take(size * stride, np.int64)
             self.floats, self.direct, self.blk = None, False, n
@@ -1275,7 +1286,13 @@ class Job:
             size, rank
         self.src, self.recv, self.n, self.stride = src, recv, n, stride
         self.out = recv.reshape(-1)[:n]         # in place: recvbuf's first block
-        self.values = None
+        self.values, self.window = None, False
+        self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
+        if window:
+            self.codes = self.sums = None
+            self.direct = True                  # (nothing of the job's own to release)
+            self._init_window(call)
+            return
         if exchange:
             # this rank's values (padded to N blocks), then every rank's values of this rank's
             # block, one row per rank; the codes and slices of rows where not fused
@@ -1286,7 +1303,6 @@ class Job:
         else:
             self.codes = take(src.size, np.int8)        # the codes of the values (the MAX's)
         self.sums = sums
-        self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
         if self.values is not None:
             self._init_exchange(call)
             return
@@ -1345,6 +1361,31 @@ class Job:
         self._exchange = plan.bound(call, None, exchange, self.values)
         self._gather = None if prepared is None else plan.bound(call, g, prepared, self.floats)
 
+    def _init_window(self, call) -> None:
+        """The one-node path (``_on_window``): no schedule, ``shm``'s window; one agreement,
+        algorithm ``window`` (its hash also goes beside each rank's values in the window)."""
+        from . import plan, shm
+        shm.warmup(self.dtype)
+        _check_terms(self.size)
+        call.open().last_plan = self.plan = _Described(
+            f"window reproducible={self.k}", "shared", "window", reproducible=self.k,
+            executor="shm", op="sum", dtype=self.dtype, count=self.n)
+        self.plan.agree(call)
+        self._call, self.window = call, True
+
+    def _run_window(self, watch) -> None:
+        """Every rank's values in the window (shm's Phase 1), this rank's slice of each chunk
+        summed over the ranks' rows and rounded (``rounded_rows``: the values' function, as
+        the exchange's), the slices copied out (Phase 3)."""
+        from . import plan
+        from .shm import transport
+        size, k, call = self.size, self.k, self._call
+
+        def rows(x, stride, out):
+            rounded_rows(x, size, k, out, stride=stride)
+        transport.allreduce(call.open(), self.src.reshape(-1), self.recv.reshape(-1), "sum",
+                            watch, *plan.shm_signature(call), tag=call.tag, rows=rows)
+
     def _run_exchange(self, watch) -> None:
         """The exchange path (``__init__``): values out by blocks, this rank's block's sum
         rounded (the local ``sum`` of the N rows: the same function of the values); for the
@@ -1382,6 +1423,8 @@ class Job:
 
     def run(self, watch) -> None:
         """The whole call (see the class's doc), under ``watch``."""
+        if self.window:
+            return self._run_window(watch)
         if self.values is not None:
             return self._run_exchange(watch)
         src, top, sums, k, n = self.src, self.codes, self.sums, self.k, self.n
@@ -1429,6 +1472,14 @@ class Job:
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
 
 
+def _on_window(call, dtype) -> bool:
+    """Whether a large all-reduce of an array runs through ``shm``'s window (``WINDOW``):
+    float32/float64 (the fused rows), every rank on one node where shm can run (the same answer
+    on every rank: the layout, the dtype and the setting are)."""
+    from . import shm
+    return WINDOW and dtype in _FLOAT_KERNELS and shm.usable(call.open(), "sum", dtype)
+
+
 @functools.lru_cache(maxsize=64)
 def _exchange_schedule(rank: int, size: int, count: int, nodes: tuple) -> tuple:
     """The pairwise exchange's schedule and the elements it sends to other nodes, kept as
@@ -1441,10 +1492,16 @@ def _exchange_schedule(rank: int, size: int, count: int, nodes: tuple) -> tuple:
 
 
 class _Described:
-    """What a ``Job`` runs, where no plan names it, for ``describe()`` (requests, handles)."""
+    """What a ``Job`` runs, where no plan names it, for ``describe()`` (requests, handles),
+    ``kind`` (a plan's: ``"schedule"``, or ``"shared"`` for the window) and, given the
+    algorithm and fields every rank must agree on, ``agree(call)`` (``Buckets``, each launch)."""
 
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, text: str, kind: str = "schedule", algorithm: str = "", **fields):
+        self.text, self.kind, self._agreed = text, kind, (algorithm, fields)
+
+    def agree(self, call) -> None:
+        algorithm, fields = self._agreed
+        call.agree(algorithm, **fields)
 
     def describe(self) -> str:
         return self.text
@@ -1477,6 +1534,9 @@ def run(collective: str, k, sendbuf, recvbuf=None, *, op="sum", algorithm="auto"
         job = Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
                   given={"inner": inner, "outer": outer, "order": order}, form="blocking",
                   compress=compress, error_feedback=error_feedback, pool=_SPARE)
+        if job.window:                  # (the window is the requests' in flight first)
+            from .executors import progress
+            progress.finish_deferred(call.open())
         try:
             job.run(call.watch)
         finally:

@@ -51,6 +51,7 @@ DONE = -1                   # returned: every chunk is complete
 MISMATCH = -2               # returned: a rank published another call signature's hash
 BETWEEN = -3                # returned: my slice is reduced; all-reduce it across the nodes
 UNREADABLE = -4             # returned (single copy): reading rank j's memory failed
+ROWS = -1                   # a code (no kernel's): the caller sums my slice's rows itself
 
 CODES = kernels.CODES               # kernel code -> kernel name
 SUM, PROD, MAX, MIN = (CODES.index(name) for name in ("sum", "prod", "max", "min"))
@@ -216,7 +217,9 @@ def window_copy(src, dst, data, flags, rank, seq0, resume, code, acc, spin_until
     ``signature`` (the hash of the call's arguments: published with them, checked before any
     of them is read). ``between`` (hierarchical's node phases): after Phase 2, return (where
     to resume, BETWEEN) with my reduced slice in ``dst`` only; the caller all-reduces it
-    across the nodes, writes it into my segment and resumes, and Phase 3 publishes it."""
+    across the nodes, writes it into my segment and resumes, and Phase 3 publishes it. With
+    ``code`` ROWS (and ``between``) Phase 2 reduces nothing: the caller reduces my slice of
+    the chunk's inputs (the other ranks' in their segments) itself, then as ``between``."""
     count, size, chunk = dst.shape[0], data.shape[1], data.shape[2]
     k, phase = resume // 4, resume % 4
     while k * chunk < count:
@@ -241,6 +244,8 @@ def window_copy(src, dst, data, flags, rank, seq0, resume, code, acc, spin_until
                     return MISMATCH, j
             phase = 2
         if phase == 2:      # Phase 2: reduce my slice of all inputs, in rank order; publish
+            if code == ROWS:    # (with between) the caller reduces my slice's rows instead
+                return k * 4 + 3, BETWEEN
             for b in range(lo, hi, BLOCK):
                 e = min(b + BLOCK, hi)
                 out = acc[:e - b]

@@ -39,7 +39,7 @@ WHOLE_MAX_BYTES = 256 << 10     # single copy, 2 ranks: each reduces the whole v
 
 
 def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signature: int = 0,
-              mismatch=None, *, tag: int = 0, nodes=None, between=None) -> None:
+              mismatch=None, *, tag: int = 0, nodes=None, between=None, rows=None) -> None:
     """All-reduce ``src`` (flat; may be ``dst``) into ``dst`` on ``st``'s communicator
     (``policy.check`` passed on every rank). ``watch``: the call's deadline, or a function that
     makes its ``Watch`` (or returns None), called only when one is needed (a prepared call).
@@ -55,12 +55,18 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
     each chunk, Phase 3 an all-gather inside each node.
 
     From SINGLE_COPY_MIN_BYTES, where the node lets the ranks read each other's memory
-    (``Window.single_copy``), the whole vector goes through ``kernels.single_copy`` instead."""
-    code = kernels.code(op, dst.dtype)
+    (``Window.single_copy``), the whole vector goes through ``kernels.single_copy`` instead.
+
+    ``rows(x, stride, out)`` (``mpicoll.reproducible``'s node path; every rank of the
+    communicator, a float dtype, no ``nodes``) replaces ``op``: this rank's slice of each chunk
+    of the result is ``rows`` of the slice of every rank's input -- ``x[r * stride + i]``,
+    rank r's element i, in the window -- into ``out``, written before the slices are copied
+    out. Always through the window's segments (the single copy has no whole rows to give)."""
+    code = kernels.ROWS if rows is not None else kernels.code(op, dst.dtype)
     user = dst                              # between() gets slices of it: the user's dtype
     src, dst = read_through(as_storage(src)), as_storage(dst)   # half types: their bits
     get_watch = watch if callable(watch) else lambda: watch
-    single = dst.nbytes >= SINGLE_COPY_MIN_BYTES
+    single = dst.nbytes >= SINGLE_COPY_MIN_BYTES and rows is None
     window = window_for(st, 0 if single else dst.nbytes, tag, get_watch, nodes)
     try:
         if single and window.single_copy:
@@ -69,6 +75,8 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
             return
         if single:
             window = window_for(st, dst.nbytes, tag, get_watch, nodes)
+        if rows is not None:
+            between = _rows_between(window, src, dst, rows)
         _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatch, between)
     except BaseException as exc:
         if not (isinstance(exc, ArgumentMismatch) and not exc.in_flight):
@@ -99,7 +107,9 @@ def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
             k = resume // 4
             at = k * chunk
             lo, hi = slice_of(min(chunk, dst.size - at), size, rank)
-            if hi > lo:                     # (every node's rank of my index has the same)
+            if code == kernels.ROWS:
+                between(data[(seq0 + k) % 2], at, lo, hi)
+            elif hi > lo:                   # (every node's rank of my index has the same)
                 between(user[at + lo:at + hi])
             data[(seq0 + k) % 2, rank, lo:hi] = dst[at + lo:at + hi]
             continue
@@ -111,6 +121,17 @@ def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
               nchunks)
     st.traffic["shared_bytes"] += (dst.size - _own_elements(dst.size, chunk, size, rank)) * \
         dst.itemsize
+
+
+def _rows_between(window, src, dst, rows):
+    """The window path's step for ``rows``: my slice [lo, hi) of the chunk at ``at``, with my
+    own input beside the others' in my segment of ``buf`` (Phase 1 leaves it out), then
+    ``rows`` into my slice of ``dst``."""
+    def between(buf, at, lo, hi):
+        if hi > lo:
+            buf[window.rank, lo:hi] = src[at + lo:at + hi]
+            rows(buf.reshape(-1)[lo:], buf.shape[1], dst[at + lo:at + hi])
+    return between
 
 
 def _single_copy(st, window, src, dst, user, code, get_watch, signature, mismatch,

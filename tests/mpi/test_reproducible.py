@@ -39,13 +39,19 @@ def mine(x, rank, size, how):
 
 
 @contextlib.contextmanager
-def split(mode):
-    """auto's reduce-scatter + all-gather path on one node too (R.SPLIT)."""
-    saved, R.SPLIT = R.SPLIT, mode
+def setting(name, value):
+    """``R.<name> = value`` inside the block: auto's paths (SPLIT, WINDOW)."""
+    saved = getattr(R, name)
+    setattr(R, name, value)
     try:
         yield
     finally:
-        R.SPLIT = saved
+        setattr(R, name, saved)
+
+
+def split(mode):
+    """auto's reduce-scatter + all-gather path on one node too (R.SPLIT)."""
+    return setting("SPLIT", mode)
 
 
 def bits(a):
@@ -217,6 +223,71 @@ def test_every_form_same_bits(comm, algorithm):
 
 
 @pytest.mark.max_ranks(5)
+def test_one_node_window_gives_the_exchange_bits(comm):
+    """auto, large arrays on one node: the values meet in shm's window (its shared bytes grow,
+    the plan says so) and give the bits of the exchange of values (R.WINDOW off) and of the
+    local sum, in every form, in place, with inf, -inf, NaN and -0.0 among them, at counts of
+    one chunk and of two (a rank's segment holds CHUNK_BYTES), not multiples of N. float16
+    takes the exchange (no fused rows for it)."""
+    from mpi4py import MPI
+    from mpicoll._runtime.context import state
+    from mpicoll.shm import window as shm_window
+    if comm.size == 1:
+        pytest.skip("one rank: nothing to exchange")
+    problems = []
+    st = state(comm)
+    two_chunks = shm_window.CHUNK_BYTES // 8 + 3 * comm.size + 1
+    for dtype, count in ((np.float64, R.SPLIT_BYTES // 16 + 5), (np.float32, 3 << 13),
+                         (np.float64, two_chunks), (np.float16, R.SPLIT_BYTES // 4 + 1)):
+        x = data(count, dtype, seed=9)[:comm.size]
+        x[:, 1::101], x[:, 2::101], x[:, 3::103] = np.inf, -0.0, np.nan
+        x[-1, 5::101] = -np.inf
+        want = bits(R.sum(x))
+        got = {}
+        for on in (True, False):
+            before = st.traffic["shared_bytes"]
+            with setting("WINDOW", on):
+                y = mpicoll.allreduce(x[comm.rank], reproducible=True, comm=comm)
+                used = st.traffic["shared_bytes"] > before
+                described = mpicoll.plan.last(comm).describe()
+                z = x[comm.rank].copy()
+                mpicoll.allreduce(MPI.IN_PLACE, z, reproducible=True, comm=comm)
+                got[f"window={on} blocking"] = y
+                got[f"window={on} in place"] = z
+                for form, r in forms(x[comm.rank], "auto", comm):
+                    got[f"window={on} {form}"] = r
+            expect = on and np.dtype(dtype) != np.float16
+            if used != expect or ("window" in described) != expect:
+                problems.append(f"{np.dtype(dtype)} n={count} window={on}: shared bytes "
+                                f"{'grew' if used else 'did not grow'}, plan {described!r}")
+        problems += [f"{np.dtype(dtype)} n={count} {k}" for k, v in got.items()
+                     if bits(v) != want]
+    agree(comm, not problems, problems[:6])
+
+
+def test_one_node_window_mismatch_raises_everywhere(comm):
+    """On the window path, one rank with reproducible=True and the others without (their
+    auto: shm) raise ArgumentMismatch on every rank, naming reproducible, before the deadline:
+    first when the window is still to be made, then on the window made."""
+    from mpicoll.errors import ArgumentMismatch
+    from mpicoll.testing import raises_everywhere
+    if comm.size == 1:
+        pytest.skip("no other rank to disagree with")
+    x = data(R.SPLIT_BYTES // 16 + 5, np.float64, seed=10)[comm.rank]
+    for fresh in (True, False):
+        sub = comm.Dup()
+        try:
+            if not fresh:           # the window made, by both kinds of call
+                mpicoll.allreduce(x, comm=sub)
+                mpicoll.allreduce(x, reproducible=True, comm=sub)
+            raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce, x,
+                              reproducible=comm.rank == 0, comm=sub, timeout=60,
+                              match="reproducible")
+        finally:
+            sub.Free()
+
+
+@pytest.mark.max_ranks(5)
 @pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving"])
 def test_reduce_scatter_block_every_form(comm, algorithm):
     """Every form, plain arrays (small; and large, auto's exchange of values), float32 and
@@ -275,9 +346,9 @@ def test_mismatch_raises_everywhere(comm):
 
 
 def test_arrays_and_local_sums_mixed_under_auto_raise_everywhere(comm):
-    """Large, under auto: plain arrays run the exchange of values, a BinnedSum the slices'
-    reduce-scatter; one rank with each raises ArgumentMismatch on every rank, at once (no
-    deadline), naming both."""
+    """Large, under auto: plain arrays run the exchange of values (on one node: the window),
+    a BinnedSum the slices' reduce-scatter; one rank with each raises ArgumentMismatch on every
+    rank, at once (no deadline), naming both."""
     from mpicoll.errors import ArgumentMismatch
     from mpicoll.testing import raises_everywhere
     if comm.size == 1:
@@ -285,7 +356,7 @@ def test_arrays_and_local_sums_mixed_under_auto_raise_everywhere(comm):
     x = data(R.SPLIT_BYTES // 16 + 5, np.float64, seed=8)[comm.rank]
     mine_x = R.sum(x[None]) if comm.rank == 0 else x
     raises_everywhere(comm, ArgumentMismatch, mpicoll.allreduce, mine_x, reproducible=True,
-                      comm=comm, match="exchange")
+                      comm=comm, match="exchange|window")
 
 
 @pytest.mark.max_ranks(5)

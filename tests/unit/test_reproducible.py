@@ -534,6 +534,17 @@ def test_fused_rows_are_sum_then_rounded(dtype):
                     got = R.rounded_rows(np.ascontiguousarray(x).reshape(-1), rows, k,
                                          np.empty(n, dtype))
                     assert bits(got) == bits(want), (rows, n, k)
+                    # the rows apart (shm's window: a segment per rank), garbage between
+                    apart = np.full((rows, n + 37), np.nan, dtype)
+                    apart[:, :n] = x
+                    if dtype not in R._FLOAT_KERNELS:
+                        with pytest.raises(ValueError, match="rows apart"):
+                            R.rounded_rows(apart.reshape(-1), rows, k, np.empty(n, dtype),
+                                           stride=n + 37)
+                        continue
+                    got = R.rounded_rows(apart.reshape(-1), rows, k, np.empty(n, dtype),
+                                         stride=n + 37)
+                    assert bits(got) == bits(want), (rows, n, k, "apart")
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
