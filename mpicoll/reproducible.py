@@ -1262,8 +1262,8 @@ class Job:
             sums = None if exchange else take(size * stride if split else stride, np.int64)
             # the floats are gathered into recvbuf itself where its blocks are whole
             direct = split and size * blk == n and recv.flags.c_contiguous
-            self.floats = recv.reshape(-1) if direct or window else \
-                take(size * blk, recv.dtype) if split else None
+            self.floats = None if window or not split else recv.reshape(-1) if direct else \
+                take(size * blk, recv.dtype)
             self.blk, self.direct = blk, direct
         else:
             def block_shape(shape, total):
@@ -1290,7 +1290,6 @@ class Job:
         self.layout = Layout(recv.reshape(-1), (), (), recv, None, recv, block)
         if window:
             self.codes = self.sums = None
-            self.direct = True                  # (nothing of the job's own to release)
             self._init_window(call)
             return
         if exchange:
