@@ -3,9 +3,10 @@
     mpiexec -n 2 python jobs/reproducible_phases.py float64 --mib 1 16 64 --calls 5
 
 Wraps the module's kernels' entry points (codes, slices, rounding; for arrays, ``auto``'s
-exchange path: the fused codes, slices and rounding of the rank's block) and the ``Job``'s
-bound plans (the MAX of the codes, the SUM of the slices, the exchange of the values, the
-all-gather of the floats), then runs
+exchange and window paths: the fused codes, slices and rounding of the rank's block; a kernel
+called by another counts once, in the outer one) and the ``Job``'s bound plans (the MAX of the
+codes, the SUM of the slices, the exchange of the values, the all-gather of the floats) or, on
+one node, ``shm``'s window (its copies and waits, with the rows' kernel inside it), then runs
 the blocking ``allreduce(reproducible=True)`` and the plain ``auto`` call in turn, each between
 barriers. Prints per phase the median wall and thread CPU time (``time.thread_time``, the
 least disturbed on a shared machine), the slowest rank's, and the CPU ns per element of the
@@ -25,19 +26,28 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import reproducible as R
+from mpicoll.shm import transport
 
 _spent = collections.defaultdict(lambda: [0.0, 0.0])     # phase -> [wall, CPU] in this call
+_kernels: list = []     # the kernels being timed (one called by another counts in the outer)
 
 
-def timed(name, f):
-    """``f`` adding its wall and thread CPU time to ``_spent[name]``."""
+def timed(name, f, kernel=False):
+    """``f`` adding its wall and thread CPU time to ``_spent[name]`` (a ``kernel`` inside
+    another kernel adds nothing: its time is the outer one's)."""
     def wrapped(*args, **kwargs):
+        if kernel and _kernels:
+            return f(*args, **kwargs)
+        if kernel:
+            _kernels.append(name)
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
             return f(*args, **kwargs)
         finally:
             _spent[name][0] += time.perf_counter() - wall
             _spent[name][1] += time.thread_time() - cpu
+            if kernel:
+                _kernels.pop()
     return wrapped
 
 
@@ -47,7 +57,10 @@ def instrument() -> None:
                         ("rounded", "rounding (this rank's block)"),
                         ("rounded_rows", "codes, slices, rounding of the block (fused)"),
                         ("rounded_pair", "the two rows' sums of the block (two ranks)")):
-        setattr(R, name, timed(label, getattr(R, name)))
+        setattr(R, name, timed(label, getattr(R, name), kernel=True))
+    plain, window = transport.allreduce, timed(
+        "shm's window: copies and waits (the kernel inside)", transport.allreduce)
+    transport.allreduce = lambda *a, **kw: (window if kw.get("rows") else plain)(*a, **kw)
     made = R.Job.__init__
 
     def init(self, *args, **kwargs):
