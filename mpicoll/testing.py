@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import sys
 
-__all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS"]
+__all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS", "MPIEXEC"]
+
+# The launcher tests start jobs with: the one beside this Python (a venv's MPICH wheel), else
+# the first on PATH; None if there is none.
+MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
+    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 # Up to this many ranks the MPI tests sweep every count, root and call of their loops; above it
 # (5 and 8 ranks in CI: oversubscribed on a 2-core machine, each small call ~10x slower) a

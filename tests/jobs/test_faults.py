@@ -8,7 +8,6 @@ job, and 8 ranks starting together on an empty numba cache compute right.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from mpicoll._runtime.call import ABORT_CODE
 from mpicoll.registry import ALLREDUCE, COLLECTIVES
 from mpicoll._runtime.watch import ROLL_CALL_SECONDS
 from mpicoll.errors import CollectiveTimeout
+from mpicoll.testing import MPIEXEC
 
 # tests/run.sh runs tests/jobs on two pytest-xdist workers (--dist loadgroup): the tests whose
 # subject is a deadline run one after another, on one worker.
@@ -27,8 +27,6 @@ pytestmark = pytest.mark.xdist_group("deadlines")
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "tests" / "faults"
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
-    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 TIMEOUT = 1.0            # the collectives' timeout in these jobs, seconds
 SLACK = 1.5              # allowed on top of timeout + roll call (a loaded 2-core machine)
 ALL_ALGORITHMS = "ring,recursive_halving,recursive_doubling,binomial,hierarchical,mpi"

@@ -1,7 +1,6 @@
 """The MPI test harness turns a failure on one rank into a clear, fast end of the run."""
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -9,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from mpicoll.testing import MPIEXEC
+
 # tests/run.sh runs tests/jobs on two pytest-xdist workers (--dist loadgroup): the tests whose
 # subject is a deadline run one after another, on one worker.
 pytestmark = pytest.mark.xdist_group("deadlines")
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
-    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 
 def run_case(case: str, ranks: int = 3, timeout: int = 120):

@@ -5,7 +5,6 @@ the documented bcast-root limit -- and nobody hangs (one job, bounded)."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +13,13 @@ import pytest
 
 from mpicoll.api import ALGORITHMS
 from mpicoll.registry import COLLECTIVES
+from mpicoll.testing import MPIEXEC
 
 # tests/run.sh runs tests/jobs on two pytest-xdist workers (--dist loadgroup): the tests whose
 # subject is a deadline run one after another, on one worker.
 pytestmark = pytest.mark.xdist_group("deadlines")
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
-    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 LIMIT = 240             # seconds for the whole job (~30 cases of ~1-1.5 s, plus start-up)
 
 

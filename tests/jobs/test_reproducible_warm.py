@@ -7,16 +7,15 @@ any of the module's compiled functions, so no rank's first call compiles."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from mpicoll.testing import MPIEXEC
+
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
-    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 SCRIPT = '''
 import json, sys

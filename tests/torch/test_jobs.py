@@ -3,16 +3,15 @@ environment: tests/run-torch.sh)."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from mpicoll.testing import MPIEXEC
+
 HERE = Path(__file__).resolve().parent
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join(
-    [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 
 @pytest.mark.timeout(240)
