@@ -1256,7 +1256,7 @@ class Job:
             # a reduce-scatter; small, or an explicit algorithm: one all-reduce of the slices
             split = _large(algorithm, size, src, k)
             exchange = split and not isinstance(src, BinnedSum)
-            window = exchange and _on_window(call, src.dtype)
+            window = exchange and _on_window(call, src.dtype, src.nbytes)
             blk = -(-n // size) if split else n
             stride = blk * k + 1
             sums = None if exchange else take(size * stride if split else stride, np.int64)
@@ -1471,12 +1471,17 @@ class Job:
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
 
 
-def _on_window(call, dtype) -> bool:
-    """Whether a large all-reduce of an array runs through ``shm``'s window (``WINDOW``):
-    float32/float64 (the fused rows), every rank on one node where shm can run (the same answer
-    on every rank: the layout, the dtype and the setting are)."""
+def _on_window(call, dtype, nbytes: int) -> bool:
+    """Whether a large all-reduce of ``nbytes`` runs through ``shm``'s window (``WINDOW``):
+    float32/float64 (the fused rows), every rank on one node where shm can run, and a window
+    (two segments per rank) of at most a quarter of the file system it lives in -- a container's
+    64 MB /dev/shm holds no 8 ranks' 4 MiB segments -- the same answer on every rank: the
+    layout, the dtype, the setting and that file system's size are."""
     from . import shm
-    return WINDOW and dtype in _FLOAT_KERNELS and shm.usable(call.open(), "sum", dtype)
+    from .shm import window
+    if not (WINDOW and dtype in _FLOAT_KERNELS and shm.usable(call.open(), "sum", dtype)):
+        return False
+    return 4 * 2 * call.comm.Get_size() * window.size_class(nbytes) <= window.room()
 
 
 @functools.lru_cache(maxsize=64)

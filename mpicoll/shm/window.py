@@ -66,6 +66,16 @@ def _directory() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def room() -> int:
+    """The size in bytes of the file system the windows live in (its total, not what is free
+    now: the same on every rank of a node, whenever each asks); 0 if it can't be read."""
+    try:
+        st = os.statvfs(_directory())
+    except OSError:
+        return 0
+    return st.f_blocks * st.f_frsize
+
+
 class Window:
     """One node's shared window as this rank maps it: ``flags`` (int64, FLAGS x LINE per rank),
     ``data`` (the segments' bytes), ``seq`` (the last sequence number used), ``single_copy``

@@ -265,6 +265,25 @@ def test_one_node_window_gives_the_exchange_bits(comm):
     agree(comm, not problems, problems[:6])
 
 
+def test_one_node_window_needs_room(comm, monkeypatch):
+    """Where the windows' file system is small (a container's /dev/shm: ``shm.window.room``),
+    auto keeps the exchange of values (no shared bytes, not the window's plan), the same bits."""
+    from mpicoll._runtime.context import state
+    from mpicoll.shm import window as shm_window
+    if comm.size == 1:
+        pytest.skip("one rank: nothing to exchange")
+    x = data(R.SPLIT_BYTES // 16 + 5, np.float64, seed=11)[:comm.size]
+    st = state(comm)
+    for room, path in ((64 << 10, "exchange"), (64 << 30, "window")):
+        monkeypatch.setattr(shm_window, "room", lambda room=room: room)
+        before = st.traffic["shared_bytes"]
+        got = mpicoll.allreduce(x[comm.rank], reproducible=True, comm=comm)
+        described = mpicoll.plan.last(comm).describe()
+        agree(comm, bits(got) == bits(R.sum(x)) and (path == "window") ==
+              (st.traffic["shared_bytes"] > before) and (path == "window") ==
+              ("window" in described), (room, described))
+
+
 def test_one_node_window_mismatch_raises_everywhere(comm):
     """On the window path, one rank with reproducible=True and the others without (their
     auto: shm) raise ArgumentMismatch on every rank, naming reproducible, before the deadline:
