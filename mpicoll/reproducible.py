@@ -1481,7 +1481,7 @@ def _on_window(call, dtype, nbytes: int) -> bool:
     from .shm import window
     if not (WINDOW and dtype in _FLOAT_KERNELS and shm.usable(call.open(), "sum", dtype)):
         return False
-    return 4 * 2 * call.comm.Get_size() * window.size_class(nbytes) <= window.room()
+    return 4 * window.footprint(call.comm.Get_size(), window.size_class(nbytes)) <= window.room()
 
 
 @functools.lru_cache(maxsize=64)

@@ -75,9 +75,8 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
             return
         if single:
             window = window_for(st, dst.nbytes, tag, get_watch, nodes)
-        if rows is not None:
-            between = _rows_between(window, src, dst, rows)
-        _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatch, between)
+        _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatch, between,
+                     rows)
     except BaseException as exc:
         if not (isinstance(exc, ArgumentMismatch) and not exc.in_flight):
             _abort(window)                  # the call failed mid-way: tell the node
@@ -85,8 +84,9 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
 
 
 def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatch,
-                 between) -> None:
-    """``allreduce`` through the window's segments, chunk by chunk."""
+                 between, rows=None) -> None:
+    """``allreduce`` through the window's segments, chunk by chunk (``rows``: as
+    ``allreduce``'s, with ``code`` ROWS)."""
     data, acc = window.views(dst.dtype)
     size, chunk, rank = window.size, data.shape[2], window.rank
     nchunks = -(-dst.size // chunk)
@@ -97,21 +97,24 @@ def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
         resume, waiting = kernels.window_copy(
             src, dst, data, window.flags, rank, seq0, resume, code, acc,
             MPI.Wtime() + _window.SPIN_SECONDS, window.yield_after, signature,
-            between is not None)
+            between is not None or rows is not None)
         if resume == DONE:
             break
         if resume == MISMATCH:
             mismatch()
             raise AssertionError("mismatch() must raise")
-        if waiting == BETWEEN:              # my reduced slice of chunk k: across the nodes
+        if waiting == BETWEEN:              # my slice of chunk k: across the nodes, or rows
             k = resume // 4
             at = k * chunk
             lo, hi = slice_of(min(chunk, dst.size - at), size, rank)
-            if code == kernels.ROWS:
-                between(data[(seq0 + k) % 2], at, lo, hi)
+            buf = data[(seq0 + k) % 2]
+            if hi > lo and rows is not None:
+                # my own input beside the others' (Phase 1 leaves it out), then the rows
+                buf[rank, lo:hi] = src[at + lo:at + hi]
+                rows(buf.reshape(-1)[lo:], chunk, dst[at + lo:at + hi])
             elif hi > lo:                   # (every node's rank of my index has the same)
                 between(user[at + lo:at + hi])
-            data[(seq0 + k) % 2, rank, lo:hi] = dst[at + lo:at + hi]
+            buf[rank, lo:hi] = dst[at + lo:at + hi]
             continue
         k, phase = divmod(resume, 4)
         which = ARRIVED if phase == 1 else REDUCED
@@ -121,17 +124,6 @@ def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
               nchunks)
     st.traffic["shared_bytes"] += (dst.size - _own_elements(dst.size, chunk, size, rank)) * \
         dst.itemsize
-
-
-def _rows_between(window, src, dst, rows):
-    """The window path's step for ``rows``: my slice [lo, hi) of the chunk at ``at``, with my
-    own input beside the others' in my segment of ``buf`` (Phase 1 leaves it out), then
-    ``rows`` into my slice of ``dst``."""
-    def between(buf, at, lo, hi):
-        if hi > lo:
-            buf[window.rank, lo:hi] = src[at + lo:at + hi]
-            rows(buf.reshape(-1)[lo:], buf.shape[1], dst[at + lo:at + hi])
-    return between
 
 
 def _single_copy(st, window, src, dst, user, code, get_watch, signature, mismatch,

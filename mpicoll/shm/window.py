@@ -66,6 +66,12 @@ def _directory() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def footprint(size: int, capacity: int) -> int:
+    """Bytes of a window of ``size`` ranks with segments of ``capacity`` bytes: the flags, then
+    two segments per rank (the layout above)."""
+    return FLAGS * size * LINE * 8 + 2 * size * capacity
+
+
 def room() -> int:
     """The size in bytes of the file system the windows live in (its total, not what is free
     now: the same on every rank of a node, whenever each asks); 0 if it can't be read."""
@@ -153,7 +159,7 @@ def make(comm: MPI.Intracomm, members: tuple, capacity: int, tag: int, wanted: b
     ``get_watch()``: the call's ``Watch`` or None; ``overdue``: as in ``Window.wait`` (with
     window None before this rank has mapped it)."""
     size, me = len(members), members.index(comm.Get_rank())
-    total = FLAGS * size * LINE * 8 + 2 * size * capacity
+    total = footprint(size, capacity)
     path = None
     name = np.zeros(NAME_BYTES, np.uint8)
     if me == 0:                     # Step 1: create, reserve, map, tell the others
