@@ -28,6 +28,7 @@ variant's name. ``--variants A,B,...`` times only those (every band), ``--small 
 small band.
 
     python jobs/fabric_bench.py --table FILE...     # a markdown table of auto against MPI
+    python jobs/fabric_bench.py --at 32K FILE...    # every variant at one size, a row per file
 """
 
 from __future__ import annotations
@@ -135,6 +136,29 @@ def table(paths) -> str:
     return "\n".join(lines).rstrip("\n")
 
 
+def at_size(size: str, paths) -> str:
+    """One size, a row per file (its layout and tag): every variant's median in us."""
+    from mpicoll.tools.sizes import parse_size
+    nbytes = parse_size(size)
+    rows, variants = [], []
+    for path in paths:
+        data = json.loads(open(path).read())
+        row = {r["algorithm"]: r["time_us"] for r in data["records"]
+               if r["size"] == nbytes and not r["inplace"]}
+        variants += [v for v in data["variants"] if v in row and v not in variants]
+        layout = f"{data['nodes']} x {data['ranks_per_node']}"
+        tag = os.path.basename(path).rsplit(".", 1)[0].split(
+            f"-{data['nodes']}x{data['ranks_per_node']}", 1)[-1].lstrip("-")
+        rows.append((f"{layout}, {data.get('fabric')}", tag or "-", row))
+    lines = [f"{human(nbytes)}, us (median of the slowest rank)", "",
+             "| layout | run | " + " | ".join(variants) + " |",
+             "|---|---|" + "---:|" * len(variants)]
+    for layout, tag, row in rows:
+        lines.append(f"| {layout} | {tag} | " + " | ".join(
+            f"{row[v]:.0f}" if v in row else "-" for v in variants) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = parser(__doc__)
     ap.add_argument("--small", default="8:32K", help="MIN:MAX of the small band (factor 8)")
@@ -145,7 +169,12 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", help="suffix of the JSON file's name")
     ap.add_argument("--table", nargs="+", metavar="FILE",
                     help="print a markdown table of auto against MPI from these files (no MPI)")
+    ap.add_argument("--at", nargs="+", metavar=("SIZE", "FILE"),
+                    help="print every variant's time at SIZE, a row per FILE (no MPI)")
     args = ap.parse_args(argv)
+    if args.at:
+        print(at_size(args.at[0], args.at[1:]))
+        return 0
     if args.table:
         print(table(args.table))
         return 0

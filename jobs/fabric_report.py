@@ -415,6 +415,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
                 f"{st['network']['alike']} / {st['network']['pairs']} | "
                 f"{st['host']['alike']} / {st['host']['pairs']} |")
         add("")
+    repeat_section(add, results, sims, stack)
     for name in sorted({r["_fabric"] for r in runs}):
         path = doc_dir / f"fabric-{name}.png"
         try:
@@ -423,6 +424,60 @@ def report(runs, results: Path, doc_dir: Path) -> str:
         except ImportError:
             add(f"(no matplotlib: plot {path.name} not drawn)\n")
     return "\n".join(lines)
+
+
+REPEAT = "-repeat"      # fabric-bench-<fabric>-<N>x<K>-repeat.json: the same sweep, run again
+
+
+def repeat_section(add, results: Path, sims: dict, stack: dict | None) -> None:
+    """How far two runs of the same sweep are apart, and what that does to the simulator's
+    +-25 %: for every layout with a fabric-bench-*-repeat.json beside its sweep."""
+    rows = []
+    for (fabric_name, lay), (run, t) in sims.items():
+        p = results / f"fabric-bench-{fabric_name}-{lay}{REPEAT}.json"
+        if not p.exists():
+            continue
+        t2 = table(json.loads(p.read_text())["records"])
+        fab = model_fabric(fabric_name, run["_nodes"], run["_per"], stack)
+        ratios, within = [], [0, 0, 0, 0]       # sweep, repeat, both, either
+        points = 0
+        for s in (s for s in t if s >= SIM_MIN and s in t2):
+            for v in t[s]:
+                if v not in t2[s] or t[s][v].get("auto_choice") != t2[s][v].get("auto_choice"):
+                    continue            # auto compared only where both runs ran the same
+                m1, m2 = t[s][v]["time_us"], t2[s][v]["time_us"]
+                ratios.append(m2 / m1)
+                if v == "mpi":
+                    continue
+                p1 = predict(fab, v, t[s][v].get("auto_choice"), s)
+                p2 = predict(fab, v, t2[s][v].get("auto_choice"), s)
+                if p1 is None or p2 is None:
+                    continue
+                points += 1
+                a, b = 0.8 <= p1 / m1 <= 1.25, 0.8 <= p2 / m2 <= 1.25
+                within[0] += a
+                within[1] += b
+                within[2] += a and b
+                within[3] += a or b
+        if ratios:
+            r = np.array(ratios)
+            rows.append((fabric_name, lay, p.name, len(r), int(((r < 0.8) | (r > 1.25)).sum()),
+                         float(np.median(r)), float(r.min()), float(r.max()), points, within))
+    if not rows:
+        return
+    add("**Run to run.** The same sweep run again on the same cluster (`--tag repeat`, "
+        "`docs/results/fabric-bench-*-repeat.json`): how far the two runs' medians are apart at "
+        f"every size >= {human(SIM_MIN)} (every variant and MPI; `auto` only where both runs "
+        "ran the same algorithm), and the host model's +-25 % on each run (the variants it "
+        "simulates). A model can't be held closer to one run than the runs are to each "
+        "other.\n")
+    add("| fabric | layout | points | runs > 1.25x apart | repeat / sweep: median (range) | "
+        "simulated points | host within +-25 %: sweep | repeat | both runs | either run |")
+    add("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for fabric_name, lay, _, n, apart, med, lo, hi, pts, w in rows:
+        add(f"| {fabric_name} | {lay} | {n} | {apart} | {med:.2f} ({lo:.2f}-{hi:.2f}) | {pts} | "
+            f"{w[0]} | {w[1]} | {w[2]} | {w[3]} |")
+    add("")
 
 
 def main(argv=None) -> int:

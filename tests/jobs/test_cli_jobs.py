@@ -89,3 +89,14 @@ def test_fabric_bench_times_the_variants_asked_and_tables_auto_against_mpi(tmp_p
     mpi = next(r for r in data["records"] if r["algorithm"] == "mpi" and r["size"] == 8)
     assert len(rows) == 1 and f"| {auto['auto_choice']} |" in rows[0]
     assert rows[0].endswith(f"| {mpi['time_us'] / auto['time_us']:.2f}x |")
+    # --at: every variant at one size, the file's row named by its tag
+    proc = subprocess.run([sys.executable, str(ROOT / "jobs/fabric_bench.py"), "--at", "8",
+                           str(path)], **run)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "| ring | auto | mpi |" in lines[2]
+    [row] = [line for line in lines if "| probe |" in line]
+    cells = [c.strip() for c in row.strip("|").split("|")][2:]
+    want = [next(r["time_us"] for r in data["records"] if r["algorithm"] == v
+                 and r["size"] == 8 and not r["inplace"]) for v in ("ring", "auto", "mpi")]
+    assert cells == [f"{t:.0f}" for t in want]

@@ -353,6 +353,9 @@ EXEMPT = {
     'MPICOLL_TUNING=$PWD/slurm/local/tuning-fabric-1g.json sbatch --wait slurm/fabric.sbatch '
     'bench --layouts "4x2 2x1 4x1 2x2"': "needs the 4-node shaped fabric (local-cluster.sh up "
                                          "--fabric ... --nodes 4; fabric-reproduce.sh runs it)",
+    'sbatch slurm/fabric.sbatch bench --layouts "2x1 2x2 4x1 4x2" --tag repeat':
+        "needs the 4-node shaped fabric (local-cluster.sh up --fabric ... --nodes 4); "
+        "tests/unit/test_fabric_report.py checks the run-to-run table made from its JSON",
     'MPICOLL_PROFILE=$PWD/slurm/local/profile-fabric-1g.json sbatch --wait slurm/fabric.sbatch '
     'bench --layouts "4x2 4x2c 2x2 4x1 2x1" --variants $V --tag auto-calibrated':
         "needs the 4-node shaped fabric (local-cluster.sh up --fabric ... --nodes 4); "
