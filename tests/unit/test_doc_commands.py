@@ -156,6 +156,8 @@ CHEAP = {
         "-e 1K -d float64 -n 3 -w 1",
     "mpiexec -n 2 python -m mpicoll bench -b 8 -e 64K -f 8":
         "mpiexec -n 2 python -m mpicoll bench -b 8 -e 64K -f 64 -n 3 -w 1",
+    "mpiexec -n 2 python -m mpicoll bench -b 16K -e 64K -f 4 -a shm,mpi -n 400":
+        "mpiexec -n 2 python -m mpicoll bench -b 16K -e 64K -f 4 -a shm,mpi -n 3 -w 1",
     "mpiexec -n 2 python -m mpicoll bench -b 8 -e 64M -a shm,ring,mpi":
         f"mpiexec -n 2 python -m mpicoll bench {_MB} -a shm,ring,mpi",
     "mpiexec -n 2 python -m mpicoll bench -b 8 -e 64M -f 2 -a shm,auto,mpi --json n2_$r.json":
