@@ -42,7 +42,8 @@ import numpy as np
 from mpi4py import MPI
 
 from . import probe
-from .kernels import (ABORTED, ANSWER, ARRIVED, FLAGS, LINE, PID, PROBE, REDUCED, missing, publish)
+from .kernels import (ABORTED, ANSWER, ARRIVED, BLOCK, FLAGS, LINE, PID, PROBE, REDUCED, missing,
+                      publish)
 
 __all__ = ["Window", "size_class", "make", "CHUNK_BYTES", "MIN_BYTES", "YIELD_AFTER",
            "SPIN_SECONDS"]
@@ -86,11 +87,11 @@ class Window:
     """One node's shared window as this rank maps it: ``flags`` (int64, FLAGS x LINE per rank),
     ``data`` (the segments' bytes), ``seq`` (the last sequence number used), ``single_copy``
     (the node's probe said yes). ``members``: the window's ranks in the communicator, in
-    window order; ``rank``: this rank's index among them."""
+    window order; ``size``: how many; ``rank``: this rank's index among them."""
 
     def __init__(self, region: mmap.mmap, members: tuple, rank: int, capacity: int):
         size = len(members)
-        self.members, self.rank, self.capacity = members, rank, capacity
+        self.members, self.size, self.rank, self.capacity = members, size, rank, capacity
         self.seq, self.single_copy, self._views, self._scratch = 0, False, {}, {}
         self._region = region
         memory = np.frombuffer(region, np.uint8)
@@ -100,10 +101,6 @@ class Window:
         # more ranks than cores: the rank waited for may need this core, yield at once
         self.yield_after = 0.0 if size > len(os.sched_getaffinity(0)) else YIELD_AFTER
         self.iov = np.zeros(4, np.int64)
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
 
     def pid(self, j: int) -> int:
         """Window rank ``j``'s process id."""
@@ -123,7 +120,6 @@ class Window:
         """``(data, acc)``: the segments as ``data[buffer, rank, element]`` of ``dtype`` (a
         storage dtype: ``kernels.storage``), and BLOCK elements of scratch (made once per
         dtype)."""
-        from .kernels import BLOCK
         got = self._views.get(dtype)
         if got is None:
             got = self._views[dtype] = (
