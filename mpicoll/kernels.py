@@ -241,9 +241,10 @@ def storage(dtype) -> np.dtype:
 
 def as_storage(a: np.ndarray) -> np.ndarray:
     """``a`` viewed as ``storage(a.dtype)`` (the same memory; ``a`` itself for most dtypes)."""
-    s = _HALF.get(a.dtype)
-    if s is None and _is_bf16(a.dtype):
-        s = _HALF[a.dtype]
+    dtype = a.dtype
+    s = _HALF.get(dtype)
+    if s is None and dtype.kind == "V" and _is_bf16(dtype):    # (kind: no call for the rest)
+        s = _HALF[dtype]
     return a if s is None else a.view(s)
 
 
