@@ -12,8 +12,9 @@
 #      adds 8), each run bounded by a per-test timeout and an outer `timeout`; tests whose
 #      subject is not the rank count are marked `rank_counts(1, 2, 4)`, `max_ranks(4)` or
 #      `(5)` and skipped at the other counts (tests/mpi/conftest.py);
-#   4. tests/dropin: mpi4py's own collective suites through mpicoll.Comm, N = 2 and 3 (the
-#      release is fetched by pip; skipped with the reason if it can't be, except under CI=true);
+#   4. tests/dropin: mpi4py's own collective suites through mpicoll.Comm, and 16 more of its
+#      suites that the wrapper hands to MPI, N = 2 and 3 (the release is fetched by pip;
+#      skipped with the reason if it can't be, except under CI=true);
 #   5. Open MPI: a reduced tests/mpi (every algorithm of every collective, the compiled executor
 #      -- forced, so it fails if it can't run --, persistent calls, requests on the progress
 #      thread, timeouts naming the missing rank) at N = 2 and 4 under the Open MPI wheel's

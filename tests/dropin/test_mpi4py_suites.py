@@ -5,7 +5,11 @@ the installed mpi4py (``mpi4py_suites.py``: pip, never this repository). Each of
 classes is subclassed here with one change: ``setUp`` wraps ``self.COMM`` (COMM_SELF,
 COMM_WORLD, or the ``Dup()`` the suite made) in ``mpicoll.Comm``. The test bodies run as
 mpi4py wrote them. What mpicoll.Comm does not wrap (``Gather``, ``Scan``, ``Barrier_init``
-...) is the communicator's own, so those tests run MPI's collectives, as before.
+...) is the communicator's own, so those tests run MPI's collectives, as before. The suites of
+``mpi4py_suites.PASS_THROUGH`` (pickled and vector collectives, neighbourhoods, point-to-point,
+RMA, topologies, intercommunicators, the communicator's own methods) run the same way where the
+release has them: everything in them is handed to MPI, and must behave as on a plain
+communicator.
 
 The wrapper is made with ``fallback=True``: what mpicoll can't run -- a reduction of
 ``MPI.LONG_DOUBLE`` / ``C_LONG_DOUBLE_COMPLEX`` (no numba kernel), a buffer with
@@ -119,6 +123,7 @@ def _agreed(method, collective):
 
 
 def _wrapped(suite: str, base: type) -> type:
+    counted = suite in mpi4py_suites.SUITES         # a pass-through suite's calls are MPI's
     def setUp(self):
         base.setUp(self)
         if ALGORITHM != "plain":
@@ -127,13 +132,15 @@ def _wrapped(suite: str, base: type) -> type:
     namespace = {"setUp": setUp, "__module__": __name__, "__qualname__": None}
     for name in dir(base):
         if name.startswith("test") and callable(getattr(base, name)):
-            namespace[name] = _agreed(getattr(base, name), CHECKED.get(name))
+            namespace[name] = _agreed(getattr(base, name),
+                                      CHECKED.get(name) if counted else None)
     name = f"Test_{suite}_{base.__name__}"
     namespace["__qualname__"] = name
     return type(name, (base,), namespace)
 
 
-for _suite in mpi4py_suites.SUITES:
+for _suite in mpi4py_suites.SUITES + tuple(s for s in mpi4py_suites.PASS_THROUGH
+                                          if (_where / f"{s}.py").exists()):
     _module = importlib.import_module(_suite)
     for _name, _base in sorted(vars(_module).items()):
         if isinstance(_base, type) and issubclass(_base, unittest.TestCase) \
