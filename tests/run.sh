@@ -41,8 +41,9 @@ stage() {    # stage TITLE: a stage's header, with the time (CI's duration, stag
 }
 
 record() {   # record NAME LOG RC: add the pytest counts of LOG's runs (their summaries, even
-    local lines p f s    # where other ranks' progress dots share the line)
-    lines=$(grep -aoE '[0-9]+ [a-z]+(, [0-9]+ [a-z]+)* in [0-9.]+s' "$2")
+    local lines p f s    # where other ranks' progress dots share the line; "N subtests passed"
+    # is read past: the tests are counted, not their subtests)
+    lines=$(grep -aoE '[0-9]+ [a-z]+( [a-z]+)?(, [0-9]+ [a-z]+( [a-z]+)?)* in [0-9.]+s' "$2")
     p=$(grep -oE '[0-9]+ passed' <<<"$lines" | awk '{s+=$1} END {print s+0}')
     s=$(grep -oE '[0-9]+ skipped' <<<"$lines" | awk '{s+=$1} END {print s+0}')
     f=$(grep -oE '[0-9]+ (failed|error)' <<<"$lines" | awk '{s+=$1} END {print s+0}')
