@@ -461,7 +461,7 @@ def repeat_section(add, results: Path, sims: dict, stack: dict | None) -> None:
                 within[3] += a or b
         if ratios:
             r = np.array(ratios)
-            rows.append((fabric_name, lay, p.name, len(r), int(((r < 0.8) | (r > 1.25)).sum()),
+            rows.append((fabric_name, lay, len(r), int(((r < 0.8) | (r > 1.25)).sum()),
                          float(np.median(r)), float(r.min()), float(r.max()), points, within))
     if not rows:
         return
@@ -474,7 +474,7 @@ def repeat_section(add, results: Path, sims: dict, stack: dict | None) -> None:
     add("| fabric | layout | points | runs > 1.25x apart | repeat / sweep: median (range) | "
         "simulated points | host within +-25 %: sweep | repeat | both runs | either run |")
     add("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for fabric_name, lay, _, n, apart, med, lo, hi, pts, w in rows:
+    for fabric_name, lay, n, apart, med, lo, hi, pts, w in rows:
         add(f"| {fabric_name} | {lay} | {n} | {apart} | {med:.2f} ({lo:.2f}-{hi:.2f}) | {pts} | "
             f"{w[0]} | {w[1]} | {w[2]} | {w[3]} |")
     add("")
