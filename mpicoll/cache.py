@@ -297,8 +297,9 @@ def allreduce(k, sendbuf, recvbuf, comm):
         entry.library(st, sendbuf, recvbuf)
         return recvbuf
     if entry.shared_memory is not None:     # it reads sendbuf itself
-        entry.shared(st, (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1),
-                     recvbuf.reshape(-1))
+        src = recvbuf if sendbuf is MPI.IN_PLACE else sendbuf
+        entry.shared(st, src if src.ndim == 1 else src.reshape(-1),
+                     recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1))
         return recvbuf
     if sendbuf is not MPI.IN_PLACE:
         if recvbuf.shape == sendbuf.shape:

@@ -163,8 +163,8 @@ def _single_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
                 GATHERED: "the other ranks to finish reading my buffers"}[which]
         _late(st, window, get_watch, which, seq, waiting,
               f"single copy, waiting for {what} in shared memory", 1)
-    lo, hi = (0, dst.size) if whole else slice_of(dst.size, size, rank)
-    st.traffic["shared_bytes"] += ((size - 1) * (hi - lo) + dst.size - (hi - lo)) * dst.itemsize
+    mine = dst.size if whole else _slice_elements(dst.size, size, rank)
+    st.traffic["shared_bytes"] += ((size - 1) * mine + dst.size - mine) * dst.itemsize
 
 
 # ----------------------------------------------------------------------------- the window
@@ -175,9 +175,9 @@ def window_for(st, nbytes: int, tag: int, get_watch, nodes=None):
     than ``nbytes``' size class -- at the same call on every rank: the ranks pass the same
     count (or their signatures differ, which the make's messages or the flags then show)."""
     old = st.shared if nodes is None else st.node_shared.get(nodes)
+    if old is not None and (nbytes == 0 or old.capacity >= _window.size_class(nbytes)):
+        return old                          # (0: any window; the single copy's flags only)
     capacity = _window.size_class(nbytes)
-    if old is not None and old.capacity >= capacity:
-        return old
     if old is not None:                     # local: the others drop theirs at the same call
         old.free()
         _forget(st, nodes)
@@ -287,9 +287,14 @@ def _abort(window) -> None:
         kernels.publish(window.flags, FLAGS * window.rank * LINE + ABORTED, 1)
 
 
+def _slice_elements(count: int, size: int, rank: int) -> int:
+    """Elements of slice ``rank`` of ``count`` cut in ``size`` (``kernels.slice_of``'s, of
+    ``block_displs``: count // size, one more if rank < count % size; in Python, as calling
+    the compiled one costs more than this costs to run)."""
+    return count // size + (rank < count % size)
+
+
 def _own_elements(count: int, chunk: int, size: int, rank: int) -> int:
-    """Elements of my own slices (not copied into the window), over every chunk: slice
-    ``rank`` of ``block_displs`` has n // size elements, one more if rank < n % size."""
+    """Elements of my own slices (not copied into the window), over every chunk."""
     full, last = divmod(count, chunk)
-    return (full * (chunk // size + (rank < chunk % size))
-            + (last // size + (rank < last % size) if last else 0))
+    return full * _slice_elements(chunk, size, rank) + _slice_elements(last, size, rank)

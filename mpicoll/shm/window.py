@@ -92,7 +92,8 @@ class Window:
     def __init__(self, region: mmap.mmap, members: tuple, rank: int, capacity: int):
         size = len(members)
         self.members, self.size, self.rank, self.capacity = members, size, rank, capacity
-        self.seq, self.single_copy, self._views, self._scratch = 0, False, {}, {}
+        self.seq, self.single_copy, self._views, self._scratch, self._pieces = \
+            0, False, {}, {}, {}
         self._region = region
         memory = np.frombuffer(region, np.uint8)
         header = FLAGS * size * LINE * 8
@@ -130,18 +131,25 @@ class Window:
     def scratch(self, dtype: np.dtype, count: int, piece_bytes: int) -> tuple:
         """Single copy: ``(scratch, piece)``, room for ``piece`` elements of each other rank --
         as much of ``count`` as ``piece_bytes`` allows (kept per dtype, grown when a longer
-        vector needs more)."""
+        vector needs more; the answer kept per count, for the next call of the same size)."""
+        got = self._pieces.get((dtype, count, piece_bytes))
+        if got is not None:
+            return got
         piece = max(1, min(count, piece_bytes // (self.size - 1) // dtype.itemsize))
-        got = self._scratch.get(dtype)
-        if got is None or got.size < piece * (self.size - 1):
-            got = self._scratch[dtype] = np.empty(piece * (self.size - 1), dtype)
-        return got, got.size // (self.size - 1)
+        scratch = self._scratch.get(dtype)
+        if scratch is None or scratch.size < piece * (self.size - 1):
+            scratch = self._scratch[dtype] = np.empty(piece * (self.size - 1), dtype)
+            self._pieces.clear()            # (they name the smaller one)
+        if len(self._pieces) >= 64:
+            self._pieces.clear()
+        got = self._pieces[dtype, count, piece_bytes] = scratch, scratch.size // (self.size - 1)
+        return got
 
     def free(self) -> None:
         """Unmap this rank's view of the window: local, never blocks (the memory goes when the
         last rank's mapping does)."""
         self.flags = self.data = None
-        self._views, self._scratch = {}, {}
+        self._views, self._scratch, self._pieces = {}, {}, {}
         try:
             self._region.close()
         except BufferError:             # an array still points into it: unmapped when it goes

@@ -332,6 +332,27 @@ def test_single_copy_from_a_dead_peer_breaks_the_communicator():
     assert st.broken and w.flags[core.ABORTED] == 1
 
 
+def test_single_copy_scratch_kept_per_count():
+    """``Window.scratch``: room for ``piece`` elements of each other rank, the same arrays
+    for the next call of the same count, a larger array when a longer vector needs more (which
+    then serves the shorter counts too), and at most 64 counts remembered."""
+    region = mmap.mmap(-1, window.footprint(3, window.MIN_BYTES))
+    w = window.Window(region, (0, 1, 2), 0, window.MIN_BYTES)
+    f4 = np.dtype(np.float32)
+    small, piece = w.scratch(f4, 10, 1 << 10)
+    assert piece == 10 and small.size == 20
+    assert w.scratch(f4, 10, 1 << 10)[0] is small
+    big, piece = w.scratch(f4, 1000, 1 << 10)       # 1 KiB / 2 ranks / 4 B: 128 each
+    assert piece == 128 and big.size == 256
+    again, piece = w.scratch(f4, 10, 1 << 10)
+    assert again is big and piece == 128
+    for count in range(1, 100):
+        scratch, piece = w.scratch(f4, count, 1 << 10)
+        assert scratch is big and piece >= count and scratch.size >= 2 * piece
+    assert len(w._pieces) <= 64
+    w.free()
+
+
 def test_size_classes():
     assert shm.size_class(0) == shm.size_class(1) == shm.MIN_BYTES
     assert shm.size_class(shm.MIN_BYTES + 1) == 2 * shm.MIN_BYTES
