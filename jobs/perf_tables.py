@@ -4,6 +4,7 @@
         --persistent DIR/np2-persistent-{1,2,3}.json
     python jobs/perf_tables.py --shm-single DIR/shm-single-auto-{1,2,3}.json \
         --shm-window DIR/shm-single-off-{1,2,3}.json
+    python jobs/perf_tables.py --in-place DIR/shm-inplace-np2-{1,2,3}.json
 
 Each run is ``mpicoll bench --json`` (plain calls) and, optionally, ``--persistent`` runs of the
 same sizes. Every column is a ratio vs_mpi (MPI's time over mpicoll's, in the same run; above 1
@@ -22,9 +23,9 @@ import statistics
 from collections import defaultdict
 
 
-def ratios(paths: list[str]) -> tuple[dict, dict, int]:
+def ratios(paths: list[str], in_place: bool = False) -> tuple[dict, dict, int]:
     """``(vs[size][algorithm] -> [ratio per run], mpi[size] -> [µs per run], nranks)``, out of
-    place only."""
+    place only (``in_place``: in place only)."""
     vs: dict = defaultdict(lambda: defaultdict(list))
     mpi: dict = defaultdict(list)
     nranks = 0
@@ -33,7 +34,7 @@ def ratios(paths: list[str]) -> tuple[dict, dict, int]:
             run = json.load(f)
         nranks = run["nranks"]
         for r in run["records"]:
-            if r.get("inplace"):
+            if bool(r.get("inplace")) != in_place:
                 continue
             if r["algorithm"] == "mpi":
                 mpi[r["size"]].append(r["time_us"])
@@ -111,6 +112,37 @@ def shm_single_table(single: list[str], window: list[str]) -> str:
     return "\n".join(lines)
 
 
+def in_place_table(paths: list[str]) -> str:
+    """In place against out of place (runs with both ``--inplace`` and ``--outofplace``):
+    medians of vs_mpi (each place against MPI's own call in the same place), ``auto`` with
+    what it ran, and the in-place ratios of ``shm`` and the ring in each run."""
+    inside, mpi, _ = ratios(paths, in_place=True)
+    outside = ratios(paths)[0]
+    ran: dict = defaultdict(set)
+    for path in paths:
+        with open(path) as f:
+            for r in json.load(f)["records"]:
+                if r["algorithm"].startswith("auto") and r.get("auto_choice"):
+                    ran[r["size"], bool(r.get("inplace"))].add(r["auto_choice"])
+
+    def cell(row, name):
+        return f"{statistics.median(row[name]):.2f}" if row.get(name) else "-"
+
+    def auto(row, size, place):
+        return f"{cell(row, 'auto')} ({', '.join(sorted(ran[size, place])) or '-'})"
+    lines = ["| size (B) | MPI in place (µs) | in place: `shm` | `ring` | `recursive_halving` | "
+             "`auto` | out of place: `shm` | `auto` | in place, per run: `shm` / `ring` |",
+             "|---:|---:|---:|---:|---:|---|---:|---|---|"]
+    for size in sorted(inside):
+        row, out = inside[size], outside.get(size, {})
+        runs = ", ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(row["shm"], row["ring"]))
+        lines.append(f"| {size_label(size)} | {statistics.median(mpi[size]):.1f} | "
+                     f"{cell(row, 'shm')} | {cell(row, 'ring')} | "
+                     f"{cell(row, 'recursive_halving')} | {auto(row, size, True)} | "
+                     f"{cell(out, 'shm')} | {auto(out, size, False)} | {runs} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="+", help="mpicoll bench --json files")
@@ -120,8 +152,13 @@ def main(argv=None) -> None:
                     help="instead: shm's single-copy table; runs with MPICOLL_SHM_SINGLE_COPY="
                          "auto, then --shm-window runs with =off")
     ap.add_argument("--shm-window", nargs="+", metavar="JSON", default=[])
+    ap.add_argument("--in-place", nargs="+", metavar="JSON",
+                    help="instead: in place against out of place (runs with --inplace "
+                         "--outofplace)")
     args = ap.parse_args(argv)
-    if args.shm_single:
+    if args.in_place:
+        print(in_place_table(args.in_place))
+    elif args.shm_single:
         print(shm_single_table(args.shm_single, args.shm_window))
     elif args.runs:
         print(table(args.runs, args.persistent))

@@ -81,6 +81,8 @@ class Plan:
     nodes: tuple | None     # the node layout of a node-aware algorithm
     size: int               # the communicator's
     reproducible: int = 0   # K of a reproducible sum's phases (mpicoll.reproducible), 0: none
+    in_place: bool | None = None    # auto's all-reduce: sendbuf was MPI.IN_PLACE (select's shm
+    #                                 row asks), which every rank must then pass alike
 
     @property
     def kind(self) -> str:
@@ -102,7 +104,7 @@ class Plan:
                 "order": get("order"), "nodes": self.nodes,
                 "compress": None if self.codec is None else self.codec.name,
                 "executor": self.executor, "segments": self.segments or None,
-                "reproducible": self.reproducible or None}
+                "reproducible": self.reproducible or None, "in_place": self.in_place}
 
     def agree(self, call: Call, **instead) -> None:
         """Agree this plan's fields across the ranks (``instead``: values that replace some,
@@ -201,10 +203,13 @@ def _decide(call: Call, checked: tuple, layout: Layout, root, form: str,
     collective, algo, opname, dtype, codec, given, declared = checked
     size = call.size
     st = call.open()
+    # auto's all-reduce decides by it (the shm row), so every rank must pass IN_PLACE alike
+    in_place = layout.send is None if algo is None and collective == "allreduce" else None
     algo, extra = select.decide(collective, "auto" if algo is None else algo.name,
                                 nbytes=layout.work.nbytes, count=layout.work.size, size=size,
                                 dtype=dtype, op=opname, st=st, given=given,
-                                scheduled=codec is not None or bool(reproducible))
+                                scheduled=codec is not None or bool(reproducible),
+                                in_place=bool(in_place))
     nodes = st.nodes() if algo.has("node-layout") else None
     options = dict(_resolved(algo, tuple({**declared, **extra}.items()), nodes))
     if algo.pick is not None and size > 1:
@@ -218,7 +223,8 @@ def _decide(call: Call, checked: tuple, layout: Layout, root, form: str,
         shm.check_node_phases(st, opname, dtype)
     rule = _segment_rule() if run_by == "compiled" else ""
     st.last_plan = p = Plan(collective, algo, options, opname, dtype, layout.work.size,
-                            layout.block, run_by, rule, codec, nodes, size, reproducible)
+                            layout.block, run_by, rule, codec, nodes, size, reproducible,
+                            in_place if size > 1 else None)
     return p
 
 

@@ -9,7 +9,9 @@ row    when                                          then
 shm    ``auto`` all-reduce; every rank on one real   ``shm`` (``shm_wins``: from ``SHM_MIN_BYTES``;
        node; shm reduces the op and dtype; the call  at every size where it reads in place or the
        needs no schedule (no compression)            ranks outnumber the cores, else up to
-                                                     ``SHM_MAX_BYTES``)
+                                                     ``SHM_MAX_BYTES``; a call in place
+                                                     (``sendbuf=MPI.IN_PLACE``) only where it
+                                                     copies through its window)
 tuned  ``auto``; ``MPICOLL_TUNING``'s table          the measured winner for this N and size
        (``mpicoll tune``; ``profiles/tuning.json``)  (none above the largest measured size),
        has a row for the layout: ``"N"`` on one      with the options it was measured with
@@ -42,7 +44,9 @@ The shm band, measured on this machine (docs/performance.md, "shm"; interleaved 
 N = 2 on 2 cores, reading in place, shm was 1.3-1.5x MPI's own from 16 KiB to 512 KiB and
 1.0-1.3x at 1-4 MiB, 1.2-3.7x from 8 to 64 MiB; copying through its window it led only up to
 64 KiB; with more ranks than cores (N = 3 and 4 on 2 cores) it won at every size from 64 KiB,
-1.1-2.8x MPI's own. The decision table and the cost model never choose it.
+1.1-2.8x MPI's own. In place, reading the other rank's memory at N = 2, it was 0.86-1.04x MPI's
+own from 16 KiB to 4 MiB, where the ring was 1.00-1.29x (docs/performance.md, "In place"). The
+decision table and the cost model never choose it.
 
 Every choice is valid for any N and count, and depends only on arguments every rank passes and
 on what every rank sees alike (the node layout, the settings): all ranks decide alike, and the
@@ -172,11 +176,12 @@ def reload() -> None:
         cached.cache_clear()
 
 
-def _shm_row(st, op: str | None, dtype, nbytes: int, size: int) -> bool:
+def _shm_row(st, op: str | None, dtype, nbytes: int, size: int, in_place: bool) -> bool:
     """The ``shm`` row: every rank on one real node, an op and dtype shm reduces, shm wins
-    (``shm.policy``: its band, where it reads in place)."""
+    (``shm.policy``: its band, where it reads the other ranks' memory, in place or not)."""
     return (op is not None and policy.usable(st, op, dtype)
-            and shm_wins(nbytes, size, single_copy=policy.single_copy_expected(size)))
+            and shm_wins(nbytes, size, single_copy=policy.single_copy_expected(size),
+                         in_place=in_place))
 
 
 def _inner_row(st, op: str | None, dtype, nbytes: int) -> bool:
@@ -206,18 +211,20 @@ def auto_ring_order(st) -> str | None:
 
 
 def decide(collective: str, algorithm: str, *, nbytes: int, count: int, size: int, dtype,
-           op: str | None, st, given: dict, scheduled: bool = False) -> tuple[Algorithm, dict]:
+           op: str | None, st, given: dict, scheduled: bool = False,
+           in_place: bool = False) -> tuple[Algorithm, dict]:
     """The algorithm a call runs, and the options the table sets (the module's rows): for
     ``algorithm`` (a declared name, or ``"auto"``), ``nbytes`` in ``count`` elements of
     ``dtype`` (the whole vector), on ``size`` ranks whose communicator state is ``st``
     (``CommState``, its node layout known; None when ``size`` is 1), ``given`` the options the
-    caller passed (None: not given), ``scheduled``: the call needs a schedule (compression)."""
+    caller passed (None: not given), ``scheduled``: the call needs a schedule (compression),
+    ``in_place``: an all-reduce whose input is its output (``sendbuf=MPI.IN_PLACE``)."""
     auto = algorithm == "auto"
     tuned: dict = {}
     if not auto:
         algo = lookup(collective, algorithm)
     elif collective == "allreduce" and size > 1 and not scheduled and \
-            _shm_row(st, op, dtype, nbytes, size):
+            _shm_row(st, op, dtype, nbytes, size, in_place):
         algo = lookup(collective, "shm")
     else:
         rpn = st.ranks_per_node if size > 1 else None

@@ -2,8 +2,9 @@
 
 Each rank reduces its call to a *fingerprint* of a few integers (``FIELDS``): the collective,
 the algorithm it is about to run, op, dtype, count, root, the algorithm's options (inner, outer,
-ring order) and node layout, the compression, a reproducible sum's K, whether it has a
-timeout, and whether its own
+ring order) and node layout, the compression, a reproducible sum's K, for ``auto``'s
+all-reduce whether it is in place (it decides by it), whether it has a timeout, and whether its
+own
 argument checks failed. One nonblocking ``MPI_Iallreduce``
 (MAX over the fingerprint and its negation: each field's maximum and minus its minimum) on
 mpicoll's duplicate communicator, polled under the call's deadline, tells every rank whether all
@@ -27,7 +28,7 @@ from ..topology import ORDERS
 __all__ = ["FIELDS", "fingerprint", "rejected", "check", "wait"]
 
 FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "order",
-          "nodes", "compress", "executor", "segments", "reproducible", "site",
+          "nodes", "compress", "executor", "segments", "reproducible", "in_place", "site",
           "timeout", "error")
 _COLLECTIVES = tuple(COLLECTIVES)
 # (and "exchange": the reproducible all-reduce's exchange of values, mpicoll.reproducible)
@@ -46,7 +47,7 @@ def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=No
                 outer: str | None = None, order: str | None = None, nodes: tuple | None = None,
                 compress: str | None = None, executor: str | None = None,
                 segments: str | None = None, reproducible: int | None = None,
-                site: str | None = None,
+                in_place: bool | None = None, site: str | None = None,
                 timeout: bool = False) -> list:
     """The integers that must be equal on every rank (-1: not applicable). ``nodes``, the node
     layout of a node-aware algorithm (``MPICOLL_RANKS_PER_NODE`` could differ between ranks),
@@ -59,6 +60,7 @@ def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=No
             _index(DTYPES, dtype), count, root, _index(_NAMES, inner), _index(_NAMES, outer),
             _index(ORDERS, order), layout, _index(_CODECS, compress),
             _index(_EXECUTORS, executor), rule, -1 if reproducible is None else reproducible,
+            -1 if in_place is None else int(in_place),
             -1 if site is None else zlib.crc32(site.encode()) & 0x7FFFFFFF, int(timeout), 0]
 
 
@@ -113,6 +115,8 @@ def _show(field: str, row) -> str:
         return f"rule #{v:08x}" if v >= 0 else "none"
     if field == "reproducible":        # K slices per value (mpicoll.reproducible)
         return f"K={v}" if v >= 0 else "no"
+    if field == "in_place":             # auto's all-reduce: sendbuf=MPI.IN_PLACE or not
+        return "none" if v < 0 else "sendbuf=MPI.IN_PLACE" if v else "a sendbuf array"
     if field == "site":                 # validate="callsite": a checksum of file:line
         return f"call site #{v:08x}" if v >= 0 else "none"
     if field == "timeout":

@@ -28,12 +28,15 @@ SHM_MAX_BYTES = 131072      # ... up to this size copying through its window, a 
 
 
 def shm_wins(nbytes: int, ranks: int, cores: int | None = None,
-             single_copy: bool = False) -> bool:
+             single_copy: bool = False, in_place: bool = False) -> bool:
     """Whether ``shm`` is ``auto``'s all-reduce of ``nbytes`` on ``ranks`` ranks sharing a node of
     ``cores`` cores (None: ``os.cpu_count()``, the machine's, the same on every rank of it): from
-    ``SHM_MIN_BYTES``; at every size when it reads in place (``single_copy``:
-    ``single_copy_expected``) or the ranks outnumber the cores, else up to ``SHM_MAX_BYTES``."""
-    if ranks < 2 or nbytes < SHM_MIN_BYTES:
+    ``SHM_MIN_BYTES``; at every size when it reads the other ranks' memory (``single_copy``:
+    ``single_copy_expected``) or the ranks outnumber the cores, else up to ``SHM_MAX_BYTES``
+    -- but never for a call whose input is its output (``in_place``: ``sendbuf=MPI.IN_PLACE``)
+    when it reads the others' memory: there the ring beat it at every size measured
+    (docs/performance.md, "shm in place")."""
+    if ranks < 2 or nbytes < SHM_MIN_BYTES or (in_place and single_copy):
         return False
     return single_copy or nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
 

@@ -1,10 +1,11 @@
 """One collective, one path: every form of a call makes the same plan and gives the same bits.
 
 For every collective x algorithm (and ``auto``) x form -- blocking, nonblocking, persistent run
-now (``h()``), persistent started (``start``/``wait``), ``mpicoll.Comm``, and ``Buckets`` for
-the all-reduce -- with the same arguments, on the machine's own nodes and on virtual nodes of 2
-ranks: the same algorithm name and options (``Plan``), the same counted bytes (the executor's
-counters), and bit-identical results.
+now (``h()``), persistent started (``start``/``wait``), ``mpicoll.Comm``, and for the
+all-reduce the same forms in place (``sendbuf=MPI.IN_PLACE``) with ``Buckets`` (which reduces
+its buffer in place) -- with the same arguments, on the machine's own nodes and on virtual
+nodes of 2 ranks: the same algorithm name and options (``Plan``), the same counted bytes (the
+executor's counters), and bit-identical results (in place and out of place too).
 """
 
 import numpy as np
@@ -37,16 +38,23 @@ def _inputs(collective, comm, n):
     return buf, buf
 
 
-def _forms(collective, algorithm, comm):
-    """form name -> run(send, recv) -> (result, plan)."""
+def _forms(collective, algorithm, comm, in_place=False):
+    """form name -> run(send, recv) -> (result, plan); ``in_place``: each form called with
+    ``MPI.IN_PLACE``, its input copied into recv first (the all-reduce)."""
     blocking = getattr(mpicoll, collective)
     nonblocking = getattr(mpicoll, "i" + collective)
     init = getattr(mpicoll, collective + "_init")
     wrapped = mpicoll.Comm(comm, algorithm)
     kw = dict(algorithm=algorithm, comm=comm)
 
+    def place(send, recv):
+        if not in_place:
+            return send
+        recv[...] = send
+        return MPI.IN_PLACE
+
     def call(fn, send, recv):
-        return fn(recv, 0, **kw) if collective == "bcast" else fn(send, recv, **kw)
+        return fn(recv, 0, **kw) if collective == "bcast" else fn(place(send, recv), recv, **kw)
 
     def run_blocking(send, recv):
         out = call(blocking, send, recv)
@@ -72,12 +80,12 @@ def _forms(collective, algorithm, comm):
         else:
             getattr(wrapped, {"allreduce": "Allreduce", "allgather": "Allgather",
                               "reduce_scatter_block": "Reduce_scatter_block"}[collective])(
-                send, recv)
+                place(send, recv), recv)
         return recv, plan.last(comm)
 
     forms = {"blocking": run_blocking, "nonblocking": run_nonblocking,
              "persistent": run_now, "started": run_started, "Comm": run_comm}
-    if collective == "allreduce":
+    if collective == "allreduce" and in_place:
         def run_buckets(send, recv):
             grads = send.copy()
             b = mpicoll.Buckets([grads], average=False, **kw)
@@ -90,19 +98,28 @@ def _forms(collective, algorithm, comm):
 
 def _check_forms(comm, collective, algorithm, n):
     st = state(comm)
-    seen = {}
-    for form, run in _forms(collective, algorithm, comm).items():
-        send, recv = _inputs(collective, comm, n)
-        before = dict(st.traffic)
-        out, made = run(send, recv)
-        counted = {k: st.traffic[k] - before[k]
-                   for k in ("bytes_sent", "messages_sent", "internode_bytes")}
-        seen[form] = (made.algorithm.name, sorted(made.options.items()), counted,
-                      np.asarray(out).tobytes())
+    bits = {}
+    for in_place in (False, True) if collective == "allreduce" else (False,):
+        seen = {}
+        for form, run in _forms(collective, algorithm, comm, in_place).items():
+            send, recv = _inputs(collective, comm, n)
+            before = dict(st.traffic)
+            out, made = run(send, recv)
+            counted = {k: st.traffic[k] - before[k]
+                       for k in ("bytes_sent", "messages_sent", "internode_bytes")}
+            form = f"{form} in place" if in_place else form
+            seen[form] = bits[form] = (made.algorithm.name, sorted(made.options.items()),
+                                       counted, np.asarray(out).tobytes())
+        _same(comm, collective, algorithm, n, seen, ("algorithm", "options", "counted bytes",
+                                                     "result bits"))
+    _same(comm, collective, algorithm, n, {f: got[3:] for f, got in bits.items()},
+          ("result bits",))
+
+
+def _same(comm, collective, algorithm, n, seen, whats):
     first_form, first = next(iter(seen.items()))
     for form, got in seen.items():
-        for what, a, b in zip(("algorithm", "options", "counted bytes", "result bits"),
-                              first, got):
+        for what, a, b in zip(whats, first, got):
             agree(comm, a == b, f"{collective} {algorithm} n={n}: {form} gives {what} "
                   f"{'(differs)' if what == 'result bits' else b}, {first_form} "
                   f"{'' if what == 'result bits' else a}")

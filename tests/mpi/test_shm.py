@@ -214,6 +214,44 @@ def test_auto_runs_shm_on_one_node(comm):
           f"expected {want} ({comm.size} ranks, {os.cpu_count()} cores)")
 
 
+def test_auto_in_place_runs_shm_only_through_its_window(comm):
+    """auto in place (``sendbuf=MPI.IN_PLACE``, in every form: blocking, cached, persistent,
+    nonblocking): shm where it copies through its window, the ring or another schedule where
+    it would read the other ranks' memory (the ring was faster there, ``select.shm_wins``); the
+    right sum either way. A rank in place among ranks with arrays raises ArgumentMismatch on
+    every rank, naming it (auto decides by it), from the first call."""
+    if comm.size == 1:
+        pytest.skip("one rank: nothing to choose")
+    n = 2 * select.SHM_MIN_BYTES // 8
+    want_shm = not shm.single_copy_expected(comm.size)
+    traffic, problems = state(comm).traffic, []
+    for form in ("blocking", "again (cached)", "persistent", "nonblocking"):
+        buf = np.full(n, comm.rank + 1.0)
+        before = traffic["shared_bytes"]
+        if form == "persistent":
+            mpicoll.allreduce_init(MPI.IN_PLACE, buf, comm=comm)()
+        elif form == "nonblocking":
+            mpicoll.iallreduce(MPI.IN_PLACE, buf, comm=comm).wait()
+        else:
+            mpicoll.allreduce(MPI.IN_PLACE, buf, comm=comm)
+        if (traffic["shared_bytes"] > before) != want_shm:
+            problems.append(f"{form}: shm ran: {not want_shm}, wanted: {want_shm}")
+        if not np.array_equal(buf, np.full(n, comm.size * (comm.size + 1) / 2)):
+            problems.append(f"{form}: wrong sum")
+        before = traffic["shared_bytes"]
+        out = mpicoll.allreduce(np.ones(n), comm=comm)      # out of place: shm
+        if traffic["shared_bytes"] == before or not np.all(out == comm.size):
+            problems.append(f"{form}: out of place did not run shm rightly")
+    agree(comm, not problems, problems)
+
+    def mixed():
+        buf = np.ones(n)
+        if comm.rank == 0:
+            return mpicoll.allreduce(MPI.IN_PLACE, buf, comm=comm, timeout=30)
+        return mpicoll.allreduce(buf, comm=comm, timeout=30)
+    raises_everywhere(comm, ArgumentMismatch, mixed, match="in_place")
+
+
 def test_persistent_shm(comm):
     send, recv = np.empty(5000), np.empty(5000)
     h = mpicoll.allreduce_init(send, recv, algorithm="shm", comm=comm)

@@ -174,6 +174,11 @@ CHEAP = {
         "for mode in auto off; do MPICOLL_SHM_SINGLE_COPY=$mode mpiexec -n 2 python -m mpicoll "
         "bench -b 16K -e 16K -n 3 -w 1 -a shm,ring,recursive_halving,mpi "
         "--json shm-single-$mode-1.json || exit; done",
+    "mpiexec -n 2 python -m mpicoll bench -b 16K -e 4M -f 4 -a shm,ring,recursive_halving,auto,"
+    "mpi -n 200 --inplace --outofplace --json docs/results/shm-inplace-np2-<run>.json":
+        "mpiexec -n 2 python -m mpicoll bench -b 16K -e 16K -n 3 -w 1 "
+        "-a shm,ring,recursive_halving,auto,mpi --inplace --outofplace --json shm-inplace-np2-1.json "
+        "&& python jobs/perf_tables.py --in-place shm-inplace-np2-1.json | grep -q '16 Ki'",
     "mpiexec -n 2 python -m mpicoll bench -b 64K -e 4M -f 2 -n 200 -a shm,mpi --json r2_$r.json":
         "r=1; mpiexec -n 2 python -m mpicoll bench -b 64K -e 64K -n 3 -w 1 -a shm,mpi "
         "--json r2_$r.json",

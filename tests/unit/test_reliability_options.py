@@ -117,6 +117,19 @@ def test_mismatch_report():
     assert exc.fields == {"count": {"10": [0, 1], "11": [2]}}
 
 
+def test_mismatch_report_names_in_place_under_auto():
+    """auto's all-reduce decides by whether sendbuf is MPI.IN_PLACE, so it is a field: a rank
+    in place among ranks with arrays is named; an explicit algorithm leaves it out (-1)."""
+    def row(in_place):
+        return validate.fingerprint("allreduce", "ring", "sum", np.dtype(np.float64), 10,
+                                    in_place=in_place)
+    exc = validate.mismatch("allreduce", np.array([row(False), row(True), row(False)]))
+    assert exc.ranks == [1]
+    assert str(exc).endswith("in_place: a sendbuf array on rank(s) [0, 2], "
+                             "sendbuf=MPI.IN_PLACE on rank(s) [1]")
+    assert row(None)[validate.FIELDS.index("in_place")] == -1
+
+
 @pytest.mark.parametrize("tag_ub, calls, hashes", [
     (2**29 - 1, 2**13, 65535),      # this MPICH wheel
     (2**31 - 1, 2**13, 262143),     # Open MPI

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mpicoll import kernels, select
+from mpicoll.shm import policy, probe
 from mpicoll.testing import Layout, environment
 from mpicoll.topology import virtual_nodes
 
@@ -13,10 +14,11 @@ F64 = np.dtype(np.float64)
 
 
 def decide(collective="allreduce", algorithm="auto", *, nbytes, size, st, dtype=F64, op="sum",
-           given=None, scheduled=False):
+           given=None, scheduled=False, in_place=False):
     algo, extra = select.decide(collective, algorithm, nbytes=nbytes,
                                 count=nbytes // dtype.itemsize, size=size, dtype=dtype, op=op,
-                                st=st, given=given or {}, scheduled=scheduled)
+                                st=st, given=given or {}, scheduled=scheduled,
+                                in_place=in_place)
     return algo.name, extra
 
 
@@ -31,6 +33,30 @@ def test_shm_wins_from_min_bytes_and_past_max_bytes_only_oversubscribed():
         name, _ = decide(nbytes=hi + 1, size=4, st=Layout([range(4)]))
         assert name == ("shm" if 4 > (os.cpu_count() or 1) else
                         select.choose("allreduce", hi + 1, 4, (hi + 1) // 8))
+
+
+def test_shm_in_place_only_where_it_copies_through_its_window():
+    """In place, shm reading the other ranks' memory lost to the ring at every size measured
+    (N = 2, docs/performance.md): the row leaves it out there, and only there -- copying
+    through the window (more ranks than cores, or the single copy off) it still runs."""
+    lo, hi = select.SHM_MIN_BYTES, select.SHM_MAX_BYTES
+    for nbytes in (lo, hi, hi + 1, 1 << 30):
+        assert select.shm_wins(nbytes, 2, 2, single_copy=True)
+        assert not select.shm_wins(nbytes, 2, 2, single_copy=True, in_place=True)
+        assert select.shm_wins(nbytes, 3, 2, in_place=True)         # ranks outnumber cores
+    assert select.shm_wins(hi, 2, 2, in_place=True)                 # the window, a core each
+    assert not select.shm_wins(lo - 1, 3, 2, in_place=True)
+    one_node = Layout([range(2)])
+    for setting in ("on", "off"):
+        with environment(MPICOLL_SHM_SINGLE_COPY=setting):
+            copies = policy.single_copy_expected(2)     # (on: where libc can read)
+            assert copies == (setting == "on" and probe.HAVE_READV)
+            for nbytes in (lo, hi):
+                assert decide(nbytes=nbytes, size=2, st=one_node)[0] == "shm"
+                name, _ = decide(nbytes=nbytes, size=2, st=one_node, in_place=True)
+                assert (name == "shm") == (not copies), (setting, nbytes, name)
+                if copies:
+                    assert name == select.choose("allreduce", nbytes, 2, nbytes // 8)
 
 
 def test_the_shm_row_needs_one_real_node_an_op_shm_reduces_and_no_schedule():
