@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -79,6 +81,13 @@ def update(path: Path, outdir: Path) -> bool:
     new = fill(old, outdir)
     Path(path).write_text(new)
     return new != old
+
+
+def mpiexec() -> str | None:
+    """The launcher a lab starts its MPI part with: the one beside this Python (a venv's MPICH
+    wheel), else the first on PATH; None if there is none."""
+    return shutil.which("mpiexec", path=os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 
 def crossover(sizes: list[int], ring: list[float], trees: list[list[float]]) -> int | None:

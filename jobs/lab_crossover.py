@@ -19,14 +19,12 @@ model's.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from lab_common import claim, crossover, parser, save_figure, write_json
+from lab_common import claim, crossover, mpiexec, parser, save_figure, write_json
 
 from mpicoll.executors import fabric, timed
 
@@ -37,14 +35,13 @@ SIZES = [1000 * 4 ** k for k in range(12)]          # 1 KB .. 4 GB
 
 def measure(root: Path) -> dict | None:
     """jobs/crossover.py on this machine, mpiexec -n 4; its crossover.json, or None."""
-    mpiexec = shutil.which("mpiexec", path=os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    if not mpiexec:
+    launcher = mpiexec()
+    if not launcher:
         print("# no mpiexec: --measure skipped", file=sys.stderr)
         return None
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
-            [mpiexec, "-n", "4", sys.executable, "-m", "mpi4py", str(root / "jobs/crossover.py"),
+            [launcher, "-n", "4", sys.executable, "-m", "mpi4py", str(root / "jobs/crossover.py"),
              "--outdir", tmp, "--profile", str(root / "mpicoll/profiles/default.json"),
              "-b", "1K", "-e", "4M", "-f", "4"], capture_output=True, text=True, timeout=600)
         path = Path(tmp) / "crossover.json"

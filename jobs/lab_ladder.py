@@ -27,7 +27,6 @@ import json
 import mmap
 import multiprocessing as mp
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab_common import claim, parser, save_figure, write_json
+from lab_common import claim, mpiexec, parser, save_figure, write_json
 
 PING, ACK = 0, 8
 
@@ -183,14 +182,13 @@ def mpi_rungs(iters: int, batches: int = 20) -> dict | None:
 
 def run_mpi(iters: int) -> dict | None:
     """This lab's --mpi part under ``mpiexec -n 2``; None (with a note) if it cannot run."""
-    mpiexec = shutil.which("mpiexec", path=os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    if not mpiexec:
+    launcher = mpiexec()
+    if not launcher:
         print("# no mpiexec: MPI rungs skipped", file=sys.stderr)
         return None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "mpi.json"
-        proc = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", __file__,
+        proc = subprocess.run([launcher, "-n", "2", sys.executable, "-m", "mpi4py", __file__,
                                "--mpi", "--iters", str(iters), "--json", str(out)],
                               capture_output=True, text=True, timeout=300)
         if proc.returncode != 0 or not out.exists():
