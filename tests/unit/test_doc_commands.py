@@ -179,6 +179,10 @@ CHEAP = {
         "mpiexec -n 2 python -m mpicoll bench -b 16K -e 16K -n 3 -w 1 "
         "-a shm,ring,recursive_halving,auto,mpi --inplace --outofplace --json shm-inplace-np2-1.json "
         "&& python jobs/perf_tables.py --in-place shm-inplace-np2-1.json | grep -q '16 Ki'",
+    "mpiexec -n 2 python -m mpicoll bench --collective reduce_scatter_block -b 1M -e 64M -f 4 "
+    "-a auto,mpi -n 15":
+        "mpiexec -n 2 python -m mpicoll bench --collective reduce_scatter_block -b 64K -e 64K "
+        "-a auto,mpi -n 3 -w 1",
     "mpiexec -n 2 python -m mpicoll bench -b 64K -e 4M -f 2 -n 200 -a shm,mpi --json r2_$r.json":
         "r=1; mpiexec -n 2 python -m mpicoll bench -b 64K -e 64K -n 3 -w 1 -a shm,mpi "
         "--json r2_$r.json",
