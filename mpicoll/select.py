@@ -45,8 +45,8 @@ N = 2 on 2 cores, reading in place, shm was 1.3-1.5x MPI's own from 16 KiB to 51
 1.0-1.3x at 1-4 MiB, 1.2-3.7x from 8 to 64 MiB; copying through its window it led only up to
 64 KiB; with more ranks than cores (N = 3 and 4 on 2 cores) it won at every size from 64 KiB,
 1.1-2.8x MPI's own. In place, reading the other rank's memory at N = 2, it was 0.86-1.04x MPI's
-own from 16 KiB to 4 MiB, where the ring was 1.00-1.29x (docs/performance.md, "In place"). The
-decision table and the cost model never choose it.
+own from 16 KiB to 4 MiB, where the ring was 1.00-1.29x (docs/performance.md, "In place at
+N = 2"). The decision table and the cost model never choose it.
 
 Every choice is valid for any N and count, and depends only on arguments every rank passes and
 on what every rank sees alike (the node layout, the settings): all ranks decide alike, and the

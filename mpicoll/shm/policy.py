@@ -35,7 +35,7 @@ def shm_wins(nbytes: int, ranks: int, cores: int | None = None,
     ``single_copy_expected``) or the ranks outnumber the cores, else up to ``SHM_MAX_BYTES``
     -- but never for a call whose input is its output (``in_place``: ``sendbuf=MPI.IN_PLACE``)
     when it reads the others' memory: there the ring beat it at every size measured
-    (docs/performance.md, "shm in place")."""
+    (docs/performance.md, "In place at N = 2")."""
     if ranks < 2 or nbytes < SHM_MIN_BYTES or (in_place and single_copy):
         return False
     return single_copy or nbytes <= SHM_MAX_BYTES or ranks > (cores or os.cpu_count() or 1)
