@@ -50,6 +50,11 @@ STACK = "fabric-stack-"
 PAIR = 1.25     # two variants measured further apart than this are "clearly" in an order
 
 
+def within_band(predicted: float, measured: float) -> bool:
+    """The issue's +-25 %: predicted / measured in 0.80-1.25."""
+    return 0.8 <= predicted / measured <= 1.25
+
+
 def human(n: int) -> str:
     for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= f and n % f == 0:
@@ -358,7 +363,7 @@ def report(runs, results: Path, doc_dir: Path) -> str:
                     continue
                 for m, p in (("network", pn), ("host", pl)):
                     stats[m]["total"] += 1
-                    stats[m]["within"] += 0.8 <= p / mv <= 1.25
+                    stats[m]["within"] += within_band(p, mv)
                 cells.append(f"**{pn / mv:.2f}** *{pl / mv:.2f}*")
             add(f"| {v} | " + " | ".join(cells) + " |")
         for m in fabs:
@@ -454,7 +459,7 @@ def repeat_section(add, results: Path, sims: dict, stack: dict | None) -> None:
                 if p1 is None or p2 is None:
                     continue
                 points += 1
-                a, b = 0.8 <= p1 / m1 <= 1.25, 0.8 <= p2 / m2 <= 1.25
+                a, b = within_band(p1, m1), within_band(p2, m2)
                 within[0] += a
                 within[1] += b
                 within[2] += a and b
