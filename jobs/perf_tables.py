@@ -5,6 +5,7 @@
     python jobs/perf_tables.py --shm-single DIR/shm-single-auto-{1,2,3}.json \
         --shm-window DIR/shm-single-off-{1,2,3}.json
     python jobs/perf_tables.py --in-place DIR/shm-inplace-np2-{1,2,3}.json
+    python jobs/perf_tables.py --before DIR/before-{1,2,3}.json --after DIR/after-{1,2,3}.json
 
 Each run is ``mpicoll bench --json`` (plain calls) and, optionally, ``--persistent`` runs of the
 same sizes. Every column is a ratio vs_mpi (MPI's time over mpicoll's, in the same run; above 1
@@ -143,6 +144,27 @@ def in_place_table(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+def before_after_table(before: list[str], after: list[str]) -> str:
+    """What a change did: the median vs_mpi of each algorithm in runs of the tree before it and
+    of the tree after it (the runs taken in turns), per size, and MPI's median time in each."""
+    old, old_mpi, _ = ratios(before)
+    new, new_mpi, _ = ratios(after)
+    names = sorted({a for row in new.values() for a in row}, key=lambda a: (a == "auto", a))
+    lines = ["| size (B) | MPI before / after (µs) | "
+             + " | ".join(f"`{a}` before / after" for a in names) + " |",
+             "|---:|---:|" + "---:|" * len(names)]
+
+    def cell(rows, size, name):
+        runs = rows.get(size, {}).get(name)
+        return f"{statistics.median(runs):.2f}" if runs else "-"
+    for size in sorted(new):
+        lines.append(f"| {size_label(size)} | {statistics.median(old_mpi[size]):.0f} / "
+                     f"{statistics.median(new_mpi[size]):.0f} | "
+                     + " | ".join(f"{cell(old, size, a)} / **{cell(new, size, a)}**"
+                                  for a in names) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="+", help="mpicoll bench --json files")
@@ -155,15 +177,22 @@ def main(argv=None) -> None:
     ap.add_argument("--in-place", nargs="+", metavar="JSON",
                     help="instead: in place against out of place (runs with --inplace "
                          "--outofplace)")
+    ap.add_argument("--before", nargs="+", metavar="JSON",
+                    help="instead: a change's effect; runs of the tree before it, then --after "
+                         "runs of the tree with it")
+    ap.add_argument("--after", nargs="+", metavar="JSON", default=[])
     args = ap.parse_args(argv)
-    if args.in_place:
+    if args.before:
+        print(before_after_table(args.before, args.after))
+    elif args.in_place:
         print(in_place_table(args.in_place))
     elif args.shm_single:
         print(shm_single_table(args.shm_single, args.shm_window))
     elif args.runs:
         print(table(args.runs, args.persistent))
     else:
-        ap.error("give --runs, or --shm-single and --shm-window")
+        ap.error("give --runs, --shm-single and --shm-window, --in-place, or --before and "
+                 "--after")
 
 
 if __name__ == "__main__":

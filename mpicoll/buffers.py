@@ -176,7 +176,12 @@ class Layout(NamedTuple):
     """One call's buffers: ``work`` (flat) is what a schedule runs on; ``before`` and ``after``
     are ``(dst, src)`` copies around the run; ``result`` is what the call returns; ``send``
     (None: in place) and ``recv`` are what the MPI library's own collective takes; ``block``
-    is the elements of one rank's block (reduce_scatter_block, allgather; else the count)."""
+    is the elements of one rank's block (reduce_scatter_block, allgather; else the count).
+
+    ``source`` (flat), where ``before`` copies a whole input into ``work``: an executor that
+    reads the input itself where no step wrote yet (``compiled``: ``Schedule.first_touch``)
+    runs on ``work`` without that copy; ``kept``: the ``(lo, hi)`` of ``work`` the call keeps
+    (None: all of it)."""
 
     work: np.ndarray
     before: tuple
@@ -185,6 +190,8 @@ class Layout(NamedTuple):
     send: np.ndarray | None
     recv: np.ndarray
     block: int
+    source: np.ndarray | None = None
+    kept: tuple | None = None
 
     def copy_in(self) -> None:
         for dst, src in self.before:
@@ -196,22 +203,26 @@ class Layout(NamedTuple):
 
 
 def allreduce(sendbuf, recvbuf) -> Layout:
-    """The result lands in recvbuf; the schedule runs on it, the input copied in first."""
+    """The result lands in recvbuf; the schedule runs on it, the input copied in first (or
+    read where no step wrote yet: ``Layout.source``)."""
     send, recv = pair(sendbuf, recvbuf, lambda n: n, lambda s: s.shape)
     work = recv.reshape(-1)
-    before = () if send is None else ((work, send.reshape(-1)),)
-    return Layout(work, before, (), recv, send, recv, recv.size)
+    source = None if send is None else send.reshape(-1)
+    before = () if send is None else ((work, source),)
+    return Layout(work, before, (), recv, send, recv, recv.size, source)
 
 
 def reduce_scatter_block(sendbuf, recvbuf, size: int, rank: int) -> Layout:
-    """The schedule runs on a copy of the whole input (sendbuf is never modified; in place,
-    recvbuf keeps everything but its first block, as MPICH and Open MPI leave it), and block
-    ``rank`` of it lands in recvbuf's first block."""
+    """The schedule runs on a buffer of the whole input's size (sendbuf is never modified; in
+    place, recvbuf keeps everything but its first block, as MPICH and Open MPI leave it): a copy
+    of it, or (``Layout.source``) the input read where no step wrote yet. Block ``rank`` of it
+    lands in recvbuf's first block."""
     send, recv, total, n = _reduce_scatter_pair(sendbuf, recvbuf, size)
     work = np.empty(total, recv.dtype)
     source = (recv if send is None else send).reshape(-1)
     after = ((recv.reshape(-1)[:n], work[rank * n:(rank + 1) * n]),)
-    return Layout(work, ((work, source),), after, recv, send, recv, n)
+    return Layout(work, ((work, source),), after, recv, send, recv, n, source,
+                  (rank * n, (rank + 1) * n))
 
 
 def allgather(sendbuf, recvbuf, size: int, rank: int) -> Layout:

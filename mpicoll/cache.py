@@ -84,8 +84,11 @@ class Entry:
         self.noop = self.run is None and self.shared_memory is None and not self.numbered
 
     @context.exclusive                      # one thread at a time (issue #22)
-    def __call__(self, st, buf: np.ndarray) -> None:
-        """Run on ``buf`` (the input copied in already) as a new call on ``st``."""
+    def __call__(self, st, buf: np.ndarray, src: np.ndarray | None = None,
+                 kept: tuple | None = None) -> None:
+        """Run on ``buf`` as a new call on ``st``: the input copied in already, or (out of
+        place, ``self.run`` set) read from ``src`` (flat) where no step wrote yet
+        (``compiled.Reusable.run``; ``kept``: the part of ``buf`` the call keeps)."""
         if st.broken:
             st.check(self.collective)
         number = st.next_number() if self.numbered else 0
@@ -97,13 +100,13 @@ class Entry:
         watch = None
         try:
             if self.timeout is None:
-                run.run(flat, tag)
+                run.run(flat, tag, None, None, src, kept)
             else:
                 def make_watch(left: float) -> Watch:
                     nonlocal watch
                     watch = self._watch(st, number, left, tag)
                     return watch
-                run.run(flat, tag, self.timeout, make_watch)
+                run.run(flat, tag, self.timeout, make_watch, src, kept)
         except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
             if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
                 failed(st, watch, self.on_timeout, st.parent, exc)
@@ -302,6 +305,9 @@ def allreduce(k, sendbuf, recvbuf, comm):
                      recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1))
         return recvbuf
     if sendbuf is not MPI.IN_PLACE:
+        if entry.run is not None:   # the loop reads sendbuf where no step wrote yet
+            entry(st, recvbuf, sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1))
+            return recvbuf
         if recvbuf.shape == sendbuf.shape:
             recvbuf[...] = sendbuf
         else:                       # same element count, any shape: the flat views
@@ -317,8 +323,13 @@ def reduce_scatter_block(k, sendbuf, recvbuf, comm):
     if entry is None or not _checked(sendbuf, recvbuf):
         return None
     n, rank = entry.block, entry.rank
-    work = (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1).copy()
-    entry(st, work)
+    source = (recvbuf if sendbuf is MPI.IN_PLACE else sendbuf).reshape(-1)
+    if entry.run is None:
+        work = source.copy()
+        entry(st, work)
+    else:                           # the loop reads the input where no step wrote yet
+        work = np.empty(source.size, source.dtype)
+        entry(st, work, source, (rank * n, (rank + 1) * n))
     np.copyto(recvbuf.reshape(-1)[:n], work[rank * n:(rank + 1) * n])
     return recvbuf
 

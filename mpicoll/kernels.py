@@ -76,7 +76,7 @@ from . import settings
 
 __all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
            "as_storage", "read_through", "kernel_name", "kernel", "warmup", "numpy_kernel",
-           "sum_into", "prod_into", "max_into", "min_into"]
+           "sum_into", "prod_into", "max_into", "min_into", "reduce_by_code", "combine"]
 
 _NAMES = ("float32", "float64", "int32", "int64",   # the first four: mpicoll's originals
           "int8", "int16", "uint8", "uint16", "uint32", "uint64",
@@ -549,6 +549,7 @@ def kernel_code(op: str, dtype) -> int:
 
 
 _codes: dict = {}
+SUM, PROD, MAX, MIN = (CODES.index(name) for name in ("sum", "prod", "max", "min"))
 
 
 def reduce_by_code(code, acc, x):
@@ -616,6 +617,54 @@ def _reduce_by_code(code, acc, x):
             k17(acc, x)
         elif code == 18:
             k18(acc, x)
+    return impl
+
+
+def combine(code, out, a, b):
+    """``out = op(a, b)``: the bits of ``out[:] = a`` then ``reduce_by_code(code, out, b)``,
+    for compiled loops (the executor's reduction into a slice no step wrote yet, out of place;
+    shm's single copy)."""
+    out[:] = a
+    reduce_by_code(code, out, b)
+
+
+@overload(combine, jit_options={"nogil": True})
+def _combine(code, out, a, b):
+    """sum, prod, max and min of native numbers in one pass (no second pass over ``out``;
+    max and min with the kernels' NaN rule); the rest in two."""
+    dtype = out.dtype
+    if isinstance(dtype, types.Boolean) or isinstance(dtype, types.Complex):
+        def impl(code, out, a, b):
+            if code == SUM:
+                for i in range(out.shape[0]):
+                    out[i] = a[i] + b[i]
+            else:
+                out[:] = a
+                reduce_by_code(code, out, b)
+        if isinstance(dtype, types.Boolean):
+            def impl(code, out, a, b):     # noqa: F811 (no sum on bool)
+                out[:] = a
+                reduce_by_code(code, out, b)
+        return impl
+
+    def impl(code, out, a, b):
+        if code == SUM:
+            for i in range(out.shape[0]):
+                out[i] = a[i] + b[i]
+        elif code == PROD:
+            for i in range(out.shape[0]):
+                out[i] = a[i] * b[i]
+        elif code == MAX:
+            for i in range(out.shape[0]):
+                x, y = a[i], b[i]
+                out[i] = x if (x > y or x != x) else y
+        elif code == MIN:
+            for i in range(out.shape[0]):
+                x, y = a[i], b[i]
+                out[i] = x if (x < y or x != x) else y
+        else:
+            out[:] = a
+            reduce_by_code(code, out, b)
     return impl
 
 

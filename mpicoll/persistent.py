@@ -10,8 +10,9 @@ call's plan (``mpicoll.plan``: the checks, the ``validate=True`` agreement, ``au
 the options, the executor) and binds it once to the buffers (``plan.bind``): the schedule, its
 own scratch, the compiled executor's arguments (``executors.compiled.Bound``) -- or the MPI
 library's persistent request (``MPI_Allreduce_init`` ...), or the shared-memory runner. A run
-then copies the input in (out of place), runs the transfers and reductions, copies the output
-out (reduce-scatter), and adds to the byte counters: no allocation, no lookup.
+then copies the input in (out of place; the compiled executor reads it where no step wrote yet
+instead, ``Schedule.first_touch``), runs the transfers and reductions, copies the output out
+(reduce-scatter), and adds to the byte counters: no allocation, no lookup.
 
 ``h()`` runs the collective on the calling thread. ``h.start()`` returns at once: the same run
 goes to the progress engine (``executors.progress``: its thread where the MPI library gives
@@ -183,8 +184,12 @@ def bind(call: Call, p, layout) -> Persistent:
         return Persistent(call, p, layout, run=lambda watch: prepared.run(
             src, dst, call.tag, watch, *signed), copies=False)
     p.agree(call)           # first: the tag the bound run keeps carries the arguments' hash
-    run_once = plan.bound(call, p, prepared, layout.work) if kind == "schedule" else None
-    return Persistent(call, p, layout, run=run_once)
+    if kind != "schedule":
+        return Persistent(call, p, layout)
+    if plan.reads_input(prepared, layout):      # no copy in: the run reads the input itself
+        return Persistent(call, p, layout._replace(before=()), run=plan.bound(
+            call, p, prepared, layout.work, layout.source, layout.kept))
+    return Persistent(call, p, layout, run=plan.bound(call, p, prepared, layout.work))
 
 
 def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,

@@ -385,6 +385,12 @@ def shared_buffers(layout: Layout) -> tuple:
 
 # ----------------------------------------------------------------------------- the verbs
 
+def reads_input(prepared, layout: Layout) -> bool:
+    """Whether the schedule of ``prepare``'s tuple runs on ``layout`` reading the input itself
+    where no step wrote yet (``Layout.source``; the compiled executor), not a copy of it."""
+    return layout.source is not None and prepared[0] is compiled.execute
+
+
 def run(call: Call, p: Plan, layout: Layout, key=None):
     """Run ``p`` on ``layout`` now (blocking); returns the result. ``key``: the cache key of
     the call's decisions (``cache``), or None."""
@@ -400,14 +406,20 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
     progress.finish_deferred(call.open())   # (they share its scratch and window)
     if kind == "shared":
         prepared.run(*shared_buffers(layout), call.tag, call.watch, *shm_signature(call))
-    else:
-        layout.copy_in()
-        if prepared is not None:
-            execute, sched, internode, op, scratch = prepared
-            st = call.open()
+    elif prepared is not None:
+        execute, sched, internode, op, scratch = prepared
+        st = call.open()
+        if reads_input(prepared, layout):
+            execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
+                    traffic=st.traffic, watch=call.watch, src=layout.source, kept=layout.kept)
+        else:
+            layout.copy_in()
             execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
                     traffic=st.traffic, watch=call.watch)
-            st.traffic["internode_bytes"] += internode * p.dtype.itemsize
+        st.traffic["internode_bytes"] += internode * p.dtype.itemsize
+        layout.copy_out()
+    else:
+        layout.copy_in()
         layout.copy_out()
     cache.remember(call, key, p, prepared)
     return layout.result
@@ -468,17 +480,19 @@ def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple, nodes):
         count, [schedule_of(algo, r, size, count, options, nodes)[0] for r in range(size)])
 
 
-def bound(call: Call, p: Plan | None, prepared, flat: np.ndarray):
+def bound(call: Call, p: Plan | None, prepared, flat: np.ndarray, src=None, kept=None):
     """``run(watch)``: the schedule on ``flat``, bound once to everything it uses, with its
     own scratch (a persistent handle may run in the progress thread beside a blocking call).
-    ``prepared``: ``prepare(call, p)``'s, or ``prepared_schedule``'s (p None)."""
+    ``prepared``: ``prepare(call, p)``'s, or ``prepared_schedule``'s (p None). ``src``,
+    ``kept``: the input, which the compiled executor reads where no step wrote yet instead of
+    a copy in ``flat`` (``reads_input``), and the part of ``flat`` the call keeps."""
     execute, sched, internode, op, _ = prepared
     st = call.open()
     scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)
     traffic, internode_bytes = st.traffic, internode * flat.itemsize
     if execute is compiled.execute:
         bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
-                               traffic=traffic).run
+                               traffic=traffic, src=src, kept=kept).run
 
         def run_compiled(watch):
             bound(watch)

@@ -30,6 +30,7 @@ from typing import Iterable, Sequence, Union
 __all__ = [
     "Send", "Recv", "Schedule", "block_displs", "make_schedule", "check_step",
     "pof2_fold", "fold_real_rank", "virtual_blocks", "check_into_next", "recv_kind",
+    "FirstTouch",
 ]
 
 
@@ -134,6 +135,12 @@ class Schedule:
         return tuple(plan)
 
     @cached_property
+    def first_touch(self) -> "FirstTouch":
+        """Which sends and reductions can read the input itself, out of place
+        (``FirstTouch``)."""
+        return FirstTouch(self)
+
+    @cached_property
     def derived(self) -> dict:
         """The compiled executor's segmented plans of this schedule, by item size
         (``executors.segments.plan``)."""
@@ -160,6 +167,87 @@ class Schedule:
     def __str__(self) -> str:
         return "\n".join(f"step {i}: " + "; ".join(map(repr, step))
                          for i, step in enumerate(self.steps)) or "(no steps)"
+
+
+class FirstTouch:
+    """Out of place, which operations can read the input instead of a copy of it in the buffer.
+
+    An executor runs a schedule on one buffer, which out of place must first hold the input:
+    a copy of the whole vector before the first step. But a slice that no step has written yet
+    still holds exactly the input, so the copy can be skipped where the executor reads the
+    input itself: a send of such a slice sends it from the input, and a reduction into it
+    computes ``buf = op(input, incoming)`` (or ``op(incoming, input)`` as left operand) in the
+    pass that would have reduced into the copy -- the same bits, one pass over the slice
+    fewer. What it can't do this way is copied before the run:
+
+    * ``fresh[s][i]``: operation ``i`` of step ``s`` (a send, or a receive reduced into the
+      buffer) touches only elements no earlier step wrote, nor the copy before the run: it reads
+      the input;
+    * ``copied``: the ``(lo, hi)`` pieces copied in before the run -- those of an operation
+      that touches written and unwritten elements both (none in the registered algorithms);
+    * ``copies(lo, hi)``: ``copied`` and the elements of ``[lo, hi)`` -- the part of the buffer
+      the call keeps -- that no step writes (for an all-reduce, none at two ranks or more).
+
+    Within a step the sends read the buffer as it was before the step, and its receives write
+    it in plan order (``executors.python``'s semantics, which segmenting keeps). Copied
+    receives and reductions into the next receive write the buffer without reading it.
+    """
+
+    def __init__(self, schedule: "Schedule"):
+        copied: list = []
+        while True:
+            fresh, written, partial = self._walk(schedule, copied)
+            if not partial:
+                break
+            copied = _union(copied + partial)
+        self.fresh, self.copied, self.written = fresh, tuple(copied), tuple(written)
+        self._copies: dict = {}
+
+    @staticmethod
+    def _walk(schedule, copied: list) -> tuple:
+        written, fresh, partial = list(copied), [], []
+        for step in schedule.steps:
+            before, flags = written, []
+            for op in step:                 # sends first (the buffer before the step), then
+                reads = isinstance(op, Send) or (op.reduce and not op.into_next)
+                unwritten = _minus([(op.lo, op.hi)], before if isinstance(op, Send) else
+                                   written) if reads else []
+                flags.append(unwritten == [(op.lo, op.hi)])
+                if unwritten and not flags[-1]:
+                    partial += unwritten
+                if isinstance(op, Recv) and not op.into_next:   # ... receives in plan order
+                    written = _union(written + [(op.lo, op.hi)])
+            fresh.append(tuple(flags))
+        return tuple(fresh), written, partial
+
+    def copies(self, lo: int, hi: int) -> tuple:
+        """The ``(lo, hi)`` pieces to copy from the input before the run when the call keeps
+        ``[lo, hi)`` of the buffer (cached)."""
+        found = self._copies.get((lo, hi))
+        if found is None:
+            unwritten = _minus([(lo, hi)], list(self.written)) if hi > lo else []
+            found = self._copies[lo, hi] = tuple(_union(list(self.copied) + unwritten))
+        return found
+
+
+def _union(pieces: list) -> list:
+    """Sorted, merged ``(lo, hi)`` pieces."""
+    merged: list = []
+    for lo, hi in sorted(p for p in pieces if p[1] > p[0]):
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _minus(pieces: list, removed: list) -> list:
+    """The parts of ``pieces`` outside every piece of ``removed`` (sorted, merged)."""
+    left = _union(pieces)
+    for rlo, rhi in _union(removed):
+        left = [part for lo, hi in left
+                for part in ((lo, min(hi, rlo)), (max(lo, rhi), hi)) if part[1] > part[0]]
+    return left
 
 
 def make_schedule(steps: Iterable[Iterable[Op]]) -> Schedule:

@@ -125,12 +125,18 @@ CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
 
 
 @njit(cache=True, nogil=True)
-def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, spin_until):
+def _loop(buf, src, scratch, table, resume, requests, work, comm, datatype, tag, op, spin_until):
     """Run the rounds of ``table`` (``segments.COLUMNS``: a row per segment) from row ``resume``
     on; return DONE, the first row of a round still pending at ``spin_until`` (MPI_Wtime; <= 0:
     wait without a deadline), or -2 - an MPI error code. With ``resume`` >= 0 the round at that
     row was posted and completed already (by the Watch), and the next round of its step posted:
     it is only reduced. ``work`` (int64) holds the Testall flag, then the statuses.
+
+    ``src``: the input, out of place (else ``buf`` itself). A row of column ``input`` touches a
+    slice no earlier step wrote (``Schedule.first_touch``), whose input ``buf`` does not hold:
+    a send of it reads ``src``, a reduction into it computes ``buf = op(src, incoming)`` (or
+    ``op(incoming, src)``) with ``kernels.combine``, one pass where the copy in and the
+    reduction made two.
 
     A round is the rows of one step with one round number (the rows its wait completes). The
     rows with post round 0 are posted when the step starts, those with post round r + 1 before
@@ -138,6 +144,7 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
     (``segments``). Unsegmented, every step is one round, all posted when it starts."""
     nrows = table.shape[0]
     itemsize = buf.itemsize
+    apart = src.ctypes.data != buf.ctypes.data     # out of place: the input is not in buf
     i = max(resume, 0)
     first = i                       # the step's first row
     while first > 0 and table[first - 1, 0] == table[i, 0]:
@@ -163,8 +170,8 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                     table[k, 4], table[k, 5]
                 req = requests.ctypes.data + table[k, 7] * requests.itemsize
                 if kind == 0:
-                    err = _isend(buf.ctypes.data + lo * itemsize, hi - lo, datatype, peer, tag,
-                                 comm, req)
+                    base = src.ctypes.data if apart and table[k, 10] else buf.ctypes.data
+                    err = _isend(base + lo * itemsize, hi - lo, datatype, peer, tag, comm, req)
                 elif kind == 1:
                     err = _irecv(buf.ctypes.data + lo * itemsize, hi - lo, datatype, peer, tag,
                                  comm, req)
@@ -198,8 +205,14 @@ def _loop(buf, scratch, table, resume, requests, work, comm, datatype, tag, op, 
                 continue
             lo, hi, at, into = table[k, 2], table[k, 3], table[k, 5], table[k, 9]
             incoming = scratch[at:at + hi - lo]
-            acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
             left = kind % 2 == 1
+            if apart and table[k, 10]:          # the slice's first write: from the input
+                if left:
+                    kernels.combine(op, buf[lo:hi], incoming, src[lo:hi])
+                else:
+                    kernels.combine(op, buf[lo:hi], src[lo:hi], incoming)
+                continue
+            acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
             if left:
                 a, b = incoming, acc
             else:
@@ -226,7 +239,7 @@ def warmup(dtype: np.dtype) -> None:
     if dtype in _ready:
         return
     with kernels.file_lock():
-        _loop.compile((types.Array(from_dtype(dtype), 1, "C"),) * 2 + (
+        _loop.compile((types.Array(from_dtype(dtype), 1, "C"),) * 3 + (
             types.Array(types.int64, 2, "C"), types.int64,
             types.Array(from_dtype(HANDLE), 1, "C"), types.Array(types.int64, 1, "C"),
             types.int64, types.int64, types.int64, types.int64, types.float64))
@@ -317,13 +330,16 @@ class Bound:
     looked up and allocated once (a persistent collective keeps one), so that ``run`` is the
     loop and the byte counters."""
 
-    __slots__ = ("schedule", "args", "traffic", "sent", "received", "messages")
+    __slots__ = ("schedule", "args", "traffic", "sent", "received", "messages", "src", "kept")
 
     def __init__(self, schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
-                 scratch: np.ndarray, traffic: dict):
+                 scratch: np.ndarray, traffic: dict, src: np.ndarray | None = None,
+                 kept: tuple | None = None):
         code, view = _op_code(op, buf.dtype)
         if view is not None:
             buf, scratch = buf.view(view), scratch.view(view)
+            src = None if src is None else src.view(view)
+        self.src, self.kept = src, kept         # out of place: the input (``Reusable.run``)
         warmup(buf.dtype)
         plan = segments.plan(schedule, buf.itemsize)
         _check_scratch(scratch, plan)
@@ -339,9 +355,11 @@ class Bound:
     def run(self, watch=None) -> None:
         """Run the schedule once (under ``watch``'s deadline, if any)."""
         buf, scratch, table, requests, work, comm, datatype, tag, op = self.args
+        src = buf if self.src is None else _copy_first(self.schedule, buf, self.src, self.kept)
         if watch is not None:
-            return _run_watched(self.schedule, watch, self.traffic, *self.args)
-        result = _loop(buf, scratch, table, -1, requests, work, comm, datatype, tag, op, 0.0)
+            return _run_watched(self.schedule, watch, self.traffic, buf, src, *self.args[1:])
+        result = _loop(buf, src, scratch, table, -1, requests, work, comm, datatype, tag, op,
+                       0.0)
         if result != DONE:
             raise MPI.Exception(-2 - result)
         _counted(self.traffic, self.sent, self.received, self.messages)
@@ -377,17 +395,25 @@ class Reusable:
             schedule.totals[2],)
 
     def run(self, buf: np.ndarray, tag: int, timeout: float | None = None,
-            make_watch=None) -> None:
-        """Run the schedule on ``buf`` with ``tag``; ``timeout`` (seconds) or None."""
+            make_watch=None, src: np.ndarray | None = None, kept: tuple | None = None) -> None:
+        """Run the schedule on ``buf`` with ``tag``; ``timeout`` (seconds) or None. ``src``:
+        out of place, the input (flat), which ``buf`` need not hold: the loop reads it where
+        no step wrote yet, and the pieces ``first_touch.copies(*kept)`` names are copied in
+        first (``kept``: the ``(lo, hi)`` of ``buf`` the call keeps)."""
         if self.view is not None:
             buf = buf.view(self.view)
+        if src is None:
+            src = buf
+        else:
+            src = _copy_first(self.schedule, buf, src if self.view is None else
+                              src.view(self.view), kept)
         table, requests, work, comm, datatype = self.rest
         if timeout is None:
             spin_until = 0.0
         else:
             start = MPI.Wtime()
             spin_until = start + (SPIN_SECONDS if SPIN_SECONDS < timeout else timeout)
-        result = _loop(buf, self.scratch, table, -1, requests, work, comm, datatype, tag,
+        result = _loop(buf, src, self.scratch, table, -1, requests, work, comm, datatype, tag,
                        self.code, spin_until)
         if result == DONE:
             _counted(self.traffic, *self.totals)
@@ -395,11 +421,20 @@ class Reusable:
         if result < DONE:
             raise MPI.Exception(-2 - result)
         _run_watched(self.schedule, make_watch(start + timeout - MPI.Wtime()), self.traffic, buf,
-                     self.scratch, *self.rest[:3], comm, datatype, tag, self.code, result)
+                     src, self.scratch, *self.rest[:3], comm, datatype, tag, self.code, result)
 
 
-def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, comm, datatype,
-                 tag, op, resume=-1) -> None:
+def _copy_first(schedule: Schedule, buf: np.ndarray, src: np.ndarray, kept: tuple) -> np.ndarray:
+    """Out of place: copy into ``buf`` what the loop can't read from ``src`` (the pieces of
+    ``first_touch.copies(*kept)``, ``kept`` by default all of ``buf``: at one rank the kept
+    part whole, else nothing for the registered algorithms); returns ``src``."""
+    for lo, hi in schedule.first_touch.copies(*(kept or (0, buf.size))):
+        buf[lo:hi] = src[lo:hi]
+    return src
+
+
+def _run_watched(schedule, watch, traffic, buf, src, scratch, table, requests, work, comm,
+                 datatype, tag, op, resume=-1) -> None:
     """``_loop`` under ``watch``'s deadline: a step still pending after the spin goes to the
     Watch (which raises CollectiveTimeout past the deadline), then the loop goes on.
     ``resume`` >= 0: the loop already ran and left that row's round pending (``Reusable``)."""
@@ -409,8 +444,8 @@ def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, 
         if resume < 0:
             deadline = watch.deadline + offset
             spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
-            result = _loop(buf, scratch, table, result, requests, work, comm, datatype, tag, op,
-                           spin_until)
+            result = _loop(buf, src, scratch, table, result, requests, work, comm, datatype,
+                           tag, op, spin_until)
             if result >= 0 and MPI.Wtime() >= deadline:
                 # past the deadline by MPI_Wtime: make sure the Watch's clock agrees (the two
                 # were matched to a microsecond or so), so it reports its own timeout
@@ -431,7 +466,7 @@ def _run_watched(schedule, watch, traffic, buf, scratch, table, requests, work, 
         try:
             watch.wait(pending, step, nsteps, [int(peer) for peer in rows[:, 1]])
         except BaseException:
-            watch.abandoned += [buf, scratch, requests, work]   # MPI may still write into them
+            watch.abandoned += [buf, src, scratch, requests, work]  # MPI may still use them
             if _mine.__dict__.get("requests") is requests:      # so the next call gets new ones
                 _mine.__dict__.clear()
             _count(schedule.table, step + 1, buf.itemsize, traffic)
@@ -462,12 +497,16 @@ def _count(table: np.ndarray, steps: int, itemsize: int, traffic: dict) -> None:
 
 
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
-            scratch: np.ndarray, traffic: dict, watch=None) -> None:
+            scratch: np.ndarray, traffic: dict, watch=None, src: np.ndarray | None = None,
+            kept: tuple | None = None) -> None:
     """Run ``schedule`` on the flat array ``buf`` over ``comm`` (as ``executors.python.execute``,
-    the op by name); add to the ``traffic`` counters."""
+    the op by name); add to the ``traffic`` counters. ``src``, ``kept``: out of place, the
+    input, which ``buf`` need not hold, and the part of ``buf`` the call keeps
+    (``Reusable.run``)."""
     code, view = _op_code(op, buf.dtype)
     if view is not None:
         buf, scratch = buf.view(view), scratch.view(view)
+        src = None if src is None else src.view(view)
     if buf.dtype not in _ready:             # local work, under the call's deadline (issue #22)
         loading.load(lambda: warmup(buf.dtype), watch)
     cached = schedule.derived.get(buf.itemsize)       # segments.plan(), the lookup inlined
@@ -479,10 +518,12 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
     requests, work = _buffers(plan)
     if scratch.size == 0:
         scratch = buf[:0]
-    args = (buf, scratch, table, requests, work, _handle(comm), _datatype(buf.dtype), tag, code)
+    src = buf if src is None else _copy_first(schedule, buf, src, kept)
+    args = (buf, src, scratch, table, requests, work, _handle(comm), _datatype(buf.dtype), tag,
+            code)
     if watch is not None:
         return _run_watched(schedule, watch, traffic, *args)
-    result = _loop(*args[:3], -1, *args[3:], 0.0)
+    result = _loop(*args[:4], -1, *args[4:], 0.0)
     if result != DONE:
         raise MPI.Exception(-2 - result)
     sent, received, messages = schedule.totals

@@ -139,16 +139,29 @@ def step_seconds(step, itemsize: int, alpha: float, beta: float, gamma: float) -
 
 
 def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum",
-        *, trace: bool = False, clock: tuple[float, float, float] | None = None) -> Result:
+        *, trace: bool = False, clock: tuple[float, float, float] | None = None,
+        inputs: list[np.ndarray] | None = None, kept: list[tuple] | None = None) -> Result:
     """Run one schedule per virtual rank on its buffer (modified in place).
 
     ``op=None``: the schedules reduce nothing (all-gather, broadcast). ``clock=(alpha, beta,
-    gamma)`` also times the run on the alpha-beta-gamma clock.
+    gamma)`` also times the run on the alpha-beta-gamma clock. ``inputs``: out of place, each
+    rank's input, read as the compiled executor reads it (``Schedule.first_touch``: only the
+    pieces it names are copied into the buffer, whose other contents don't matter);
+    ``kept[rank]``: the ``(lo, hi)`` of the buffer the call keeps (default: all of it).
     """
     size = len(scheds)
     links = _linked(scheds)
     reduce_into = None if op is None or not buffers else kernels.kernel(op, buffers[0].dtype)
     buffers = [kernels.as_storage(b) for b in buffers]     # the same memory (half types: uint16)
+    fresh = [((),) * len(s.steps) for s in scheds]         # operations reading the input
+    if inputs is not None:
+        inputs = [kernels.as_storage(x) for x in inputs]
+        for rank, sched in enumerate(scheds):
+            touch = sched.first_touch
+            fresh[rank] = touch.fresh
+            lo, hi = kept[rank] if kept is not None else (0, buffers[rank].size)
+            for a, b in touch.copies(lo, hi):
+                buffers[rank][a:b] = inputs[rank][a:b]
     pc = [0] * size                 # the step each rank has entered (posted)
     start = [0] * size              # logical round at which that step was entered
     entered_at: dict = {}           # (rank, step) -> round
@@ -164,7 +177,9 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum
             entered_time[(rank, s)] = now[rank]
             for i, o in enumerate(scheds[rank].steps[s]):
                 if isinstance(o, Send):
-                    in_flight[links[(rank, s, i)][0]] = buffers[rank][o.lo:o.hi].copy()
+                    source = inputs[rank] if fresh[rank][s] and fresh[rank][s][i] else \
+                        buffers[rank]
+                    in_flight[links[(rank, s, i)][0]] = source[o.lo:o.hi].copy()
 
     def waiting_for(rank: int) -> list[int]:
         s = pc[rank]
@@ -183,16 +198,24 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum
             # Every transfer of the step is matched: land copies, then reductions, in order,
             # each into the buffer or (into_next) into the step's next receive
             step = scheds[rank].steps[s]
-            recvs = [(o, in_flight.pop(links[(rank, s, i)][0]))
+            recvs = [(o, in_flight.pop(links[(rank, s, i)][0]),
+                      bool(fresh[rank][s]) and fresh[rank][s][i])
                      for i, o in enumerate(step) if isinstance(o, Recv)]
-            for o, data in recvs:
+            for o, data, _ in recvs:
                 if not o.reduce:
                     buffers[rank][o.lo:o.hi] = data
-            for k, (o, data) in enumerate(recvs):
+            for k, (o, data, from_input) in enumerate(recvs):
                 if not o.reduce:
                     continue
                 acc = recvs[k + 1][1] if o.into_next else buffers[rank][o.lo:o.hi]
-                if o.left:
+                if from_input:                  # acc = op(input, data), or op(data, input)
+                    if o.left:
+                        reduce_into(data, inputs[rank][o.lo:o.hi])
+                        acc[...] = data
+                    else:
+                        acc[...] = inputs[rank][o.lo:o.hi]
+                        reduce_into(acc, data)
+                elif o.left:
                     reduce_into(data, acc)
                     acc[...] = data
                 else:

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import settings
-from ..schedule import Schedule, block_displs, recv_kind
+from ..schedule import Recv, Schedule, Send, block_displs, recv_kind
 
 __all__ = ["MIN_SEGMENT", "MAX_SEGMENT", "SegmentRule", "rule", "Plan", "plan", "COLUMNS"]
 
@@ -71,10 +71,12 @@ MIN_SEGMENT = 1 << 20       # bytes: a smaller segment costs more per round than
 MAX_SEGMENT = 4 << 20       # bytes: a larger one keeps too much of the step unpipelined
 
 # the columns of Plan.table: Schedule.table's six, then the round of the step whose wait
-# completes the row, its request slot, when it is posted (``_Piece``), and where a reduced
+# completes the row, its request slot, when it is posted (``_Piece``), where a reduced
 # segment is reduced into: -1 the buffer, else the scratch of the next receive's same segment
-# (``Recv.into_next``; kinds 4 and 5)
-COLUMNS = ("step", "peer", "lo", "hi", "kind", "scratch_lo", "round", "slot", "post", "into")
+# (``Recv.into_next``; kinds 4 and 5), and whether the row may read the input, out of place
+# (1: a send or reduction into a slice no step wrote yet, ``Schedule.first_touch``)
+COLUMNS = ("step", "peer", "lo", "hi", "kind", "scratch_lo", "round", "slot", "post", "into",
+           "input")
 SEND, COPY = 0, 1           # kinds (schedule.TABLE_KINDS); 2 to 5 are reduced receives
 
 
@@ -149,7 +151,9 @@ def plan(schedule: Schedule, itemsize: int) -> Plan:
 
 def segmented(schedule: Schedule, itemsize: int, rule: SegmentRule) -> Plan:
     """The segmented plan of ``schedule`` (not cached: ``plan`` caches)."""
-    steps = [_step(recvs, sends, itemsize, rule) for recvs, sends in schedule.plan]
+    steps = [_step(recvs, sends, itemsize, rule, _fresh(step, fresh))
+             for (recvs, sends), step, fresh in zip(schedule.plan, schedule.steps,
+                                                    schedule.first_touch.fresh)]
     # request slots: the rows a round waits for take turns in two sets of ``width`` slots (set
     # A right-aligned, set B left-aligned), with the step's sends posted up front in between,
     # so that the last round's rows and those sends are contiguous (one MPI_Waitall)
@@ -175,7 +179,8 @@ def segmented(schedule: Schedule, itemsize: int, rule: SegmentRule) -> Plan:
         where = {(piece.message, piece.lo): offsets[k] for k, piece in enumerate(pieces)}
         step_rows = [(index, piece.peer, piece.lo, piece.hi, piece.kind, offsets[k], piece.round,
                       slot[id(piece)], piece.post,
-                      where[piece.message + 1, piece.lo] if piece.kind >= 4 else -1)
+                      where[piece.message + 1, piece.lo] if piece.kind >= 4 else -1,
+                      int(piece.input))
                      for k, piece in enumerate(pieces)]
         step_rows.sort(key=lambda row: (row[6], row[7]))        # by round, then slot
         for r in per_round:
@@ -198,10 +203,19 @@ class _Piece:
     peer: int
     kind: int
     early: bool = False
+    input: bool = False
 
 
-def _step(recvs, sends, itemsize: int, rule: SegmentRule) -> list:
-    """The segments of one step of ``Schedule.plan``, in plan order, with their rounds."""
+def _fresh(step, fresh: tuple) -> list:
+    """``Schedule.first_touch``'s flags of a step's operations in plan order (its receives,
+    then its sends)."""
+    return [flag for op, flag in zip(step, fresh) if isinstance(op, Recv)] + \
+        [flag for op, flag in zip(step, fresh) if isinstance(op, Send)]
+
+
+def _step(recvs, sends, itemsize: int, rule: SegmentRule, fresh: list) -> list:
+    """The segments of one step of ``Schedule.plan``, in plan order, with their rounds;
+    ``fresh``: whether each message may read the input (``_fresh``)."""
     messages = [(peer, lo, hi, recv_kind(reduce, left, into))
                 for peer, lo, hi, reduce, left, _, into in recvs]
     messages += [(peer, lo, hi, SEND) for peer, lo, hi in sends]
@@ -227,11 +241,12 @@ def _step(recvs, sends, itemsize: int, rule: SegmentRule) -> list:
         for j in range(len(displs) - 1):
             r = base[m] + j
             if mode == "one round":
-                piece = _Piece(0, 0, m, displs[j], displs[j + 1], peer, kind)
+                piece = _Piece(0, 0, m, displs[j], displs[j + 1], peer, kind, False, fresh[m])
             elif mode == "sends up front" and kind == SEND:
-                piece = _Piece(rounds - 1, 0, m, displs[j], displs[j + 1], peer, kind, True)
+                piece = _Piece(rounds - 1, 0, m, displs[j], displs[j + 1], peer, kind, True,
+                               fresh[m])
             else:
-                piece = _Piece(r, r, m, displs[j], displs[j + 1], peer, kind)
+                piece = _Piece(r, r, m, displs[j], displs[j + 1], peer, kind, False, fresh[m])
             pieces.append(piece)
     return pieces
 

@@ -54,7 +54,6 @@ UNREADABLE = -4             # returned (single copy): reading rank j's memory fa
 ROWS = -1                   # a code (no kernel's): the caller sums my slice's rows itself
 
 CODES = kernels.CODES               # kernel code -> kernel name
-SUM, PROD, MAX, MIN = (CODES.index(name) for name in ("sum", "prod", "max", "min"))
 code = kernels.kernel_code          # the kernel code of (op, dtype), a pair MPI allows
 
 
@@ -74,7 +73,7 @@ _register()
 
 from numba import njit, types  # noqa: E402  (after the symbols exist)
 from numba.core import cgutils  # noqa: E402
-from numba.extending import intrinsic, overload  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
 
 _sched_yield = types.ExternalFunction("mpicoll_sched_yield", types.int32())
 _wtime = types.ExternalFunction("mpicoll_MPI_Wtime", types.float64())
@@ -129,50 +128,7 @@ def publish(flags, index, value):
 reduce_into = kernels.reduce_by_code     # acc = op(acc, x), the op by its kernel code
 
 
-def combine(code, out, a, b):
-    """``out = op(a, b)``: the bits of ``out[:] = a`` then ``reduce_into(code, out, b)``."""
-    out[:] = a
-    reduce_into(code, out, b)
-
-
-@overload(combine, jit_options={"nogil": True})
-def _combine(code, out, a, b):
-    """sum, prod, max and min of native numbers in one pass (the single copy's hot loop:
-    no second pass over ``out``; max and min with the kernels' NaN rule); the rest in two."""
-    dtype = out.dtype
-    if isinstance(dtype, types.Boolean) or isinstance(dtype, types.Complex):
-        def impl(code, out, a, b):
-            if code == SUM:
-                for i in range(out.shape[0]):
-                    out[i] = a[i] + b[i]
-            else:
-                out[:] = a
-                reduce_into(code, out, b)
-        if isinstance(dtype, types.Boolean):
-            def impl(code, out, a, b):     # noqa: F811 (no sum on bool)
-                out[:] = a
-                reduce_into(code, out, b)
-        return impl
-
-    def impl(code, out, a, b):
-        if code == SUM:
-            for i in range(out.shape[0]):
-                out[i] = a[i] + b[i]
-        elif code == PROD:
-            for i in range(out.shape[0]):
-                out[i] = a[i] * b[i]
-        elif code == MAX:
-            for i in range(out.shape[0]):
-                x, y = a[i], b[i]
-                out[i] = x if (x > y or x != x) else y
-        elif code == MIN:
-            for i in range(out.shape[0]):
-                x, y = a[i], b[i]
-                out[i] = x if (x < y or x != x) else y
-        else:
-            out[:] = a
-            reduce_into(code, out, b)
-    return impl
+combine = kernels.combine           # out = op(a, b), the op by its kernel code
 
 
 # ----------------------------------------------------------------------------- the protocol

@@ -75,6 +75,57 @@ def test_compiled_gives_the_python_executors_bits(comm, collective, algorithm):
     agree(comm, not problems, problems[:5])
 
 
+REDUCING = [(c, a) for c, a in ALGORITHMS if c in ("allreduce", "reduce_scatter_block")]
+
+
+@pytest.mark.parametrize("collective,algorithm", REDUCING)
+@pytest.mark.parametrize("segment", ["0", "24"])
+def test_out_of_place_reads_the_input_as_the_copy_in_would(comm, collective, algorithm,
+                                                           segment):
+    """Out of place the compiled loop reads sendbuf where no step wrote yet, instead of a copy
+    of it (``Schedule.first_touch``): the bits of the in-place call and of the Python executor
+    (which copies the input in), with recvbuf full of NaNs before the call, sendbuf untouched;
+    by the full path, the cached one (the same call again), the polled one (timeout=) and a
+    persistent handle; unsegmented and in segments of 24 B."""
+    problems = []
+    for n in (1, comm.size + 1, 1000):
+        count = n * comm.size if collective == "reduce_scatter_block" else n
+        for dtype, op in ((np.float64, "sum"), (np.float32, "max")):
+            x = awkward_input(comm.rank, count, dtype, op)
+            kept = x.copy()
+            call = (mpicoll.allreduce if collective == "allreduce" else
+                    mpicoll.reduce_scatter_block)
+            results = {}
+            for how in ("python", "full", "cached", "polled", "persistent", "in place"):
+                recv = np.full(count if collective == "allreduce" else n, np.nan, dtype)
+                kw = {"timeout": 60.0} if how == "polled" else {}
+                with environment(MPICOLL_EXECUTOR="python" if how == "python" else "compiled",
+                                 MPICOLL_SEGMENT_BYTES=segment):
+                    if how == "in place":
+                        whole = x.copy()
+                        call(MPI.IN_PLACE, whole, op=op, algorithm=algorithm, comm=comm)
+                        results[how] = whole[:recv.size]
+                    elif how == "persistent":       # run twice, the second in the engine
+                        init = (mpicoll.allreduce_init if collective == "allreduce" else
+                                mpicoll.reduce_scatter_block_init)
+                        h = init(x, recv, op=op, algorithm=algorithm, comm=comm)
+                        h()
+                        recv[:] = np.nan
+                        h.start()
+                        results[how] = h.wait()
+                        h.free()
+                    else:
+                        call(x, recv, op=op, algorithm=algorithm, comm=comm, **kw)
+                        results[how] = recv
+                if x.tobytes() != kept.tobytes():
+                    problems.append(f"n={count} {dtype.__name__} {op} {how}: sendbuf changed")
+            for how, got in results.items():
+                if got.tobytes() != results["python"].tobytes():
+                    problems.append(f"n={count} {dtype.__name__} {op}: {how} differs from the "
+                                    "Python executor")
+    agree(comm, not problems, problems[:5])
+
+
 def test_compiled_with_a_timeout_gives_the_same_bits(comm):
     """The polled path (timeout=) gives the blocking path's bits."""
     x = awkward_input(comm.rank, 4099, np.float64, "sum")

@@ -179,6 +179,26 @@ CHEAP = {
         "mpiexec -n 2 python -m mpicoll bench -b 16K -e 16K -n 3 -w 1 "
         "-a shm,ring,recursive_halving,auto,mpi --inplace --outofplace --json shm-inplace-np2-1.json "
         "&& python jobs/perf_tables.py --in-place shm-inplace-np2-1.json | grep -q '16 Ki'",
+    "mpiexec -n 2 python -m mpicoll bench -b 16K -e 64M -f 4 -a ring,recursive_halving,"
+    "recursive_doubling,shm,auto,mpi -n 40 --json docs/results/first-touch-$tree-allreduce-np2-"
+    "$run.json":
+        "tree=after run=1; mpiexec -n 2 python -m mpicoll bench -b 16K -e 16K -n 3 -w 1 "
+        "-a ring,recursive_halving,recursive_doubling,shm,auto,mpi "
+        "--json first-touch-$tree-allreduce-np2-$run.json && python jobs/perf_tables.py "
+        "--before first-touch-after-allreduce-np2-1.json "
+        "--after first-touch-after-allreduce-np2-1.json | grep -q '16 Ki'",
+    "mpiexec -n 2 python -m mpicoll bench --collective reduce_scatter_block -b 16K -e 64M -f 4 "
+    "-a ring,recursive_halving,auto,mpi -n 40 --json docs/results/first-touch-$tree-rsb-np2-"
+    "$run.json":
+        "tree=after run=1; mpiexec -n 2 python -m mpicoll bench --collective "
+        "reduce_scatter_block -b 16K -e 16K -n 3 -w 1 -a ring,recursive_halving,auto,mpi "
+        "--json first-touch-$tree-rsb-np2-$run.json && test -s first-touch-after-rsb-np2-1.json",
+    "mpiexec -n 2 python -m mpicoll bench --persistent -b 16K -e 64M -f 4 -a "
+    "ring,recursive_halving,mpi -n 40 --json docs/results/first-touch-$tree-persistent-np2-"
+    "$run.json":
+        "tree=after run=1; mpiexec -n 2 python -m mpicoll bench --persistent -b 16K -e 16K "
+        "-n 3 -w 1 -a ring,recursive_halving,mpi --json first-touch-$tree-persistent-np2-$run.json "
+        "&& test -s first-touch-after-persistent-np2-1.json",
     "mpiexec -n 2 python -m mpicoll bench --collective reduce_scatter_block -b 1M -e 64M -f 4 "
     "-a auto,mpi -n 15":
         "mpiexec -n 2 python -m mpicoll bench --collective reduce_scatter_block -b 64K -e 64K "
