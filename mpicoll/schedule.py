@@ -201,6 +201,9 @@ class FirstTouch:
                 break
             copied = _union(copied + partial)
         self.fresh, self.copied, self.written = fresh, tuple(copied), tuple(written)
+        # the elements [0, whole) need no copy, whatever the call keeps of them (the fast path
+        # of a call keeping the whole buffer: an all-reduce)
+        self.whole = written[0][1] if written and written[0][0] == 0 and not copied else 0
         self._copies: dict = {}
 
     @staticmethod

@@ -428,7 +428,12 @@ def _copy_first(schedule: Schedule, buf: np.ndarray, src: np.ndarray, kept: tupl
     """Out of place: copy into ``buf`` what the loop can't read from ``src`` (the pieces of
     ``first_touch.copies(*kept)``, ``kept`` by default all of ``buf``: at one rank the kept
     part whole, else nothing for the registered algorithms); returns ``src``."""
-    for lo, hi in schedule.first_touch.copies(*(kept or (0, buf.size))):
+    touch = schedule.first_touch
+    if kept is None:
+        if buf.size <= touch.whole:         # (an all-reduce at two ranks or more)
+            return src
+        kept = (0, buf.size)
+    for lo, hi in touch.copies(*kept):
         buf[lo:hi] = src[lo:hi]
     return src
 

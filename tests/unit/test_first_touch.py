@@ -61,11 +61,14 @@ def test_reading_the_input_gives_the_copy_in_bits(collective, algorithm, options
             if size > 1:        # every algorithm writes what it keeps: nothing to copy
                 for sched, (lo, hi) in zip(scheds, kept):
                     assert sched.first_touch.copies(lo, hi) == ()
+                    if collective == "allreduce":       # (the executor's fast path)
+                        assert sched.first_touch.whole == count
 
 
 def test_one_rank_copies_what_it_keeps():
     touch = Schedule().first_touch
     assert touch.copies(0, 10) == ((0, 10),) and touch.copies(4, 6) == ((4, 6),)
+    assert touch.whole == 0
     assert touch.copies(3, 3) == ()
 
 
@@ -78,6 +81,7 @@ def test_an_operation_on_written_and_unwritten_elements_copies_the_unwritten_par
     assert touch.fresh == ((False,), (False, True))
     assert touch.copies(0, 6) == ((2, 4),)
     assert touch.copies(0, 8) == ((2, 4), (6, 8))
+    assert touch.whole == 0             # (a piece is copied: no fast path)
 
 
 def test_within_a_step_sends_see_the_buffer_before_it_and_receives_each_other():
