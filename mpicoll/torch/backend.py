@@ -197,14 +197,16 @@ class Work(dist._Work):
     """One torch collective in flight: mpicoll ``Request`` s, and what to do when they end.
 
     ``wait()`` returns True or raises ``RuntimeError`` (the collective's failure);
-    ``get_future()`` completes with the collective's output tensors at the same moment.
+    ``get_future()`` completes with the collective's output tensors at the same moment. The
+    future is made when first asked for (a blocking ``dist.all_reduce`` never asks: making and
+    completing one cost about 4 us of its call).
     """
 
     def __init__(self, what: str, requests=(), result=None, after=None, error=None):
         super().__init__()
         self._what, self._requests, self._result, self._after = what, list(requests), \
             result, after
-        self._future = torch.futures.Future()
+        self._future = None
         self._lock = _NO_LOCK if not self._requests else threading.Lock()
         self._done = _Flag() if not self._requests else threading.Event()
         self._error: RuntimeError | None = None
@@ -228,10 +230,16 @@ class Work(dist._Work):
                 error if isinstance(error, RuntimeError) and not isinstance(
                     error, CommunicatorBroken) else _failure(self._what, error))
             self._done.set()
+            future = self._future
+        if future is not None:          # (else get_future completes it when it makes it)
+            self._settle(future)
+
+    def _settle(self, future) -> None:
+        """Complete ``future`` as the Work ended (outside the lock: its callbacks run now)."""
         if self._error is None:
-            self._future.set_result(self._result)
+            future.set_result(self._result)
         else:
-            self._future.set_exception(self._error)
+            future.set_exception(self._error)
 
     def _complete(self, timeout: float | None = None) -> None:
         """Wait for the requests (``timeout`` tightens their deadline) and finish."""
@@ -251,7 +259,14 @@ class Work(dist._Work):
         return True
 
     def get_future(self):
-        return self._future
+        with self._lock:
+            future, made = self._future, self._future is None
+            if made:
+                future = self._future = torch.futures.Future()
+            ended = self._done.is_set()
+        if made and ended:              # (else _finish completes it)
+            self._settle(future)
+        return future
 
     def is_completed(self) -> bool:
         return self._done.is_set()

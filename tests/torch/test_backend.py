@@ -131,6 +131,33 @@ def test_in_flight_requests_complete_their_futures_without_wait(world):
           "wrong sums")
 
 
+def test_the_future_of_a_finished_work(world):
+    """A Work makes its future when asked (a blocking call never asks): asked after the end,
+    it comes completed, with the tensors, or with the failure; asked before (async), the end
+    completes it, and a callback chained on it runs."""
+    size, group = world.Get_size(), dist.group.WORLD
+    x = torch.ones(8)
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    work = group.allreduce([x], opts)                  # blocking: done on return
+    done = work.get_future()
+    ok = done.done() and done.wait()[0] is x and torch.all(x == size).item()
+    ok = ok and work.get_future() is done              # one future per Work
+    y = torch.ones(8)
+    work = dist.all_reduce(y, async_op=True)           # asked before the end
+    chained = work.get_future().then(lambda f: f.value()[0].sum().item())
+    ok = ok and chained.wait() == 8 * size and work.wait() is True
+    failed = mpicoll.torch.backend.Work("all_reduce", error=ValueError("a test's failure"))
+    future = failed.get_future()
+    ok = ok and future.done()                          # (never wait on one left pending)
+    try:
+        future.wait() if future.done() else None
+        ok = False
+    except RuntimeError as exc:
+        ok = ok and "a test's failure" in str(exc)
+    agree(world, ok, "futures of finished works")
+
+
 def test_bad_tensors_raise_before_communication(world):
     with pytest.raises(ValueError, match="not contiguous"):
         dist.all_reduce(torch.ones(4, 4).t())
