@@ -211,14 +211,16 @@ class FirstTouch:
         written, fresh, partial = list(copied), [], []
         for step in schedule.steps:
             before, flags = written, []
-            for op in step:                 # sends first (the buffer before the step), then
+            for op in step:
+                # a send reads the buffer as it was before the step; a reduction, as the
+                # step's receives before it in plan order left it
                 reads = isinstance(op, Send) or (op.reduce and not op.into_next)
                 unwritten = _minus([(op.lo, op.hi)], before if isinstance(op, Send) else
                                    written) if reads else []
                 flags.append(unwritten == [(op.lo, op.hi)])
                 if unwritten and not flags[-1]:
                     partial += unwritten
-                if isinstance(op, Recv) and not op.into_next:   # ... receives in plan order
+                if isinstance(op, Recv) and not op.into_next:
                     written = _union(written + [(op.lo, op.hi)])
             fresh.append(tuple(flags))
         return tuple(fresh), written, partial
