@@ -111,9 +111,11 @@ class Options:
 
 # ----------------------------------------------------------------------------- tensors
 
-def tensor_view(t, what: str = "tensor") -> np.ndarray:
+def tensor_view(t, what: str = "tensor", *, read_only: bool = False) -> np.ndarray:
     """A numpy array over ``t``'s memory (no copy), or a ``TypeError`` / ``ValueError`` naming
-    what is wrong with ``t``."""
+    what is wrong with ``t``. A lazy conjugate or negative view (``t.is_conj()``,
+    ``t.is_neg()``: its memory holds other values than it shows) is resolved into a copy when
+    ``read_only``, and refused otherwise: a result written into the copy would be lost."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
@@ -130,9 +132,14 @@ def tensor_view(t, what: str = "tensor") -> np.ndarray:
     if t.dtype == torch.bfloat16:       # numpy has no bfloat16: its int16 bits, as ml_dtypes'
         import ml_dtypes
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    lazy = "conj" if t.is_conj() else "neg" if t.is_neg() else None
+    if lazy is not None and not read_only:
+        raise ValueError(f"{what} is a lazy {'conjugate' if lazy == 'conj' else 'negative'} view "
+                         f"(its memory holds other values than it shows): the mpicoll backend "
+                         f"writes the result into the tensor's memory; pass t.resolve_{lazy}() "
+                         f"(a copy) and copy the result back")
     try:
-        return t.resolve_conj().resolve_neg().numpy() if (t.is_conj() or t.is_neg()) \
-            else t.numpy()
+        return t.resolve_conj().resolve_neg().numpy() if lazy is not None else t.numpy()
     except (TypeError, RuntimeError) as exc:
         raise TypeError(f"{what} has dtype {t.dtype}, which the mpicoll backend cannot "
                         f"reduce ({exc})") from None
@@ -466,7 +473,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         return self._submit("barrier", [call], [], opts)
 
     def all_gather_single(self, output, input, opts=None):
-        src, dst = tensor_view(input, "all_gather_into_tensor input"), \
+        src, dst = tensor_view(input, "all_gather_into_tensor input", read_only=True), \
             tensor_view(output, "all_gather_into_tensor output")
         if input.dtype != output.dtype:
             raise TypeError(f"all_gather_into_tensor: output dtype {output.dtype} differs from "
@@ -489,7 +496,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         calls, copies = [], []
         size = self.size()
         for outputs, t in zip(output_lists, inputs):
-            src = tensor_view(t, "all_gather input")
+            src = tensor_view(t, "all_gather input", read_only=True)
             if len(outputs) != size:
                 raise ValueError(f"all_gather: {len(outputs)} output tensors for a group of "
                                  f"{size}")
@@ -519,7 +526,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = dist.ReduceScatterOptions() if opts is None else opts
-        src = tensor_view(input, "reduce_scatter_tensor input")
+        src = tensor_view(input, "reduce_scatter_tensor input", read_only=True)
         dst = tensor_view(output, "reduce_scatter_tensor output")
         if input.dtype != output.dtype:
             raise TypeError(f"reduce_scatter_tensor: output dtype {output.dtype} differs from "
@@ -544,7 +551,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
                 if t.numel() != output.numel() or t.dtype != output.dtype:
                     raise ValueError(f"reduce_scatter: input {r} is {t.dtype} x {t.numel()}, "
                                      f"the output {output.dtype} x {output.numel()}")
-                tensor_view(t, f"reduce_scatter input {r}")
+                tensor_view(t, f"reduce_scatter input {r}", read_only=True)
             packed = torch.cat([t.reshape(-1) for t in inputs])
             triples.append((tensor_view(packed), dst, output))
         return self._reduce_scatter("reduce_scatter", triples, outputs, opts)

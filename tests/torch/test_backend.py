@@ -167,6 +167,14 @@ def test_bad_tensors_raise_before_communication(world):
         dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.AVG)
     with pytest.raises(ValueError, match="output has 3 elements"):
         dist.all_gather_into_tensor(torch.empty(3), torch.ones(world.Get_size() + 2))
+    # a lazy negative view shows -1 where its memory holds 1: written in place, the result
+    # would land in a copy; read only (a gather's input), the values shown are sent
+    lazy = torch._neg_view(torch.ones(3))
+    with pytest.raises(ValueError, match="lazy negative view.*resolve_neg"):
+        dist.all_reduce(lazy)
+    out = torch.empty(3 * world.Get_size())
+    dist.all_gather_into_tensor(out, lazy)
+    assert torch.all(out == -1)
     dist.barrier()          # the communicator is still good
 
 
