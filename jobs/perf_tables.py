@@ -52,6 +52,11 @@ def size_label(size: int) -> str:
     return str(size)
 
 
+def median_cell(runs) -> str:
+    """The median of a cell's per-run ratios, or "-" where there are none."""
+    return f"{statistics.median(runs):.2f}" if runs else "-"
+
+
 def best(row: dict) -> tuple[str, float] | tuple[None, None]:
     """The algorithm with the highest median ratio (auto left out), and that median."""
     own = {a: statistics.median(v) for a, v in row.items() if a != "auto"}
@@ -127,7 +132,7 @@ def in_place_table(paths: list[str]) -> str:
                     ran[r["size"], bool(r.get("inplace"))].add(r["auto_choice"])
 
     def cell(row, name):
-        return f"{statistics.median(row[name]):.2f}" if row.get(name) else "-"
+        return median_cell(row.get(name))
 
     def auto(row, size, place):
         return f"{cell(row, 'auto')} ({', '.join(sorted(ran[size, place])) or '-'})"
@@ -155,8 +160,7 @@ def before_after_table(before: list[str], after: list[str]) -> str:
              "|---:|---:|" + "---:|" * len(names)]
 
     def cell(rows, size, name):
-        runs = rows.get(size, {}).get(name)
-        return f"{statistics.median(runs):.2f}" if runs else "-"
+        return median_cell(rows.get(size, {}).get(name))
     for size in sorted(new):
         lines.append(f"| {size_label(size)} | {statistics.median(old_mpi[size]):.0f} / "
                      f"{statistics.median(new_mpi[size]):.0f} | "

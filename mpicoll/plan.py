@@ -409,13 +409,13 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
     elif prepared is not None:
         execute, sched, internode, op, scratch = prepared
         st = call.open()
-        if reads_input(prepared, layout):
-            execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
-                    traffic=st.traffic, watch=call.watch, src=layout.source, kept=layout.kept)
+        if reads_input(prepared, layout):       # the loop reads the input: no copy in
+            reads = {"src": layout.source, "kept": layout.kept}
         else:
             layout.copy_in()
-            execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
-                    traffic=st.traffic, watch=call.watch)
+            reads = {}
+        execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
+                traffic=st.traffic, watch=call.watch, **reads)
         st.traffic["internode_bytes"] += internode * p.dtype.itemsize
         layout.copy_out()
     else:

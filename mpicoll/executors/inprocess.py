@@ -153,12 +153,12 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum
     links = _linked(scheds)
     reduce_into = None if op is None or not buffers else kernels.kernel(op, buffers[0].dtype)
     buffers = [kernels.as_storage(b) for b in buffers]     # the same memory (half types: uint16)
-    fresh = [((),) * len(s.steps) for s in scheds]         # operations reading the input
+    fresh = None                    # out of place: fresh[rank][step][i], op i reads the input
     if inputs is not None:
         inputs = [kernels.as_storage(x) for x in inputs]
+        fresh = [sched.first_touch.fresh for sched in scheds]
         for rank, sched in enumerate(scheds):
             touch = sched.first_touch
-            fresh[rank] = touch.fresh
             lo, hi = kept[rank] if kept is not None else (0, buffers[rank].size)
             for a, b in touch.copies(lo, hi):
                 buffers[rank][a:b] = inputs[rank][a:b]
@@ -177,7 +177,7 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum
             entered_time[(rank, s)] = now[rank]
             for i, o in enumerate(scheds[rank].steps[s]):
                 if isinstance(o, Send):
-                    source = inputs[rank] if fresh[rank][s] and fresh[rank][s][i] else \
+                    source = inputs[rank] if fresh is not None and fresh[rank][s][i] else \
                         buffers[rank]
                     in_flight[links[(rank, s, i)][0]] = source[o.lo:o.hi].copy()
 
@@ -199,7 +199,7 @@ def run(scheds: list[Schedule], buffers: list[np.ndarray], op: str | None = "sum
             # each into the buffer or (into_next) into the step's next receive
             step = scheds[rank].steps[s]
             recvs = [(o, in_flight.pop(links[(rank, s, i)][0]),
-                      bool(fresh[rank][s]) and fresh[rank][s][i])
+                      fresh is not None and fresh[rank][s][i])
                      for i, o in enumerate(step) if isinstance(o, Recv)]
             for o, data, _ in recvs:
                 if not o.reduce:
