@@ -129,17 +129,19 @@ def tensor_view(t, what: str = "tensor", *, read_only: bool = False) -> np.ndarr
                          f"memory; pass t.contiguous() (a copy) and copy the result back")
     if t.requires_grad:
         t = t.detach()
+    lazy = "conj" if t.is_conj() else "neg" if t.is_neg() else None
+    if lazy is not None:
+        if not read_only:
+            raise ValueError(f"{what} is a lazy {'conjugate' if lazy == 'conj' else 'negative'} "
+                             f"view (its memory holds other values than it shows): the mpicoll "
+                             f"backend writes the result into the tensor's memory; pass "
+                             f"t.resolve_{lazy}() (a copy) and copy the result back")
+        t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:       # numpy has no bfloat16: its int16 bits, as ml_dtypes'
         import ml_dtypes
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    lazy = "conj" if t.is_conj() else "neg" if t.is_neg() else None
-    if lazy is not None and not read_only:
-        raise ValueError(f"{what} is a lazy {'conjugate' if lazy == 'conj' else 'negative'} view "
-                         f"(its memory holds other values than it shows): the mpicoll backend "
-                         f"writes the result into the tensor's memory; pass t.resolve_{lazy}() "
-                         f"(a copy) and copy the result back")
     try:
-        return t.resolve_conj().resolve_neg().numpy() if lazy is not None else t.numpy()
+        return t.numpy()
     except (TypeError, RuntimeError) as exc:
         raise TypeError(f"{what} has dtype {t.dtype}, which the mpicoll backend cannot "
                         f"reduce ({exc})") from None

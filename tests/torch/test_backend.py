@@ -169,12 +169,13 @@ def test_bad_tensors_raise_before_communication(world):
         dist.all_gather_into_tensor(torch.empty(3), torch.ones(world.Get_size() + 2))
     # a lazy negative view shows -1 where its memory holds 1: written in place, the result
     # would land in a copy; read only (a gather's input), the values shown are sent
-    lazy = torch._neg_view(torch.ones(3))
-    with pytest.raises(ValueError, match="lazy negative view.*resolve_neg"):
-        dist.all_reduce(lazy)
-    out = torch.empty(3 * world.Get_size())
-    dist.all_gather_into_tensor(out, lazy)
-    assert torch.all(out == -1)
+    for dtype in (torch.float32, torch.bfloat16):      # (bfloat16: viewed through int16)
+        lazy = torch._neg_view(torch.ones(3, dtype=dtype))
+        with pytest.raises(ValueError, match="lazy negative view.*resolve_neg"):
+            dist.all_reduce(lazy)
+        out = torch.empty(3 * world.Get_size(), dtype=dtype)
+        dist.all_gather_into_tensor(out, lazy)
+        assert torch.all(out == -1)
     dist.barrier()          # the communicator is still good
 
 
