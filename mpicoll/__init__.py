@@ -23,10 +23,14 @@ tensors), used in place without a copy. ``mpicoll.Comm(comm)`` (``mpicoll.wrap``
 for mpi4py code: ``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast`` and their
 ``I*`` and ``*_init`` forms, with mpi4py's buffer specs, run mpicoll's algorithms
 (``mpicoll.comm``).
+
+When a rank dies, every survivor's call raises ``ProcessFailed`` naming it within seconds, and
+``mpicoll.shrink(comm)`` gives the survivors' communicator; ``mpicoll.stats(comm)`` names the
+straggler (``mpicoll.recovery``, docs/reliability.md).
 """
 
 from .errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, ConcurrentCall,
-                     PeerError)
+                     PeerError, ProcessFailed)
 
 __version__ = "0.1.0"
 # name -> the module that defines it, loaded on first use: ``import mpicoll`` stays cheap and
@@ -37,9 +41,10 @@ _LAZY = {**dict.fromkeys(("allreduce", "reduce_scatter_block", "allgather", "bca
                           "waitall", "Request"), "api"),
          **dict.fromkeys(("allreduce_init", "reduce_scatter_block_init", "allgather_init",
                           "bcast_init"), "persistent"),
-         "Buckets": "buckets", "ErrorFeedback": "compression", "Comm": "comm", "wrap": "comm"}
+         "Buckets": "buckets", "ErrorFeedback": "compression", "Comm": "comm", "wrap": "comm",
+         "shrink": "recovery", "stats": "recovery"}
 __all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken",
-                         "PeerError", "ConcurrentCall",
+                         "ProcessFailed", "PeerError", "ConcurrentCall",
                          "__version__"]
 
 

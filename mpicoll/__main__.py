@@ -9,6 +9,7 @@ for a command's options, mpicoll --version for the version.
     report      a bench JSON as markdown tables
     trace       print the schedule of an algorithm for N ranks (no MPI needed)
     simulate    predicted times of the schedules on a modelled fabric, up to 25,000 ranks
+    survive     run one rank so that its death does not end the others (mpiexec ... mpicoll survive python train.py)
 
 Only bench and calibrate initialise MPI; the other commands (and -h, --version) never do.
 """
@@ -19,7 +20,7 @@ import sys
 
 COMMANDS = {name: f"mpicoll.tools.{name}"
             for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace",
-                         "simulate")}
+                         "simulate", "survive")}
 NEEDS_MPI = ("bench", "calibrate")
 
 

@@ -28,9 +28,9 @@ from mpi4py import MPI
 
 from . import ops, settings
 from ._runtime import context
-from ._runtime.call import Call, agree_library_hash, disagree, failed
+from ._runtime.call import Call, agree_library_hash, disagree, interrupted
 from ._runtime.watch import Watch
-from .errors import ArgumentMismatch, CollectiveTimeout
+from .errors import ArgumentMismatch
 from .executors import compiled, progress
 from .executors.shared import SharedMemory
 
@@ -107,10 +107,11 @@ class Entry:
                     watch = self._watch(st, number, left, tag)
                     return watch
                 run.run(flat, tag, self.timeout, make_watch, src, kept)
-        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
-            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
-                failed(st, watch, self.on_timeout, st.parent, exc)
-            raise
+        except BaseException as exc:
+            error = interrupted(st, watch, self.on_timeout, st.parent, exc, self.what)
+            if error is exc:
+                raise
+            raise error from exc
         if self.internode_bytes:
             st.traffic["internode_bytes"] += self.internode_bytes
 
@@ -136,10 +137,11 @@ class Entry:
                      "ranks' hashes differ)")
         try:
             self.shared_memory.run(src, dst, tag, get_watch, self.hashed, mismatch)
-        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
-            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
-                failed(st, watch, self.on_timeout, st.parent, exc)
-            raise
+        except BaseException as exc:
+            error = interrupted(st, watch, self.on_timeout, st.parent, exc, self.what)
+            if error is exc:
+                raise
+            raise error from exc
 
     @context.exclusive                      # one thread at a time (issue #22)
     def library(self, st, sendbuf, recvbuf) -> None:
@@ -165,10 +167,11 @@ class Entry:
                     st.history, st.before, st.last = before
                 raise
             watch.wait([comm.Iallreduce(sendbuf, recvbuf, op=self.mpi_op)], "MPI_Iallreduce")
-        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt) as exc:
-            if not isinstance(exc, ArgumentMismatch) or exc.in_flight:
-                failed(st, watch, self.on_timeout, st.parent, exc)
-            raise
+        except BaseException as exc:
+            error = interrupted(st, watch, self.on_timeout, st.parent, exc, self.what)
+            if error is exc:
+                raise
+            raise error from exc
 
     def _watch(self, st, number: int, left: float, tag: int) -> Watch:
         """The deadline of call ``number``, ``left`` seconds from now, as the full path's."""

@@ -54,7 +54,7 @@ from collections.abc import Mapping
 import numpy as np
 from mpi4py import MPI
 
-from . import api, buffers, kernels, ops, persistent, registry
+from . import api, buffers, kernels, ops, persistent, recovery, registry
 from .executors import progress
 
 __all__ = ["Comm", "wrap", "Request", "Prequest", "Unsupported"]
@@ -877,6 +877,33 @@ class Comm:
     def Bcast_init(self, buf, root: int = 0, info=None) -> Prequest:
         return self._init("Bcast_init", persistent.bcast_init, self._bcast_args, (buf, root),
                           "bcast")
+
+
+    # ULFM's calls, implemented by mpicoll (mpicoll.recovery; docs/reliability.md)
+
+    def Revoke(self) -> None:
+        """Every rank's current and later mpicoll calls on this communicator fail."""
+        recovery.revoke(self.comm)
+
+    def Is_revoked(self) -> bool:
+        return recovery.is_revoked(self.comm)
+
+    def Shrink(self) -> "Comm":
+        """A ``Comm`` (same algorithm choice) of the living ranks, in rank order."""
+        return Comm(recovery.shrink(self.comm), self.algorithm, fallback=self.fallback,
+                    reproducible=self.reproducible)
+
+    def Agree(self, flag: int) -> int:
+        """The bitwise AND of ``flag`` over the living ranks, the same on each of them."""
+        return recovery.agree(self.comm, flag)
+
+    def Get_failed(self) -> MPI.Group:
+        """The group of this communicator's ranks known dead here."""
+        return recovery.get_failed(self.comm)
+
+    def Ack_failed(self, num_to_ack: int | None = None) -> int:
+        """Acknowledge the failures known here (``num_to_ack`` of them); how many are."""
+        return recovery.ack_failed(self.comm, num_to_ack)
 
 
 def wrap(comm=None, algorithm="auto", *, fallback: bool = False, reproducible=False) -> Comm:

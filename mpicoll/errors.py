@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "PeerError",
-           "ConcurrentCall"]
+__all__ = ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "ProcessFailed",
+           "PeerError", "ConcurrentCall"]
 
 
 class CollectiveTimeout(TimeoutError):
@@ -59,6 +59,19 @@ class ArgumentMismatch(ValueError):
 
 class CommunicatorBroken(RuntimeError):
     """An earlier call on this communicator failed mid-way; mpicoll will not use it again."""
+
+
+class ProcessFailed(CommunicatorBroken):
+    """A rank of the communicator died: found by the failure detector (``_runtime/detector.py``)
+    within seconds, agreed by the survivors, and raised by every survivor's current or next call
+    on the communicator, naming the same ranks. ``ranks``: the failed ranks (of this
+    communicator; also ``peers``, as ``CollectiveTimeout``'s); ``hosts``: ``{rank: host}``.
+    ``mpicoll.shrink(comm)``, on every survivor, returns a communicator of the survivors."""
+
+    def __init__(self, message: str, ranks=(), hosts=None):
+        self.ranks = self.peers = sorted(ranks)
+        self.hosts = dict(hosts or {})
+        super().__init__(message)
 
 
 class PeerError(RuntimeError):

@@ -30,8 +30,7 @@ import time
 from mpi4py import MPI
 
 from . import buffers, plan
-from ._runtime.call import Call
-from .errors import ArgumentMismatch, CollectiveTimeout, PeerError
+from ._runtime.call import Call, interrupted
 from .executors import progress
 from .executors.progress import Request
 
@@ -155,10 +154,13 @@ class Persistent:
                     watch.wait([self._library], f"MPI_{self.collective.capitalize()}_init")
             elif self._run is not None:
                 self._run(watch)
-        except (CollectiveTimeout, ArgumentMismatch, KeyboardInterrupt, PeerError) as exc:
-            if not isinstance(exc, PeerError) or exc.in_flight:     # as a plain call's
-                self._call._failed(exc)
-            raise
+        except BaseException as exc:                # as a plain call's
+            call = self._call
+            error = interrupted(call._state, call.watch, call.on_timeout, call.comm, exc,
+                                self.collective)
+            if error is exc:
+                raise
+            raise error from exc
         if self._copies:
             layout.copy_out()
 

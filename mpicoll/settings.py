@@ -202,6 +202,23 @@ LIBRARY = (
             "who moves nonblocking collectives: a progress thread (needs `MPI_THREAD_MULTIPLE`; "
             "`auto` picks it when the MPI library gives that level) or the caller, in `test`/`wait`",
             "first nonblocking call", _choice("auto", "thread", "caller")),
+    Setting("MPICOLL_HEARTBEAT", "seconds (or 200ms); 0: off", 0.2,
+            "the failure detector's period: a rank that dies is named on every survivor "
+            "(`ProcessFailed`) within about a period on its machine, within "
+            "`MPICOLL_HEARTBEAT_TIMEOUT` plus a period across machines (docs/reliability.md)",
+            "each communicator's set-up", _seconds),
+    Setting("MPICOLL_HEARTBEAT_TIMEOUT", "seconds (or 1500ms)", 1.5,
+            "a rank on another machine whose heartbeats stop this long is taken for dead "
+            "(ranks on this machine are checked directly: a busy one is never taken for dead)",
+            "each communicator's set-up", _seconds),
+    Setting("MPICOLL_HEARTBEAT_ONLY", "0 | 1", False,
+            "`1`: ranks on one machine watch each other by heartbeats too, as ranks on other "
+            "machines do (how the tests exercise the cross-machine detector on one machine)",
+            "each communicator's set-up", _flag),
+    Setting("MPICOLL_STRAGGLERS", "path of a JSON file", None,
+            "at exit, rank 0 writes `mpicoll.stats(MPI.COMM_WORLD)` there: the straggler and "
+            "how long the others waited for each rank (`mpicoll report` prints it)",
+            "at exit", lambda name, text: Path(text)),
     Setting("MPICOLL_BACKGROUND_START", "0 | 1", False,
             "`1`: a nonblocking call on a communicator mpicoll has not set up yet returns at once "
             "(its `MPI_Comm_idup` started in its place) and a background thread finishes the "

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 import zlib
 from typing import NoReturn
 
@@ -49,12 +50,14 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
-from ..errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, PeerError
-from . import notice, tags, validate
+from ..errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, PeerError,
+                      ProcessFailed)
+from . import detector, notice, tags, validate
 from .context import CommState, attach, enter, leave
 from .watch import Watch
 
-__all__ = ["Call", "ABORT_CODE", "failed", "disagree", "agree_library_hash"]
+__all__ = ["Call", "ABORT_CODE", "failed", "interrupted", "breaks", "disagree",
+           "agree_library_hash"]
 
 ABORT_CODE = 124        # the job's MPI_Abort error code after a timeout (as timeout(1) exits)
 
@@ -210,9 +213,14 @@ class Call:
         try:
             if exc is None:
                 return False
-            if isinstance(exc, (CollectiveTimeout, KeyboardInterrupt, PeerError)) or (
-                    isinstance(exc, ArgumentMismatch) and exc.in_flight):
-                if not isinstance(exc, PeerError) or exc.in_flight:
+            if isinstance(exc, MPI.Exception) and self._state is not None:
+                # the MPI library failed inside the call (a peer's death breaks its
+                # connections): a failure of the call, named by the detector if it can
+                error = interrupted(self._state, self.watch, self.on_timeout, self.comm, exc,
+                                    f"{self.collective}")
+                raise error from exc
+            if isinstance(exc, PeerError) or breaks(exc):
+                if breaks(exc):
                     self._failed(exc)
             elif isinstance(exc, Exception) and not isinstance(exc, CommunicatorBroken):
                 if self.chained and not self._state.broken:
@@ -334,6 +342,39 @@ def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool
                            f"{seen})")
 
 
+def breaks(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a call under way, leaves its communicator broken: a timeout,
+    an interrupt, a death, or a mismatch or another rank's failure found after the transfers
+    were posted."""
+    return isinstance(exc, (CollectiveTimeout, KeyboardInterrupt, ProcessFailed)) or (
+        isinstance(exc, (ArgumentMismatch, PeerError)) and exc.in_flight)
+
+
+def interrupted(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
+                exc: BaseException, what: str) -> BaseException:
+    """A call on ``state`` raised ``exc`` mid-way (every form's handler: ``Call``, the cached
+    and persistent calls): mark the communicator broken if ``exc`` breaks it, and return the
+    error to raise -- ``exc``, or for a raw ``MPI.Exception`` what it means: most often a
+    peer died (its connections broke), so wait for the detector to name it (up to its
+    heartbeat timeout) and give its ``ProcessFailed``; else a ``CommunicatorBroken`` quoting
+    MPI's error. Never a live rank named, never a broken communicator left usable."""
+    if isinstance(exc, MPI.Exception):
+        error = None
+        w = getattr(state, "watched", None)
+        if w is not None:
+            limit = time.monotonic() + (settings.get("MPICOLL_HEARTBEAT_TIMEOUT") or 0) + 1.0
+            while not w.known and time.monotonic() < limit:
+                time.sleep(0.01)
+            error = detector.failure(state, what)
+        exc = error or CommunicatorBroken(
+            f"{what}: the MPI library failed inside the call ({exc}); no rank is known dead; "
+            "mpicoll will not use this communicator again")
+        failed(state, watch, on_timeout, comm, exc)
+    elif breaks(exc):
+        failed(state, watch, on_timeout, comm, exc)
+    return exc
+
+
 def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
            exc: BaseException) -> None:
     """``state``'s communicator broken after a call that failed mid-way with ``exc`` (the
@@ -346,7 +387,9 @@ def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
         if watch is not None:
             state.abandoned += watch.abandoned
             watch.abandoned = []
-        if first and state.made and watch is not None and watch.number >= 0:
+        if isinstance(exc, ProcessFailed):      # every survivor knows: no notice
+            pass
+        elif first and state.made and watch is not None and watch.number >= 0:
             call = state.absolute(watch.number)
             state.failed_here.add(call)
             try:
@@ -354,7 +397,7 @@ def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
                             else notice.BROKEN, f"{type(exc).__name__}: {exc}")
             except MPI.Exception:
                 pass
-    if on_timeout == "abort" and (isinstance(exc, CollectiveTimeout) or (
+    if on_timeout == "abort" and (isinstance(exc, (CollectiveTimeout, ProcessFailed)) or (
             isinstance(exc, ArgumentMismatch) and exc.in_flight)):
         abort(comm, exc)
 

@@ -33,7 +33,8 @@ from .. import settings
 from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
 from ..executors.python import new_traffic
 from ..topology import virtual_nodes
-from . import notice
+from . import detector, notice, stragglers
+from .stragglers import RECENT_ENTRIES
 from .tags import layout
 from .watch import roll_call_tag
 
@@ -69,10 +70,17 @@ class CommState:
         self.lock = threading.RLock()           # held by the thread in a call on it (enter)
         self.background = None                  # first nonblocking calls being started (setup.py)
         self.freed = False                      # the user freed the communicator (free)
+        self.watched = None                     # its part of the failure detector (detector.py)
+        self.failed: frozenset = frozenset()    # the ranks agreed dead (detector.py)
+        self.idents: list = []                  # every rank's detector.identity()
+        self.entered = [0.0] * RECENT_ENTRIES  # when this rank entered call n, at [n % ...]
         notice.register(comm, self)
 
     def check(self, what: str = "mpicoll") -> None:
-        """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way."""
+        """Raise ``CommunicatorBroken`` if an earlier call on this communicator failed mid-way
+        (``ProcessFailed`` if a rank of it died)."""
+        if self.watched is not None and self.watched.known:
+            raise detector.failure(self, what)
         if self.broken:
             raise CommunicatorBroken(
                 f"{what}: mpicoll will not use this communicator again: an earlier call failed "
@@ -129,6 +137,10 @@ class CommState:
         self.made = True
         notice.register(self.comm, self)
         self._nodes[None] = node_layout(self.comm)
+        if detector.enabled():
+            self.idents = self.comm.allgather(detector.identity())
+            detector.watch(self, self.idents)
+        stragglers.write_at_exit()
 
     def _judge_notices(self, probe: bool = True) -> None:
         """After the presence check: notices of an earlier first call that failed (notice.py)
@@ -161,6 +173,7 @@ class CommState:
     def next_number(self) -> int:
         """The next call's number; ``label`` gives its tag."""
         self.calls += 1
+        self.entered[self.calls & RECENT_ENTRIES_MASK] = time.monotonic()
         if self.notices:                        # another rank failed in a later call: now?
             error = notice.judge(self, self.calls, "mpicoll")
             if error is not None:
@@ -267,6 +280,7 @@ class CommState:
         self.abandoned, self.outbox = [], []
         if self.made:
             notice.forget(self.comm)
+            detector.forget(self)
         if not self.broken:                     # collective: not after a failure
             for shared in ([self.shared] if self.shared is not None else []) + \
                     list(self.node_shared.values()):
@@ -351,6 +365,7 @@ def exclusive(method):
 
 
 RECENT = 64                 # calls whose tags a CommState remembers (watch.Watch.look)
+RECENT_ENTRIES_MASK = RECENT_ENTRIES - 1
 RECENT_MASK = RECENT - 1
 _orphans: list = []         # requests (and buffers) of freed communicators, kept alive
 

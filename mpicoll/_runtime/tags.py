@@ -16,7 +16,8 @@ every rank naming who passed what.
 
 The layout comes from ``MPI_TAG_UB`` (an attribute of ``COMM_WORLD``, valid for every
 communicator; ``layout``): tags ``TAG_UB``, ``TAG_UB - 1`` and ``TAG_UB - 2`` are the roll
-call's, the presence check's and the notices' (``notice.py``), so calls use 0 .. TAG_UB - 3. ``CALLS`` is 2**13 where the tag space allows
+call's, the presence check's and the notices' (``notice.py``), ``TAG_UB - 3`` and ``TAG_UB - 4`` the
+failure detector's (``detector.py``), so calls use 0 .. TAG_UB - 5. ``CALLS`` is 2**13 where the tag space allows
 (MPICH: TAG_UB = 2**29 - 1, so HASHES = 65535: two mismatched calls share a tag with
 probability 1/65535), and both shrink with a smaller TAG_UB: at MPI's guaranteed minimum,
 32767, CALLS = 128 and HASHES = 255; below TAG_UB = 4097 (fewer than 64 call numbers with 64
@@ -70,7 +71,7 @@ class Layout(NamedTuple):
 @functools.lru_cache(maxsize=8)
 def layout(tag_ub: int) -> Layout:
     """The tag layout for a communicator whose ``MPI_TAG_UB`` is ``tag_ub``."""
-    usable = tag_ub - 2                     # tags 0 .. tag_ub - 3
+    usable = tag_ub - 4                     # tags 0 .. tag_ub - 5 (watch._RESERVED)
     bits = usable.bit_length() - 1          # 2**bits <= usable
     calls = 1 << min(_MAX_CALL_BITS, bits // 2)
     hashes = usable // calls

@@ -34,7 +34,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ArgumentMismatch, CollectiveTimeout
-from . import notice
+from . import detector, notice
 from .tags import fields, tag_ub
 
 __all__ = ["Watch", "ROLL_CALL_SECONDS", "LOOK_AFTER", "LOOK_EVERY"]
@@ -43,7 +43,8 @@ ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from th
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
 LOOK_AFTER = 0.02           # a wait this long looks for other ranks' notices and strays ...
 LOOK_EVERY = 0.05           # ... and again this often (``Watch.look``)
-_RESERVED = 3               # tags TAG_UB - 2 .. TAG_UB: notices, presence check, roll call
+_RESERVED = 5               # tags TAG_UB - 4 .. TAG_UB: the detector's agreement and heartbeats,
+                            # notices, presence check, roll call
 
 
 def roll_call_tag() -> int:
@@ -169,6 +170,14 @@ class Watch:
         state = notice.lookup(comm)
         if state is None:
             return None
+        w = state.watched
+        if w is not None:               # a rank died (or revoked): before any notice, which
+            detector.tick()             # the death may have caused
+            if w.known or w.revoked_by is not None:
+                error = detector.failure(state, self.what)
+                if error is not None:
+                    self.abandoned += list(requests)
+                    raise error
         if comm.Iprobe(MPI.ANY_SOURCE, notice.notice_tag()):
             state.notices += notice.collect(comm)
         if state.notices:

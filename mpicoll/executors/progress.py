@@ -380,6 +380,9 @@ class Request:
         while True:
             if self._watch is None:
                 if not MPI.Request.Testall(self._pending):
+                    watched = self._state.watched     # no deadline: a death still ends it
+                    if watched is not None and watched.known:
+                        self._state.check(self.what)
                     return moved
             elif not self._watch.poll(self._pending, self._index, self._nsteps, self._peers):
                 return moved

@@ -148,6 +148,8 @@ def _single_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
             raise AssertionError("mismatch() must raise")
         if resume == UNREADABLE:
             peer, pid = window.members[waiting], window.pid(waiting)
+            if not probe.alive(pid):
+                _died(st, window, [peer])
             _broken(st, window, f"rank {peer} (pid {pid}) died during the call: reading its "
                     "memory failed" if not probe.alive(pid) else
                     f"reading rank {peer}'s memory (process_vm_readv) failed after it had "
@@ -244,9 +246,11 @@ def _late(st, window, get_watch, which: int, seq: int, waiting: int, step: str,
     for j in others:            # a rank that died without giving up first: every survivor
         pid = window.pid(j)     # names it (one that gave up may have exited since)
         if j not in gave_up and pid and not probe.alive(pid):
+            _died(st, window, [window.members[j]])
             _broken(st, window, f"rank {window.members[j]} (pid {pid}) died during the call")
     for j in gave_up:
         _told_first(window, watch)
+        _died(st, window, [])           # (a rank died: the one that gave up saw it first)
         _broken(st, window, f"rank {window.members[j]} gave up on the shared window (a "
                 "rank died, or its memory could not be read)")
 
@@ -271,6 +275,17 @@ def _told_first(window, watch) -> None:
 
 
 NOTICE_GRACE = 0.2          # seconds: a notice sent before the window's flag arrives by then
+
+
+def _died(st, window, ranks) -> None:
+    """``ranks`` died (or, with none, some rank may have): end the call with the failure
+    detector's ``ProcessFailed``, agreed by the survivors (``_runtime/detector.py``), if it
+    knows of a death (it learns ``ranks`` first)."""
+    watched = getattr(st, "watched", None)      # (a CommState's; tests pass stand-ins)
+    error = None if watched is None else watched.died(ranks, "allreduce shm")
+    if error is not None:
+        _abort(window)
+        raise error
 
 
 def _broken(st, window, reason: str):

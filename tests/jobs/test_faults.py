@@ -1,6 +1,7 @@
 """Fault injection: small ``mpiexec -n 3`` jobs (tests/faults/faults.py) in which rank 2 never
 enters a collective, comes late, exits or is SIGKILLed. The survivors must raise
-``CollectiveTimeout`` naming rank 2 within timeout + the roll call + a little slack, and nothing
+``CollectiveTimeout`` naming rank 2 within timeout + the roll call + a little slack (a rank that
+died: ``ProcessFailed`` naming it, before the deadline; tests/jobs/test_deaths.py has more), and nothing
 may hang (every job is bounded by a subprocess timeout). Also: ``on_timeout="abort"`` ends the
 job, and 8 ranks starting together on an empty numba cache compute right.
 """
@@ -98,10 +99,9 @@ def test_late_rank_fails_at_once(tmp_path):
 ])
 def test_rank_that_dies_mid_call(tmp_path, how, algorithm):
     """Rank 2 exits / is SIGKILLed in the middle of an all-reduce (Hydra's clean-up off, so the
-    survivors live on): they raise naming it, or -- when its data was already sent -- finish
-    with the right answer. Never a hang, never a wrong result. Under shm (peer death in the
-    shared window) both survivors see its process gone within a spin: CommunicatorBroken naming
-    rank 2."""
+    survivors live on): they raise ``ProcessFailed`` naming it (the failure detector:
+    _runtime/detector.py) well before their deadline, or -- when its data was already sent --
+    finish with the right answer. Never a hang, never a wrong result, never a live rank named."""
     for attempt in range(4):
         # Hydra sometimes SIGKILLs the survivors of a killed rank even with -disable-auto-cleanup
         # (about 1 launch in 5 here): that also ends the job, but it is not what is under test.
@@ -119,16 +119,14 @@ def test_rank_that_dies_mid_call(tmp_path, how, algorithm):
     for rank in (0, 1):
         assert len(rows.get(rank, [])) == 2 and rows[rank][-1].get("done"), (rows, output(proc))
         row = rows[rank][0]
-        if algorithm == "shm":
-            assert row["error"] == "CommunicatorBroken" and "rank 2 (pid" in row["message"], row
-            assert row["elapsed"] < TIMEOUT, row
-        elif row["error"] is None:
+        if row["error"] is None and algorithm != "shm":
             assert row["correct"] is True, row
         else:
-            assert row["error"] == "CollectiveTimeout" and row["peers"] == [2], row
-            assert row["elapsed"] < TIMEOUT + ROLL_CALL_SECONDS + SLACK, row
+            assert row["error"] == "ProcessFailed" and row["peers"] == [2], row
+            assert "rank 2 (host" in row["message"], row
+            assert row["elapsed"] < TIMEOUT, row
     if algorithm in ("ring", "mpi", "hierarchical"):  # elsewhere rank 2 may be done sending
-        assert all(rows[r][0]["error"] == "CollectiveTimeout" for r in (0, 1)), rows
+        assert all(rows[r][0]["error"] == "ProcessFailed" for r in (0, 1)), rows
     assert elapsed < 60, f"took {elapsed:.1f} s"
 
 

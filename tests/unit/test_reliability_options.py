@@ -134,15 +134,15 @@ def test_mismatch_report_names_in_place_under_auto():
     (2**29 - 1, 2**13, 65535),      # this MPICH wheel
     (2**31 - 1, 2**13, 262143),     # Open MPI
     (32767, 128, 255),              # MPI's guaranteed minimum
-    (100, 98, 1),                   # too small to share: call numbers only
+    (100, 96, 1),                   # too small to share: call numbers only
 ])
 def test_tag_layout(tag_ub, calls, hashes):
-    """Tags stay within 0 .. TAG_UB - 3 (TAG_UB, TAG_UB - 1 and TAG_UB - 2 are the roll
-    call's, the presence check's and the notices'), call numbers and hashes each get their
-    share."""
+    """Tags stay within 0 .. TAG_UB - 5 (TAG_UB, TAG_UB - 1 and TAG_UB - 2 are the roll
+    call's, the presence check's and the notices', TAG_UB - 3 and TAG_UB - 4 the failure
+    detector's), call numbers and hashes each get their share."""
     layout = tags.layout(tag_ub)
     assert (layout.calls, layout.hashes) == (calls, hashes)
-    assert layout.tag(calls - 1, hashes - 1) <= tag_ub - 3 and layout.tag(0, 0) == 0
+    assert layout.tag(calls - 1, hashes - 1) <= tag_ub - 5 and layout.tag(0, 0) == 0
     assert layout.tag(calls + 5, 2**32 - 1) == layout.tag(5, 2**32 - 1)     # wraps
     if hashes > 1:
         assert layout.tag(5, 1) != layout.tag(5, 2) != layout.tag(6, 2)

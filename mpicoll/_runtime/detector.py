@@ -1,0 +1,517 @@
+"""The failure detector: a rank that dies is known to every survivor within seconds, the
+survivors agree on who died, and every survivor's current or next call raises ``ProcessFailed``
+naming the same ranks (docs/reliability.md, "A rank that dies").
+
+**Who is watched.** Every communicator mpicoll has set up (``CommState.ready``): at set-up its
+ranks exchange who they are (``identity``: host, the machine's boot id and pid namespace, pid,
+the process's start time). Then a daemon thread, the *detector* (one per process; without
+``MPI_THREAD_MULTIPLE`` the caller's waits run its steps instead), every ``MPICOLL_HEARTBEAT``
+seconds:
+
+* checks every rank on its own machine (same boot id and pid namespace) directly: a process
+  that is gone, a zombie, or another process under a recycled pid (another start time) is
+  dead. No message is needed, so a rank that is busy -- numpy, torch, a Python loop, asleep,
+  60 s without an mpicoll call -- is never taken for dead;
+* watches its ring predecessor (ULFM's ring of observers) when that rank is on another
+  machine: each rank sends its ring successor a heartbeat every period when the successor
+  cannot see its process, and a predecessor silent for ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds
+  is dead. When a predecessor dies, the next living one is watched.
+
+Heartbeats and the agreement's messages travel on mpicoll's duplicate of the communicator, with
+tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.layout``).
+
+**Agreement.** A rank that learns of a death -- its own look, or another rank's message --
+starts rounds: in round k it sends every rank it believes alive its set of failed ranks, and
+waits for the round-k set of each of them, or for their death. Every set received joins its
+own. It decides when two rounds in a row were *stable* (every set received equal to the one it
+sent, and its own unchanged meanwhile). A rank that dies during the rounds is found by the same
+looks and joins the set, so the rounds go on until the living agree (the idea of ULFM's ERA
+agreement: uniform agreement among the living). A rank that decided answers later rounds, so
+one that is still going can finish. The decided set breaks the communicator: every waiting or
+later call on it raises ``ProcessFailed`` naming those ranks, and ``mpicoll.shrink`` builds a
+communicator of the others.
+
+Limit: two deaths a few milliseconds apart, the second after some survivors decided, can give
+those survivors' errors the first death only; the next agreement (``shrink`` waits for it)
+names both everywhere.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import threading
+import time
+import weakref
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import settings
+from .tags import tag_ub
+
+__all__ = ["identity", "watch", "forget", "failure", "settle", "revoke", "HEARTBEAT_TAG_OFFSET",
+           "AGREE_TAG_OFFSET"]
+
+HEARTBEAT_TAG_OFFSET = 3        # TAG_UB - 3: heartbeats
+AGREE_TAG_OFFSET = 4            # TAG_UB - 4: the agreement's rounds, revocations
+REVOKE = -1                     # an agreement message's round: the sender revoked the communicator
+DECIDED = -2                    # ... the sender decided on the set it carries
+ACTIVE_POLL = 1e-3              # the thread's period while an agreement is under way
+DECISION_SECONDS = 3.0          # how long a call that found a death waits for the agreement
+
+
+def _machine() -> str:
+    """What tells two processes they can see each other's pids: the boot and the pid namespace."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return f"nopid:{socket.gethostname()}:{os.getpid()}"     # sees no one
+
+
+def _start_time(pid: int) -> int:
+    """The process's start time (clock ticks after boot, ``/proc/PID/stat`` field 22), or -1."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            head = f.read()
+    except OSError:
+        return -1
+    fields = head[head.rfind(b")") + 2:].split()
+    return int(fields[19]) if len(fields) > 19 else -1
+
+
+def identity() -> tuple:
+    """(host, machine, pid, start time) of this process, exchanged at a communicator's set-up."""
+    pid = os.getpid()
+    return socket.gethostname(), _machine(), pid, _start_time(pid)
+
+
+def _alive(ident: tuple) -> bool:
+    """Whether the process of ``ident`` (on this machine) still runs: it exists, is not a
+    zombie, and is the process that started then (not a recycled pid)."""
+    _, _, pid, started = ident
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            head = f.read()
+    except OSError:
+        return False
+    rest = head[head.rfind(b")") + 2:].split()
+    if not rest or rest[0] in (b"Z", b"X"):
+        return False
+    return started < 0 or len(rest) <= 19 or int(rest[19]) == started
+
+
+def describe(ranks, idents) -> str:
+    """``rank 2 (host h, pid 123)`` for each of ``ranks``."""
+    return ", ".join(f"rank {r} (host {idents[r][0]}, pid {idents[r][2]})" for r in sorted(ranks))
+
+
+class Watched:
+    """One communicator's part of the detector: what its rank knows and agrees of its peers."""
+
+    def __init__(self, state, idents: list):
+        comm = state.comm
+        self.state = weakref.ref(state)
+        self.comm, self.me, self.size = comm, comm.Get_rank(), comm.Get_size()
+        self.idents = idents
+        only_heartbeats = settings.get("MPICOLL_HEARTBEAT_ONLY")
+        mine = idents[self.me][1]
+        self.seen = [r != self.me and not only_heartbeats and idents[r][1] == mine
+                     and not mine.startswith("nopid:") for r in range(self.size)]
+        self.known: set = set()             # failed ranks known here
+        self.decided: frozenset = frozenset()   # the last agreed set
+        self.decisions: list = []           # every agreed set, in order (each holds the last)
+        self.found_at = None                # when this rank first knew of a failure
+        self.first: frozenset = frozenset()  # ... and of which ranks
+        self.revoked_by = None              # a rank that revoked the communicator
+        self.round, self.stable, self.active = 0, 0, False
+        self.sent: frozenset = frozenset()  # the set this rank sent in its current round
+        self.adopt = None                   # a set another rank decided on (DECIDED)
+        self.inbox: dict = {}               # round -> {rank: set}
+        self.heard: dict = {}               # rank -> when its last heartbeat came
+        self.watching, self.since = None, time.monotonic()
+        self.next_beat = 0.0
+        self.outbox: list = []              # (buffer, request)
+        self.words = (self.size + 63) // 64
+        self.tags = tag_ub() - HEARTBEAT_TAG_OFFSET, tag_ub() - AGREE_TAG_OFFSET
+        self._beat = np.zeros(1, np.int64)
+
+    # ------------------------------------------------------------------------- one step
+
+    def step(self, now: float, period: float, timeout: float) -> None:
+        self._receive(now)
+        # the rounds the messages received complete first, then a look: a rank that decided
+        # and left (its program ended) sent all this rank needs before it went
+        self._agree_if_needed()
+        self._look(now, timeout)
+        self._agree_if_needed()
+        self._heartbeat(now, period)
+
+    def _agree_if_needed(self) -> None:
+        if self.active or self.known != self.decided or any(r > self.round for r in self.inbox):
+            self._agree()
+
+    def _receive(self, now: float) -> None:
+        comm, (beat, agree), status = self.comm, self.tags, MPI.Status()
+        while comm.Iprobe(MPI.ANY_SOURCE, beat, status):
+            src = status.Get_source()
+            comm.Recv(self._beat, src, beat)
+            self.heard[src] = now
+        while comm.Iprobe(MPI.ANY_SOURCE, agree, status):
+            src = status.Get_source()
+            msg = np.empty(1 + self.words, np.int64)
+            comm.Recv(msg, src, agree)
+            got = self._members(msg[1:])
+            number = int(msg[0])
+            if number == REVOKE:
+                self._revoked(src)
+                continue
+            self._learn(got)
+            if number == DECIDED:
+                self.adopt = frozenset(got)
+                continue
+            if number >= self.round:
+                self.inbox.setdefault(number, {})[src] = frozenset(got)
+            self.heard[src] = now           # (any message says the sender lives)
+
+    def _look(self, now: float, timeout: float) -> None:
+        found = [r for r in range(self.size) if self.seen[r] and r not in self.known
+                 and not _alive(self.idents[r])]
+        watched = self._neighbour(-1)
+        if watched is not None and not self.seen[watched]:
+            if watched != self.watching:            # a new predecessor: give it a period
+                self.watching, self.since = watched, now
+            if now - max(self.heard.get(watched, 0.0), self.since) > timeout:
+                found.append(watched)
+        self._learn(found)
+
+    def _learn(self, ranks) -> None:
+        new = set(ranks) - self.known - {self.me}
+        if new:
+            self.known |= new
+            if self.found_at is None:
+                self.found_at = time.monotonic()
+                self.first = frozenset(new)
+
+    def _neighbour(self, direction: int):
+        """The nearest living rank before (-1) or after (+1) this one in the ring, or None."""
+        for k in range(1, self.size):
+            r = (self.me + direction * k) % self.size
+            if r not in self.known:
+                return r
+        return None
+
+    def _heartbeat(self, now: float, period: float) -> None:
+        if now < self.next_beat:
+            return
+        self.next_beat = now + period
+        self._tidy()
+        successor = self._neighbour(+1)
+        if successor is not None and not self.seen[successor]:
+            self._send(self._beat, successor, self.tags[0])
+
+    def _send(self, msg: np.ndarray, dest: int, tag: int) -> None:
+        try:
+            self.outbox.append((msg, self.comm.Isend(msg, dest, tag)))
+        except MPI.Exception:
+            pass                            # (a dead peer's connection: its death is found)
+
+    def _tidy(self) -> None:
+        kept = []
+        for msg, req in self.outbox:
+            try:
+                if req.Test():
+                    continue
+            except MPI.Exception:
+                continue
+            kept.append((msg, req))
+        if len(kept) > 256:                 # sends to the dead: kept alive, never tested again
+            _orphans.extend(kept)
+            kept = []
+        self.outbox = kept
+
+    # ------------------------------------------------------------------------- agreement
+
+    def _agree(self) -> None:
+        if not self.active:
+            self.active, self.stable = True, 0
+            self.round = max([self.round + 1] + list(self.inbox))
+            self._send_round()
+        while True:
+            if self.adopt is not None and self.adopt != self.decided:
+                # another rank decided: every living rank's messages of two rounds carried
+                # that set, this one's too, so it is this rank's decision as well (a later
+                # death, maybe that rank's own end, makes a new agreement)
+                self.active, adopt, self.adopt = False, self.adopt, None
+                self._decide(adopt)
+                return
+            expected = [r for r in range(self.size) if r != self.me and r not in self.known]
+            got = self.inbox.get(self.round, {})
+            if any(r not in got for r in expected):
+                return
+            stable = self.known == self.sent and all(got[r] == self.sent for r in expected)
+            self.stable = self.stable + 1 if stable else 0
+            self.inbox = {k: v for k, v in self.inbox.items() if k > self.round}
+            if self.stable >= 2:
+                self.active = False
+                self._decide(frozenset(self.known))
+                return
+            self.round += 1
+            self._send_round()
+
+    def _send_round(self) -> None:
+        self.sent = frozenset(self.known)
+        msg = np.zeros(1 + self.words, np.int64)
+        msg[0] = self.round
+        self._bits(msg[1:], self.sent)
+        for r in range(self.size):
+            if r != self.me and r not in self.known:
+                self._send(msg, r, self.tags[1])
+
+    def _bits(self, words: np.ndarray, ranks) -> None:
+        u = words.view(np.uint64)
+        for r in ranks:
+            u[r // 64] |= np.uint64(1 << (r % 64))
+
+    def _members(self, words: np.ndarray) -> set:
+        u = words.view(np.uint64)
+        return {r for r in range(self.size) if int(u[r // 64]) >> (r % 64) & 1}
+
+    def _decide(self, failed: frozenset) -> None:
+        if failed == self.decided:
+            return
+        self.decided = failed
+        self.decisions.append(failed)
+        msg = np.zeros(1 + self.words, np.int64)
+        msg[0] = DECIDED
+        self._bits(msg[1:], failed)
+        for r in range(self.size):          # (so one that lags decides the same, even if
+            if r != self.me and r not in self.known:    # this rank ends meanwhile)
+                self._send(msg, r, self.tags[1])
+        st = self.state()
+        if st is not None:
+            st.failed = failed
+            why = f"ProcessFailed: {describe(failed, self.idents)} failed"
+            if not st.broken or not st.broken.startswith("ProcessFailed"):
+                st.broken = why
+        with _decided:
+            _decided.notify_all()
+
+    def died(self, ranks, what: str):
+        """``ranks`` were seen dead (``detector.died``): learn it, and return the agreed
+        ``ProcessFailed`` (or, with no rank known dead here, None)."""
+        with _lock:
+            self._learn(ranks)
+        _wake.set()
+        state = self.state()
+        return None if state is None else failure(state, what, frozenset(ranks) or None)
+
+    def revoke(self) -> None:
+        """Tell every other rank this one revoked the communicator (ULFM's ``Revoke``)."""
+        msg = np.zeros(1 + self.words, np.int64)
+        msg[0] = REVOKE
+        for r in range(self.size):
+            if r != self.me and r not in self.known:
+                self._send(msg, r, self.tags[1])
+
+    def _revoked(self, rank: int) -> None:
+        if self.revoked_by is None:
+            self.revoked_by = rank
+            st = self.state()
+            if st is not None and not st.broken:
+                st.broken = f"Revoked: rank {rank} revoked the communicator (Comm.Revoke)"
+
+
+# ----------------------------------------------------------------------------- the thread
+
+_lock = threading.RLock()           # the watched communicators and every step
+_decided = threading.Condition(threading.Lock())
+_watched: list = []
+_orphans: list = []
+_thread: threading.Thread | None = None
+_stopping = False
+_wake = threading.Event()
+
+
+def enabled() -> bool:
+    return settings.get("MPICOLL_HEARTBEAT") is not None
+
+
+def watch(state, idents: list) -> None:
+    """Watch ``state``'s communicator (made: its duplicate exists) from now on."""
+    if not enabled() or state.comm.Get_size() == 1:
+        return
+    w = Watched(state, idents)
+    _keep_hydra_from_ending_survivors()
+    with _lock:
+        _watched.append(w)
+    state.watched = w
+    if MPI.Query_thread() == MPI.THREAD_MULTIPLE and settings.get("MPICOLL_PROGRESS") != "caller":
+        _ensure_thread()
+
+
+def _keep_hydra_from_ending_survivors() -> None:
+    """MPICH's launcher (Hydra), started with ``-disable-auto-cleanup``, tells the survivors of
+    a dead rank with ``SIGUSR1``, whose default action ends the process (it did in about one
+    launch in four here): ignore it, unless the program handles it itself, so the survivors
+    live to recover. Only from the main thread (Python's rule for signal handlers)."""
+    if "HYDI_CONTROL_FD" not in os.environ or \
+            threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
+
+
+def forget(state) -> None:
+    """Stop watching ``state``'s communicator (before its duplicate is freed)."""
+    w = getattr(state, "watched", None)
+    if w is None:
+        return
+    with _lock:
+        if w in _watched:
+            _watched.remove(w)
+        _orphans.extend(w.outbox)
+        w.outbox = []
+
+
+def step_all() -> None:
+    """One look at every watched communicator (the thread's pass, or a caller's)."""
+    period = settings.get("MPICOLL_HEARTBEAT") or 1.0
+    timeout = settings.get("MPICOLL_HEARTBEAT_TIMEOUT") or float("inf")
+    now = time.monotonic()
+    for w in list(_watched):
+        try:
+            w.step(now, period, timeout)
+        except MPI.Exception:               # the communicator is gone (freed under us)
+            if w in _watched:
+                _watched.remove(w)
+
+
+def _loop() -> None:
+    while not _stopping:
+        with _lock:
+            if _stopping:
+                return
+            step_all()
+            active = any(w.active for w in _watched)
+        _wake.wait(ACTIVE_POLL if active else settings.get("MPICOLL_HEARTBEAT") or 1.0)
+        _wake.clear()
+
+
+def _ensure_thread() -> None:
+    global _thread
+    if _thread is None or not _thread.is_alive():
+        _thread = threading.Thread(target=_loop, name="mpicoll-detector", daemon=True)
+        _thread.start()
+
+
+@atexit.register
+def _stop() -> None:
+    """Stop the thread before mpi4py's own atexit hook finalizes MPI (hooks run last-first)."""
+    global _stopping
+    _stopping = True
+    _wake.set()
+    if _thread is not None:
+        _thread.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------- for calls
+
+def failure(state, what: str, seen: frozenset | None = None, wait: bool = True):
+    """The ``ProcessFailed`` (or revocation's ``CommunicatorBroken``) a call on ``state`` must
+    raise, or None: a rank of it is known dead here. With ``wait``, first wait (up to
+    ``DECISION_SECONDS``) for an agreement on the deaths the call saw (``seen``; default the
+    first found here), so that every survivor names the same ranks."""
+    w = getattr(state, "watched", None)
+    if w is None:
+        return None
+    if w.revoked_by is not None and not w.known:
+        from ..errors import CommunicatorBroken
+        return CommunicatorBroken(f"{what}: rank {w.revoked_by} revoked this communicator "
+                                  "(Comm.Revoke); mpicoll will not use it again")
+    if not w.known:
+        return None
+    failed = settle(w, seen or w.first) if wait else frozenset(w.known)
+    return _error(w, what, failed)
+
+
+def settle(w, cover: frozenset | None = None, limit: float = DECISION_SECONDS) -> frozenset:
+    """Wait (up to ``limit`` s) until ``w``'s agreement decided on every death known here --
+    or, with ``cover``, on a set that holds ``cover`` (a call names the deaths it saw as the
+    others agreed on them, not a rank that ended its program since); returns the decided set
+    (past ``limit``: what is known)."""
+    end = time.monotonic() + limit
+    threaded = _thread is not None and _thread.is_alive()
+    _wake.set()
+
+    def settled():
+        """The first agreed set that holds ``cover`` (or, without, the agreement on every
+        death known here), None while there is none."""
+        if cover:
+            return next((d for d in w.decisions if cover <= d), None)
+        return w.decided if not w.active and w.known == w.decided else None
+
+    while settled() is None and time.monotonic() < end:
+        if threaded:
+            with _decided:
+                _decided.wait(0.005)
+        else:
+            with _lock:
+                step_all()
+            time.sleep(2e-4)
+    return settled() or frozenset(w.known)
+
+
+def _error(w, what: str, failed: frozenset):
+    from ..errors import ProcessFailed
+    return ProcessFailed(
+        f"{what}: {describe(failed, w.idents)} failed (the process died); mpicoll will not use "
+        "this communicator again: mpicoll.shrink(comm) on every survivor gives a communicator "
+        "of the survivors (docs/reliability.md)", failed,
+        {r: w.idents[r][0] for r in failed})
+
+
+def died(state, ranks, what: str):
+    """Another part of mpicoll saw ``ranks`` of ``state``'s communicator die (``shm`` waits on
+    their pids; it calls ``state.watched.died``): the detector learns it now, and the agreed
+    ``ProcessFailed`` is returned (None: the communicator is not watched)."""
+    w = getattr(state, "watched", None)
+    return None if w is None else w.died(ranks, what)
+
+
+_next_tick = 0.0
+
+
+def tick() -> None:
+    """Without the detector's thread (no ``MPI_THREAD_MULTIPLE``), a waiting call runs its
+    steps, once a period at most; with it, nothing."""
+    global _next_tick
+    if _thread is not None or not _watched:
+        return
+    now = time.monotonic()
+    if now >= _next_tick and _lock.acquire(False):
+        try:
+            _next_tick = now + (settings.get("MPICOLL_HEARTBEAT") or 1.0)
+            step_all()
+        finally:
+            _lock.release()
+
+
+def revoke(state) -> None:
+    w = getattr(state, "watched", None)
+    if w is not None:
+        with _lock:
+            w.revoke()
