@@ -514,3 +514,17 @@ def test_bare_numbers_that_are_plausible_stay_accepted():
     from mpicoll.tools.simulate import parse_bandwidth, parse_seconds
     assert parse_seconds("2e-6") == 2e-6 and parse_seconds("2us") == 2e-6
     assert parse_bandwidth("25e9") == 25e9 and parse_bandwidth("25GB/s") == 25e9
+
+
+# ----------------------------------------------------------------------------- issue 44: no small lies
+
+def test_model_charges_naive_a_latency_per_message(capsys):
+    """naive sends N-1 messages in its one step: at N = 1024 its 8 B time is over 1023 alphas,
+    so the model never calls it best there (it did at 5.07 us, one alpha)."""
+    assert main(["model", "-N", "1024", "-b", "8", "-e", "8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = lines[1].split()[1:-1]
+    row = lines[2].split()
+    profile = model.load_profile()
+    naive = float(row[1 + names.index("naive")]) * 1e-6
+    assert naive >= 1023 * profile.alpha and row[-1] != "naive", lines
