@@ -528,3 +528,15 @@ def test_model_charges_naive_a_latency_per_message(capsys):
     profile = model.load_profile()
     naive = float(row[1 + names.index("naive")]) * 1e-6
     assert naive >= 1023 * profile.alpha and row[-1] != "naive", lines
+
+
+def test_size_ranges_end_at_the_largest_size():
+    """-b 8 -e 4M -f 4 (run.sh bench, the README's "8 B to 4 MiB (x4)") ends at 4 MiB, after 2 MiB
+    (a shorter last step, as OSU ends at its MAX); the size-count check counts the same sizes."""
+    from mpicoll.tools.sizes import sizes_from, too_many_sizes
+    assert sizes_from(8, 4 << 20, 4) == [8 * 4 ** k for k in range(10)] + [4 << 20]
+    assert sizes_from(8, 2 << 20, 4)[-2:] == [512 << 10, 2 << 20]        # on the grid: as before
+    assert sizes_from(5, 7, 1) == [5, 6, 7] and sizes_from(9, 8, 4) == []
+    assert "-b 8 -e 4M -f 4" in (ROOT / "run.sh").read_text()
+    for lo, hi, f in ((8, 4 << 20, 4), (8, 4 << 20, 2), (1024, 4 << 30, 10), (3, 1000, 1.5)):
+        assert f"makes {len(sizes_from(lo, hi, f))} sizes" in too_many_sizes(lo, hi, f, limit=0)
