@@ -2,10 +2,12 @@
 than was checked, results are never lost at the end, and only bench and calibrate start MPI."""
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -607,3 +609,43 @@ def test_pred_note_names_a_profile_from_elsewhere():
     note = bench.pred_note(profile, "p.json", ["elsewhere"], None)
     assert f"measured on {', '.join(here)}, not here" in note and "mpicoll calibrate" in note
     assert "share cores" in bench.pred_note(profile, "p.json", here, "crowded")
+
+
+def test_simulate_checks_the_fabric_before_the_layout(capsys):
+    line = usage_error(capsys, "simulate", "--fabric", "dgx-h200")
+    assert "unknown fabric 'dgx-h200'" in line and "-N" not in line, line
+    line = usage_error(capsys, "simulate", "--fabric", "dgx-h100", "-a", "butterfly")
+    assert "unknown allreduce algorithm 'butterfly'" in line, line
+    assert "give -N RANKS" in usage_error(capsys, "simulate", "--fabric", "dgx-h100")
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_simulate_shows_progress_on_long_runs(tty):
+    """A line every few seconds in a log, a bar redrawn on a terminal (erased before a row is
+    printed and at the end); nothing for a run shorter than ``after``."""
+    from mpicoll.tools.simulate import Progress
+    stream = _Stream(tty)
+    progress = Progress(4, stream, every=0.05, after=0.0)
+    progress.row(1, "8 B ring")
+    time.sleep(0.3)
+    with progress.aside():
+        shown = stream.getvalue()
+    progress.close()
+    assert "1/4 rows done, simulating 8 B ring, 0:00 elapsed" in shown, shown
+    if tty:
+        assert "\r[#####...............] 1/4 rows done" in shown and shown.endswith("\r\x1b[K")
+        assert stream.getvalue() == shown                    # erased already, nothing more
+    else:
+        assert shown.count("mpicoll simulate: 1/4 rows done") >= 2 and "\r" not in shown
+    quiet = _Stream(tty)
+    Progress(4, quiet, every=0.05, after=5.0).close()
+    assert quiet.getvalue() == ""
