@@ -48,8 +48,9 @@ TOKENS = {
                      "trace), a cost formula for one node",
     "cost-approximate": "cost() approximates the schedule's time (a pipeline's fill and drain); "
                         "its round count is exact",
-    "baseline": "a teaching baseline: p-1 messages each way in one step, which the cost "
-                "model prices as one latency; auto never chooses it",
+    "baseline": "a teaching baseline: p-1 messages each way in one step, each charged its "
+                "latency by cost() (one port sends them one after another); auto never "
+                "chooses it",
 }
 
 

@@ -15,6 +15,7 @@ naming the disagreeing ranks and their values.
 
 from __future__ import annotations
 
+import re
 import zlib
 
 import numpy as np
@@ -124,6 +125,29 @@ def _show(field: str, row) -> str:
     return str(v)
 
 
+# fields that follow from the others: the executor and segment rule from the algorithm (auto's
+# choice, by count) and the settings, the node layout from MPICOLL_RANKS_PER_NODE; named, with
+# the setting behind them, only when no argument the caller passed differs
+_DERIVED = {"executor": "executor (MPICOLL_EXECUTOR)",
+            "segments": "segments (MPICOLL_SEGMENT_BYTES, else the profile's optimum)",
+            "nodes": "node layout (MPICOLL_RANKS_PER_NODE)"}
+
+
+def differences(differ: dict) -> list[str]:
+    """``{field: {value: ranks}}`` of the fields that differ, as the caller reads them: the
+    arguments passed, then the algorithm run; the executor, segment rule and node layout only
+    when nothing else differs (they follow from it), their setting named."""
+    def shown(value: str) -> str:
+        if value.startswith("model:"):          # segments: the cost model's optimum
+            return "the profile's optimum"
+        return value[:-1] + " B" if re.fullmatch(r"\d+B", value) else value
+    passed = [f for f in differ if f not in _DERIVED and f != "algorithm"]
+    names = passed + ["algorithm"] if passed or "algorithm" in differ else list(differ)
+    return [f"{_DERIVED.get(f, f)}: " + ", ".join(f"{shown(v)} on rank(s) {rs}"
+                                                  for v, rs in differ[f].items())
+            for f in names if f in differ]
+
+
 def mismatch(collective: str, table: np.ndarray, how: str = "validate=True") -> ArgumentMismatch:
     """The error for a table of every rank's fingerprint: the differing fields, grouped by value.
 
@@ -145,6 +169,6 @@ def mismatch(collective: str, table: np.ndarray, how: str = "validate=True") -> 
             ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
             fields[field] = dict(ordered)
             ranks.update(r for _, rs in ordered[1:] for r in rs)
-            parts.append(f"{field}: " + ", ".join(f"{v} on rank(s) {rs}" for v, rs in ordered))
+    parts += differences(fields)
     return ArgumentMismatch(f"{collective}: the ranks called it with different arguments "
                             f"({how}): " + "; ".join(parts), ranks, fields)

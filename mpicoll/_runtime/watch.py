@@ -36,6 +36,7 @@ from mpi4py import MPI
 from ..errors import ArgumentMismatch, CollectiveTimeout
 from . import detector, notice
 from .tags import fields, tag_ub
+from .validate import differences
 
 __all__ = ["Watch", "ROLL_CALL_SECONDS", "LOOK_AFTER", "LOOK_EVERY"]
 
@@ -351,7 +352,7 @@ def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None, 
     names = []
     for values in parsed.values():
         names += [name for name in values if name not in names]
-    parts, ranks, table = [], set(), {}
+    ranks, table = set(), {}
     for name in names:
         groups: dict = {}
         for r, values in parsed.items():
@@ -360,10 +361,9 @@ def mismatch(what: str, signed: dict, missing=(), timeout: float | None = None, 
             ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
             table[name] = dict(ordered)
             ranks.update(r for _, rs in ordered[1:] for r in rs)
-            parts.append(f"{name}: " + ", ".join(f"{v} on rank(s) {rs}" for v, rs in ordered))
     how = _how(timeout, found)
     text = (f"{what}: {how}: the ranks called it with different arguments, so their messages "
-            f"could not match: " + "; ".join(parts))
+            f"could not match: " + "; ".join(differences(table)))
     if missing:
         text += f"; rank(s) {sorted(missing)} did not answer the roll call"
     text += repeated(signed, before or {})

@@ -16,11 +16,13 @@ vectors follow on the right, from r+1 up to p-1. Operands stay in rank order, so
 non-commutative (associative) op is fine. Restriction ``baseline``: ``auto`` never chooses it.
 
 It sends (p-1).n bytes per rank where the ring sends 2.n.(p-1)/p: p/2 times more, growing with
-p. One step, so one latency term -- with p-1 messages each way, which on one port cost p-1
-message times in practice. Its scratch holds the p-1 received vectors, (p-1).n bytes.
+p. One step, but of p-1 messages each way, which leave a rank's one port one after another: the
+cost charges each its latency, p-1 terms (the executors' clock, which overlaps a step's
+messages, counts one; ``tests/unit/test_costs.py`` checks the p-1). Its scratch holds the p-1
+received vectors, (p-1).n bytes.
 
-Cost, n bytes (the alpha-beta-gamma model: the messages of a step overlap):
-    T = alpha + (p-1).n.beta + (p-1).n.gamma
+Cost, n bytes (the alpha-beta-gamma model, one port: a latency per message):
+    T = (p-1).alpha + (p-1).n.beta + (p-1).n.gamma
 Bytes each rank sends: (p-1).n.
 """
 
@@ -38,7 +40,7 @@ def schedule(rank: int, size: int, count: int) -> Schedule:
 
 
 def cost(p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
-    return (alpha if p > 1 else 0.0) + (p - 1) * n * (beta + gamma)
+    return (p - 1) * (alpha + n * (beta + gamma))
 
 
 def bytes_sent(rank: int, p: int, n: float) -> float:

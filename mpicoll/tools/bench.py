@@ -41,9 +41,12 @@ With ``--no-check`` nothing is compared: ``#wrong`` shows ``-`` and the JSON's `
 validation call: the bytes of the sends it posted, which the schedule lists -- a count, not a
 measurement of what the MPI library moved.
 
-Every dtype and op MPI allows runs: an algorithm that refuses the pair (``shm`` reduces
-sum/prod/max/min of 4- and 8-byte numbers only) is left out with a ``# not run:`` line naming
-why, and a warning says when a node runs more ranks than it has cores.
+Every dtype and op MPI allows runs: an algorithm that can't run here is left out with a
+``# not run:`` line naming why (one whose module's ``supports(op, dtype)`` refuses the pair;
+``shm`` across nodes; ``mpi`` on a dtype the MPI library has no datatype for, bfloat16, where
+vs_mpi shows ``-``). A warning on stderr says when a node runs more ranks than it has cores, or
+when one rank runs alone (no ``mpiexec``); a note under the table says when ``pred(us)`` comes
+from a profile measured elsewhere or the ranks share cores, which it does not model.
 """
 
 from __future__ import annotations
@@ -98,13 +101,15 @@ def parse_args(argv):
     ap.add_argument("-b", "--minbytes", type=size_arg, default="8", help="smallest size")
     ap.add_argument("-e", "--maxbytes", type=size_arg, default="4M", help="largest size")
     ap.add_argument("-f", "--stepfactor", type=step_factor, default=4,
-                    help="size factor between steps (1: every size)")
+                    help="size factor between steps (1: every size; the last step ends at -e)")
     ap.add_argument("-m", "--message-size", metavar="MIN:MAX",
                     help="OSU-style size range, instead of -b and -e")
     ap.add_argument("-n", "--iters", type=positive_int,
                     help="timed iterations (default: a 64 MiB volume per size, 5 to 200)")
     ap.add_argument("-w", "--warmup", type=nonnegative_int, default=5, help="untimed calls")
-    ap.add_argument("-a", "--algorithms", help="comma list (default: all, auto and mpi)")
+    ap.add_argument("-a", "--algorithms",
+                    help="comma list (default: all, auto and mpi); mpi is added anyway, the "
+                         "reference of vs_mpi")
     ap.add_argument("-d", "--dtype", default="float32", choices=DTYPES,
                     help="element type")
     ap.add_argument("--op", default="sum", choices=OPS,
@@ -327,6 +332,60 @@ class Case:
                     != self.answer.view(np.uint8).reshape(got.size, -1)).any(axis=1).sum())
 
 
+def to_run(args, real_nodes: int) -> tuple[list[str], dict]:
+    """The algorithms to run, in order, and ``{algorithm: why}`` for each one left out: the
+    default list or ``-a``'s, with ``mpi`` (vs_mpi's reference) added, less what can't run here
+    (a ``# not run:`` line each)."""
+    from ..registry import COLLECTIVES
+    table = COLLECTIVES[args.collective]
+    dtype = _dtype(args.dtype)
+    algorithms = (args.algorithms.split(",") if args.algorithms
+                  else ["auto"] if args.reproducible
+                  else [a for a in table if a != "mpi"] + ["auto", "mpi"])
+    if args.reproducible and "reproducible" not in algorithms:
+        algorithms.append("reproducible")
+    if "mpi" not in algorithms:
+        algorithms.append("mpi")            # vs_mpi needs the reference in the same run
+    skipped = {}
+    for a in algorithms:
+        if a == "mpi" and not _reference(args.collective, dtype):
+            skipped[a] = (f"the MPI library has no datatype for {args.dtype}: no vs_mpi "
+                          f"column")
+        elif (a not in ("auto", "mpi", "reproducible") and real_nodes > 1
+              and lookup(args.collective, a).has("shared-memory")):
+            skipped[a] = f"shared memory: the ranks span {real_nodes} nodes"
+        elif (why := refusal(args.collective, a, args.op, dtype)) is not None:
+            skipped[a] = why
+    return [a for a in algorithms if a not in skipped], skipped
+
+
+def alone(size: int) -> str | None:
+    """A warning when the bench runs on one rank (started without ``mpiexec``), else None."""
+    if size > 1:
+        return None
+    return ("1 rank: a collective over one rank moves nothing (busbw 0); launch several, e.g. "
+            "mpiexec -n 4 mpicoll bench (srun -n 4 under Slurm)")
+
+
+def pred_note(profile, profile_path, hosts, crowded) -> str | None:
+    """Why ``pred(us)`` may be far from the times, for a line under the table: the profile was
+    measured on other hosts (the shipped one: on its authors' machine), or ranks share cores
+    here (the model gives each rank its own core and port), else None."""
+    if profile is None:
+        return None
+    measured = list(profile.meta.get("hosts") or [])
+    why = []
+    if not set(measured) & set(hosts):
+        where = ", ".join(measured) if measured else "an unnamed machine"
+        why.append(f"the profile ({profile_path or 'the shipped one'}) was measured on "
+                   f"{where}, not here: mpiexec -n 2 mpicoll calibrate -o profile.json, then "
+                   f"--profile profile.json")
+    if crowded:
+        why.append("the ranks share cores here, which the model leaves out: waiting for a "
+                   "core can make times 10-1000x pred(us)")
+    return "pred(us) is the cost model's time; " + "; ".join(why) if why else None
+
+
 def refusal(collective: str, algorithm: str, op: str, dtype: np.dtype) -> str | None:
     """Why ``algorithm`` can't run ``op`` on ``dtype`` (its module's ``supports(op, dtype)``
     says no), else None: the bench leaves it out with this line instead of crashing."""
@@ -393,32 +452,15 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
     from .. import kernels
     from .._runtime.context import state
     from ..plan import last as last_plan
-    from ..registry import COLLECTIVES
 
     rank, size = comm.Get_rank(), comm.Get_size()
     reduces = args.collective in ("allreduce", "reduce_scatter_block")
     dtype = _dtype(args.dtype)
     kernels.warmup(args.op if reduces else kernels.ops_for(dtype)[0], dtype)
     nodes = state(comm).nodes()
-    table = COLLECTIVES[args.collective]
-    algorithms = (args.algorithms.split(",") if args.algorithms
-                  else ["auto"] if args.reproducible
-                  else [a for a in table if a != "mpi"] + ["auto", "mpi"])
-    if args.reproducible and "reproducible" not in algorithms:
-        algorithms.append("reproducible")
-    reference = _reference(args.collective, _dtype(args.dtype))
-    if not reference:                       # no MPI datatype (bfloat16): no vs_mpi column
-        algorithms = [a for a in algorithms if a != "mpi"]
-    elif "mpi" not in algorithms:
-        algorithms.append("mpi")            # vs_mpi needs the reference in the same run
     real_nodes = len(state(comm).real_nodes)
-    unshared = [a for a in algorithms if a not in ("auto", "mpi", "reproducible")
-                and real_nodes > 1
-                and lookup(args.collective, a).has("shared-memory")]
-    algorithms = [a for a in algorithms if a not in unshared]   # they need one node
-    refused = {a: why for a in algorithms
-               if (why := refusal(args.collective, a, args.op, dtype)) is not None}
-    algorithms = [a for a in algorithms if a not in refused]
+    reference = _reference(args.collective, dtype)
+    algorithms, skipped = to_run(args, real_nodes)
     places = ([False] if args.outofplace or not args.inplace else []) + \
              ([True] if args.inplace else [])
     if args.collective == "bcast":
@@ -439,14 +481,10 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
         print(f"# time = median over iterations of the slowest rank; busbw = algbw x "
               f"{factor:.3f}; vs_mpi > 1 means faster than MPI; sent/size = bytes rank 0 sent "
               f"/ size")
-        if unshared:
-            print(f"# not run: {', '.join(unshared)} (shared memory: the ranks span "
-                  f"{real_nodes} nodes)")
-        for a, why in refused.items():
+        for a, why in skipped.items():
             print(f"# not run: {a} ({why})")
-        if crowded:
-            print(f"# warning: {crowded}", flush=True)
-            print(f"mpicoll bench: warning: {crowded}", file=sys.stderr, flush=True)
+        for warning in filter(None, (crowded, alone(size))):
+            print(f"mpicoll bench: warning: {warning}", file=sys.stderr, flush=True)
         if args.persistent:
             print("# --persistent: mpicoll's algorithms timed through handles made once per "
                   "size (mpicoll.allreduce_init ...); mpi as a plain mpi4py call")
@@ -553,6 +591,9 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
             if rank == 0 and "reproducible" in times and "auto" in times:
                 print(f"# reproducible / auto at {case.nbytes} B: "
                       f"{np.median(times['reproducible']) / np.median(times['auto']):.2f}x")
+    note = pred_note(profile, profile_path, pre["hosts"], crowded)
+    if rank == 0 and note and any(r["predicted_us"] is not None for r in records):
+        print(f"# note: {note}")
     if rank == 0:
         verdict = ("results not checked (--no-check)" if args.no_check else
                    "all results correct" if total_wrong == 0 else f"{total_wrong} WRONG elements")

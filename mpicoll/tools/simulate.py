@@ -12,16 +12,20 @@ carried, the bytes that crossed nodes and the rank pairs that cross rails.
 Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-h100``, ``seed-lab``,
 ``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile), ``dgx-h100-nccl``,
 ``dgx-a100-nccl`` (channels, NCCL's protocols) or a JSON file (``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
-``mpicoll plot`` draws it.
+``mpicoll plot`` draws it. A run longer than a few seconds shows its progress on stderr: a bar on
+a terminal, else a line every 10 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
+import threading
 import time
+from pathlib import Path
 
 from ..executors import fabric as fabrics
 from ..executors.timed import simulate
@@ -95,6 +99,9 @@ def parse_args(argv):
                                        "fastest per size)")
     ap.add_argument("--json", metavar="PATH", help="write the results here (bench's keys)")
     args = ap.parse_args(argv)
+    if args.fabric not in fabrics.PRESETS and not Path(args.fabric).is_file():
+        ap.error(f"--fabric: unknown fabric {args.fabric!r}; expected one of "
+                 f"{list(fabrics.PRESETS)} or a JSON file")
     if (args.alpha is not None or args.bandwidth is not None) and args.fabric != "flat":
         ap.error(f"--alpha and --bandwidth set the flat fabric, not {args.fabric!r}")
     if args.profile and args.fabric != "this-machine":
@@ -123,11 +130,78 @@ def layout(ap, args) -> tuple[int, int]:
     return args.nodes, args.per_node or default or 1
 
 
+class Progress:
+    """Progress of a run on ``stream``, from a thread: after ``after`` seconds, a bar redrawn
+    every ``every`` seconds on a terminal (0.5), else a line every ``every`` (10: a log, a pipe).
+    ``row(done, label)`` before each row; print a row inside ``aside()`` (the bar is erased
+    first and waits); ``close()`` at the end (it erases the bar)."""
+
+    def __init__(self, total: int, stream=sys.stderr, *, every: float | None = None,
+                 after: float = 3.0):
+        self.total, self.stream, self.done, self.label = total, stream, 0, ""
+        self.tty = stream.isatty()
+        self.every = every or (0.5 if self.tty else 10.0)
+        self.after, self.start = after, time.monotonic()
+        self.drawn, self._stop, self._lock = False, threading.Event(), threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def aside(self):
+        with self._lock:
+            self._erase()
+            yield
+
+    def _erase(self) -> None:
+        if self.drawn:
+            print("\r\x1b[K", end="", file=self.stream, flush=True)
+            self.drawn = False
+
+    def row(self, done: int, label: str) -> None:
+        self.done, self.label = done, label
+
+    def text(self) -> str:
+        elapsed = int(time.monotonic() - self.start)
+        return (f"{self.done}/{self.total} rows done, simulating {self.label}, "
+                f"{elapsed // 60}:{elapsed % 60:02d} elapsed")
+
+    def _run(self) -> None:
+        if self._stop.wait(self.after):
+            return
+        while True:
+            with self._lock:
+                if self.tty:
+                    filled = 20 * self.done // max(self.total, 1)
+                    print(f"\r[{'#' * filled}{'.' * (20 - filled)}] {self.text()}\x1b[K",
+                          end="", file=self.stream, flush=True)
+                    self.drawn = True
+                else:
+                    print(f"mpicoll simulate: {self.text()}", file=self.stream, flush=True)
+            if self._stop.wait(self.every):
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._erase()
+
+
 def main(argv=None) -> int:
     ap, args = parse_args(sys.argv[1:] if argv is None else argv)
     problem = args.json and prepare_output(args.json)
     if problem:
         ap.error(problem)
+    table = COLLECTIVES[args.collective]
+    names = (args.algorithms.split(",") if args.algorithms
+             else [n for n, a in table.items() if a.scheduled])
+    algos = {}
+    for name in names:
+        if name not in table and not any(name in a.aliases for a in table.values()):
+            ap.error(f"unknown {args.collective} algorithm {name!r}; expected one of "
+                     f"{[n for n, a in table.items() if a.scheduled]}")
+        algos[name] = algo = next(a for n, a in table.items() if name == n or name in a.aliases)
+        if not algo.scheduled:
+            ap.error(f"{name!r} has no schedule ({algo.describe()}): nothing to simulate")
     nodes, per_node = layout(ap, args)
     try:
         fabric = fabrics.preset(args.fabric, nodes, per_node, alpha=args.alpha,
@@ -135,17 +209,8 @@ def main(argv=None) -> int:
                                 profile=args.profile)
     except ValueError as e:
         ap.error(str(e))
-    table = COLLECTIVES[args.collective]
-    names = (args.algorithms.split(",") if args.algorithms
-             else [n for n, a in table.items() if a.scheduled])
     options = {}
-    for name in names:
-        if name not in table and not any(name in a.aliases for a in table.values()):
-            ap.error(f"unknown {args.collective} algorithm {name!r}; expected one of "
-                     f"{[n for n, a in table.items() if a.scheduled]}")
-        algo = next(a for n, a in table.items() if name == n or name in a.aliases)
-        if not algo.scheduled:
-            ap.error(f"{name!r} has no schedule ({algo.describe()}): nothing to simulate")
+    for name, algo in algos.items():
         declared = {o.name for o in algo.options}
         options[name] = {"order": args.order} if args.order and "order" in declared else {}
         if args.channels:
@@ -168,32 +233,41 @@ def main(argv=None) -> int:
           f"{'time(us)':>10} {'algbw':>7} {'busbw':>7} | {'proto,ch':>9} {'max link':>26} "
           f"{'bytes':>10} {'internode':>10} {'x-rail':>6}")
     records = []
-    for nbytes in sizes:
-        for name in names:
-            try:
-                r = simulate(args.collective, name, fabric, nbytes, **options[name])
-            except ValueError as e:
-                ap.error(f"{name}: {e}")
-            t_us = r.time * 1e6
-            records.append({
-                "collective": args.collective, "algorithm": name, "size": r.nbytes,
-                "count": r.nbytes // 4, "dtype": "float32", "op": "sum", "inplace": False,
-                **{k: t_us for k in ("time_us", "time_us_min", "time_us_max", "time_us_p90",
-                                     "time_us_p99")},
-                "iters": 1, "algbw": r.algbw / 1e9, "busbw": r.busbw / 1e9, "wrong": 0,
-                "vs_mpi": None, "bytes_sent": None, "predicted_us": t_us, "auto_choice": None,
-                "nranks": fabric.size, "nodes": fabric.nodes, "per_node": fabric.per_node,
-                "fabric": fabric.name, "max_link_bytes": r.max_link_bytes,
-                "max_link": r.max_link, "cross_rail_hops": r.cross_rail_hops,
-                "internode_hops": r.internode_hops, "internode_bytes": r.internode_bytes,
-                "bottleneck_GBps": r.bottleneck_bw / 1e9, "class_bytes": r.class_bytes,
-                "path_messages": r.path_messages, "critical_path": r.critical,
-                "order": options[name].get("order"), "protocol": r.protocol,
-                "channels": r.channels, "max_link_time_us": r.max_link_time * 1e6})
-            print(f"{r.nbytes:>10} {r.nbytes // 4:>9} {'float32':>7} {'sum':>5} {name:>18} | "
-                  f"{t_us:>10.1f} {r.algbw / 1e9:>7.3f} {r.busbw / 1e9:>7.3f} | "
-                  f"{(r.protocol or '-') + ',' + str(r.channels):>9} {r.max_link:>26} {r.max_link_bytes:>10.3g} {r.internode_bytes:>10.3g} "
-                  f"{r.cross_rail_hops:>6}", flush=True)
+    progress = Progress(len(sizes) * len(names))
+    try:
+        for nbytes in sizes:
+            for name in names:
+                progress.row(len(records), f"{nbytes} B {name}")
+                try:
+                    r = simulate(args.collective, name, fabric, nbytes, **options[name])
+                except ValueError as e:
+                    ap.error(f"{name}: {e}")
+                t_us = r.time * 1e6
+                records.append({
+                    "collective": args.collective, "algorithm": name, "size": r.nbytes,
+                    "count": r.nbytes // 4, "dtype": "float32", "op": "sum", "inplace": False,
+                    **{k: t_us for k in ("time_us", "time_us_min", "time_us_max",
+                                         "time_us_p90", "time_us_p99")},
+                    "iters": 1, "algbw": r.algbw / 1e9, "busbw": r.busbw / 1e9, "wrong": 0,
+                    "vs_mpi": None, "bytes_sent": None, "predicted_us": t_us,
+                    "auto_choice": None, "nranks": fabric.size, "nodes": fabric.nodes,
+                    "per_node": fabric.per_node, "fabric": fabric.name,
+                    "max_link_bytes": r.max_link_bytes, "max_link": r.max_link,
+                    "cross_rail_hops": r.cross_rail_hops, "internode_hops": r.internode_hops,
+                    "internode_bytes": r.internode_bytes,
+                    "bottleneck_GBps": r.bottleneck_bw / 1e9, "class_bytes": r.class_bytes,
+                    "path_messages": r.path_messages, "critical_path": r.critical,
+                    "order": options[name].get("order"), "protocol": r.protocol,
+                    "channels": r.channels, "max_link_time_us": r.max_link_time * 1e6})
+                with progress.aside():
+                    print(f"{r.nbytes:>10} {r.nbytes // 4:>9} {'float32':>7} {'sum':>5} "
+                          f"{name:>18} | {t_us:>10.1f} {r.algbw / 1e9:>7.3f} "
+                          f"{r.busbw / 1e9:>7.3f} | "
+                          f"{(r.protocol or '-') + ',' + str(r.channels):>9} {r.max_link:>26} "
+                          f"{r.max_link_bytes:>10.3g} {r.internode_bytes:>10.3g} "
+                          f"{r.cross_rail_hops:>6}", flush=True)
+    finally:
+        progress.close()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"nranks": fabric.size, "nodes": fabric.nodes, "per_node": fabric.per_node,

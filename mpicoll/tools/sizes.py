@@ -1,5 +1,5 @@
 """Message sizes on the command line: ``8``, ``64K``, ``4M``, ``1G`` (powers of 1024, as in
-nccl-tests and OSU), and the geometric ranges of ``-b MIN -e MAX -f FACTOR``."""
+nccl-tests and OSU), and the geometric ranges of ``-b MIN -e MAX -f FACTOR``, MAX included."""
 
 from __future__ import annotations
 
@@ -26,11 +26,15 @@ def size_arg(text: str) -> int:
 
 
 def sizes_from(minbytes: int, maxbytes: int, factor: float) -> list[int]:
-    """``minbytes``, ``minbytes * factor``, ... up to ``maxbytes`` (a factor of 1: every size)."""
+    """``minbytes``, ``minbytes * factor``, ... and ``maxbytes`` itself, as OSU's ``-m MIN:MAX``
+    ends at MAX: where a step would jump over it, the last step is shorter (``-b 8 -e 4M -f 4``:
+    8, 32, ..., 512K, 2M, 4M). A factor of 1: every size."""
     sizes, s = [], max(1, minbytes)
     while s <= maxbytes:
         sizes.append(int(s))
         s = s * factor if factor > 1 else s + 1
+    if sizes and sizes[-1] < maxbytes:
+        sizes.append(maxbytes)
     return sizes
 
 
@@ -43,6 +47,7 @@ def too_many_sizes(minbytes: int, maxbytes: int, factor: float, limit: int = MAX
     if factor > 1:
         import math
         count = int(math.log(maxbytes / lo, factor) + 1e-9) + 1
+        count += lo * factor ** (count - 1) < maxbytes      # and maxbytes, a shorter step
     else:
         count = maxbytes - lo + 1
     if count <= limit:

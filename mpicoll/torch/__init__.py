@@ -9,7 +9,8 @@ starts nothing (MPI starts at ``init_process_group``):
 
 * registers the backend (``torch.distributed.Backend.register_backend("mpicoll", ...)``): a
   ``ProcessGroupMpicoll`` (``mpicoll.torch.backend``) whose collectives run ``mpicoll``'s
-  public calls on the tensors' own memory;
+  public calls on the tensors' own memory (and ``dist.monitored_barrier`` on its groups raises
+  the backend's ``NotImplementedError``, where torch's own check raised a ValueError first);
 * lets the ``env://`` rendezvous -- what ``init_process_group`` uses when given no
   ``init_method`` -- take ranks from MPI when ``MASTER_ADDR`` is not set
   (``mpicoll.torch.rendezvous``), and adds ``init_method="mpi://"`` which always does.

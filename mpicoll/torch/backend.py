@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,6 +51,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 import mpicoll
 from mpicoll import ops
@@ -639,3 +641,24 @@ def register() -> None:
     """Register ``"mpicoll"`` with torch.distributed for CPU tensors (once)."""
     if not hasattr(dist.Backend, NAME.upper()):
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+    if not hasattr(dist.monitored_barrier, "mpicoll"):
+        dist.monitored_barrier = c10d.monitored_barrier = _monitored_barrier(
+            c10d.monitored_barrier)
+
+
+def _monitored_barrier(original):
+    """torch's ``dist.monitored_barrier``, which refuses every backend but Gloo with a
+    ValueError of its own before asking the backend: on an mpicoll group, the backend's
+    ``NotImplementedError`` instead, as for the other ops it lacks; elsewhere, torch's."""
+    @functools.wraps(original)
+    def monitored_barrier(*args, **kwargs):
+        group = kwargs["group"] if "group" in kwargs else args[0] if args else None
+        try:
+            ours = dist.is_initialized() and dist.get_backend(group) == NAME
+        except (ValueError, RuntimeError):      # not a member of the group: torch's rule
+            ours = False
+        if ours:
+            ProcessGroupMpicoll.monitored_barrier(None)     # raises NotImplementedError
+        return original(*args, **kwargs)
+    monitored_barrier.mpicoll = True
+    return monitored_barrier

@@ -187,6 +187,7 @@ def test_bad_tensors_raise_before_communication(world):
     (lambda: dist.gather(torch.ones(2), [torch.empty(2) for _ in range(dist.get_world_size())]
                          if dist.get_rank() == 0 else None, dst=0), "gather"),
     (lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.PREMUL_SUM), None),
+    (lambda: dist.monitored_barrier(), "monitored_barrier"),      # (torch's own: ValueError)
 ])
 def test_unsupported_ops_name_themselves(world, call, name):
     if name is None:        # torch refuses PREMUL_SUM itself for a non-NCCL backend, or we do

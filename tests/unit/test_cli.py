@@ -2,10 +2,12 @@
 than was checked, results are never lost at the end, and only bench and calibrate start MPI."""
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -514,3 +516,136 @@ def test_bare_numbers_that_are_plausible_stay_accepted():
     from mpicoll.tools.simulate import parse_bandwidth, parse_seconds
     assert parse_seconds("2e-6") == 2e-6 and parse_seconds("2us") == 2e-6
     assert parse_bandwidth("25e9") == 25e9 and parse_bandwidth("25GB/s") == 25e9
+
+
+# ----------------------------------------------------------------------------- issue 44: no small lies
+
+def test_model_charges_naive_a_latency_per_message(capsys):
+    """naive sends N-1 messages in its one step: at N = 1024 its 8 B time is over 1023 alphas,
+    so the model never calls it best there (it did at 5.07 us, one alpha)."""
+    assert main(["model", "-N", "1024", "-b", "8", "-e", "8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = lines[1].split()[1:-1]
+    row = lines[2].split()
+    profile = model.load_profile()
+    naive = float(row[1 + names.index("naive")]) * 1e-6
+    assert naive >= 1023 * profile.alpha and row[-1] != "naive", lines
+
+
+def test_size_ranges_end_at_the_largest_size():
+    """-b 8 -e 4M -f 4 (run.sh bench, the README's "8 B to 4 MiB (x4)") ends at 4 MiB, after 2 MiB
+    (a shorter last step, as OSU ends at its MAX); the size-count check counts the same sizes."""
+    from mpicoll.tools.sizes import sizes_from, too_many_sizes
+    assert sizes_from(8, 4 << 20, 4) == [8 * 4 ** k for k in range(10)] + [4 << 20]
+    assert sizes_from(8, 2 << 20, 4)[-2:] == [512 << 10, 2 << 20]        # on the grid: as before
+    assert sizes_from(5, 7, 1) == [5, 6, 7] and sizes_from(9, 8, 4) == []
+    assert "-b 8 -e 4M -f 4" in (ROOT / "run.sh").read_text()
+    for lo, hi, f in ((8, 4 << 20, 4), (8, 4 << 20, 2), (1024, 4 << 30, 10), (3, 1000, 1.5)):
+        assert f"makes {len(sizes_from(lo, hi, f))} sizes" in too_many_sizes(lo, hi, f, limit=0)
+
+
+@pytest.mark.parametrize("argv", [[], ["-a", "ring,shm"], ["--reproducible"]])
+def test_bench_names_every_algorithm_it_leaves_out(argv):
+    """What bench would run, less what it runs, is what its # not run: lines name: mpi on
+    bfloat16 (no MPI datatype), shm across nodes."""
+    from mpicoll.registry import ALLREDUCE
+    from mpicoll.tools import bench
+    default = [a for a in ALLREDUCE if a != "mpi"] + ["auto", "mpi"]
+    for dtype, nodes in (("bfloat16", 1), ("float32", 2), ("bfloat16", 2), ("float32", 1)):
+        args = bench.parse_args(argv + ["-d", dtype])
+        wanted = (argv[1].split(",") + ["mpi"] if "-a" in argv else
+                  ["auto", "reproducible", "mpi"] if argv else default)
+        run, skipped = bench.to_run(args, nodes)
+        assert sorted(run + list(skipped)) == sorted(wanted), (argv, dtype, nodes)
+        assert ("mpi" in skipped) == (dtype == "bfloat16")
+        assert ("shm" in skipped) == ("shm" in wanted and nodes > 1)
+        if "mpi" in skipped:
+            assert "no datatype for bfloat16" in skipped["mpi"]
+
+
+def test_bench_help_says_what_the_code_does(capsys):
+    """bench -h: no dtype limit shm no longer has; the defaults and rules it quotes are the
+    code's."""
+    from mpicoll.algorithms import allreduce_shm
+    from mpicoll import kernels
+    from mpicoll.tools import bench
+    assert status_of("bench", "-h") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "4- and 8-byte" not in text
+    assert all(allreduce_shm.supports(op, d) for d in kernels.DTYPES for op in kernels.ops_for(d))
+    assert f"a {bench.VOLUME >> 20} MiB volume per size, 5 to 200" in text
+    args = bench.parse_args([])
+    assert (args.minbytes, args.maxbytes, args.stepfactor, args.warmup) == (8, 4 << 20, 4, 5)
+    assert "the last step ends at -e" in text and "mpi is added anyway" in text
+    assert bench.to_run(bench.parse_args(["-a", "ring"]), 1)[0] == ["ring", "mpi"]
+
+
+def test_bench_warns_once_and_notes_why_pred_is_off(monkeypatch, capsys):
+    """On a crowded node the warning is one line on stderr (none on stdout), and a note under
+    the table says pred(us) leaves out ranks sharing cores; one rank alone says how to launch."""
+    from mpi4py import MPI
+    from mpicoll.tools import bench
+    monkeypatch.setattr(bench, "oversubscribed", lambda comm: "4 ranks share 2 cores on vm")
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        bench.run(comm, bench.parse_args(["-b", "8", "-e", "8", "-n", "1", "-w", "0",
+                                          "-a", "ring"]))
+    finally:
+        comm.Free()
+    out, err = capsys.readouterr()
+    assert "share 2 cores" not in out and err.count("share 2 cores") == 1, (out, err)
+    assert "mpicoll bench: warning: 1 rank: a collective over one rank moves nothing" in err
+    assert "mpiexec -n 4 mpicoll bench" in err
+    note = [line for line in out.splitlines() if line.startswith("# note: pred(us)")]
+    assert len(note) == 1 and "share cores" in note[0], out
+    assert bench.alone(2) is None
+
+
+def test_pred_note_names_a_profile_from_elsewhere():
+    from mpicoll.tools import bench
+    profile = model.load_profile()
+    here = profile.meta["hosts"]
+    assert bench.pred_note(profile, "p.json", here, None) is None
+    note = bench.pred_note(profile, "p.json", ["elsewhere"], None)
+    assert f"measured on {', '.join(here)}, not here" in note and "mpicoll calibrate" in note
+    assert "share cores" in bench.pred_note(profile, "p.json", here, "crowded")
+
+
+def test_simulate_checks_the_fabric_before_the_layout(capsys):
+    line = usage_error(capsys, "simulate", "--fabric", "dgx-h200")
+    assert "unknown fabric 'dgx-h200'" in line and "-N" not in line, line
+    line = usage_error(capsys, "simulate", "--fabric", "dgx-h100", "-a", "butterfly")
+    assert "unknown allreduce algorithm 'butterfly'" in line, line
+    assert "give -N RANKS" in usage_error(capsys, "simulate", "--fabric", "dgx-h100")
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_simulate_shows_progress_on_long_runs(tty):
+    """A line every few seconds in a log, a bar redrawn on a terminal (erased before a row is
+    printed and at the end); nothing for a run shorter than ``after``."""
+    from mpicoll.tools.simulate import Progress
+    stream = _Stream(tty)
+    progress = Progress(4, stream, every=0.05, after=0.0)
+    progress.row(1, "8 B ring")
+    time.sleep(0.3)
+    with progress.aside():
+        shown = stream.getvalue()
+    progress.close()
+    assert "1/4 rows done, simulating 8 B ring, 0:00 elapsed" in shown, shown
+    if tty:
+        assert "\r[#####...............] 1/4 rows done" in shown and shown.endswith("\r\x1b[K")
+        assert stream.getvalue() == shown                    # erased already, nothing more
+    else:
+        assert shown.count("mpicoll simulate: 1/4 rows done") >= 2 and "\r" not in shown
+    quiet = _Stream(tty)
+    Progress(4, quiet, every=0.05, after=5.0).close()
+    assert quiet.getvalue() == ""

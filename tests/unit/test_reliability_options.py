@@ -189,6 +189,33 @@ def test_roll_call_mismatch_report():
 
 
 
+def test_mismatch_report_is_in_the_callers_terms():
+    """Counts that differ under auto: the count and the algorithm each rank ran, not the
+    executor and segment rule that follow from them (the cost model's parameters); those, with
+    the setting behind them, only when nothing else differs. The fields table keeps them all."""
+    f32 = np.dtype(np.float32)
+    rule = "model:1.878e-06/8.36911e-11/2.4641e-11"
+    sig = {0: tags.signature("allreduce", "recursive_doubling",
+                             {"op": "sum", "dtype": f32, "count": 8, "executor": "compiled",
+                              "segments": rule}).text,
+           1: tags.signature("allreduce", "shm", {"op": "sum", "dtype": f32,
+                                                  "count": 1 << 20, "executor": "shm"}).text}
+    exc = watch.mismatch("allreduce recursive_doubling", sig, found=True)
+    assert str(exc).endswith("could not match: count: 8 on rank(s) [0], 1048576 on rank(s) [1]; "
+                             "algorithm: recursive_doubling on rank(s) [0], shm on rank(s) [1]")
+    assert set(exc.fields) == {"algorithm", "count", "executor", "segments"}
+    segments = {r: tags.signature("allreduce", "ring", {"count": 8, "segments": s}).text
+                for r, s in ((0, "1048576B"), (1, rule))}
+    assert str(watch.mismatch("allreduce ring", segments)).endswith(
+        "segments (MPICOLL_SEGMENT_BYTES, else the profile's optimum): 1048576 B on rank(s) [0], "
+        "the profile's optimum on rank(s) [1]")
+    rows = [validate.fingerprint("allreduce", a, "sum", f32, n, executor=e)
+            for a, n, e in (("recursive_doubling", 8, "compiled"), ("shm", 1 << 20, "shm"))]
+    assert str(validate.mismatch("allreduce", np.array(rows))).endswith(
+        "(validate=True): count: 8 on rank(s) [0], 1048576 on rank(s) [1]; algorithm: "
+        "recursive_doubling on rank(s) [0], shm on rank(s) [1]")
+
+
 def test_mismatch_names_a_repeated_call():
     """Rank 0 makes the common call twice, rank 1 once, then both another: at the next call the
     report names rank 0 as repeating its previous call (a likely extra call); no hint when the
