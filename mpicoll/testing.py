@@ -12,7 +12,8 @@ import os
 import shutil
 import sys
 
-__all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS", "MPIEXEC"]
+__all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS", "MPIEXEC",
+           "nodes", "traffic", "exit_in_next_call"]
 
 # The launcher tests start jobs with: the one beside this Python (a venv's MPICH wheel), else
 # the first on PATH; None if there is none.
@@ -108,6 +109,42 @@ def exact_result(size: int, count: int, dtype, op: str):
         for rank in range(1, size):
             ufunc(kernels.as_storage(acc), kernels.as_storage(exact_input(rank, count, dtype, op)))
     return acc
+
+
+def nodes(comm, real: bool = False) -> tuple:
+    """The node layout mpicoll uses on ``comm``: a tuple of nodes, each the tuple of its ranks
+    (``MPICOLL_RANKS_PER_NODE=k`` makes virtual nodes of k ranks); ``real``: the MPI library's
+    (``COMM_TYPE_SHARED``), whatever that setting says. Collective on first use."""
+    from ._runtime.context import state
+    st = state(comm)
+    return st.real_nodes if real else st.nodes()
+
+
+def traffic(comm) -> dict:
+    """The MPI executor's live byte counters on ``comm`` (``bytes_sent``, ``bytes_received``,
+    ``messages_sent``, ``internode_bytes``, ``shared_bytes``): read them before and after a
+    call. Collective on first use."""
+    from ._runtime.context import state
+    return state(comm).traffic
+
+
+def exit_in_next_call(shared: bool) -> None:
+    """Fault injection: this process exits (``os._exit(0)``) in its next collective call, mid
+    transfer. ``shared`` (the call runs ``shm``): as its copy loop starts, its window ready and
+    the others waiting for its flag; else in its first wait mid-schedule."""
+    if shared:
+        from .shm import kernels as shm_kernels
+        shm_kernels.window_copy = shm_kernels.single_copy = lambda *args: os._exit(0)
+        return
+    from ._runtime import watch
+    real = watch.Watch.wait
+
+    def dying_wait(self, requests, step, nsteps=0, *args, **kwargs):
+        if isinstance(step, str) or step == min(1, nsteps - 1):
+            os._exit(0)
+        return real(self, requests, step, nsteps, *args, **kwargs)
+
+    watch.Watch.wait = dying_wait
 
 
 class Layout:

@@ -8,7 +8,7 @@ import pytest
 
 from mpicoll.testing import agree
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs" / "labs"))
 import lab_bytes  # noqa: E402
 
 pytestmark = pytest.mark.mpi

@@ -1,4 +1,4 @@
-"""The data-parallel trainer (jobs/train_dp.py): N = 2 and 4 ranks with per-rank batches B/N,
+"""The data-parallel trainer (jobs/experiments/train_dp.py): N = 2 and 4 ranks with per-rank batches B/N,
 gradients averaged through Buckets (several buckets, overlapping the backward pass), end 50
 steps with the weights of one process on batch B (fp32, within 1e-5 relative), every rank with
 the same bits."""
@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def trainer():
-    spec = importlib.util.spec_from_file_location("train_dp", ROOT / "jobs" / "train_dp.py")
+    spec = importlib.util.spec_from_file_location("train_dp",
+                                                  ROOT / "jobs" / "experiments" / "train_dp.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -20,7 +20,7 @@ try:
     import torch  # noqa: F401
 except ImportError:                 # the main environment: nothing here to collect
     collect_ignore_glob = ["*.py"]
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs" / "experiments"))
 
 
 def pytest_configure(config):

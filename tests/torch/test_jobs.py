@@ -101,6 +101,7 @@ dist.destroy_process_group()
 def test_without_thread_multiple_every_call_is_blocking_and_ddp_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", SERIALIZED,
-                           str(HERE.parents[1] / "jobs")], capture_output=True, text=True,
+                           str(HERE.parents[1] / "jobs" / "experiments")],
+                          capture_output=True, text=True,
                           timeout=200, env=env)
     assert "serialized ok 2 1" in proc.stdout, (proc.stdout[-1000:], proc.stderr[-2000:])

@@ -1,4 +1,4 @@
-"""The labs (jobs/lab_*.py) print what the seeds claim, and docs/labs.md quotes their output.
+"""The labs (jobs/labs/lab_*.py) print what the seeds claim, and docs/labs.md quotes their output.
 
 The MPI-measured lab (lab_bytes) is checked under mpiexec in tests/mpi/test_labs.py; here its
 in-process counts and its quiz arithmetic.
@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-JOBS = ROOT / "jobs"
-sys.path.insert(0, str(JOBS))
+LABS = ROOT / "jobs" / "labs"
+sys.path.insert(0, str(ROOT / "docs" / "generators"))
+sys.path.insert(1, str(LABS))          # (lab_bytes, lab_placement: their formulas, case by case)
 
-import lab_common  # noqa: E402
+import labs_md  # noqa: E402
 
 from mpicoll.tools import trace  # noqa: E402
 
@@ -88,7 +89,7 @@ def test_trace_values_refuses_other_algorithms_and_empty_rings(capsys):
 
 @pytest.mark.timeout(60)
 def test_lab_ring_trace(tmp_path):
-    out = run(JOBS / "lab_ring_trace.py", "--json", tmp_path / "r.json", "--sweep", "9")
+    out = run(LABS / "lab_ring_trace.py", "--json", tmp_path / "r.json", "--sweep", "9")
     assert "9/9 lines as the seed's demo" in last_line(out, "lab_ring_trace")
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["identical_lines"] == 9
@@ -99,7 +100,7 @@ def test_lab_ring_trace(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_lab_checkpoint(tmp_path):
-    out = run(JOBS / "lab_checkpoint.py", "--json", tmp_path / "c.json")
+    out = run(LABS / "lab_checkpoint.py", "--json", tmp_path / "c.json")
     line = last_line(out, "lab_checkpoint")
     assert "ours 13.7 failures/day, T* = 29.0 min" in line
     assert "one failure every 105 min" in out
@@ -142,7 +143,7 @@ def test_lab_bytes_inprocess_counts_and_quiz():
 
 @pytest.mark.timeout(120)
 def test_lab_sockets(tmp_path):
-    out = run(JOBS / "lab_sockets.py", "--world", "3", "--count", "3001", "--hang-seconds", "1.5",
+    out = run(LABS / "lab_sockets.py", "--world", "3", "--count", "3001", "--hang-seconds", "1.5",
               "--timeout", "0.5", "--json", tmp_path / "s.json")
     last_line(out, "lab_sockets")
     res = json.loads((tmp_path / "s.json").read_text())
@@ -186,7 +187,7 @@ def test_socket_executor_names_a_wrong_length():
 
 @pytest.mark.timeout(120)
 def test_lab_crossover(tmp_path):
-    out = run(JOBS / "lab_crossover.py", "--json", tmp_path / "x.json")
+    out = run(LABS / "lab_crossover.py", "--json", tmp_path / "x.json")
     assert "ours ring latency 28 us" in last_line(out, "lab_crossover")
     res = json.loads((tmp_path / "x.json").read_text())
     assert all(t["latency_s"] == pytest.approx(28e-6) for t in res["ring_terms"])
@@ -200,7 +201,7 @@ def test_lab_crossover(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_lab_rails(tmp_path):
-    out = run(JOBS / "lab_rails.py", "--json", tmp_path / "r.json")
+    out = run(LABS / "lab_rails.py", "--json", tmp_path / "r.json")
     assert "ours 2 vs 0 cross-rail hops, 5 vs 50 GB/s" in last_line(out, "lab_rails")
     res = json.loads((tmp_path / "r.json").read_text())
     rank, rail = res["orders"]["rank"], res["orders"]["rail"]
@@ -215,7 +216,7 @@ def test_lab_rails(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_lab_placement_small(tmp_path):
-    out = run(JOBS / "lab_placement.py", "--max-nodes", "8", "--json", tmp_path / "p.json")
+    out = run(LABS / "lab_placement.py", "--max-nodes", "8", "--json", tmp_path / "p.json")
     line = last_line(out, "lab_placement")
     assert "ours TP 16 MiB 6.2x slower across 8 nodes (transfer 9.0x" in line
     assert "bubble 27.3% counted = 3/11; a dead node takes out 32 vs 256 GPUs" in line
@@ -277,7 +278,7 @@ def test_placement_mappings_put_tp_where_they_say():
 
 @pytest.mark.timeout(120)
 def test_lab_straggler_small(tmp_path):
-    out = run(JOBS / "lab_straggler.py", "--samples", "30", "--max-n", "512", "--json",
+    out = run(LABS / "lab_straggler.py", "--samples", "30", "--max-n", "512", "--json",
               tmp_path / "s.json")
     assert "ours 25 per step, P(none) = 1.4e-11" in last_line(out, "lab_straggler")
     res = json.loads((tmp_path / "s.json").read_text())
@@ -300,7 +301,7 @@ def test_recorded_lab_straggler_reaches_the_tail():
 
 @pytest.mark.timeout(180)
 def test_lab_ladder_runs(tmp_path):
-    out = run(JOBS / "lab_ladder.py", "--iters", "200", "--nagle-iters", "2", "--json",
+    out = run(LABS / "lab_ladder.py", "--iters", "200", "--nagle-iters", "2", "--json",
               tmp_path / "l.json", timeout=170)
     line = last_line(out, "lab_ladder")
     assert "seed ~17 us TCP vs ~0.6 us shared memory" in line
@@ -318,20 +319,20 @@ RECORDED = ROOT / "docs/labs"
 
 def test_labs_md_blocks_are_current():
     text = LABS_MD.read_text()
-    names = [m["name"] for m in lab_common.BLOCK.finditer(text)]
+    names = [m["name"] for m in labs_md.BLOCK.finditer(text)]
     assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_crossover",
             "lab_rails", "lab_straggler", "lab_ladder", "lab_sockets",
             "lab_placement"} <= set(names)
-    assert lab_common.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
+    assert labs_md.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name, args", [
     ("trace_values", ["-m", "mpicoll", "trace", "ring", "-N", "4", "--values"]),
-    ("lab_ring_trace", [JOBS / "lab_ring_trace.py"]),
-    ("lab_checkpoint", [JOBS / "lab_checkpoint.py"]),
-    ("lab_rails", [JOBS / "lab_rails.py"]),
-    ("lab_crossover", [JOBS / "lab_crossover.py"]),
+    ("lab_ring_trace", [LABS / "lab_ring_trace.py"]),
+    ("lab_checkpoint", [LABS / "lab_checkpoint.py"]),
+    ("lab_rails", [LABS / "lab_rails.py"]),
+    ("lab_crossover", [LABS / "lab_crossover.py"]),
 ])
 def test_recorded_output_is_what_the_code_prints_today(name, args):
     """Labs whose output does not depend on timing: the recorded output must be today's
@@ -341,7 +342,7 @@ def test_recorded_output_is_what_the_code_prints_today(name, args):
             line for line in text.splitlines(keepends=True)
             if not line.startswith("this machine (")))
 
-    assert run(*args) == simulated(lab_common.recorded(RECORDED, name)), \
+    assert run(*args) == simulated(labs_md.recorded(RECORDED, name)), \
         f"docs/labs/{name}.txt is stale: run bash docs/make-labs.sh"
 
 
