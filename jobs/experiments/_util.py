@@ -14,7 +14,8 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from mpicoll.tools.plot import save_figure  # noqa: F401 -- (re-exported: the jobs import it from here)
+# (re-exported: the experiments import it from here)
+from mpicoll.tools.plot import save_figure  # noqa: F401
 
 RANK = MPI.COMM_WORLD.Get_rank()
 

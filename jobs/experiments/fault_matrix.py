@@ -643,7 +643,8 @@ def table(results: list, size: int, t: float, reps: int) -> str:
     launch = "mpiexec -disable-auto-cleanup" if died else "mpiexec"
     death = f" --death {died[0]}" if died else ""
     lines = [f"N = {size}, timeout {t:g} s, {reps} repetition(s) (`{launch} -n {size} python -m "
-             f"mpi4py jobs/experiments/fault_matrix.py{again}{death} --markdown docs/reliability.md`): per "
+             f"mpi4py jobs/experiments/fault_matrix.py{again}{death} "
+             "--markdown docs/reliability.md`): per "
              "algorithm, the worst verdict over the forms run (blocking, nonblocking, "
              "persistent) and repetitions, and the slowest rank's time to error (or to return), "
              "the largest over them" + ("; the peer death, once, last." if died else "."), "",

@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
     if comm.Get_size() != 2:
-        raise SystemExit("run it with 2 ranks: mpiexec -n 2 python jobs/experiments/remote_read_cost.py")
+        raise SystemExit("run it with 2 ranks: "
+                         "mpiexec -n 2 python jobs/experiments/remote_read_cost.py")
     readv = getattr(ctypes.CDLL(None), "process_vm_readv", None)
     if readv is None:
         raise SystemExit("this libc has no process_vm_readv (Linux only)")

@@ -41,7 +41,8 @@ def measure(root: Path) -> dict | None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
-            [launcher, "-n", "4", sys.executable, "-m", "mpi4py", str(root / "jobs/experiments/crossover.py"),
+            [launcher, "-n", "4", sys.executable, "-m", "mpi4py",
+             str(root / "jobs/experiments/crossover.py"),
              "--outdir", tmp, "--profile", str(root / "mpicoll/profiles/default.json"),
              "-b", "1K", "-e", "4M", "-f", "4"], capture_output=True, text=True, timeout=600)
         path = Path(tmp) / "crossover.json"

@@ -30,7 +30,8 @@ def test_every_table_names_its_command(doc):
 def test_tables_are_what_their_commands_print_today(doc):
     text = (ROOT / doc).read_text()
     stale = doc_tables.stale(text)
-    assert stale == [], f"{doc}: stale tables, run python docs/generators/doc_tables.py {doc}: {stale}"
+    assert stale == [], \
+        f"{doc}: stale tables, run python docs/generators/doc_tables.py {doc}: {stale}"
 
 
 def test_fabric_tables_outside_the_report_are_what_their_commands_print_today():

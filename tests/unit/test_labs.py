@@ -1,6 +1,6 @@
 """The labs (jobs/labs/lab_*.py) print what the seeds claim, and docs/labs.md quotes their output.
 
-The MPI-measured lab (lab_bytes) is checked under mpiexec in tests/mpi/test_labs.py; here its
+The MPI-measured lab (lab_bytes) is run under mpiexec by tests/jobs/test_cli_jobs.py; here its
 in-process counts and its quiz arithmetic.
 """
 
@@ -17,8 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = ROOT / "jobs" / "labs"
-sys.path.insert(0, str(ROOT / "docs" / "generators"))
-sys.path.insert(1, str(LABS))          # (lab_bytes, lab_placement: their formulas, case by case)
+sys.path.insert(0, str(ROOT / "docs" / "generators"))   # what writes docs/labs.md
 
 import labs_md  # noqa: E402
 
@@ -122,16 +121,30 @@ def test_lab_checkpoint(tmp_path):
 
 # ----------------------------------------------------------------------------- lab_bytes (no MPI)
 
-def test_lab_bytes_inprocess_counts_and_quiz():
-    import lab_bytes
-    V = lab_bytes.COUNT * 8
-    for n in range(2, 9):
-        per_rank = lab_bytes.count_inprocess(n, lab_bytes.COUNT)
+@pytest.fixture(scope="module")
+def lab_bytes_today(tmp_path_factory):
+    """``python jobs/labs/lab_bytes.py --json``, no MPI job: every N from the in-process
+    executor. (Under mpiexec: tests/jobs/test_cli_jobs.py.)"""
+    path = tmp_path_factory.mktemp("lab_bytes") / "b.json"
+    out = run(LABS / "lab_bytes.py", "--json", path)
+    assert "(in-process executor, no MPI job)" in last_line(out, "lab_bytes")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.timeout(120)
+def test_lab_bytes_inprocess_counts_and_quiz(lab_bytes_today):
+    V = lab_bytes_today["V"]
+    rows = {r["N"]: r for r in lab_bytes_today["rows"]}
+    assert sorted(rows) == list(range(2, 9))
+    for n, row in rows.items():
+        per_rank = [{k: tuple(v) for k, v in r.items()} for r in row["per_rank"]]
+        assert row["source"] == "in-process" and len(per_rank) == n
         assert {r["ring"][0] for r in per_rank} == {2 * (n - 1) * V // n}
         assert {r["naive"] for r in per_rank} == {((n - 1) * V, (n - 1) * V)}
         assert per_rank[0]["star"] == ((n - 1) * V, (n - 1) * V)
         assert {r["star"] for r in per_rank[1:]} == {(V, V)}
-    q8, q16 = lab_bytes.quiz3((8, 16))
+    quiz = {q["N"]: q for q in lab_bytes_today["quiz3"]}
+    q8, q16 = quiz[8], quiz[16]
     G = 1 << 30
     assert q8["ring_steps"] == 14 and q8["ring_bytes_per_link"] == 2 * 7 * G // 8
     assert q8["ring_s"] == pytest.approx(14 * 2e-6 + 2 * 7 / 8 * G / 25e9)
@@ -249,31 +262,6 @@ def test_lab_placement_small(tmp_path):
     assert small == res["hierarchical"]["rows"], "docs/labs/lab_placement.json is stale"
 
 
-@pytest.mark.parametrize("p, m", [(1, 1), (2, 3), (4, 8), (5, 2), (8, 32)])
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
-@pytest.mark.parametrize("tf, tb", [(1.0, 1.0), (1.0, 2.0), (0.3, 1.1)])
-def test_pipeline_schedule_count_is_the_bubble_formula(schedule, p, m, tf, tb):
-    import lab_placement
-    run_ = lab_placement.pipeline(schedule, p, m, tf, tb)
-    assert run_["span"] == pytest.approx((m + p - 1) * (tf + tb))
-    assert run_["bubble"] == pytest.approx(lab_placement.bubble(p, m))
-    for s, ops in enumerate(run_["timeline"]):          # every stage runs every op once
-        assert sorted((k, j) for k, j, _, _ in ops) == sorted(
-            [("B", j) for j in range(m)] + [("F", j) for j in range(m)])
-        assert all(a[3] <= b[2] + 1e-12 for a, b in zip(ops, ops[1:]))   # one at a time
-
-
-def test_placement_mappings_put_tp_where_they_say():
-    import lab_placement
-    for placement, spans in (("tp-inside", 1), ("tp-across", 8)):
-        m = lab_placement.mapping(placement, 64, 8, 4)
-        groups = {}
-        for rank, (d, s, t) in enumerate(m):
-            groups.setdefault((d, s), set()).add(rank // 8)
-        assert len(groups) == 64 * 8 // 8 and {len(g) for g in groups.values()} == {spans}
-        assert m[:, 0].max() == 64 * 8 // 32 - 1
-
-
 # ----------------------------------------------------------------------------- lab 6: straggler
 
 @pytest.mark.timeout(120)
@@ -346,13 +334,13 @@ def test_recorded_output_is_what_the_code_prints_today(name, args):
         f"docs/labs/{name}.txt is stale: run bash docs/make-labs.sh"
 
 
-def test_recorded_lab_bytes_matches_todays_counts():
-    import lab_bytes
+@pytest.mark.timeout(120)
+def test_recorded_lab_bytes_matches_todays_counts(lab_bytes_today):
     res = json.loads((RECORDED / "lab_bytes.json").read_text())
-    assert res["V"] == lab_bytes.COUNT * 8
+    assert res["V"] == lab_bytes_today["V"]
+    today = {r["N"]: r["per_rank"] for r in lab_bytes_today["rows"]}
     for row in res["rows"]:
-        counted = lab_bytes.count_inprocess(row["N"], lab_bytes.COUNT)
-        assert [{k: list(v) for k, v in r.items()} for r in counted] == row["per_rank"], row["N"]
+        assert today[row["N"]] == row["per_rank"], row["N"]
         if row["source"] == "MPI":
             assert row["mpi_equals_inprocess"], f"N={row['N']}: MPI counted other bytes"
-    assert res["quiz3"] == json.loads(json.dumps(lab_bytes.quiz3()))
+    assert res["quiz3"] == lab_bytes_today["quiz3"]

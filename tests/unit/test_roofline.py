@@ -1,4 +1,5 @@
-"""jobs/experiments/stream.py (the memory-bandwidth probe) and docs/generators/roofline.py (busbw against it)."""
+"""jobs/experiments/stream.py (the memory-bandwidth probe) and docs/generators/roofline.py
+(busbw against it)."""
 
 import json
 import os
@@ -24,8 +25,8 @@ def run(*args, timeout=120):
 @pytest.mark.timeout(120)
 def test_stream_probe_and_roofline_plot(tmp_path):
     """A tiny probe (in the cache: it says so) and a plot from a two-rank bench record set."""
-    proc = run(ROOT / "jobs/experiments/stream.py", "--elements", "2^14", "--repeat", "2", "--threads", "1",
-               "--json", tmp_path / "s.json")
+    proc = run(ROOT / "jobs/experiments/stream.py", "--elements", "2^14", "--repeat", "2",
+               "--threads", "1", "--json", tmp_path / "s.json")
     assert "memory-bandwidth ceiling:" in proc.stdout and "measures the cache" in proc.stderr
     s = json.loads((tmp_path / "s.json").read_text())
     rates = [r["GBps"] for impl in s["results"].values() for r in impl.values()]
