@@ -9,7 +9,7 @@ labelled by a random "teacher" MLP (10 classes). The model: 32 -> width -> width
 softmax cross-entropy, plain SGD; forward and backward written by hand in numpy, fp32. Each
 rank takes B/N samples of the global batch of B; gradients are averaged through
 ``mpicoll.Buckets``, so N ranks follow the same trajectory as one process on batch B
-(tests/mpi/test_training.py checks it to 1e-5).
+(tests/jobs/test_training.py checks it to 1e-5, with this job's JSON).
 
 For each configuration the job prints: the mean step time of the slowest rank, split into
 compute (forward and backward), exposed communication (time inside ``ready``/``wait``, i.e.
@@ -24,12 +24,17 @@ all-reduce blocking, a numba loop alone, and the loop with an ``iallreduce`` in 
 * ``bucketed``: ``--bucket-kib`` buckets, each started as soon as its gradients exist;
 * ``bucketed`` with ``compress`` = bf16, fp16, int8 with error feedback, int8 without.
 
-Writes DIR/train_dp.json (default results/). ``python jobs/experiments/train_dp.py --table JSON`` prints
-the table of a recorded run (docs/training.md's).
+Writes DIR/train_dp.json (default results/); besides the table's columns it keeps, per
+configuration, the largest per-array difference from one process's weights
+(``max_param_difference``) and whether every rank ends with the same bits (``same_bits``), and
+how far one process's weights moved from the start (``single_moved``).
+``python jobs/experiments/train_dp.py --table JSON`` prints the table of a recorded run
+(docs/training.md's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -174,6 +179,12 @@ def relative_difference(a: list, b: list) -> float:
     return max(float(np.linalg.norm(x - y) / np.linalg.norm(y)) for x, y in zip(a, b))
 
 
+def same_bits(comm, params: list) -> bool:
+    """Whether every rank of ``comm`` holds these weights bit for bit."""
+    mine = hashlib.sha256(b"".join(p.tobytes() for p in params)).digest()
+    return len(set(comm.allgather(mine))) == 1
+
+
 def drift(a: list, b: list) -> float:
     """|a - b| / |b| over all parameters together."""
     return float(np.sqrt(sum(np.sum((x - y) ** 2, dtype=np.float64) for x, y in zip(a, b)) /
@@ -289,7 +300,9 @@ def main() -> None:
                      "rest_ms": 1e3 * (total - compute - exposed),
                      "wire_bytes_per_step": r["bytes_sent"] / args.steps,
                      "final_loss": r["final_loss"],
-                     "drift": drift(r["params"], single["params"])})
+                     "drift": drift(r["params"], single["params"]),
+                     "max_param_difference": relative_difference(r["params"], single["params"]),
+                     "same_bits": same_bits(comm, r["params"])})
     probe = overlap_probe(comm)
     hidden = (probe["comm"] + probe["compute"] - probe["both"]) / probe["comm"]
     say(f"\noverlap probe, all-reduce of {probe['count'] * 4 >> 20} MiB fp32: blocking "
@@ -302,7 +315,10 @@ def main() -> None:
     if comm.Get_rank() == 0:
         write_json(outdir(args.outdir) / "train_dp.json",
                    {"args": {k: str(v) for k, v in vars(args).items()}, "ranks": size,
-                    "single_final_loss": single["final_loss"], "rows": rows,
+                    "single_final_loss": single["final_loss"],
+                    "single_moved": relative_difference(init_params(args.width, 1),
+                                                        single["params"]),
+                    "rows": rows,
                     "overlap_probe": probe})
 
 
