@@ -30,11 +30,10 @@ with Hydra's clean-up off, or the launcher kills the survivors first:
 
     mpiexec -disable-auto-cleanup -n 3 python -m mpi4py jobs/experiments/fault_matrix.py --death shm
 
-``python jobs/experiments/fault_matrix.py --cost`` times, in one process, the steps the checks add to every
-call (docs/reliability.md, "Cost"). ``--markdown FILE`` rewrites the table between ``<!-- fault-matrix -->`` and
+``--markdown FILE`` rewrites the table between ``<!-- fault-matrix -->`` and
 ``<!-- /fault-matrix -->`` in FILE (docs/reliability.md's), ``--json FILE`` writes every
-record, ``--reps K`` repeats every case K times (the verdict is the worst; with ``--cost``, K
-batches are timed instead of 15).
+record, ``--reps K`` repeats every case K times (the verdict is the worst). (What the checks
+cost per call: tests/internals/check_cost.py.)
 """
 
 from __future__ import annotations
@@ -446,41 +445,6 @@ def warm(world, algorithms, t: float) -> None:
     comm.Free()
 
 
-def cost(reps: int = 15, n: int = 200000) -> None:
-    """The CPU time of the steps issue #22 adds to every call, against the step they replace
-    (one process, no communication; medians and best of ``reps`` batches of ``n``)."""
-    import timeit
-    from mpicoll._runtime import context, tags
-    comm = MPI.COMM_SELF.Dup()
-    st = context.attach(comm)
-    sig = tags.signature("allreduce", "ring", {"op": "sum", "dtype": np.dtype("float64"),
-                                               "count": 1})
-
-    class Prepared:
-        collective = "allreduce"
-
-        @context.exclusive
-        def guarded(self, state):
-            pass
-
-        def plain(self, state):
-            pass
-
-    names = dict(st=st, sig=sig, context=context, p=Prepared())
-    rows = [("tag before: number + offset", "7 + sig.offset"),
-            ("tag now: st.label(number, sig)", "st.label(7, sig)"),
-            ("a prepared call's method, plain", "p.plain(st)"),
-            ("... with @context.exclusive", "p.guarded(st)"),
-            ("Call: context.enter + leave", "context.enter(st, 'x'); context.leave(st)")]
-    print(f"# CPU time per step, median / best of {reps} x {n}; load average "
-          f"{os.getloadavg()[0]:.1f}")
-    for name, stmt in rows:
-        timer = timeit.Timer(stmt, timer=time.process_time, globals=names)
-        times = sorted(timer.timeit(n) / n * 1e6 for _ in range(reps))
-        print(f"{name:<36} {times[len(times) // 2]:.3f} / {times[0]:.3f} us")
-    comm.Free()
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"algorithms {', '.join(QUICK)} only")
@@ -488,8 +452,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     ap.add_argument("--timeout", type=float, default=5.0, help="each call's timeout (s)")
     ap.add_argument("--reps", type=int, default=None,
-                    help="repeat every case this many times (default 1; with --cost: the "
-                         "batches timed, default 15)")
+                    help="repeat every case this many times (default 1)")
     ap.add_argument("--include-hangs", action="store_true",
                     help="also run the cases in HANGS (none now; one that may hang aborts)")
     ap.add_argument("--json", default=None)
@@ -497,12 +460,7 @@ def main(argv=None) -> int:
     ap.add_argument("--death", default=None, metavar="ALGO",
                     help="last, a rank's death in a call of ALGO (needs mpiexec "
                          "-disable-auto-cleanup; the job then ends without MPI_Finalize)")
-    ap.add_argument("--cost", action="store_true",
-                    help="only time the steps the checks add to every call (one process)")
     args = ap.parse_args(argv)
-    if args.cost:
-        cost(**({} if args.reps is None else {"reps": args.reps}))
-        return 0
     if args.reps is None:
         args.reps = 1
     world = MPI.COMM_WORLD

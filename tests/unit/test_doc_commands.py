@@ -82,7 +82,7 @@ def documented() -> dict:
 
 _MB = "-b 8 -e 8 -n 3 -w 1"     # a bench at one small size, three timed calls
 # documented command -> the small form tests/jobs/test_doc_commands_run.py runs (bash, in a
-# temporary folder holding links to the checkout's jobs/, docs/ and mpicoll/)
+# temporary folder holding links to the checkout's jobs/, docs/, mpicoll/ and tests/)
 CHEAP = {
     "mpicoll --version": "mpicoll --version",
     "mpicoll trace binomial -N 5": "mpicoll trace binomial -N 5",
@@ -220,8 +220,8 @@ CHEAP = {
         "mpiexec -n 2 python jobs/experiments/executor_cost.py --sizes 8 --calls 5",
     "mpiexec -n 2 python jobs/experiments/remote_read_cost.py":
         "mpiexec -n 2 python jobs/experiments/remote_read_cost.py --sizes 65536 --calls 5",
-    "mpiexec -n 2 python jobs/experiments/shm_direct.py":
-        "mpiexec -n 2 python jobs/experiments/shm_direct.py --sizes 65536 --calls 5",
+    "mpiexec -n 2 python tests/internals/shm_direct.py":
+        "mpiexec -n 2 python tests/internals/shm_direct.py --sizes 65536 --calls 5",
     "mpiexec -n 2 python jobs/experiments/reproducible_cost.py float32":
         "mpiexec -n 2 python jobs/experiments/reproducible_cost.py float32 --mib 1 --calls 2",
     "mpiexec -n 2 python jobs/experiments/reproducible_phases.py float64 --mib 1 16 64 --calls 5":
@@ -243,7 +243,7 @@ CHEAP = {
     "docs/results/perf-np2-persistent-{1,2,3}.json":
         "python docs/generators/perf_tables.py --runs docs/results/perf-np2-{1,2,3}.json --persistent "
         "docs/results/perf-np2-persistent-{1,2,3}.json",
-    "python jobs/experiments/fault_matrix.py --cost": "python jobs/experiments/fault_matrix.py --cost --reps 1",
+    "python tests/internals/check_cost.py": "python tests/internals/check_cost.py --reps 1",
     'mpiexec -n 4 python -c "import numpy, numba; from mpi4py import MPI; '
     'MPI.COMM_WORLD.Barrier()"':
         'mpiexec -n 4 python -c "import numpy, numba; from mpi4py import MPI; '

@@ -1,6 +1,6 @@
 """The work the default deadline adds to one step of the compiled executor, in CPU time.
 
-    python jobs/experiments/deadline_work.py
+    python tests/internals/deadline_work.py
 
 No peer to wait for, so no other process's load in the numbers: a one-step schedule that
 sends to and receives from its own rank (the receive reduced), run by ``compiled.execute``
@@ -15,6 +15,9 @@ The second line of each size times the same step as a prepared plain call runs i
 (``compiled.Reusable``, kept by ``cache.Entry``): blocking, and under a deadline kept in
 ``MPI_Wtime``'s clock, with the ``Watch`` made only if the step outlasts the loop's spin (here
 never), the per-call closure that would make it included.
+
+It drives mpicoll's private pieces (the executor, the ``Watch``), so it sits with the tests,
+which may import them; jobs/ use the public API only.
 """
 
 import time

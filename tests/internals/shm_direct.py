@@ -1,7 +1,7 @@
 """``shm`` with and without mpicoll's per-call layer, against MPI, size by size.
 
-    mpiexec -n 2 python jobs/experiments/shm_direct.py                       # 8 B .. 4 MiB, 300 calls each
-    mpiexec -n 2 python jobs/experiments/shm_direct.py --sizes 65536 --calls 2000
+    mpiexec -n 2 python tests/internals/shm_direct.py                       # 8 B .. 4 MiB, 300 calls each
+    mpiexec -n 2 python tests/internals/shm_direct.py --sizes 65536 --calls 2000
 
 Times, call by call and taking turns, MPI's own ``comm.Allreduce``, the plain
 ``mpicoll.allreduce(..., algorithm="shm")``, ``shm``'s core called directly
@@ -10,6 +10,9 @@ Times, call by call and taking turns, MPI's own ``comm.Allreduce``, the plain
 barrier precedes each timed collective, so every form starts with the ranks together. Rank 0
 prints each form's median in microseconds. The gap between ``shm`` and ``shm direct`` is the
 plain call's Python layer (docs/performance.md).
+
+It calls ``shm``'s core with mpicoll's private per-communicator state, so it sits with the
+tests, which may import them; jobs/ use the public API only.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll._runtime.context import state
+from mpicoll._runtime.context import state  # (the private state shm's core takes)
 from mpicoll.algorithms import allreduce_shm
 
 SIZES = (8, 4096, 65536, 262144, 1 << 20, 4 << 20)
