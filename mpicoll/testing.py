@@ -3,6 +3,9 @@
 A bare ``assert`` that fails on one rank leaves the others waiting in the next collective.
 ``agree`` gathers every rank's verdict first, so all ranks pass or all fail, and the failure
 names the ranks and what each saw.
+
+Also what tests and jobs/ read of a communicator's runtime without importing the private
+``mpicoll._runtime`` (``nodes``, ``traffic``), and one fault to inject (``exit_in_next_call``).
 """
 
 from __future__ import annotations

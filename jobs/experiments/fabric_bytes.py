@@ -11,8 +11,8 @@ are the node's /sys/class/net/eth0/statistics/{tx,rx}_bytes (sysfs of the node's
 For each algorithm the job reads them on the first rank of every node, runs ``-n`` all-reduce
 calls of ``--size`` bytes, reads them again, and sets the bytes the nodes sent (tx summed over
 nodes) beside the bytes mpicoll's MPI executor counted as sent to another node
-(``mpicoll.testing.traffic(comm)["internode_bytes"]``, summed over ranks). ``ratio`` = link bytes /
-counted bytes: 1 plus the TCP/IP/Ethernet headers, UCX's own headers and the few bytes of
+(``mpicoll.testing.traffic(comm)["internode_bytes"]``, summed over ranks). ``ratio`` =
+link bytes / counted bytes: 1 plus the TCP/IP/Ethernet headers, UCX's own headers and the few bytes of
 Slurm/PMI and TCP acknowledgements; the check is |ratio - 1| <= --tolerance (0.10). ``mpi``
 (the library's MPI_Allreduce) is measured too but has no count of its own: its ratio is against
 2 (M-1)/M x size per node for M nodes, the least any all-reduce must send out of a node (MPICH's

@@ -5,8 +5,8 @@
 
 Runs the ring all-reduce in each order (``rank``, ``node``, ``rail``) on the nodes the MPI
 library reports (``COMM_TYPE_SHARED``) and reads the MPI executor's byte counters
-(``mpicoll.testing.traffic(comm)``): bytes sent in all, and bytes sent to another node, summed over the
-ranks, beside what the schedules say (the in-process executor's count) and the median time of
+(``mpicoll.testing.traffic(comm)``): bytes sent in all, and bytes sent to another node,
+summed over the ranks, beside what the schedules say (the in-process executor's count) and the median time of
 ``-n`` calls. With ``srun --distribution=cyclic`` rank r runs on node r mod M, so every hop of
 the rank-order ring crosses nodes and only M hops of the node-order ring do. Every result is
 checked against the exact answer. Writes DIR/ring_order.json; slurm/ring_order.sbatch runs it.

@@ -8,9 +8,9 @@ large N grows, while the naive "all-gather everything, then sum locally" moves N
 times worse). Seed 000: the naive star (gather to a root, broadcast back) bottlenecks the
 root's link at (N-1).V in and (N-1).V out, growing with N where the ring stays flat.
 
-Here the bytes are counted by mpicoll's MPI executor as it sends (``mpicoll.testing.traffic(comm)`` for
-``mpicoll.allreduce``; the executor's own counter dict for the star, whose schedule is built in
-this lab), on sub-communicators of N = 2 .. (ranks in the job) of one mpiexec job. The larger N
+Here the bytes are counted by mpicoll's MPI executor as it sends
+(``mpicoll.testing.traffic(comm)`` for ``mpicoll.allreduce``; the executor's own counter dict
+for the star, whose schedule is built in this lab), on sub-communicators of N = 2 .. (ranks in the job) of one mpiexec job. The larger N
 up to --max-n come from the in-process executor running the same schedules (this machine
 allows 4 MPI ranks); where both exist the lab checks they count the same. Both are counts, not
 measurements: each executor adds up the bytes of the sends it posts, which the schedule lists,
