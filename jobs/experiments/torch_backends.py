@@ -13,10 +13,10 @@ to ``-e`` by factors of ``-f``) the contenders take turns, round-robin, ``--repe
 the rounds gives bus bandwidth ``2 (N-1)/N * bytes / time`` (nccl-tests' all-reduce busbw).
 Blocking calls (``async_op=False``), as a training loop's ``dist.all_reduce(loss)`` would.
 
-Then the DDP trainer (``train``: a seeded MLP, 32 -> 64 -> 64 -> 10, SGD, 50 steps; the same
-one tests/torch checks against Gloo) on the default mpicoll group, on Gloo, and with
-``mpicoll.torch.compress_hook("bf16")``: the median step time and the weights' relative
-distance from Gloo's.
+Then the DDP trainer (``mpicoll.testing.ddp_train``: a seeded MLP, 32 -> 64 -> 64 -> 10, SGD,
+50 steps; the same one tests/torch checks against Gloo) on the default mpicoll group, on Gloo,
+and with ``mpicoll.torch.compress_hook("bf16")``: the median step time and the weights'
+relative distance from Gloo's.
 
 Writes DIR/torch_backends-np<N>.json (default results/) and, with matplotlib,
 DIR/torch_backends-np<N>.png. ``python jobs/experiments/torch_backends.py --table A.json [B.json ...]``
@@ -32,55 +32,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")        # one BLAS thread per rank: the ranks share cores
 
 import numpy as np                          # noqa: E402
-
-FEATURES, HIDDEN, CLASSES = 32, 64, 10
-
-
-# ----------------------------------------------------------------------------- the DDP trainer
-
-def make_model(seed: int = 0):
-    import torch
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
-                               torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
-                               torch.nn.Linear(HIDDEN, CLASSES))
-
-
-def train(group=None, *, steps: int = 50, seed: int = 0, batch: int = 32, lr: float = 0.05,
-          hook=None, bucket_cap_mb: float = 0.01):
-    """Train the MLP with DDP over ``group`` (None: the default group) for ``steps`` steps.
-
-    Every rank draws its own batch of generated data (seeded by ``seed``, rank and step), so
-    the gradients differ across ranks and DDP must average them. Small buckets (10 KB: three
-    of them for the 7k parameters) so several all-reduces are in flight per backward pass.
-    Returns (the final weights flattened, fp32; the step times in seconds).
-    """
-    import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.set_num_threads(1)
-    model = make_model(seed)
-    ddp = DDP(model, process_group=group, bucket_cap_mb=bucket_cap_mb)
-    if hook is not None:
-        ddp.register_comm_hook(None if group is None else group, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
-    rank = dist.get_rank(group)
-    gen = torch.Generator().manual_seed(seed * 7919 + 1000003 * rank + 17)
-    teacher = torch.Generator().manual_seed(seed + 1)
-    w_teacher = torch.randn(FEATURES, CLASSES, generator=teacher)
-    times = []
-    for _ in range(steps):
-        x = torch.randn(batch, FEATURES, generator=gen)
-        y = (x @ w_teacher).argmax(dim=1)
-        started = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(ddp(x), y)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - started)
-    weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
-    return weights, times
 
 
 def relative(a, b) -> float:
@@ -157,6 +108,7 @@ def main() -> None:
 
     import mpicoll
     import mpicoll.torch
+    from mpicoll.testing import ddp_train
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-b", default="8", help="smallest message in bytes (default 8)")
@@ -230,7 +182,7 @@ def main() -> None:
         for _ in range(2):                      # interleaved, twice: the second is reported
             for name, kw in runs.items():
                 world.Barrier()
-                w, times = train(steps=args.ddp_steps, **kw)
+                w, times = ddp_train(steps=args.ddp_steps, **kw)
                 weights[name] = w
                 step = world.allreduce(float(np.median(times[5:])), op=MPI.MAX)
                 ddp[name] = {"step_ms": step * 1e3}
