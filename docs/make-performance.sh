@@ -13,7 +13,7 @@
 # 4. first-call: the first all-reduce at N = 4, cold and warm -> docs/results/first-call-np4.txt,
 #    and `import mpicoll` and the first call as whole processes at N = 1, 2, 4
 #    -> docs/results/first-call.{json,txt}
-# 5. the tables: python jobs/doc_tables.py docs/performance.md (tests/unit/test_doc_tables.py
+# 5. the tables: python docs/generators/doc_tables.py docs/performance.md (tests/unit/test_doc_tables.py
 #    fails on a table that differs from its data)
 # Tables whose data was never kept are not here: their commands are in the page, to run again.
 # Timings move with the machine's load: run it on a quiet machine and say the load.
@@ -46,13 +46,13 @@ if part shm-single; then
 fi
 if part roofline; then
     mpiexec -n 2 python -m mpicoll bench -b 8 -e 64M -f 4 --json "$OUT/roofline-np2.json"
-    python jobs/stream.py --json "$OUT/stream.json"
-    python jobs/roofline.py "$OUT/roofline-np2.json" "$OUT/stream.json" -o docs/roofline-np2.png
+    python jobs/experiments/stream.py --json "$OUT/stream.json"
+    python docs/generators/roofline.py "$OUT/roofline-np2.json" "$OUT/stream.json" -o docs/roofline-np2.png
 fi
 if part first-call; then
-    python jobs/cold_start.py -n 4 --runs 3 --algorithm auto --executors compiled \
+    python jobs/experiments/cold_start.py -n 4 --runs 3 --algorithm auto --executors compiled \
         --dtypes float32 | tee "$OUT/first-call-np4.txt"
-    python jobs/first_call.py -N 1 2 4 --runs 3 --json "$OUT/first-call.json" \
+    python jobs/experiments/first_call.py -N 1 2 4 --runs 3 --json "$OUT/first-call.json" \
         | tee "$OUT/first-call.txt"
 fi
-python jobs/doc_tables.py docs/performance.md
+python docs/generators/doc_tables.py docs/performance.md

@@ -59,4 +59,4 @@ print(f"worst auto/best = {worst:.2f}; wrong elements: {sum(r['wrong'] for r in 
 PY
 # paste each table into docs/results.md, between <!-- table: NAME --> and <!-- end table -->
 # (mpicoll report docs/results/NAME.json), and each <!-- file: PATH --> block
-python jobs/doc_tables.py docs/results.md
+python docs/generators/doc_tables.py docs/results.md

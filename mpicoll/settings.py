@@ -295,10 +295,11 @@ SCRIPTS = (
             "what slurm/bench.sbatch measures", "slurm/bench.sbatch"),
     Setting("MPICOLL_SWEEP", "';' list", "-m 8:4K;-m 16K:1M;-m 4M:64M", "the sizes of slurm/sweep.sbatch",
             "slurm/sweep.sbatch"),
-    Setting("MPICOLL_SCALING_ARGS", "words", None, "arguments of jobs/scaling.py in "
+    Setting("MPICOLL_SCALING_ARGS", "words", None, "arguments of jobs/experiments/scaling.py in "
             "slurm/scaling.sbatch", "slurm/scaling.sbatch"),
-    Setting("MPICOLL_FAULT_ARGS", "words", "--reps 20", "arguments of jobs/fault_matrix.py in "
-            "slurm/fault_matrix.sbatch", "slurm/fault_matrix.sbatch"),
+    Setting("MPICOLL_FAULT_ARGS", "words", "--reps 20", "arguments of "
+            "jobs/experiments/fault_matrix.py in slurm/fault_matrix.sbatch",
+            "slurm/fault_matrix.sbatch"),
     Setting("MPICOLL_REPRODUCE_TUNED", "0 | 1", "1", "`0`: fabric-reproduce.sh skips the tuned "
             "table and its second bench run at 1 Gbit/s", "slurm/local/fabric-reproduce.sh"),
     Setting("MPICOLL_HARNESS_CASE", "name", None, "which deliberate failure the harness tests "

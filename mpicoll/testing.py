@@ -3,6 +3,9 @@
 A bare ``assert`` that fails on one rank leaves the others waiting in the next collective.
 ``agree`` gathers every rank's verdict first, so all ranks pass or all fail, and the failure
 names the ranks and what each saw.
+
+Also what tests and jobs/ read of a communicator's runtime without importing the private
+``mpicoll._runtime`` (``nodes``, ``traffic``), and one fault to inject (``exit_in_next_call``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import os
 import shutil
 import sys
 
-__all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS", "MPIEXEC"]
+__all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS", "MPIEXEC",
+           "nodes", "traffic", "exit_in_next_call", "ddp_train"]
 
 # The launcher tests start jobs with: the one beside this Python (a venv's MPICH wheel), else
 # the first on PATH; None if there is none.
@@ -110,6 +114,42 @@ def exact_result(size: int, count: int, dtype, op: str):
     return acc
 
 
+def nodes(comm, real: bool = False) -> tuple:
+    """The node layout mpicoll uses on ``comm``: a tuple of nodes, each the tuple of its ranks
+    (``MPICOLL_RANKS_PER_NODE=k`` makes virtual nodes of k ranks); ``real``: the MPI library's
+    (``COMM_TYPE_SHARED``), whatever that setting says. Collective on first use."""
+    from ._runtime.context import state
+    st = state(comm)
+    return st.real_nodes if real else st.nodes()
+
+
+def traffic(comm) -> dict:
+    """The MPI executor's live byte counters on ``comm`` (``bytes_sent``, ``bytes_received``,
+    ``messages_sent``, ``internode_bytes``, ``shared_bytes``): read them before and after a
+    call. Collective on first use."""
+    from ._runtime.context import state
+    return state(comm).traffic
+
+
+def exit_in_next_call(shared: bool) -> None:
+    """Fault injection: this process exits (``os._exit(0)``) in its next collective call, mid
+    transfer. ``shared`` (the call runs ``shm``): as its copy loop starts, its window ready and
+    the others waiting for its flag; else in its first wait mid-schedule."""
+    if shared:
+        from .shm import kernels as shm_kernels
+        shm_kernels.window_copy = shm_kernels.single_copy = lambda *args: os._exit(0)
+        return
+    from ._runtime import watch
+    real = watch.Watch.wait
+
+    def dying_wait(self, requests, step, nsteps=0, *args, **kwargs):
+        if isinstance(step, str) or step == min(1, nsteps - 1):
+            os._exit(0)
+        return real(self, requests, step, nsteps, *args, **kwargs)
+
+    watch.Watch.wait = dying_wait
+
+
 class Layout:
     """A stand-in for a communicator's state (``CommState``) as ``select.decide`` reads it: the
     node layout ``nodes`` (tuples of ranks) and the real nodes (default: the same), for tests of
@@ -125,3 +165,48 @@ class Layout:
     @property
     def ranks_per_node(self):
         return max(map(len, self._layout)) if len(self._layout) > 1 else None
+
+
+def ddp_train(group=None, *, steps: int = 50, seed: int = 0, batch: int = 32, lr: float = 0.05,
+              hook=None, bucket_cap_mb: float = 0.01):
+    """Train a seeded MLP (32 -> 64 -> 64 -> 10, ReLU, SGD) with torch's DDP over ``group``
+    (None: the default group) for ``steps`` steps; returns (the final weights flattened, fp32;
+    the step times in seconds). What tests/torch and jobs/experiments/torch_backends.py compare
+    across backends (needs torch).
+
+    Every rank draws its own batch of generated data (seeded by ``seed``, rank and step), so
+    the gradients differ across ranks and DDP must average them. Small buckets (10 KB: three
+    of them for the 7k parameters) so several all-reduces are in flight per backward pass.
+    """
+    import time
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    features, hidden, classes = 32, 64, 10
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, classes))
+    ddp = DDP(model, process_group=group, bucket_cap_mb=bucket_cap_mb)
+    if hook is not None:
+        ddp.register_comm_hook(None if group is None else group, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+    rank = dist.get_rank(group)
+    gen = torch.Generator().manual_seed(seed * 7919 + 1000003 * rank + 17)
+    teacher = torch.Generator().manual_seed(seed + 1)
+    w_teacher = torch.randn(features, classes, generator=teacher)
+    times = []
+    for _ in range(steps):
+        x = torch.randn(batch, features, generator=gen)
+        y = (x @ w_teacher).argmax(dim=1)
+        started = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - started)
+    weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+    return weights, times

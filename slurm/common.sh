@@ -6,7 +6,7 @@
 #
 #   mpicoll_launch [-n N] CMD ARGS...   run CMD as an MPI job on N ranks (default: every task
 #                                       of the allocation)
-#   mpicoll_job [-n N] JOB.py ARGS...   run jobs/JOB.py that way, under `python -m mpi4py`
+#   mpicoll_job [-n N] JOB.py ARGS...   run JOB.py (a path such as jobs/experiments/X.py) that way, under `python -m mpi4py`
 #                                       (a rank that raises aborts the whole job), with
 #                                       --outdir $RESULTS
 #

@@ -11,5 +11,5 @@
   modelled GPU cluster (``fabric``): per-rank finish times up to ~25,000 ranks
   (``mpicoll simulate``, docs/simulator.md);
 * ``sockets``   -- over plain TCP between processes on one machine, no MPI: byte counts, and a
-  timeout naming a silent peer (the seeds' Lab 01; ``jobs/lab_sockets.py``).
+  timeout naming a silent peer (the seeds' Lab 01; ``jobs/labs/lab_sockets.py``).
 """

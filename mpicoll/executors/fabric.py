@@ -36,7 +36,7 @@ not modelled): the bytes of messages between ranks of one node that its cores co
 MPI library's shared memory in all, every such message at once. Each host is then one more
 shared link of capacity ``copy`` on every intra-node path: the ranks of its nodes share its
 cores and memory bandwidth (an intra-node port's own ``intra`` bandwidth is what one message gets
-alone). ``jobs/fabric_stack.py`` measures all three.
+alone). ``jobs/experiments/fabric_stack.py`` measures all three.
 
 NCCL-like fabrics also declare ``channels`` (0: one per NIC, i.e. ``per_node``: the timed
 executor splits a collective over that many rings or trees, each on its own NIC), ``protocols``

@@ -126,7 +126,7 @@ def read_bench_json(path: str, simulated: bool = False) -> dict:
         if missing:
             raise ValueError(f"{path}: record {i} is not a bench record: no {', '.join(missing)}")
     if not simulated and isinstance(results.get("fabric"), dict):   # (the simulator's fabric;
-        # a bench on a shaped fabric names its fabric, jobs/fabric_bench.py)
+        # a bench on a shaped fabric names its fabric, jobs/experiments/fabric_bench.py)
         raise ValueError(f"{path}: simulator results (mpicoll simulate --json), not measured "
                          f"ones: this command reads what `mpicoll bench --json` writes")
     return results

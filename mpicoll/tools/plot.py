@@ -9,11 +9,12 @@ writes. Needs matplotlib (``pip install .[plot]``).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from .cli import Parser, prepare_output, read_bench_json
 
-__all__ = ["main", "plot", "best_by_size"]
+__all__ = ["main", "plot", "best_by_size", "crossover", "save_figure"]
 
 
 def best_by_size(records: list[dict], inplace: bool = False) -> list[tuple[int, str]]:
@@ -23,6 +24,39 @@ def best_by_size(records: list[dict], inplace: bool = False) -> list[tuple[int, 
         if r["inplace"] == inplace and r["algorithm"] not in ("mpi", "auto"):
             by_size.setdefault(r["size"], {})[r["algorithm"]] = r["time_us"]
     return [(s, min(t, key=t.get)) for s, t in sorted(by_size.items())]
+
+
+def crossover(sizes: list[int], ring: list[float], trees: list[list[float]]) -> int | None:
+    """Smallest size from which ring is faster than every tree at every larger size."""
+    wins = [r < min(t) for r, *t in zip(ring, *trees)]
+    if not wins or not wins[-1]:
+        return None
+    i = len(wins) - 1
+    while i > 0 and wins[i - 1]:
+        i -= 1
+    return sizes[i]
+
+
+def save_figure(path: Path | None, draw, dpi: int = 100) -> None:
+    """``draw(plt)`` returns a figure, saved to ``path`` (its folder made); no path: skipped;
+    no matplotlib: a warning. The PNG carries no software stamp, so a rerun that draws the
+    same figure writes the same bytes. (The one way the labs and experiments save a plot.)"""
+    if path is None:
+        return
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"# no matplotlib: skipped {path} (pip install matplotlib)", file=sys.stderr)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = draw(plt)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    plt.close(fig)
+    print(f"# wrote {path}", flush=True)
 
 
 def plot(results: dict, output: str, title: str | None = None) -> list[tuple[int, str, str]]:

@@ -7,7 +7,7 @@ import argparse
 
 from ..settings import bytes_of
 
-__all__ = ["parse_size", "size_arg", "sizes_from", "too_many_sizes", "MAX_SIZES"]
+__all__ = ["parse_size", "size_arg", "sizes_from", "too_many_sizes", "human", "MAX_SIZES"]
 
 MAX_SIZES = 10_000          # a sweep's sizes at most: -f 1 over 8..64M would be 67 million
 
@@ -15,6 +15,14 @@ def parse_size(text: str) -> int:
     """Bytes in ``text`` (``8``, ``64K``, ``4M``, ``1.5G``, ``4MB``); ``ValueError`` if it is none.
     The same rule as the environment's sizes (``mpicoll.settings.bytes_of``)."""
     return int(bytes_of(text))
+
+
+def human(n: int) -> str:
+    """``n`` bytes as a table writes them: ``4 MiB``, ``64 KiB`` when exact, else ``1000 B``."""
+    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"
 
 
 def size_arg(text: str) -> int:

@@ -22,7 +22,7 @@ A sweep across nodes (its JSON's ``nodes`` > 1) is keyed ``"N/L"``, N ranks with
 largest node (``"8/2"``: 4 nodes x 2), and serves only calls on that layout: a one-node row
 (``"8"``) is measured with shared memory between all ranks and says nothing about a network,
 so across nodes ``auto`` never reads it. A variant measured as ``NAME@KEY=VALUE[,...]`` (the
-cross-node bench, jobs/fabric_bench.py: ``ring@order=node``, ``hierarchical@inner=shm``) is a
+cross-node bench, jobs/experiments/fabric_bench.py: ``ring@order=node``, ``hierarchical@inner=shm``) is a
 range's algorithm with ``"options"``, which ``auto`` passes on (``select.decide``).
 
 Left out, with a line saying so: ``shm`` (one node only; ``select.shm_wins`` decides where

@@ -2,7 +2,7 @@
 # slurm/local/fabric-reproduce.sh -- regenerate docs/fabric.md's measurements on this machine:
 # for each link speed, the local cluster on a shaped fabric of 4 nodes, slurm/fabric.sbatch
 # (link bytes, then the bench at every layout), the results copied to docs/results/, then
-# jobs/fabric_report.py (tables, simulator, plots). At 1g, after the sweep, it writes the
+# docs/generators/fabric_report.py (tables, simulator, plots). At 1g, after the sweep, it writes the
 # fabric's decision table (mpicoll tune on the new sweep: slurm/local/tuning-fabric-1g.json; not
 # --with-mpi, see docs/fabric.md) and runs the bench once more with MPICOLL_TUNING set
 # (docs/results/fabric-tuned-*.json: auto with that table; MPICOLL_REPRODUCE_TUNED=0 skips
@@ -49,4 +49,4 @@ for speed in $speeds; do
     fi
     unset MPICOLL_FABRIC
 done
-python jobs/fabric_report.py --collect "${dirs[@]}" ${tuned:+--collect-tuned "${tuned[@]}"}
+python docs/generators/fabric_report.py --collect "${dirs[@]}" ${tuned:+--collect-tuned "${tuned[@]}"}

@@ -47,10 +47,10 @@ def test_bench_no_check_claims_nothing_and_json_lands_in_a_new_folder(tmp_path):
 
 
 def test_fabric_stack_refuses_pairs_on_one_node_and_measures_them_when_allowed(tmp_path):
-    """jobs/fabric_stack.py (docs/fabric.md): its pairs must cross nodes; ``--allow-plain``
+    """jobs/experiments/fabric_stack.py (docs/fabric.md): its pairs must cross nodes; ``--allow-plain``
     measures them anyway (here: shared memory) and the model's numbers follow from the rates."""
-    job = [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(ROOT / "jobs/fabric_stack.py"),
-           "--outdir", str(tmp_path), "--size", "1M", "-n", "2"]
+    job = [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py",
+           str(ROOT / "jobs/experiments/fabric_stack.py"), "--outdir", str(tmp_path), "--size", "1M", "-n", "2"]
     run = dict(cwd=ROOT, capture_output=True, text=True, timeout=120,
                env=dict(os.environ, PYTHONPATH=str(ROOT)))
     proc = subprocess.run(job, **run)
@@ -67,22 +67,22 @@ def test_fabric_stack_refuses_pairs_on_one_node_and_measures_them_when_allowed(t
 
 
 def test_fabric_bench_times_the_variants_asked_and_tables_auto_against_mpi(tmp_path):
-    """jobs/fabric_bench.py --variants/--tag (docs/fabric.md, *auto without a table*): only
+    """jobs/experiments/fabric_bench.py --variants/--tag (docs/fabric.md, *auto without a table*): only
     those variants, in a file named with the tag that records auto's profile; --table prints
     auto's choice and MPI's time over auto's from it, without MPI."""
     run = dict(cwd=ROOT, capture_output=True, text=True, timeout=200,
                env=dict(os.environ, PYTHONPATH=str(ROOT), MPICOLL_RANKS_PER_NODE="1"))
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py",
-                           str(ROOT / "jobs/fabric_bench.py"), "--outdir", str(tmp_path),
-                           "--quick", "--variants", "ring,auto,mpi", "--tag", "probe"], **run)
+                           str(ROOT / "jobs/experiments/fabric_bench.py"), "--outdir",
+                           str(tmp_path), "--quick", "--variants", "ring,auto,mpi", "--tag", "probe"], **run)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     [path] = tmp_path.glob("fabric-bench-*-probe.json")
     data = json.loads(path.read_text())
     assert data["variants"] == ["ring", "auto", "mpi"]
     assert {r["algorithm"] for r in data["records"]} == {"ring", "auto", "mpi"}
     assert data["profile"]["path"] and data["profile"]["beta"] > 0
-    proc = subprocess.run([sys.executable, str(ROOT / "jobs/fabric_bench.py"), "--table",
-                           str(path)], **run)
+    proc = subprocess.run([sys.executable, str(ROOT / "jobs/experiments/fabric_bench.py"),
+                           "--table", str(path)], **run)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| 8 B")]
     auto = next(r for r in data["records"] if r["algorithm"] == "auto" and r["size"] == 8)
@@ -90,8 +90,8 @@ def test_fabric_bench_times_the_variants_asked_and_tables_auto_against_mpi(tmp_p
     assert len(rows) == 1 and f"| {auto['auto_choice']} |" in rows[0]
     assert rows[0].endswith(f"| {mpi['time_us'] / auto['time_us']:.2f}x |")
     # --at: every variant at one size, the file's row named by its tag
-    proc = subprocess.run([sys.executable, str(ROOT / "jobs/fabric_bench.py"), "--at", "8",
-                           str(path)], **run)
+    proc = subprocess.run([sys.executable, str(ROOT / "jobs/experiments/fabric_bench.py"),
+                           "--at", "8", str(path)], **run)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert "| ring | auto | mpi |" in lines[2]
@@ -100,3 +100,23 @@ def test_fabric_bench_times_the_variants_asked_and_tables_auto_against_mpi(tmp_p
     want = [next(r["time_us"] for r in data["records"] if r["algorithm"] == v
                  and r["size"] == 8 and not r["inplace"]) for v in ("ring", "auto", "mpi")]
     assert cells == [f"{t:.0f}" for t in want]
+
+
+def test_lab_bytes_counters_under_mpiexec(tmp_path):
+    """jobs/labs/lab_bytes.py at N = 2 and 3 (sub-communicators of one ``mpiexec -n 3`` job):
+    the MPI executor's counters give the seeds' formulas on every rank, and the same bytes the
+    in-process executor counts."""
+    proc = subprocess.run([MPIEXEC, "-n", "3", sys.executable, "-m", "mpi4py",
+                           str(ROOT / "jobs/labs/lab_bytes.py"), "--max-n", "3", "--json",
+                           str(tmp_path / "b.json")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = json.loads((tmp_path / "b.json").read_text())
+    V = res["V"]
+    assert res["mpi_ranks"] == 3 and [r["N"] for r in res["rows"]] == [2, 3]
+    for row in res["rows"]:
+        n = row["N"]
+        want = [{"ring": [2 * (n - 1) * V // n] * 2, "naive": [(n - 1) * V] * 2,
+                 "star": [(n - 1) * V] * 2 if rank == 0 else [V, V]} for rank in range(n)]
+        assert row["source"] == "MPI" and row["per_rank"] == want, row
+        assert row["mpi_equals_inprocess"], f"N={n}: MPI counted other bytes than in-process"

@@ -1,7 +1,8 @@
 """The documented commands that are cheap to run, run for real in their small forms
 (tests/unit/test_doc_commands.py's ``CHEAP``: the same program and subcommand or script, small
 sizes, at most 4 ranks): each exits 0 within its timeout. Each runs under bash in a temporary
-folder that links the checkout's jobs/, docs/ and mpicoll/, so what it writes stays there."""
+folder that links the checkout's jobs/, docs/, mpicoll/ and tests/, so what it writes stays
+there."""
 
 import os
 import subprocess
@@ -21,7 +22,7 @@ SUBCOMMANDS = ("bench", "calibrate", "model", "tune", "plot", "report", "trace",
 
 
 def run(command: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    for name in ("jobs", "docs", "mpicoll"):
+    for name in ("jobs", "docs", "mpicoll", "tests"):
         if not (cwd / name).exists():
             (cwd / name).symlink_to(ROOT / name)
     bin_dir = str(Path(sys.executable).parent)     # python, mpicoll and mpiexec of this venv

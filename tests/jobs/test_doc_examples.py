@@ -33,11 +33,13 @@ def test_example_runs(name, tmp_path):
 
 
 def test_training_md_trainer_runs(tmp_path):
-    """docs/training.md's `mpiexec -n N python -m mpi4py jobs/train_dp.py ...`, a few steps: it
-    runs (issue 21: it ended in an AttributeError) and prints the table the doc quotes."""
-    assert "python -m mpi4py jobs/train_dp.py --steps 300" in (ROOT / "docs/training.md").read_text()
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "jobs/train_dp.py",
-                           "--steps", "3", "--width", "32", "--outdir", str(tmp_path)],
+    """docs/training.md's `mpiexec -n N python -m mpi4py jobs/experiments/train_dp.py ...`, a
+    few steps: it runs (issue 21: it ended in an AttributeError) and prints the table the doc
+    quotes."""
+    assert "python -m mpi4py jobs/experiments/train_dp.py --steps 300" in \
+        (ROOT / "docs/training.md").read_text()
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py",
+                           "jobs/experiments/train_dp.py", "--steps", "3", "--width", "32", "--outdir", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=280,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -217,7 +217,7 @@ def test_eight_ranks_cold_numba_cache(tmp_path):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_fault_matrix(tmp_path, ranks):
-    """jobs/fault_matrix.py, once (issue #22): a local error, count/dtype/op/algorithm
+    """jobs/experiments/fault_matrix.py, once (issue #22): a local error, count/dtype/op/algorithm
     mismatches, a skipped call (validate='callsite'; without it, caught at the next call),
     bcast roots that disagree, Free after a failure and in flight, two threads, the kernel lock
     held, Buckets' missed ready, shm against mpi -- for every algorithm and auto, in every form,
@@ -229,8 +229,8 @@ def test_fault_matrix(tmp_path, ranks):
     out = tmp_path / "matrix.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), MPIEXEC_TIMEOUT="500")
     proc = subprocess.run([MPIEXEC, "-disable-auto-cleanup", "-n", str(ranks), sys.executable,
-                           "-m", "mpi4py", str(ROOT / "jobs" / "fault_matrix.py"), "--reps", "1",
-                           "--timeout", "2", "--death", "shm", "--json", str(out)],
+                           "-m", "mpi4py", str(ROOT / "jobs" / "experiments" / "fault_matrix.py"),
+                           "--reps", "1", "--timeout", "2", "--death", "shm", "--json", str(out)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=530)
     assert proc.returncode == 0, output(proc)
     rows = json.loads(out.read_text())["rows"]

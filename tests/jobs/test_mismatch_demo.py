@@ -1,4 +1,4 @@
-"""The mismatch demo (jobs/mismatch_demo.py) as a test: rank 0 passes 10 elements, rank 1 passes
+"""The mismatch demo (jobs/experiments/mismatch_demo.py) as a test: rank 0 passes 10 elements, rank 1 passes
 20, no ``validate``, a 1 s deadline; for every algorithm of every collective (and iallreduce,
 allreduce_init) every rank raises ``ArgumentMismatch`` naming both counts within 2 s -- except
 the documented bcast-root limit -- and nobody hangs (one job, bounded)."""
@@ -28,7 +28,7 @@ def test_mismatch_demo(tmp_path):
     out = tmp_path / "demo.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), MPICOLL_TIMEOUT="1", MPIEXEC_TIMEOUT=str(LIMIT))
     env.pop("MPICOLL_VALIDATE", None)
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "jobs/mismatch_demo.py",
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "jobs/experiments/mismatch_demo.py",
                            "--within", "2", "--json", str(out)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=LIMIT + 30)
     log = (proc.stdout + proc.stderr)[-4000:]

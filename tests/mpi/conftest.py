@@ -11,7 +11,7 @@
 Rank counts: every test runs at N = 1..4 (one rank, powers of two, an odd count that folds).
 A test whose subject is not the rank count carries a mark that skips it elsewhere, saying so:
 ``@pytest.mark.rank_counts(1, 2, 4)`` where nothing it calls depends on N (buffer kinds, dtypes,
-the drop-in's argument forms, the cache of plans, training; every algorithm at N = 3 is in
+the drop-in's argument forms, the cache of plans; every algorithm at N = 3 is in
 test_collectives and test_forms), ``max_ranks(4)`` for allocations (an odd count takes other
 steps), ``max_ranks(5)`` for the forms or executors agreeing. At 5 and 8 ranks (oversubscribed:
 each call ~10x slower) the run keeps the tests about the rank count itself: every algorithm

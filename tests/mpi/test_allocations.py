@@ -6,7 +6,7 @@ Python executor, with and without a timeout (and the plain call with every algor
 warm-up, two batches of calls must leave
 no more allocated after the second batch than after the first (a leak grows with the calls),
 and one call's transient peak must stay far below the buffer (no buffer-sized temporary per
-call; the persistent compiled call without a timeout under 1 KiB). ``jobs/allocations.py`` prints the same
+call; the persistent compiled call without a timeout under 1 KiB). ``tests/mpi/allocations.py`` prints the same
 measurement as a table.
 
 tracemalloc traces every thread of the process: on a loaded machine a background thread (the
@@ -15,9 +15,6 @@ inside a window. A measurement that fails on any rank is therefore taken once mo
 together, and the test asserts on the second one: a leak or a per-call temporary shows in both.
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -25,8 +22,7 @@ import mpicoll
 from mpicoll import plan
 from mpicoll.testing import agree, environment
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
-import allocations  # noqa: E402
+import allocations   # tests/mpi/allocations.py
 
 pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(4)]
 

@@ -1,11 +1,9 @@
-"""Every dtype and op under MPI, both executors, with jobs/dtype_matrix.py's checks: integers and
+"""Every dtype and op under MPI, both executors, with tests/mpi/dtype_matrix.py's checks: integers and
 bools exact against numpy, floats bitwise the in-process executor's, the same bits on every
 rank, and every refusal raised on every rank. Each dtype runs each of its ops under one
 algorithm in turn (and ``mpi``), so every algorithm meets new types and ops; the script runs
-the full matrix (``mpiexec -n N python -m mpi4py jobs/dtype_matrix.py``)."""
+the full matrix (``mpiexec -n N python -m mpi4py tests/mpi/dtype_matrix.py``)."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +14,7 @@ from mpicoll._runtime.context import state
 from mpicoll.registry import ALLREDUCE
 from mpicoll.testing import agree, environment
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
-import dtype_matrix  # noqa: E402
+import dtype_matrix  # tests/mpi/dtype_matrix.py
 
 pytestmark = [pytest.mark.mpi, pytest.mark.rank_counts(1, 2, 4)]
 OWN = [a for a in mpicoll.ALGORITHMS if ALLREDUCE[a].scheduled]     # shm: tests/mpi/test_shm.py

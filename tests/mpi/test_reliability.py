@@ -3,10 +3,8 @@ arguments into ArgumentMismatch on every rank, bad input of every kind raises cl
 ranks, or on one rank with validate=True), and a short soak of random mixed calls is right and
 bounded in memory. (Timeouts with a missing or dying rank: tests/jobs/test_faults.py.)"""
 
-import importlib.util
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +16,6 @@ from mpicoll.registry import COLLECTIVES
 from mpicoll.testing import agree, environment, exact_input, exact_result, raises_everywhere
 
 pytestmark = pytest.mark.mpi
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(collective, algorithm, comm, n=1001, dtype=np.int64, op="sum", **options):
@@ -212,11 +209,9 @@ def test_bad_environment(comm, variable, value, match):
 
 def test_short_soak(comm):
     """Up to 2,500 random mixed calls (at most ~10 s, 15 s at 8 ranks, where calls are slowest:
-    every rank count of the suite runs it; jobs/soak.py runs longer soaks), each checked against
+    every rank count of the suite runs it; tests/mpi/soak.py runs longer soaks), each checked against
     MPI's own: none wrong, resident memory flat once warm."""
-    spec = importlib.util.spec_from_file_location("soak", ROOT / "jobs" / "soak.py")
-    soak = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(soak)
+    import soak           # tests/mpi/soak.py
     summary = soak.soak(comm, calls=2500, seconds=10 if comm.size < 8 else 15, seed=comm.size)
     agree(comm, summary["wrong"] == 0, summary)
     # 16 MiB, plus what a largest call drawn only after the warm-up may leave resident: an
@@ -231,7 +226,7 @@ def test_short_soak(comm):
 def test_mismatched_count_without_validate(comm, algorithm):
     """No validate: the arguments' hash in the tags keeps the mismatched calls from matching;
     at the deadline every rank raises ArgumentMismatch naming both counts, and the communicator
-    is broken (messages may be in flight). (jobs/mismatch_demo.py: every algorithm.)"""
+    is broken (messages may be in flight). (jobs/experiments/mismatch_demo.py: every algorithm.)"""
     if comm.size == 1:
         pytest.skip("needs two ranks")
     last = comm.size - 1
@@ -245,7 +240,7 @@ def test_mismatched_count_without_validate(comm, algorithm):
 
 # ----------------------------------------------------------------------------- issue 22
 # Fail fast, never diverge: each error reaches every rank within 2 s, long before the deadline
-# (30 s here). jobs/fault_matrix.py runs every case for every algorithm and form.
+# (30 s here). jobs/experiments/fault_matrix.py runs every case for every algorithm and form.
 
 FAST = 2.0
 

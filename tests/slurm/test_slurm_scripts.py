@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "slurm").glob("*.sbatch"))
-JOBS = [ROOT / "jobs" / f"{name}.py"
+JOBS = [ROOT / "jobs" / "experiments" / f"{name}.py"
         for name in ("bench_sweep", "crossover", "scaling", "hierarchical_vs_flat", "ring_order",
                      "fabric_bytes", "fabric_bench")]
 

@@ -10,9 +10,7 @@ can differ across ranks go through ``mpicoll.testing.agree`` so every rank fails
 """
 
 import os
-import sys
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +18,6 @@ try:
     import torch  # noqa: F401
 except ImportError:                 # the main environment: nothing here to collect
     collect_ignore_glob = ["*.py"]
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 
 
 def pytest_configure(config):

@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 import mpicoll
 import mpicoll.torch
-from mpicoll.testing import agree
+from mpicoll.testing import agree, ddp_train
 
 pytestmark = pytest.mark.mpi
 
@@ -272,12 +272,16 @@ def test_subgroup(world):
 
 # ----------------------------------------------------------------------------- DDP
 
+def relative(a, b) -> float:
+    """max |a - b| / max |b|."""
+    return float((a - b).abs().max() / b.abs().max())
+
+
 def test_ddp_matches_gloo(world, gloo):
     """50 DDP steps on "mpicoll" end with Gloo's weights, to 1e-6 relative (fp32); every rank
     holds the same bits."""
-    from torch_backends import relative, train
-    ours, _ = train(steps=50)
-    theirs, _ = train(gloo, steps=50)
+    ours, _ = ddp_train(steps=50)
+    theirs, _ = ddp_train(gloo, steps=50)
     gathered = world.allgather(ours.numpy().tobytes())
     rel = relative(ours, theirs)
     agree(world, rel <= 1e-6 and len(set(gathered)) == 1,
@@ -285,12 +289,11 @@ def test_ddp_matches_gloo(world, gloo):
 
 
 def test_ddp_fixed_algorithm_is_bit_identical(world):
-    from torch_backends import train
     runs = []
     for _ in range(2):
         group = dist.new_group(backend="mpicoll",
                                pg_options=mpicoll.torch.Options(algorithm="ring"))
-        runs.append(train(group, steps=50)[0])
+        runs.append(ddp_train(group, steps=50)[0])
     agree(world, torch.equal(runs[0], runs[1]),
           f"max difference {float((runs[0] - runs[1]).abs().max()):.3e}")
 
@@ -298,9 +301,8 @@ def test_ddp_fixed_algorithm_is_bit_identical(world):
 @pytest.mark.parametrize("mode", ["bf16", "int8"])
 def test_ddp_compress_hook(world, gloo, mode):
     """The hook trains to nearly Gloo's weights; all ranks hold the same bits."""
-    from torch_backends import relative, train
-    ours, _ = train(steps=20, hook=mpicoll.torch.compress_hook(mode, error_feedback=True))
-    theirs, _ = train(gloo, steps=20)
+    ours, _ = ddp_train(steps=20, hook=mpicoll.torch.compress_hook(mode, error_feedback=True))
+    theirs, _ = ddp_train(gloo, steps=20)
     rel = relative(ours, theirs)
     gathered = world.allgather(ours.numpy().tobytes())
     agree(world, 0 < rel < 0.05 and len(set(gathered)) == 1,

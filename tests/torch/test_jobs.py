@@ -79,16 +79,15 @@ def test_torchrun_is_refused_with_the_launch_to_use(tmp_path):
 SERIALIZED = """
 import mpi4py
 mpi4py.rc.thread_level = "serialized"          # no progress thread: every call blocking
-import sys, torch, torch.distributed as dist
-sys.path.insert(0, sys.argv[1])
+import torch, torch.distributed as dist
 import mpicoll.torch
-from torch_backends import train
+from mpicoll.testing import ddp_train
 dist.init_process_group("mpicoll")
 assert dist.group.WORLD.threaded is False
 x = torch.ones(5)
 work = dist.all_reduce(x, async_op=True)
 assert work.is_completed() and float(x[0]) == dist.get_world_size()
-weights, _ = train(steps=5)
+weights, _ = ddp_train(steps=5)
 from mpi4py import MPI
 sums = MPI.COMM_WORLD.gather(float(weights.sum()), root=0)
 if dist.get_rank() == 0:
@@ -100,7 +99,6 @@ dist.destroy_process_group()
 @pytest.mark.timeout(240)
 def test_without_thread_multiple_every_call_is_blocking_and_ddp_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", SERIALIZED,
-                           str(HERE.parents[1] / "jobs")], capture_output=True, text=True,
-                          timeout=200, env=env)
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", SERIALIZED],
+                          capture_output=True, text=True, timeout=200, env=env)
     assert "serialized ok 2 1" in proc.stdout, (proc.stdout[-1000:], proc.stderr[-2000:])

@@ -267,7 +267,7 @@ def test_tune_never_records_shm(tmp_path):
 
 
 def test_tune_keys_a_sweep_across_nodes_by_its_layout_and_keeps_variant_options(tmp_path):
-    """A sweep on 4 nodes x 2 (the shaped fabric's bench, jobs/fabric_bench.py: NAME@KEY=VALUE
+    """A sweep on 4 nodes x 2 (the shaped fabric's bench, jobs/experiments/fabric_bench.py: NAME@KEY=VALUE
     variants, its fabric named) is the table's "8/2" row, with the variant's options; variants
     auto can't run (an unknown option or value) are left out."""
     path = tmp_path / "r.json"

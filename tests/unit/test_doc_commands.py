@@ -82,7 +82,7 @@ def documented() -> dict:
 
 _MB = "-b 8 -e 8 -n 3 -w 1"     # a bench at one small size, three timed calls
 # documented command -> the small form tests/jobs/test_doc_commands_run.py runs (bash, in a
-# temporary folder holding links to the checkout's jobs/, docs/ and mpicoll/)
+# temporary folder holding links to the checkout's jobs/, docs/, mpicoll/ and tests/)
 CHEAP = {
     "mpicoll --version": "mpicoll --version",
     "mpicoll trace binomial -N 5": "mpicoll trace binomial -N 5",
@@ -178,13 +178,13 @@ CHEAP = {
     "mpi -n 200 --inplace --outofplace --json docs/results/shm-inplace-np2-<run>.json":
         "mpiexec -n 2 python -m mpicoll bench -b 16K -e 16K -n 3 -w 1 "
         "-a shm,ring,recursive_halving,auto,mpi --inplace --outofplace --json shm-inplace-np2-1.json "
-        "&& python jobs/perf_tables.py --in-place shm-inplace-np2-1.json | grep -q '16 Ki'",
+        "&& python docs/generators/perf_tables.py --in-place shm-inplace-np2-1.json | grep -q '16 Ki'",
     "mpiexec -n 2 python -m mpicoll bench -b 16K -e 64M -f 4 -a ring,recursive_halving,"
     "recursive_doubling,shm,auto,mpi -n 40 --json docs/results/first-touch-$tree-allreduce-np2-"
     "$run.json":
         "tree=after run=1; mpiexec -n 2 python -m mpicoll bench -b 16K -e 16K -n 3 -w 1 "
         "-a ring,recursive_halving,recursive_doubling,shm,auto,mpi "
-        "--json first-touch-$tree-allreduce-np2-$run.json && python jobs/perf_tables.py "
+        "--json first-touch-$tree-allreduce-np2-$run.json && python docs/generators/perf_tables.py "
         "--before first-touch-after-allreduce-np2-1.json "
         "--after first-touch-after-allreduce-np2-1.json | grep -q '16 Ki'",
     "mpiexec -n 2 python -m mpicoll bench --collective reduce_scatter_block -b 16K -e 64M -f 4 "
@@ -216,82 +216,82 @@ CHEAP = {
         "--json n2_persistent_$r.json",
     "mpiexec -n 4 python -m mpicoll bench -b 8 -e 64M -f 4 -a shm,auto,mpi --json n4_$r.json":
         f"r=1; mpiexec -n 4 python -m mpicoll bench {_MB} -a shm,auto,mpi --json n4_$r.json",
-    "mpiexec -n 2 python jobs/executor_cost.py":
-        "mpiexec -n 2 python jobs/executor_cost.py --sizes 8 --calls 5",
-    "mpiexec -n 2 python jobs/remote_read_cost.py":
-        "mpiexec -n 2 python jobs/remote_read_cost.py --sizes 65536 --calls 5",
-    "mpiexec -n 2 python jobs/shm_direct.py":
-        "mpiexec -n 2 python jobs/shm_direct.py --sizes 65536 --calls 5",
-    "mpiexec -n 2 python jobs/reproducible_cost.py float32":
-        "mpiexec -n 2 python jobs/reproducible_cost.py float32 --mib 1 --calls 2",
-    "mpiexec -n 2 python jobs/reproducible_phases.py float64 --mib 1 16 64 --calls 5":
-        "mpiexec -n 2 python jobs/reproducible_phases.py float64 --mib 1 --calls 2",
-    "mpiexec -n 2 python -m mpi4py jobs/segmenting.py --sizes 4M,8M,16M,32M,64M "
-    "--segments 0,model,2M --calls 21": "mpiexec -n 2 python -m mpi4py jobs/segmenting.py "
+    "mpiexec -n 2 python jobs/experiments/executor_cost.py":
+        "mpiexec -n 2 python jobs/experiments/executor_cost.py --sizes 8 --calls 5",
+    "mpiexec -n 2 python jobs/experiments/remote_read_cost.py":
+        "mpiexec -n 2 python jobs/experiments/remote_read_cost.py --sizes 65536 --calls 5",
+    "mpiexec -n 2 python tests/internals/shm_direct.py":
+        "mpiexec -n 2 python tests/internals/shm_direct.py --sizes 65536 --calls 5",
+    "mpiexec -n 2 python jobs/experiments/reproducible_cost.py float32":
+        "mpiexec -n 2 python jobs/experiments/reproducible_cost.py float32 --mib 1 --calls 2",
+    "mpiexec -n 2 python jobs/experiments/reproducible_phases.py float64 --mib 1 16 64 --calls 5":
+        "mpiexec -n 2 python jobs/experiments/reproducible_phases.py float64 --mib 1 --calls 2",
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/segmenting.py --sizes 4M,8M,16M,32M,64M "
+    "--segments 0,model,2M --calls 21": "mpiexec -n 2 python -m mpi4py jobs/experiments/segmenting.py "
                                         "--sizes 1M --segments 0,model,256K --calls 3",
-    "mpiexec -n 4 python -m mpi4py jobs/segmenting.py --sizes 4M,16M,64M --segments 0,model "
-    "--calls 15": "mpiexec -n 4 python -m mpi4py jobs/segmenting.py --sizes 1M "
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/segmenting.py --sizes 4M,16M,64M --segments 0,model "
+    "--calls 15": "mpiexec -n 4 python -m mpi4py jobs/experiments/segmenting.py --sizes 1M "
                   "--segments 0,model --calls 3",
-    "python jobs/call_overhead.py": "python jobs/call_overhead.py --iters 200 --reps 1",
-    "python jobs/call_overhead.py --buffers --iters 10000 --reps 7":
-        "python jobs/call_overhead.py --buffers --iters 200 --reps 1",
-    "python jobs/call_overhead.py --buffers --iters 5000 --reps 7 --json "
+    "python jobs/experiments/call_overhead.py": "python jobs/experiments/call_overhead.py --iters 200 --reps 1",
+    "python jobs/experiments/call_overhead.py --buffers --iters 10000 --reps 7":
+        "python jobs/experiments/call_overhead.py --buffers --iters 200 --reps 1",
+    "python jobs/experiments/call_overhead.py --buffers --iters 5000 --reps 7 --json "
     "docs/results/call_overhead.json":
-        "python jobs/call_overhead.py --buffers --iters 200 --reps 1 --json call_overhead.json "
+        "python jobs/experiments/call_overhead.py --buffers --iters 200 --reps 1 --json call_overhead.json "
         "&& test -s call_overhead.json",
-    "python jobs/perf_tables.py --runs docs/results/perf-np2-{1,2,3}.json --persistent "
+    "python docs/generators/perf_tables.py --runs docs/results/perf-np2-{1,2,3}.json --persistent "
     "docs/results/perf-np2-persistent-{1,2,3}.json":
-        "python jobs/perf_tables.py --runs docs/results/perf-np2-{1,2,3}.json --persistent "
+        "python docs/generators/perf_tables.py --runs docs/results/perf-np2-{1,2,3}.json --persistent "
         "docs/results/perf-np2-persistent-{1,2,3}.json",
-    "python jobs/fault_matrix.py --cost": "python jobs/fault_matrix.py --cost --reps 1",
+    "python tests/internals/check_cost.py": "python tests/internals/check_cost.py --reps 1",
     'mpiexec -n 4 python -c "import numpy, numba; from mpi4py import MPI; '
     'MPI.COMM_WORLD.Barrier()"':
         'mpiexec -n 4 python -c "import numpy, numba; from mpi4py import MPI; '
         'MPI.COMM_WORLD.Barrier()"',
-    "python jobs/sim_validation.py render published docs/simulator-validation.json":
-        "python jobs/sim_validation.py render published docs/simulator-validation.json",
-    "python jobs/sim_validation.py render pipeline docs/simulator-pipeline.json":
-        "python jobs/sim_validation.py render pipeline docs/simulator-pipeline.json",
-    "mpiexec -n 4 python -m mpi4py jobs/bench_sweep.py --outdir results/x -b 8 -e 1M":
-        "mpiexec -n 2 python -m mpi4py jobs/bench_sweep.py --outdir results/x -b 8 -e 8",
+    "python docs/generators/sim_validation.py render published docs/simulator-validation.json":
+        "python docs/generators/sim_validation.py render published docs/simulator-validation.json",
+    "python docs/generators/sim_validation.py render pipeline docs/simulator-pipeline.json":
+        "python docs/generators/sim_validation.py render pipeline docs/simulator-pipeline.json",
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/bench_sweep.py --outdir results/x -b 8 -e 1M":
+        "mpiexec -n 2 python -m mpi4py jobs/experiments/bench_sweep.py --outdir results/x -b 8 -e 8",
 }
 
 # documented command -> (the file that runs it, text that file must contain)
 ELSEWHERE = {
-    "python jobs/doc_tables.py docs/performance.md":
+    "python docs/generators/doc_tables.py docs/performance.md":
         ("tests/unit/test_doc_tables.py", "doc_tables.stale"),
-    "python jobs/doc_tables.py docs/results.md": ("docs/make-results.sh", "jobs/doc_tables.py"),
-    "python jobs/doc_tables.py docs/training.md": ("docs/make-training.sh", "jobs/doc_tables.py"),
+    "python docs/generators/doc_tables.py docs/results.md": ("docs/make-results.sh", "docs/generators/doc_tables.py"),
+    "python docs/generators/doc_tables.py docs/training.md": ("docs/make-training.sh", "docs/generators/doc_tables.py"),
     "python -m mpicoll trace --update docs/algorithms.md": ("tests/unit/test_docs.py", "--update"),
     "python -c 'import mpicoll.settings as s; s.update_markdown(\"README.md\")'":
         ("tests/unit/test_layout.py", "update_markdown"),
     "mpiexec -n 3 python -m mpi4py -m pytest tests/dropin --with-mpi -q":
         ("tests/run.sh", "tests/dropin"),
-    "mpiexec -n 2 python -m mpi4py jobs/fault_matrix.py --markdown docs/reliability.md":
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/fault_matrix.py --markdown docs/reliability.md":
         ("tests/jobs/test_faults.py", "fault_matrix"),
-    "mpiexec -disable-auto-cleanup -n 3 python -m mpi4py jobs/fault_matrix.py --reps 20 --death "
+    "mpiexec -disable-auto-cleanup -n 3 python -m mpi4py jobs/experiments/fault_matrix.py --reps 20 --death "
     "shm --markdown docs/reliability.md": ("tests/jobs/test_faults.py", "--death"),
-    "mpiexec -n 4 python -m mpi4py jobs/fault_matrix.py --reps 20 --markdown docs/reliability.md":
-        ("slurm/fault_matrix.sbatch", "jobs/fault_matrix.py"),
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/fault_matrix.py --reps 20 --markdown docs/reliability.md":
+        ("slurm/fault_matrix.sbatch", "jobs/experiments/fault_matrix.py"),
     "python -m mpicoll tune docs/results/fabric-bench-veth-1g-{2x1,2x2,4x1,4x2}.json "
     "-o slurm/local/tuning-fabric-1g.json": ("slurm/local/fabric-reproduce.sh",
                                              "python -m mpicoll tune"),
     "python -m mpicoll.tools.warm": ("run.sh", "python -m mpicoll.tools.warm"),
-    "python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json":
+    "python docs/generators/sim_validation.py pipeline --json docs/simulator-pipeline.json":
         ("tests/unit/test_sim_sharing.py", "sim_validation pipeline"),
-    "mpiexec -n 2 python -m mpi4py jobs/train_dp.py --steps 300 --repeats 3 --outdir results":
-        ("tests/jobs/test_doc_examples.py", "jobs/train_dp.py"),
-    "mpiexec -n 4 python -m mpi4py jobs/train_dp.py --steps 300 --repeats 3 --outdir results":
-        ("docs/make-training.sh", "jobs/train_dp.py"),
-    "mpiexec -n N python -m mpi4py jobs/allocations.py":
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":
+        ("tests/jobs/test_doc_examples.py", "jobs/experiments/train_dp.py"),
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":
+        ("docs/make-training.sh", "jobs/experiments/train_dp.py"),
+    "mpiexec -n N python -m mpi4py tests/mpi/allocations.py":
         ("tests/mpi/test_allocations.py", "allocations"),
-    "mpiexec -n N python -m mpi4py jobs/dtype_matrix.py": ("tests/mpi/test_dtypes.py",
+    "mpiexec -n N python -m mpi4py tests/mpi/dtype_matrix.py": ("tests/mpi/test_dtypes.py",
                                                            "dtype_matrix"),
-    "python jobs/cold_start.py -n 4 --runs 3 --algorithm auto --executors compiled --dtypes "
+    "python jobs/experiments/cold_start.py -n 4 --runs 3 --algorithm auto --executors compiled --dtypes "
     "float32 | tee docs/results/first-call-np4.txt": ("docs/make-performance.sh", "cold_start.py"),
-    "python jobs/first_call.py -N 1 2 4 --runs 3 --json docs/results/first-call.json | tee "
+    "python jobs/experiments/first_call.py -N 1 2 4 --runs 3 --json docs/results/first-call.json | tee "
     "docs/results/first-call.txt":
-        ("docs/make-performance.sh", "jobs/first_call.py"),
+        ("docs/make-performance.sh", "jobs/experiments/first_call.py"),
     "mpiexec -n $n python -m mpicoll bench -b 8 -e 64M -f 4 --json "
     "docs/results/perf-np$n-$r.json": ("docs/make-performance.sh", "perf-np$n-$r.json"),
     "mpiexec -n $n python -m mpicoll bench -b 8 -e 64M -f 4 --persistent --json "
@@ -302,13 +302,13 @@ ELSEWHERE = {
     "mpiexec -n 8 python -m mpicoll bench -b 8 -e 4M -f 4 --persistent --json "
     "docs/results/perf-np8-persistent-$r.json":
         ("docs/make-performance.sh", "perf-np8-persistent-$r.json"),
-    "python jobs/sim_validation.py measured --json docs/simulator-measured.json":
+    "python docs/generators/sim_validation.py measured --json docs/simulator-measured.json":
         ("tests/unit/test_sim_validation.py", "measured"),
-    "python jobs/sim_validation.py published --json docs/simulator-validation.json":
+    "python docs/generators/sim_validation.py published --json docs/simulator-validation.json":
         ("tests/unit/test_sim_validation.py", "published"),
-    "python jobs/sim_validation.py nodes --json docs/simulator-nodes.json -o "
+    "python docs/generators/sim_validation.py nodes --json docs/simulator-nodes.json -o "
     "docs/simulator-nodes.png": ("tests/unit/test_sim_validation.py", "simulator-nodes.json"),
-    "mpiexec -n 4 python -m mpi4py jobs/hierarchical_vs_flat.py --outdir results/h "
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/hierarchical_vs_flat.py --outdir results/h "
     "--ranks-per-node 2": ("tests/slurm/test_slurm_jobs.py", "hierarchical_vs_flat"),
     "bash tests/run-slurm.sh": ("tests/run.sh", "run-slurm.sh"),
     "bash tests/run-torch.sh": ("run.sh", "tests/run-torch.sh"),
@@ -376,10 +376,10 @@ EXEMPT = {
                           "every subcommand",
     "python -m timeit": "names the module (buffers.md quotes its numbers)",
     "mpicoll simulate --fabric": "names the option",
-    "python jobs/segmenting_table.py DIR": "DIR: the folder the uncommitted runs above wrote",
-    "python jobs/fabric_report.py": "reads the fabric runs' results/ (bash slurm/local/"
+    "python docs/generators/segmenting_table.py DIR": "DIR: the folder the uncommitted runs above wrote",
+    "python docs/generators/fabric_report.py": "reads the fabric runs' results/ (bash slurm/local/"
                                     "fabric-reproduce.sh), which only the fabric helper makes",
-    "python jobs/fabric_report.py --collect-tuned results/mpicoll-fabric-<jobid>":
+    "python docs/generators/fabric_report.py --collect-tuned results/mpicoll-fabric-<jobid>":
         "reads a shaped-fabric run's results/ (bash slurm/local/fabric-reproduce.sh)",
     'MPICOLL_TUNING=$PWD/slurm/local/tuning-fabric-1g.json sbatch --wait slurm/fabric.sbatch '
     'bench --layouts "4x2 2x1 4x1 2x2"': "needs the 4-node shaped fabric (local-cluster.sh up "
@@ -399,7 +399,7 @@ EXEMPT = {
         "slurm/local/fabric-10g.json --nodes 4)",
     "sbatch slurm/fabric.sbatch stack": "needs a shaped fabric's nodes (its pairs must cross "
                                         "nodes); tests/jobs/test_cli_jobs.py runs the job",
-    "python jobs/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
+    "python jobs/experiments/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
     "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
 }
 
@@ -408,7 +408,7 @@ def test_commands_are_found():
     found = documented()
     assert len(found) > 100
     assert "mpicoll trace ring -N 4" in found
-    assert "mpiexec -n 2 python jobs/executor_cost.py" in found      # comment dropped
+    assert "mpiexec -n 2 python jobs/experiments/executor_cost.py" in found      # comment dropped
 
 
 def test_every_command_is_accounted_for():

@@ -1,5 +1,5 @@
 """Every measured table in docs/results.md, performance.md and training.md is the output of the
-command its block names, from JSON kept in docs/results/ (jobs/doc_tables.py), as
+command its block names, from JSON kept in docs/results/ (docs/generators/doc_tables.py), as
 tests/unit/test_labs.py does for labs.md: a table edited by hand, or data changed without the
 table, fails here. A table that is not a measurement is marked ``<!-- not measured -->``."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "jobs"))
+sys.path.insert(0, str(ROOT / "docs" / "generators"))   # what writes the docs' tables
 
 import doc_tables  # noqa: E402
 
@@ -30,12 +30,13 @@ def test_every_table_names_its_command(doc):
 def test_tables_are_what_their_commands_print_today(doc):
     text = (ROOT / doc).read_text()
     stale = doc_tables.stale(text)
-    assert stale == [], f"{doc}: stale tables, run python jobs/doc_tables.py {doc}: {stale}"
+    assert stale == [], \
+        f"{doc}: stale tables, run python docs/generators/doc_tables.py {doc}: {stale}"
 
 
 def test_fabric_tables_outside_the_report_are_what_their_commands_print_today():
-    """docs/fabric.md's own blocks (jobs/fabric_report.py writes the rest, between its markers):
-    auto without a table, jobs/fabric_bench.py --table."""
+    """docs/fabric.md's own blocks (docs/generators/fabric_report.py writes the rest, between its markers):
+    auto without a table, jobs/experiments/fabric_bench.py --table."""
     text = (ROOT / "docs/fabric.md").read_text()
     blocks = [m["arg"] for m in doc_tables.BLOCK.finditer(text)]
     assert any("fabric_bench.py --table" in arg for arg in blocks)
@@ -46,7 +47,7 @@ def test_the_checks_can_fail():
     text = (ROOT / "docs/training.md").read_text()
     edited = text.replace("| blocking | fp32 | 23.34 |", "| blocking | fp32 | 13.34 |", 1)
     assert edited != text
-    assert doc_tables.stale(edited) == ["python jobs/train_dp.py --table "
+    assert doc_tables.stale(edited) == ["python jobs/experiments/train_dp.py --table "
                                         "docs/results/train_dp-np4.json"]
     bare = "intro\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n<!-- not measured -->\n| c |\n|---|\n"
     assert doc_tables.unsourced(bare) == [3]

@@ -1,4 +1,4 @@
-"""jobs/fabric_report.py's run-to-run table (docs/fabric.md, *How close two runs are*): how far
+"""docs/generators/fabric_report.py's run-to-run table (docs/fabric.md, *How close two runs are*): how far
 a repeated sweep's medians are from the sweep's, and the host model's +-25 % on each."""
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "jobs"))
+sys.path.insert(0, str(ROOT / "docs" / "generators"))   # what writes the docs' tables
 
 import fabric_report  # noqa: E402
 

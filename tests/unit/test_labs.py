@@ -1,6 +1,6 @@
-"""The labs (jobs/lab_*.py) print what the seeds claim, and docs/labs.md quotes their output.
+"""The labs (jobs/labs/lab_*.py) print what the seeds claim, and docs/labs.md quotes their output.
 
-The MPI-measured lab (lab_bytes) is checked under mpiexec in tests/mpi/test_labs.py; here its
+The MPI-measured lab (lab_bytes) is run under mpiexec by tests/jobs/test_cli_jobs.py; here its
 in-process counts and its quiz arithmetic.
 """
 
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-JOBS = ROOT / "jobs"
-sys.path.insert(0, str(JOBS))
+LABS = ROOT / "jobs" / "labs"
+sys.path.insert(0, str(ROOT / "docs" / "generators"))   # what writes docs/labs.md
 
-import lab_common  # noqa: E402
+import labs_md  # noqa: E402
 
 from mpicoll.tools import trace  # noqa: E402
 
@@ -88,7 +88,7 @@ def test_trace_values_refuses_other_algorithms_and_empty_rings(capsys):
 
 @pytest.mark.timeout(60)
 def test_lab_ring_trace(tmp_path):
-    out = run(JOBS / "lab_ring_trace.py", "--json", tmp_path / "r.json", "--sweep", "9")
+    out = run(LABS / "lab_ring_trace.py", "--json", tmp_path / "r.json", "--sweep", "9")
     assert "9/9 lines as the seed's demo" in last_line(out, "lab_ring_trace")
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["identical_lines"] == 9
@@ -99,7 +99,7 @@ def test_lab_ring_trace(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_lab_checkpoint(tmp_path):
-    out = run(JOBS / "lab_checkpoint.py", "--json", tmp_path / "c.json")
+    out = run(LABS / "lab_checkpoint.py", "--json", tmp_path / "c.json")
     line = last_line(out, "lab_checkpoint")
     assert "ours 13.7 failures/day, T* = 29.0 min" in line
     assert "one failure every 105 min" in out
@@ -121,16 +121,30 @@ def test_lab_checkpoint(tmp_path):
 
 # ----------------------------------------------------------------------------- lab_bytes (no MPI)
 
-def test_lab_bytes_inprocess_counts_and_quiz():
-    import lab_bytes
-    V = lab_bytes.COUNT * 8
-    for n in range(2, 9):
-        per_rank = lab_bytes.count_inprocess(n, lab_bytes.COUNT)
+@pytest.fixture(scope="module")
+def lab_bytes_today(tmp_path_factory):
+    """``python jobs/labs/lab_bytes.py --json``, no MPI job: every N from the in-process
+    executor. (Under mpiexec: tests/jobs/test_cli_jobs.py.)"""
+    path = tmp_path_factory.mktemp("lab_bytes") / "b.json"
+    out = run(LABS / "lab_bytes.py", "--json", path)
+    assert "(in-process executor, no MPI job)" in last_line(out, "lab_bytes")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.timeout(120)
+def test_lab_bytes_inprocess_counts_and_quiz(lab_bytes_today):
+    V = lab_bytes_today["V"]
+    rows = {r["N"]: r for r in lab_bytes_today["rows"]}
+    assert sorted(rows) == list(range(2, 9))
+    for n, row in rows.items():
+        per_rank = [{k: tuple(v) for k, v in r.items()} for r in row["per_rank"]]
+        assert row["source"] == "in-process" and len(per_rank) == n
         assert {r["ring"][0] for r in per_rank} == {2 * (n - 1) * V // n}
         assert {r["naive"] for r in per_rank} == {((n - 1) * V, (n - 1) * V)}
         assert per_rank[0]["star"] == ((n - 1) * V, (n - 1) * V)
         assert {r["star"] for r in per_rank[1:]} == {(V, V)}
-    q8, q16 = lab_bytes.quiz3((8, 16))
+    quiz = {q["N"]: q for q in lab_bytes_today["quiz3"]}
+    q8, q16 = quiz[8], quiz[16]
     G = 1 << 30
     assert q8["ring_steps"] == 14 and q8["ring_bytes_per_link"] == 2 * 7 * G // 8
     assert q8["ring_s"] == pytest.approx(14 * 2e-6 + 2 * 7 / 8 * G / 25e9)
@@ -142,7 +156,7 @@ def test_lab_bytes_inprocess_counts_and_quiz():
 
 @pytest.mark.timeout(120)
 def test_lab_sockets(tmp_path):
-    out = run(JOBS / "lab_sockets.py", "--world", "3", "--count", "3001", "--hang-seconds", "1.5",
+    out = run(LABS / "lab_sockets.py", "--world", "3", "--count", "3001", "--hang-seconds", "1.5",
               "--timeout", "0.5", "--json", tmp_path / "s.json")
     last_line(out, "lab_sockets")
     res = json.loads((tmp_path / "s.json").read_text())
@@ -186,7 +200,7 @@ def test_socket_executor_names_a_wrong_length():
 
 @pytest.mark.timeout(120)
 def test_lab_crossover(tmp_path):
-    out = run(JOBS / "lab_crossover.py", "--json", tmp_path / "x.json")
+    out = run(LABS / "lab_crossover.py", "--json", tmp_path / "x.json")
     assert "ours ring latency 28 us" in last_line(out, "lab_crossover")
     res = json.loads((tmp_path / "x.json").read_text())
     assert all(t["latency_s"] == pytest.approx(28e-6) for t in res["ring_terms"])
@@ -200,7 +214,7 @@ def test_lab_crossover(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_lab_rails(tmp_path):
-    out = run(JOBS / "lab_rails.py", "--json", tmp_path / "r.json")
+    out = run(LABS / "lab_rails.py", "--json", tmp_path / "r.json")
     assert "ours 2 vs 0 cross-rail hops, 5 vs 50 GB/s" in last_line(out, "lab_rails")
     res = json.loads((tmp_path / "r.json").read_text())
     rank, rail = res["orders"]["rank"], res["orders"]["rail"]
@@ -215,7 +229,7 @@ def test_lab_rails(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_lab_placement_small(tmp_path):
-    out = run(JOBS / "lab_placement.py", "--max-nodes", "8", "--json", tmp_path / "p.json")
+    out = run(LABS / "lab_placement.py", "--max-nodes", "8", "--json", tmp_path / "p.json")
     line = last_line(out, "lab_placement")
     assert "ours TP 16 MiB 6.2x slower across 8 nodes (transfer 9.0x" in line
     assert "bubble 27.3% counted = 3/11; a dead node takes out 32 vs 256 GPUs" in line
@@ -248,36 +262,11 @@ def test_lab_placement_small(tmp_path):
     assert small == res["hierarchical"]["rows"], "docs/labs/lab_placement.json is stale"
 
 
-@pytest.mark.parametrize("p, m", [(1, 1), (2, 3), (4, 8), (5, 2), (8, 32)])
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
-@pytest.mark.parametrize("tf, tb", [(1.0, 1.0), (1.0, 2.0), (0.3, 1.1)])
-def test_pipeline_schedule_count_is_the_bubble_formula(schedule, p, m, tf, tb):
-    import lab_placement
-    run_ = lab_placement.pipeline(schedule, p, m, tf, tb)
-    assert run_["span"] == pytest.approx((m + p - 1) * (tf + tb))
-    assert run_["bubble"] == pytest.approx(lab_placement.bubble(p, m))
-    for s, ops in enumerate(run_["timeline"]):          # every stage runs every op once
-        assert sorted((k, j) for k, j, _, _ in ops) == sorted(
-            [("B", j) for j in range(m)] + [("F", j) for j in range(m)])
-        assert all(a[3] <= b[2] + 1e-12 for a, b in zip(ops, ops[1:]))   # one at a time
-
-
-def test_placement_mappings_put_tp_where_they_say():
-    import lab_placement
-    for placement, spans in (("tp-inside", 1), ("tp-across", 8)):
-        m = lab_placement.mapping(placement, 64, 8, 4)
-        groups = {}
-        for rank, (d, s, t) in enumerate(m):
-            groups.setdefault((d, s), set()).add(rank // 8)
-        assert len(groups) == 64 * 8 // 8 and {len(g) for g in groups.values()} == {spans}
-        assert m[:, 0].max() == 64 * 8 // 32 - 1
-
-
 # ----------------------------------------------------------------------------- lab 6: straggler
 
 @pytest.mark.timeout(120)
 def test_lab_straggler_small(tmp_path):
-    out = run(JOBS / "lab_straggler.py", "--samples", "30", "--max-n", "512", "--json",
+    out = run(LABS / "lab_straggler.py", "--samples", "30", "--max-n", "512", "--json",
               tmp_path / "s.json")
     assert "ours 25 per step, P(none) = 1.4e-11" in last_line(out, "lab_straggler")
     res = json.loads((tmp_path / "s.json").read_text())
@@ -300,7 +289,7 @@ def test_recorded_lab_straggler_reaches_the_tail():
 
 @pytest.mark.timeout(180)
 def test_lab_ladder_runs(tmp_path):
-    out = run(JOBS / "lab_ladder.py", "--iters", "200", "--nagle-iters", "2", "--json",
+    out = run(LABS / "lab_ladder.py", "--iters", "200", "--nagle-iters", "2", "--json",
               tmp_path / "l.json", timeout=170)
     line = last_line(out, "lab_ladder")
     assert "seed ~17 us TCP vs ~0.6 us shared memory" in line
@@ -318,20 +307,20 @@ RECORDED = ROOT / "docs/labs"
 
 def test_labs_md_blocks_are_current():
     text = LABS_MD.read_text()
-    names = [m["name"] for m in lab_common.BLOCK.finditer(text)]
+    names = [m["name"] for m in labs_md.BLOCK.finditer(text)]
     assert {"trace_values", "lab_ring_trace", "lab_bytes", "lab_checkpoint", "lab_crossover",
             "lab_rails", "lab_straggler", "lab_ladder", "lab_sockets",
             "lab_placement"} <= set(names)
-    assert lab_common.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
+    assert labs_md.fill(text, RECORDED) == text, "stale docs/labs.md: run bash docs/make-labs.sh"
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name, args", [
     ("trace_values", ["-m", "mpicoll", "trace", "ring", "-N", "4", "--values"]),
-    ("lab_ring_trace", [JOBS / "lab_ring_trace.py"]),
-    ("lab_checkpoint", [JOBS / "lab_checkpoint.py"]),
-    ("lab_rails", [JOBS / "lab_rails.py"]),
-    ("lab_crossover", [JOBS / "lab_crossover.py"]),
+    ("lab_ring_trace", [LABS / "lab_ring_trace.py"]),
+    ("lab_checkpoint", [LABS / "lab_checkpoint.py"]),
+    ("lab_rails", [LABS / "lab_rails.py"]),
+    ("lab_crossover", [LABS / "lab_crossover.py"]),
 ])
 def test_recorded_output_is_what_the_code_prints_today(name, args):
     """Labs whose output does not depend on timing: the recorded output must be today's
@@ -341,17 +330,17 @@ def test_recorded_output_is_what_the_code_prints_today(name, args):
             line for line in text.splitlines(keepends=True)
             if not line.startswith("this machine (")))
 
-    assert run(*args) == simulated(lab_common.recorded(RECORDED, name)), \
+    assert run(*args) == simulated(labs_md.recorded(RECORDED, name)), \
         f"docs/labs/{name}.txt is stale: run bash docs/make-labs.sh"
 
 
-def test_recorded_lab_bytes_matches_todays_counts():
-    import lab_bytes
+@pytest.mark.timeout(120)
+def test_recorded_lab_bytes_matches_todays_counts(lab_bytes_today):
     res = json.loads((RECORDED / "lab_bytes.json").read_text())
-    assert res["V"] == lab_bytes.COUNT * 8
+    assert res["V"] == lab_bytes_today["V"]
+    today = {r["N"]: r["per_rank"] for r in lab_bytes_today["rows"]}
     for row in res["rows"]:
-        counted = lab_bytes.count_inprocess(row["N"], lab_bytes.COUNT)
-        assert [{k: list(v) for k, v in r.items()} for r in counted] == row["per_rank"], row["N"]
+        assert today[row["N"]] == row["per_rank"], row["N"]
         if row["source"] == "MPI":
             assert row["mpi_equals_inprocess"], f"N={row['N']}: MPI counted other bytes"
-    assert res["quiz3"] == json.loads(json.dumps(lab_bytes.quiz3()))
+    assert res["quiz3"] == lab_bytes_today["quiz3"]

@@ -58,6 +58,22 @@ def test_the_walk_sees_imports():
     assert "mpicoll._runtime.call" in GRAPH["mpicoll.api"]
 
 
+def test_jobs_use_the_public_api():
+    """jobs/ (labs and experiments) import no private module of mpicoll: what a job needs of
+    the runtime comes through mpicoll.testing (nodes, traffic, exit_in_next_call); timers of
+    private steps sit in tests/internals/."""
+    private = []
+    for path in sorted((ROOT / "jobs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            private += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                        if n.startswith("mpicoll.") and any(part.startswith("_")
+                                                            for part in n.split(".")[1:])]
+    assert len(list((ROOT / "jobs").rglob("*.py"))) > 30          # the walk found the jobs
+    assert private == []
+
+
 def test_no_import_cycle():
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
 
@@ -119,8 +135,9 @@ def test_every_variable_is_declared():
     """Every MPICOLL_* name in the code, scripts and docs is in the settings table, and every
     library variable the package reads goes through it (no os.environ lookups elsewhere)."""
     declared = {s.name for s in settings.LIBRARY + settings.SCRIPTS}
-    files = [p for pattern in ("mpicoll/**/*.py", "tests/**/*.py", "tests/*.sh", "jobs/*.py",
-                               "slurm/**/*", "run.sh", ".ci/run", "docs/*.md", "README.md")
+    files = [p for pattern in ("mpicoll/**/*.py", "tests/**/*.py", "tests/*.sh", "jobs/**/*.py",
+                               "docs/generators/*.py", "slurm/**/*", "run.sh", ".ci/run",
+                               "docs/*.md", "README.md")
              for p in ROOT.glob(pattern) if p.is_file()]
     used = {name for p in files for name in re.findall(r"MPICOLL_[A-Z_]*[A-Z]", p.read_text())}
     misspelled = {"MPICOLL_TIMOUT", "MPICOLL_SEGMENT_BYTE", "MPICOLL_ZZZZ"}   # test_bad_settings

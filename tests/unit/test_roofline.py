@@ -1,4 +1,5 @@
-"""jobs/stream.py (the memory-bandwidth probe) and jobs/roofline.py (busbw against it)."""
+"""jobs/experiments/stream.py (the memory-bandwidth probe) and docs/generators/roofline.py
+(busbw against it)."""
 
 import json
 import os
@@ -9,10 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "jobs"))
+sys.path.insert(0, str(ROOT / "docs" / "generators"))   # what writes the docs' tables
 
 import roofline  # noqa: E402
-import stream  # noqa: E402
 
 
 def run(*args, timeout=120):
@@ -25,8 +25,8 @@ def run(*args, timeout=120):
 @pytest.mark.timeout(120)
 def test_stream_probe_and_roofline_plot(tmp_path):
     """A tiny probe (in the cache: it says so) and a plot from a two-rank bench record set."""
-    proc = run(ROOT / "jobs/stream.py", "--elements", "2^14", "--repeat", "2", "--threads", "1",
-               "--json", tmp_path / "s.json")
+    proc = run(ROOT / "jobs/experiments/stream.py", "--elements", "2^14", "--repeat", "2",
+               "--threads", "1", "--json", tmp_path / "s.json")
     assert "memory-bandwidth ceiling:" in proc.stdout and "measures the cache" in proc.stderr
     s = json.loads((tmp_path / "s.json").read_text())
     rates = [r["GBps"] for impl in s["results"].values() for r in impl.values()]
@@ -38,7 +38,7 @@ def test_stream_probe_and_roofline_plot(tmp_path):
                          for a, size, t in [("ring", 1 << 20, 500.0), ("mpi", 1 << 20, 250.0),
                                             ("ring", 1 << 10, 10.0), ("mpi", 1 << 10, 20.0)]]}
     (tmp_path / "b.json").write_text(json.dumps(bench))
-    out = run(ROOT / "jobs/roofline.py", tmp_path / "b.json", tmp_path / "s.json", "-o",
+    out = run(ROOT / "docs/generators/roofline.py", tmp_path / "b.json", tmp_path / "s.json", "-o",
               tmp_path / "r.png").stdout
     assert (tmp_path / "r.png").stat().st_size > 0 and "ring" in out
 
@@ -59,7 +59,9 @@ def test_roofline_busbw_uses_the_bus_factor():
     assert row["best_of_ceiling"] == pytest.approx(1.5)
 
 
-def test_stream_element_counts():
-    assert stream.elements_arg("2^25") == 1 << 25 and stream.elements_arg("1000") == 1000
-    with pytest.raises(Exception, match="positive"):
-        stream.elements_arg("0")
+def test_stream_refuses_a_count_below_one():
+    """``--elements`` is a count (``1000``, ``2^14``: the probe above) of at least one."""
+    proc = subprocess.run([sys.executable, str(ROOT / "jobs/experiments/stream.py"), "--elements",
+                           "0"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 2 and "needs a positive count, got '0'" in proc.stderr, proc.stderr

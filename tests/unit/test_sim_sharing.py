@@ -254,7 +254,7 @@ def test_pipeline_table_in_the_doc_is_the_json_and_today():
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
-    sys.path.insert(0, str(root / "jobs"))
+    sys.path.insert(0, str(root / "docs" / "generators"))
     import sim_validation
     doc = (root / "docs" / "simulator.md").read_text()
     rows = json.loads((root / "docs" / "simulator-pipeline.json").read_text())
@@ -262,7 +262,7 @@ def test_pipeline_table_in_the_doc_is_the_json_and_today():
     assert begin in doc and end in doc
     assert doc.split(begin, 1)[1].split(end, 1)[0].strip("\n") == \
         sim_validation.render_pipeline(rows), \
-        "stale: python jobs/sim_validation.py pipeline --json docs/simulator-pipeline.json"
+        "stale: python docs/generators/sim_validation.py pipeline --json docs/simulator-pipeline.json"
     today = sim_validation.pipeline_rows(sim_validation.PIPELINE[:1], ("ring",), (1, 2, 4))
     assert (today[0]["outer"], today[0]["bytes"]) == (rows[0]["outer"], rows[0]["bytes"])
     assert today[0]["time"] == pytest.approx(rows[0]["time"][:3], rel=1e-9)

@@ -1,0 +1,326 @@
+"""Data-parallel training of a small MLP with mpicoll's gradient buckets: correctness and the
+cost of communication, blocking vs bucketed overlap, and each compression mode.
+
+    mpiexec -n 4 python -m mpi4py jobs/experiments/train_dp.py [--steps 300] [--batch 512] [--width 512]
+        [--lr 0.05] [--bucket-kib 256] [--repeats 1] [--outdir DIR]
+
+The task (generated, seeded, shipped with the code): 16384 samples of 32 Gaussian features,
+labelled by a random "teacher" MLP (10 classes). The model: 32 -> width -> width -> 10, ReLU,
+softmax cross-entropy, plain SGD; forward and backward written by hand in numpy, fp32. Each
+rank takes B/N samples of the global batch of B; gradients are averaged through
+``mpicoll.Buckets``, so N ranks follow the same trajectory as one process on batch B
+(tests/jobs/test_training.py checks it to 1e-5, with this job's JSON).
+
+For each configuration the job prints: the mean step time of the slowest rank, split into
+compute (forward and backward), exposed communication (time inside ``ready``/``wait``, i.e.
+not hidden behind compute; it includes waiting for a slower rank), and the rest (SGD update,
+batch slicing); the wire bytes per step (this rank's ``bytes_sent``); and
+the loss on the first 4096 training samples after the last step; and how far the weights are
+from one process's on the whole batch, |w - w1| / |w1| over all weights (fp32: summation order
+only; compressed: the rounding on the wire). Before the table, an overlap probe: a 4 MiB
+all-reduce blocking, a numba loop alone, and the loop with an ``iallreduce`` in flight. Configurations:
+
+* ``blocking``: one bucket, all-reduced after the whole backward pass (no overlap);
+* ``bucketed``: ``--bucket-kib`` buckets, each started as soon as its gradients exist;
+* ``bucketed`` with ``compress`` = bf16, fp16, int8 with error feedback, int8 without.
+
+Writes DIR/train_dp.json (default results/); besides the table's columns it keeps, per
+configuration, the largest per-array difference from one process's weights
+(``max_param_difference``) and whether every rank ends with the same bits (``same_bits``), and
+how far one process's weights moved from the start (``single_moved``).
+``python jobs/experiments/train_dp.py --table JSON`` prints the table of a recorded run
+(docs/training.md's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")        # one BLAS thread per rank: the ranks share cores
+
+import numpy as np                          # noqa: E402
+
+SAMPLES, FEATURES, CLASSES, EVAL = 16384, 32, 10, 4096
+
+
+# ----------------------------------------------------------------------------- data and model
+
+def make_data(seed: int = 0):
+    """(X, y): Gaussian features labelled by a random teacher MLP (plus a little noise)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((SAMPLES, FEATURES)).astype(np.float32)
+    t1 = rng.standard_normal((FEATURES, 64)) / np.sqrt(FEATURES)
+    t2 = rng.standard_normal((64, CLASSES)) / 8.0
+    logits = np.maximum(X @ t1, 0) @ t2 + 0.1 * rng.standard_normal((SAMPLES, CLASSES))
+    return X, logits.argmax(1).astype(np.int64)
+
+
+def init_params(width: int, seed: int = 1) -> list:
+    """[W1, b1, W2, b2, W3, b3], fp32, He-initialised."""
+    rng = np.random.default_rng(seed)
+    sizes = [(FEATURES, width), (width, width), (width, CLASSES)]
+    params = []
+    for fan_in, fan_out in sizes:
+        params.append((rng.standard_normal((fan_in, fan_out)) * np.sqrt(2 / fan_in))
+                      .astype(np.float32))
+        params.append(np.zeros(fan_out, np.float32))
+    return params
+
+
+def loss_of(params, X, y) -> float:
+    W1, b1, W2, b2, W3, b3 = params
+    h = np.maximum(np.maximum(X @ W1 + b1, 0) @ W2 + b2, 0)
+    z = h @ W3 + b3
+    z = z - z.max(1, keepdims=True)
+    return float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(len(y)), y]))
+
+
+def forward_backward(params, X, y, grads, ready) -> float:
+    """Loss of the batch; writes d(mean loss)/d(param i) into grads[i], calling ready(i) as
+    soon as each is written (last layer first, as a backward pass produces them)."""
+    W1, b1, W2, b2, W3, b3 = params
+    z1 = X @ W1 + b1
+    h1 = np.maximum(z1, 0)
+    z2 = h1 @ W2 + b2
+    h2 = np.maximum(z2, 0)
+    z = h2 @ W3 + b3
+    z -= z.max(1, keepdims=True)
+    p = np.exp(z)
+    s = p.sum(1, keepdims=True)
+    rows = np.arange(len(y))
+    loss = float(np.mean(np.log(s[:, 0]) - z[rows, y]))
+    p /= s
+    p[rows, y] -= 1
+    p /= len(y)                                         # d loss / d logits
+    np.matmul(h2.T, p, out=grads[4]); ready(4)          # noqa: E702
+    np.sum(p, axis=0, out=grads[5]); ready(5)           # noqa: E702
+    d2 = p @ W3.T
+    d2 *= z2 > 0
+    np.matmul(h1.T, d2, out=grads[2]); ready(2)         # noqa: E702
+    np.sum(d2, axis=0, out=grads[3]); ready(3)          # noqa: E702
+    d1 = d2 @ W2.T
+    d1 *= z1 > 0
+    np.matmul(X.T, d1, out=grads[0]); ready(0)          # noqa: E702
+    np.sum(d1, axis=0, out=grads[1]); ready(1)          # noqa: E702
+    return loss
+
+
+# ----------------------------------------------------------------------------- training
+
+def train(comm=None, *, steps: int, batch: int, width: int = 512, lr: float = 0.1,
+          mode: str = "bucketed", bucket_bytes: int = 256 << 10, compress=None,
+          error_feedback: bool = False, seed: int = 0, data=None) -> dict:
+    """Train for ``steps``; ``comm=None`` is one process on the whole batch (no mpicoll).
+
+    Returns {"params", "losses" (this rank's batch losses), "times" (per step: total,
+    compute, comm), "bytes_sent" (this rank, whole run), "final_loss"}.
+    """
+    import mpicoll
+    from mpicoll.testing import traffic
+
+    X, y = make_data(seed) if data is None else data
+    params = init_params(width, seed + 1)
+    size, rank = (1, 0) if comm is None else (comm.Get_size(), comm.Get_rank())
+    if batch % size:
+        raise ValueError(f"batch {batch} is not a multiple of the {size} ranks")
+    local = batch // size
+    order = np.random.default_rng(seed + 2).permutation(SAMPLES)
+    if comm is None:
+        grads = [np.empty_like(p) for p in params]
+        buckets = None
+    else:
+        one = mode == "blocking"
+        buckets = mpicoll.Buckets(params, (1 << 62) if one else bucket_bytes, average=True,
+                                  comm=comm, compress=compress, error_feedback=error_feedback,
+                                  gradient_as_bucket_view=True)
+        grads = buckets.grads
+    comm_time = 0.0
+
+    def ready(i):
+        nonlocal comm_time
+        if buckets is not None and mode != "blocking":
+            t = time.perf_counter()
+            buckets.ready(i)
+            comm_time += time.perf_counter() - t
+
+    sent0 = traffic(comm)["bytes_sent"] if comm is not None else 0
+    losses, times = [], []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        comm_time = 0.0
+        start = (step * batch) % SAMPLES
+        idx = order[start + rank * local:start + (rank + 1) * local]
+        xb, yb = X[idx], y[idx]
+        t1 = time.perf_counter()
+        losses.append(forward_backward(params, xb, yb, grads, ready))
+        t2 = time.perf_counter()
+        compute = t2 - t1 - comm_time
+        if buckets is not None:
+            if mode == "blocking":
+                for i in range(len(params)):
+                    buckets.ready(i)
+            buckets.wait()
+        t3 = time.perf_counter()
+        comm_time += t3 - t2
+        for p, g in zip(params, grads):
+            p -= lr * g
+        times.append((time.perf_counter() - t0, compute, comm_time))
+    sent = (traffic(comm)["bytes_sent"] - sent0) if comm is not None else 0
+    return {"params": params, "losses": losses, "times": np.array(times), "bytes_sent": sent,
+            "final_loss": loss_of(params, X[:EVAL], y[:EVAL])}
+
+
+def relative_difference(a: list, b: list) -> float:
+    """max over parameters of |a - b| / |b| (Frobenius norms)."""
+    return max(float(np.linalg.norm(x - y) / np.linalg.norm(y)) for x, y in zip(a, b))
+
+
+def same_bits(comm, params: list) -> bool:
+    """Whether every rank of ``comm`` holds these weights bit for bit."""
+    mine = hashlib.sha256(b"".join(p.tobytes() for p in params)).digest()
+    return len(set(comm.allgather(mine))) == 1
+
+
+def drift(a: list, b: list) -> float:
+    """|a - b| / |b| over all parameters together."""
+    return float(np.sqrt(sum(np.sum((x - y) ** 2, dtype=np.float64) for x, y in zip(a, b)) /
+                         sum(np.sum(y ** 2, dtype=np.float64) for y in b)))
+
+
+def overlap_probe(comm, count: int = 1 << 20, repeats: int = 20) -> dict:
+    """Medians over ``repeats`` (slowest rank) of: a blocking all-reduce of ``count`` fp32; a
+    nogil numba loop alone; and the loop with an ``iallreduce`` in flight, then ``wait``."""
+    import mpicoll
+    from numba import njit
+
+    @njit(nogil=True, cache=False)
+    def busy(x, rounds):
+        for _ in range(rounds):
+            for i in range(x.shape[0]):
+                x[i] = 0.5 * x[i] + 1.0
+
+    buf, x = np.ones(count, np.float32), np.zeros(1 << 16)
+    busy(x, 1)
+    mpicoll.allreduce(buf, comm=comm)
+    t = time.perf_counter()
+    busy(x, 50)
+    rounds = max(1, int(50 * 0.01 / (time.perf_counter() - t)))    # about 10 ms of compute
+
+    def timed(fn):
+        times = []
+        for _ in range(repeats):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return max(comm.allgather(float(np.median(times))))
+
+    def both():
+        req = mpicoll.iallreduce(buf, comm=comm)
+        busy(x, rounds)
+        req.wait()
+
+    return {"count": count, "comm": timed(lambda: mpicoll.allreduce(buf, comm=comm)),
+            "compute": timed(lambda: busy(x, rounds)), "both": timed(both)}
+
+
+# ----------------------------------------------------------------------------- the job
+
+CONFIGS = [("blocking", None, False), ("bucketed", None, False), ("bucketed", "bf16", False),
+           ("bucketed", "fp16", False), ("bucketed", "int8", True), ("bucketed", "int8", False)]
+
+
+def table(rows: list[dict]) -> str:
+    """The markdown table of the rows (docs/training.md quotes it: ``--table JSON``)."""
+    out = ["| mode | wire format | step ms | compute ms | exposed comm ms | rest ms | "
+           "wire KiB/step/rank | final loss | weights vs 1 process |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {w['mode']} | {w['compress']} | {w['step_ms']:.2f} | {w['compute_ms']:.2f} | "
+            f"{w['comm_ms']:.2f} | {w['rest_ms']:.2f} | {w['wire_bytes_per_step'] / 1024:.1f} | "
+            f"{w['final_loss']:.4f} | {w['drift']:.1e} |" for w in rows]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    import sys
+    if sys.argv[1:2] == ["--table"]:            # the table of a recorded run; no MPI
+        import json
+        print(table(json.loads(Path(sys.argv[2]).read_text())["rows"]), end="")
+        return
+    from _util import outdir, parser, say, write_json
+    from mpi4py import MPI
+
+    from mpicoll.executors import progress
+
+    ap = parser(__doc__)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--bucket-kib", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run every configuration this many times, interleaved; report the "
+                         "run with the median mean step time")
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    size = comm.Get_size()
+    data = make_data(0)
+    common = dict(steps=args.steps, batch=args.batch, width=args.width, lr=args.lr,
+                  bucket_bytes=args.bucket_kib << 10, data=data)
+    say(f"# train_dp: {size} ranks, batch {args.batch} ({args.batch // size} per rank), "
+        f"width {args.width}, {args.steps} steps, lr {args.lr}, buckets of {args.bucket_kib} KiB; "
+        f"MPI thread level {MPI.Query_thread()} (MULTIPLE = {MPI.THREAD_MULTIPLE}), "
+        f"progress: {progress.mode()}")
+    single = train(None, **common)
+    say(f"# one process on the whole batch: final loss {single['final_loss']:.4f}")
+    train(comm, **{**common, "steps": 5})                   # warm-up: compile, first calls
+    for c in CONFIGS[2:]:
+        train(comm, **{**common, "steps": 2}, mode=c[0], compress=c[1], error_feedback=c[2])
+    runs = {c: [] for c in CONFIGS}
+    for _ in range(args.repeats):
+        for c in CONFIGS:
+            comm.Barrier()
+            runs[c].append(train(comm, **common, mode=c[0], compress=c[1], error_feedback=c[2]))
+    rows = []
+    for (mode, compress, ef), results in runs.items():
+        # per rank the mean over steps of (total, compute, comm); then the slowest rank's
+        stats = [max(comm.allgather(r["times"].mean(axis=0)), key=lambda t: t[0])
+                 for r in results]
+        k = int(np.argsort([s[0] for s in stats])[len(stats) // 2])
+        r, (total, compute, exposed) = results[k], stats[k]
+        name = compress or "fp32"
+        if compress == "int8":
+            name += " + EF" if ef else " no EF"
+        rows.append({"mode": mode, "compress": name, "step_ms": 1e3 * total,
+                     "compute_ms": 1e3 * compute, "comm_ms": 1e3 * exposed,
+                     "rest_ms": 1e3 * (total - compute - exposed),
+                     "wire_bytes_per_step": r["bytes_sent"] / args.steps,
+                     "final_loss": r["final_loss"],
+                     "drift": drift(r["params"], single["params"]),
+                     "max_param_difference": relative_difference(r["params"], single["params"]),
+                     "same_bits": same_bits(comm, r["params"])})
+    probe = overlap_probe(comm)
+    hidden = (probe["comm"] + probe["compute"] - probe["both"]) / probe["comm"]
+    say(f"\noverlap probe, all-reduce of {probe['count'] * 4 >> 20} MiB fp32: blocking "
+        f"{1e3 * probe['comm']:.2f} ms, numba compute alone {1e3 * probe['compute']:.2f} ms, "
+        f"compute with the iallreduce in flight then wait {1e3 * probe['both']:.2f} ms "
+        f"(sum of the two: {1e3 * (probe['comm'] + probe['compute']):.2f} ms; "
+        f"{100 * hidden:.0f} % of the communication hidden)")
+    say("\n" + table(rows).rstrip("\n"))
+    say(f"\none process on batch {args.batch}: final loss {single['final_loss']:.4f}")
+    if comm.Get_rank() == 0:
+        write_json(outdir(args.outdir) / "train_dp.json",
+                   {"args": {k: str(v) for k, v in vars(args).items()}, "ranks": size,
+                    "single_final_loss": single["final_loss"],
+                    "single_moved": relative_difference(init_params(args.width, 1),
+                                                        single["params"]),
+                    "rows": rows,
+                    "overlap_probe": probe})
+
+
+if __name__ == "__main__":
+    main()
