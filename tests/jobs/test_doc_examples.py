@@ -1,5 +1,6 @@
-"""The examples in README.md, docs/guide.md and docs/buffers.md that are marked ``<!-- example: NAME ... -->``
-run as written, under ``mpiexec -n 3``, and their own asserts pass."""
+"""The examples in README.md, docs/guide.md and docs/buffers.md that are marked
+``<!-- example: NAME ... -->`` run as written, under ``mpiexec -n 3``, and their own asserts
+pass."""
 
 import os
 import re
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.timeout(300)
 
 MARKED = re.compile(r"<!-- example: (?P<name>[\w-]+)[^\n]*-->\n```python\n(?P<code>.*?)```",
                     re.S)
-EXAMPLES = {f"{doc}:{m['name']}": m["code"] for doc in ("README.md", "docs/guide.md", "docs/buffers.md")
+EXAMPLES = {f"{doc}:{m['name']}": m["code"]
+            for doc in ("README.md", "docs/guide.md", "docs/buffers.md")
             for m in MARKED.finditer((ROOT / doc).read_text())}
 
 

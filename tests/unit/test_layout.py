@@ -1,6 +1,6 @@
 """The package's structure: tools import the library and never the reverse, no import cycle,
 algorithms are asked what they need (not compared by name), and one table declares every
-``MPICOLL_*`` variable, which README's tables quote."""
+``MPICOLL_*`` variable, which docs/reference/settings.md's tables quote."""
 
 import ast
 import re
