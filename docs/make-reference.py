@@ -31,7 +31,11 @@ def api_page() -> str:
              "module is named in each heading. How to use them: [the guide](../guide.md); "
              "their semantics in depth: [algorithms](../algorithms.md), "
              "[buffers](../buffers.md), [reliability](../reliability.md), "
-             "[training](../training.md).\n"]
+             "[training](../training.md).\n",
+             # the package's and the API module's own docstrings first: the calls' docstrings
+             # point to them ("see the module's doc")
+             "::: mpicoll\n    options:\n      members: false\n",
+             "::: mpicoll.api\n    options:\n      members: false\n"]
     for name in mpicoll.__all__:
         if name == "__version__":
             lines.append(f"## `mpicoll.__version__`\n\nThe version string "
