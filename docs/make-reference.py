@@ -3,7 +3,7 @@
 - docs/reference/api.md: one mkdocstrings entry per name in ``mpicoll.__all__`` (the docs
   build renders each from its docstring);
 - docs/reference/settings.md: every ``MPICOLL_*`` variable, from ``mpicoll/settings.py``'s
-  tables (``settings.update_markdown``);
+  tables (``settings.markdown_table``, between the page's ``<!-- settings: ... -->`` marks);
 - docs/reference/cli.md: ``mpicoll --help`` and every command's ``mpicoll COMMAND -h``, as
   printed.
 
@@ -58,7 +58,9 @@ def settings_page() -> str:
 
 
 def _help(*args: str) -> str:
-    env = dict(os.environ, COLUMNS="100", PYTHONPATH=str(ROOT))
+    # as a user with no MPICOLL_* settings and a 100-column terminal sees it, wherever it runs
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MPICOLL_")}
+    env.update(COLUMNS="100", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "mpicoll", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"mpicoll {' '.join(args)}: {proc.stderr}"
