@@ -31,7 +31,9 @@ def api_page() -> str:
              "module is named in each heading. How to use them: [the guide](../guide.md); "
              "their semantics in depth: [algorithms](../algorithms.md), "
              "[buffers](../buffers.md), [reliability](../reliability.md), "
-             "[training](../training.md).\n",
+             "[training](../training.md). (Read as plain markdown, e.g. on GitHub, this page "
+             "shows only where each entry comes from: the site renders them, `mkdocs serve` or "
+             "`mkdocs build` with the `docs` extra.)\n",
              # the package's and the API module's own docstrings first: the calls' docstrings
              # point to them ("see the module's doc")
              "::: mpicoll\n    options:\n      members: false\n",
