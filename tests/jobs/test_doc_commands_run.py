@@ -50,7 +50,7 @@ def test_documented_command_runs(documented, tmp_path):
 
 
 def test_every_subcommand_has_help(tmp_path):
-    """README's `mpicoll COMMAND -h`, for each COMMAND."""
+    """The user guide's `mpicoll COMMAND -h`, for each COMMAND."""
     for sub in SUBCOMMANDS:
         proc = run(f"mpicoll {sub} -h", tmp_path, timeout=60)
         assert proc.returncode == 0 and "usage:" in proc.stdout, (sub, proc.stderr[-1500:])

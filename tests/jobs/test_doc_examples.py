@@ -1,5 +1,6 @@
-"""The examples in README.md and docs/buffers.md that are marked ``<!-- example: NAME ... -->``
-run as written, under ``mpiexec -n 3``, and their own asserts pass."""
+"""The examples in README.md, docs/guide.md and docs/buffers.md that are marked
+``<!-- example: NAME ... -->`` run as written, under ``mpiexec -n 3``, and their own asserts
+pass."""
 
 import os
 import re
@@ -14,12 +15,13 @@ pytestmark = pytest.mark.timeout(300)
 
 MARKED = re.compile(r"<!-- example: (?P<name>[\w-]+)[^\n]*-->\n```python\n(?P<code>.*?)```",
                     re.S)
-EXAMPLES = {f"{doc}:{m['name']}": m["code"] for doc in ("README.md", "docs/buffers.md")
+EXAMPLES = {f"{doc}:{m['name']}": m["code"]
+            for doc in ("README.md", "docs/guide.md", "docs/buffers.md")
             for m in MARKED.finditer((ROOT / doc).read_text())}
 
 
 def test_the_examples_are_found():
-    assert {"README.md:readme", "docs/buffers.md:drop-in"} <= set(EXAMPLES)
+    assert {"README.md:readme", "docs/guide.md:guide", "docs/buffers.md:drop-in"} <= set(EXAMPLES)
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))

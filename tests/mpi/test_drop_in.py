@@ -542,7 +542,7 @@ def test_fallback_hands_what_mpicoll_cannot_run_to_mpi(comm):
 
 
 def test_an_algorithm_name_applies_where_it_exists(comm):
-    """``comm.algorithm = "recursive_doubling"`` (the README's): all-reduce and all-gather run
+    """``comm.algorithm = "recursive_doubling"`` (the guide's): all-reduce and all-gather run
     it, reduce-scatter and broadcast (which have none) run auto."""
     size, rank = comm.Get_size(), comm.Get_rank()
     mc = mpicoll.Comm(comm)

@@ -114,5 +114,6 @@ def test_unknown_name_warns_naming_the_closest_known_one(capsys):
             "MPICOLL_TIMEOUT?") in err
     assert "MPICOLL_SEGMENT_BYTE is not an mpicoll setting, ignored; did you mean " \
         "MPICOLL_SEGMENT_BYTES?" in err
-    assert "MPICOLL_ZZZZ is not an mpicoll setting, ignored (README.md lists them)" in err
+    assert ("MPICOLL_ZZZZ is not an mpicoll setting, ignored (docs/reference/settings.md lists "
+            "them)") in err
     assert settings.unknown_names({"MPICOLL_TIMEOUT": "1", "PATH": "x"}) == []

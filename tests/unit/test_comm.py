@@ -43,7 +43,7 @@ def _algorithm_seen(*args, algorithm, **kwargs):
 
 
 def test_the_algorithm_attribute_is_used_by_every_call(monkeypatch):
-    """A name applies to each collective that has it, auto to the others (the README's
+    """A name applies to each collective that has it, auto to the others (the user guide's
     "recursive_doubling" has no reduce-scatter or broadcast); a mapping names them one by one;
     a name no collective has is refused when it is set (issue 21)."""
     from mpicoll import api, persistent

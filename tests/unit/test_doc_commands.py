@@ -263,8 +263,7 @@ ELSEWHERE = {
     "python docs/generators/doc_tables.py docs/results.md": ("docs/make-results.sh", "docs/generators/doc_tables.py"),
     "python docs/generators/doc_tables.py docs/training.md": ("docs/make-training.sh", "docs/generators/doc_tables.py"),
     "python -m mpicoll trace --update docs/algorithms.md": ("tests/unit/test_docs.py", "--update"),
-    "python -c 'import mpicoll.settings as s; s.update_markdown(\"README.md\")'":
-        ("tests/unit/test_layout.py", "update_markdown"),
+    "python docs/make-reference.py": ("tests/docs/test_build.py", "make-reference.py"),
     "mpiexec -n 3 python -m mpi4py -m pytest tests/dropin --with-mpi -q":
         ("tests/run.sh", "tests/dropin"),
     "mpiexec -n 2 python -m mpi4py jobs/experiments/fault_matrix.py --markdown docs/reliability.md":

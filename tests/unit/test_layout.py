@@ -1,6 +1,6 @@
 """The package's structure: tools import the library and never the reverse, no import cycle,
 algorithms are asked what they need (not compared by name), and one table declares every
-``MPICOLL_*`` variable, which README's tables quote."""
+``MPICOLL_*`` variable, which docs/reference/settings.md's tables quote."""
 
 import ast
 import re
@@ -137,7 +137,7 @@ def test_every_variable_is_declared():
     declared = {s.name for s in settings.LIBRARY + settings.SCRIPTS}
     files = [p for pattern in ("mpicoll/**/*.py", "tests/**/*.py", "tests/*.sh", "jobs/**/*.py",
                                "docs/generators/*.py", "slurm/**/*", "run.sh", ".ci/run",
-                               "docs/*.md", "README.md")
+                               "docs/**/*.md", "README.md")
              for p in ROOT.glob(pattern) if p.is_file()]
     used = {name for p in files for name in re.findall(r"MPICOLL_[A-Z_]*[A-Z]", p.read_text())}
     misspelled = {"MPICOLL_TIMOUT", "MPICOLL_SEGMENT_BYTE", "MPICOLL_ZZZZ"}   # test_bad_settings
@@ -148,13 +148,14 @@ def test_every_variable_is_declared():
 
 
 @pytest.mark.parametrize("which", ["library", "scripts"])
-def test_readme_tables_are_the_settings_table(which):
+def test_settings_reference_is_the_settings_table(which):
     table = settings.LIBRARY if which == "library" else settings.SCRIPTS
+    page = "docs/reference/settings.md"
     block = re.search(rf"<!-- settings: {which} -->\n(.*?)<!-- end settings -->",
-                      (ROOT / "README.md").read_text(), re.S)
-    assert block, f"README.md has no <!-- settings: {which} --> block"
+                      (ROOT / page).read_text(), re.S)
+    assert block, f"{page} has no <!-- settings: {which} --> block"
     assert block[1] == settings.markdown_table(table), \
-        "stale table; run: python -c 'import mpicoll.settings as s; s.update_markdown(\"README.md\")'"
+        "stale table; run: python docs/make-reference.py"
 
 
 def test_bad_values_name_the_variable(monkeypatch):
