@@ -105,7 +105,7 @@ def test_done_means_ring_formula_and_crossover(tmp_path, capsys):
     results = json.loads(out.read_text())
     assert {"nranks", "nodes", "per_node", "fabric"} <= set(results)
     rings = [r for r in results["records"] if r["algorithm"] == "ring"]
-    assert len(rings) == 7                                   # 1K .. 1G
+    assert len(rings) == 8                                   # 1K .. 1G, then the end: 4G
     n = 8
     for r in rings:
         formula = 2 * (n - 1) * 2e-6 + 2 * (n - 1) / n * r["size"] / 25e9
