@@ -1393,7 +1393,7 @@ class Job:
         mine, rows = self.values[:size * blk], self.values[size * blk:]
         mine[:self.src.size] = self.src.reshape(-1)
         mine[self.src.size:] = 0                        # (the all-reduce's last block)
-        self._exchange(watch)
+        self._exchange(watch, _tag(watch))
         own = mine[rank * blk:(rank + 1) * blk]
         out = self.out if self.floats is None else self.floats[rank * blk:(rank + 1) * blk]
         if _in_pairs(size, self.dtype):                   # (the own row read in place)
@@ -1402,7 +1402,7 @@ class Job:
             rows[rank * blk:(rank + 1) * blk] = own
             rounded_rows(rows, size, k, out, codes=self.codes, limbs=self.sums)
         if self._gather is not None:
-            self._gather(watch)
+            self._gather(watch, _tag(watch))
         if self.floats is not None and not self.direct:
             np.copyto(self.recv.reshape(-1), self.floats[:self.n])
 
@@ -1433,7 +1433,7 @@ class Job:
             mb, eb, view = _format(src.dtype)
             _codes_into(src.reshape(-1).view(view), mb, eb, top)
         if self._max is not None:
-            self._max(watch)
+            self._max(watch, _tag(watch))
         if self.split:
             stride, blk, rank = self.stride, self.blk, self.rank
             sums[stride - 1::stride] = _terms(src)
@@ -1442,14 +1442,14 @@ class Job:
                 sums[r * stride:r * stride + k * blk].reshape(k, blk)[:, held:] = 0
             _local_slices(src, top, k, out=sums, block=blk, stride=stride)
             if self._sum is not None:
-                self._sum(watch)
+                self._sum(watch, _tag(watch))
             mine = sums[rank * stride:(rank + 1) * stride]
             _check_terms(int(mine[-1]))
             lo, hi = min(rank * blk, n), min((rank + 1) * blk, n)
             rounded(mine, top[lo:hi], k, self.dtype, block=blk,
                     out=self.floats[rank * blk:rank * blk + hi - lo])
             if self._gather is not None:
-                self._gather(watch)
+                self._gather(watch, _tag(watch))
             if not self.direct:
                 np.copyto(self.recv.reshape(-1), self.floats[:n])
             return
@@ -1457,7 +1457,7 @@ class Job:
             _local_slices(src, top, k, out=sums[:n * k])
             sums[-1] = _terms(src)
             if self._sum is not None:
-                self._sum(watch)
+                self._sum(watch, _tag(watch))
             _check_terms(int(sums[-1]))
             rounded(sums, top, k, self.dtype, out=self.recv.reshape(-1))
             return
@@ -1465,10 +1465,17 @@ class Job:
         sums[stride - 1::stride] = _terms(src)
         _local_slices(src, top, k, out=sums, block=n or 1, stride=stride)
         if self._sum is not None:
-            self._sum(watch)
+            self._sum(watch, _tag(watch))
         mine = sums[self.rank * stride:(self.rank + 1) * stride]
         _check_terms(int(mine[-1]))
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
+
+
+def _tag(watch) -> int | None:
+    """The tag of the call ``watch`` is the deadline of -- the one a ``Job`` was made in, or,
+    for ``Buckets``, which start theirs again each step, that step's call -- for its schedules;
+    None (no deadline): the tag they were bound to."""
+    return None if watch is None else watch.tag
 
 
 def _on_window(call, dtype, nbytes: int) -> bool:
@@ -1503,9 +1510,9 @@ class _Described:
     def __init__(self, text: str, kind: str = "schedule", algorithm: str = "", **fields):
         self.text, self.kind, self._agreed = text, kind, (algorithm, fields)
 
-    def agree(self, call) -> None:
+    def agree(self, call, **instead) -> None:
         algorithm, fields = self._agreed
-        call.agree(algorithm, **fields)
+        call.agree(algorithm, **{**fields, **instead})
 
     def describe(self) -> str:
         return self.text
