@@ -209,7 +209,7 @@ class Buckets:
                 req.wait()
         except BaseException as exc:
             self._failed(exc)
-        self._settle()
+        self._reset()
         if not self._as_view:
             for view, array in zip(self._slots, self._arrays):
                 np.copyto(array, view)
@@ -236,10 +236,13 @@ class Buckets:
                 req.wait()
             except Exception as exc:        # noqa: BLE001 - returned
                 first = first or exc
+        self._reset()
+        return first
+
+    def _reset(self) -> None:
         self._ready[:] = False
         self._missing = [len(m) for m in self.buckets]
         self._launched = 0
-        return first
 
     def _agree_step(self, missing: list) -> None:
         """Raise ``ValueError`` on every rank if any rank missed a ``ready`` this step."""

@@ -119,7 +119,8 @@ class Plan:
     def agree(self, call: Call, **instead) -> None:
         """Agree this plan's fields across the ranks (``instead``: values that replace some,
         e.g. the user's dtype and count where the plan runs on a derived buffer)."""
-        call.agree(self.algorithm.name, **{**self.fields(), **instead})
+        call.agree(self.algorithm.name, **({**self.fields(), **instead} if instead else
+                                           self.fields()))
 
     def describe(self) -> str:
         """The algorithm and its options, as the bench prints them (``ring order=node``)."""
