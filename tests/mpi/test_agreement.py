@@ -55,21 +55,25 @@ def _mismatch_everywhere(comm, got, elapsed, field):
     agree(comm, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "shm"])
 @pytest.mark.parametrize("odd", [0, -1])
-def test_buckets_average_on_some_ranks(comm, odd):
-    """average=True on one rank only (it used to give 2.0 there and 6.0 elsewhere)."""
-    _warm(comm)
-    got, elapsed = _step(comm, [np.full(3, comm.rank + 1.0)],
+def test_buckets_average_on_some_ranks(comm, odd, algorithm):
+    """average=True on one rank only (it used to give 2.0 there and 6.0 elsewhere); also
+    through shm's window, where the signature's hash goes beside each rank's values."""
+    _warm(comm, algorithm=algorithm)
+    got, elapsed = _step(comm, [np.full(3, comm.rank + 1.0)], algorithm=algorithm,
                          average=comm.rank == odd % comm.size)
     _mismatch_everywhere(comm, got, elapsed, "average")
 
 
-def test_buckets_bucket_bytes_that_cut_other_buckets(comm):
+@pytest.mark.parametrize("algorithm", ["auto", "shm"])
+def test_buckets_bucket_bytes_that_cut_other_buckets(comm, algorithm):
     """Rank 0 cuts three buckets, the others one (rank 0's requests used to complete with
     garbage, then the others waited for the deadline, or a raw ValueError from mmap)."""
-    _warm(comm)
+    _warm(comm, algorithm=algorithm)
     arrays = [np.full(1, comm.rank + 1.0) for _ in range(3)]
-    got, elapsed = _step(comm, arrays, bucket_bytes=8 if comm.rank == 0 else 1 << 20)
+    got, elapsed = _step(comm, arrays, algorithm=algorithm,
+                         bucket_bytes=8 if comm.rank == 0 else 1 << 20)
     _mismatch_everywhere(comm, got, elapsed, "group")
 
 
