@@ -57,6 +57,7 @@ from . import buffers, compression, ops, plan
 from ._runtime.call import Call
 from ._runtime.context import attach
 from .errors import CommunicatorBroken
+from .executors.progress import Request
 
 __all__ = ["Buckets"]
 
@@ -135,16 +136,14 @@ class Buckets:
                 self._layouts.append(layout)
                 if reproducible is not False:
                     from . import reproducible as R
-                    from .executors.progress import Request
                     if average:
                         plan.check_average(self.op, flat.dtype)
                     job = R.Job(call, "allreduce", MPI.IN_PLACE, flat, op=self.op,
                                 k=self.reproducible, algorithm=algorithm, form="Buckets",
                                 compress=compress, error_feedback=error_feedback or None)
                     self._plans.append(job.plan)
-                    self._requests.append(Request(
-                        f"allreduce {job.plan.describe()}", result=flat, deferred=job.run,
-                        on_done=self._averager(flat) if average else None))
+                    self._requests.append(_job_request(
+                        job, flat, self._averager(flat) if average else None))
                     self._signed.append({"average": average or None,
                                          "group": self._groups[k]})
                     continue
@@ -264,6 +263,13 @@ class Buckets:
         with self._call() as call:
             plan.launch(call, self._plans[k], self._requests[k], self._layouts[k],
                         self.feedback[k], **self._signed[k])
+
+
+def _job_request(job, flat: np.ndarray, on_done):
+    """A request running a reproducible sum's ``Job`` whole, on the call that starts it."""
+    req = Request(f"allreduce {job.plan.describe()}", result=flat, on_done=on_done,
+                  deferred=lambda watch: job.run(watch, req.call))
+    return req
 
 
 def _read_only(view: np.ndarray) -> np.ndarray:

@@ -86,6 +86,15 @@ def test_buckets_reproducible_on_some_ranks(comm):
     _mismatch_everywhere(comm, got, elapsed, "reproducible")
 
 
+def test_buckets_large_reproducible_average_on_some_ranks(comm):
+    """reproducible=True with large buckets (auto: shm's window on one node, the exchange
+    across nodes), average on rank 0 only: the window's hash is the step's call's."""
+    _warm(comm, reproducible=True)
+    got, elapsed = _step(comm, [np.full(100_000, comm.rank + 1.0)], reproducible=True,
+                         average=comm.rank == 0)
+    _mismatch_everywhere(comm, got, elapsed, "average")
+
+
 @pytest.mark.parametrize("options, field", [
     (lambda rank: {"compress": "bf16" if rank == 0 else None}, "compress"),
     (lambda rank: {"compress": "bf16", "error_feedback": rank == 0}, "feedback"),
