@@ -79,7 +79,6 @@ class Buckets:
         if error_feedback and compress is None:
             raise ValueError("error_feedback=True needs a compress= mode")
         # (op, dtype, average, compress, algorithm, reproducible: each bucket's plan checks them)
-        self.codec = compression.codec(compress)
         self.reproducible = None
         if reproducible is not False:
             from . import reproducible as R

@@ -13,10 +13,11 @@ call's signature: op, dtype, count, root, options, node layout, compression, err
 ``average``, the group of calls it is one of, the executor and the compiled executor's segment
 rule). Every argument that changes what a rank sends or computes is a field of the signature,
 so ranks that differ in one never match each other's messages: they raise ``ArgumentMismatch``
-(``_runtime.tags``, ``_runtime.watch``) instead of returning different results. The verbs then run it, each in the same order: what can
-still fail on this rank (the schedule, the kernel, the scratch: ``prepare``), then the
-agreement step (``Call.agree``), then only communication and copies that cannot fail. So a rank
-never raises after the others have passed the agreement step and wait for its messages.
+(``_runtime.tags``, ``_runtime.watch``) instead of returning different results, at no cost of
+a message. The verbs then run it, each in the same order: what can still fail on this rank
+(the schedule, the kernel, the scratch: ``prepare``), then the agreement step (``Call.agree``),
+then only communication and copies that cannot fail. So a rank never raises after the others
+have passed the agreement step and wait for its messages.
 
 * ``run`` -- blocking: the schedule in the executor, the MPI library's own collective, or the
   shared-memory runner; its decisions kept for a call with the same arguments (``cache``).

@@ -21,8 +21,9 @@ a ``TypeError`` (not on the CPU, sparse, a dtype mpicoll lacks) or a ``ValueErro
 once). AVG is SUM, then division by the group size on every rank (floating types only, as
 NCCL; Gloo has no AVG): mpicoll's ``average=True``, in the call's signature, so a rank passing
 AVG where the others pass SUM raises ``ArgumentMismatch`` on every rank (with
-``Options.reproducible`` the backend divides the reproducible sum itself, outside it). On bool tensors SUM and MAX and BOR are logical or, PRODUCT and MIN and
-BAND logical and, BXOR logical xor (NCCL's reading).
+``Options.reproducible`` the backend divides the reproducible sum itself, outside it). On bool
+tensors SUM and MAX and BOR are logical or, PRODUCT and MIN and BAND logical and, BXOR logical
+xor (NCCL's reading).
 
 Asynchrony: torch passes ``opts.asyncOp``. ``async_op=True`` -- and every call DDP makes --
 starts mpicoll's nonblocking call (``iallreduce``...); the progress thread runs it while the
