@@ -56,7 +56,7 @@ def _reproducible(collective: str, reproducible, *args, **kwargs):
 def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
               inner: str | None = None, outer: str | None = None, order: str | None = None,
               timeout=None, on_timeout=None, validate=None, compress=None, error_feedback=None,
-              reproducible=False):
+              reproducible=False, average=False):
     """All-reduce: every rank gets ``op`` over all ranks' ``sendbuf``, element-wise.
 
     ``algorithm`` is one of ``ALGORITHMS`` or ``"auto"``. ``inner``/``outer`` choose the
@@ -67,9 +67,12 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
     ``compress`` / ``error_feedback``: see ``iallreduce`` (the call is ``iallreduce(...).wait()``).
     ``reproducible=True`` (or K, the slices per value): a SUM with the same bits whatever the
     rank count, algorithm or layout (``mpicoll.reproducible``; ``sendbuf`` may be a BinnedSum).
+    ``average=True``: the sum divided by the number of ranks (floating-point or complex values,
+    op SUM; not with ``reproducible``), a field of the call's signature as ``op`` is.
     Returns ``recvbuf``.
     """
     if reproducible is not False:
+        _no_average(average)
         return _reproducible("allreduce", reproducible, sendbuf, recvbuf, op=op,
                              algorithm=algorithm, comm=comm, inner=inner, outer=outer,
                              order=order, timeout=timeout, on_timeout=on_timeout,
@@ -78,11 +81,11 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
         return iallreduce(sendbuf, recvbuf, op=op, algorithm=algorithm, comm=comm, inner=inner,
                           outer=outer, order=order, timeout=timeout, on_timeout=on_timeout,
                           validate=validate, compress=compress,
-                          error_feedback=error_feedback).wait()
+                          error_feedback=error_feedback, average=average).wait()
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
         sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
-    key = cache.key("allreduce", sendbuf, recvbuf, op, algorithm, (inner, outer, order),
-                    timeout, on_timeout, validate)
+    key = None if average else cache.key("allreduce", sendbuf, recvbuf, op, algorithm,
+                                         (inner, outer, order), timeout, on_timeout, validate)
     if key is not None:
         done = cache.allreduce(key, sendbuf, recvbuf, comm)
         if done is not None:
@@ -90,27 +93,35 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allreduce(sendbuf, recvbuf)
         p = plan.make(call, "allreduce", algorithm, layout, op=op,
-                      given={"inner": inner, "outer": outer, "order": order})
+                      given={"inner": inner, "outer": outer, "order": order}, average=average)
         return plan.run(call, p, layout, key)
 
 
+def _no_average(average) -> None:
+    if average:
+        raise NotImplementedError("average=True with reproducible=: divide the reproducible "
+                                  "sum by the number of ranks yourself")
+
+
 def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
-                         timeout=None, on_timeout=None, validate=None, reproducible=False):
+                         timeout=None, on_timeout=None, validate=None, reproducible=False,
+                         average=False):
     """Reduce-scatter: rank r gets block r (``sendbuf.size / comm.size`` elements) of the reduction.
 
     With ``MPI.IN_PLACE`` the input is the whole ``recvbuf``; the result lands in its first
     block and the rest of it is left as it was. A new ``recvbuf`` has shape
     ``sendbuf.shape[1:]`` when ``sendbuf.shape[0]`` equals the communicator size, else it is flat.
-    ``reproducible``: as ``allreduce``'s.
+    ``reproducible``, ``average``: as ``allreduce``'s.
     """
     if reproducible is not False:
+        _no_average(average)
         return _reproducible("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
                              algorithm=algorithm, comm=comm, timeout=timeout,
                              on_timeout=on_timeout, validate=validate)
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
         sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
-    key = cache.key("reduce_scatter_block", sendbuf, recvbuf, op, algorithm, (), timeout,
-                    on_timeout, validate)
+    key = None if average else cache.key("reduce_scatter_block", sendbuf, recvbuf, op,
+                                         algorithm, (), timeout, on_timeout, validate)
     if key is not None:
         done = cache.reduce_scatter_block(key, sendbuf, recvbuf, comm)
         if done is not None:
@@ -118,7 +129,7 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
                                               call.comm.Get_rank())
-        p = plan.make(call, "reduce_scatter_block", algorithm, layout, op=op)
+        p = plan.make(call, "reduce_scatter_block", algorithm, layout, op=op, average=average)
         return plan.run(call, p, layout, key)
 
 
@@ -167,7 +178,7 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
                inner: str | None = None, outer: str | None = None, order: str | None = None,
                compress=None,
                error_feedback=None, timeout=None, on_timeout=None, validate=None,
-               reproducible=False) -> Request:
+               reproducible=False, average=False) -> Request:
     """Start an all-reduce; returns a ``Request`` (``wait()`` returns ``recvbuf``).
 
     Arguments as ``allreduce``. Do not touch ``sendbuf`` or ``recvbuf`` until the request is
@@ -180,6 +191,7 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
     whole by the progress engine; one of mpicoll's schedules, not ``mpi`` or ``shm``).
     """
     if reproducible is not False:
+        _no_average(average)
         from . import reproducible as module
         return module.start("allreduce", reproducible, sendbuf, recvbuf, op=op,
                             algorithm=algorithm, comm=comm,
@@ -191,14 +203,15 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
         compression.check_feedback(error_feedback, compress, layout.work.size)
         return plan.begin(call, "allreduce", algorithm, layout, op=op, compress=compress,
                           given={"inner": inner, "outer": outer, "order": order},
-                          error_feedback=error_feedback)
+                          error_feedback=error_feedback, average=average)
 
 
 def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                           timeout=None, on_timeout=None, validate=None,
-                          reproducible=False) -> Request:
+                          reproducible=False, average=False) -> Request:
     """Start a reduce-scatter (arguments as ``reduce_scatter_block``); returns a ``Request``."""
     if reproducible is not False:
+        _no_average(average)
         from . import reproducible as module
         return module.start("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
                             algorithm=algorithm, comm=comm, given={}, timeout=timeout,
@@ -206,7 +219,8 @@ def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto"
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
                                               call.comm.Get_rank())
-        return plan.begin(call, "reduce_scatter_block", algorithm, layout, op=op)
+        return plan.begin(call, "reduce_scatter_block", algorithm, layout, op=op,
+                          average=average)
 
 
 def iallgather(sendbuf, recvbuf=None, *, algorithm="auto", comm=None, timeout=None,

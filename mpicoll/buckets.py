@@ -24,11 +24,19 @@ each gradient there, in place, with no copy (the arrays given then only give the
 and initial values).
 
 The constructor is collective (as DDP's): it checks every argument and makes each bucket's plan
-(``mpicoll.plan``, the plain all-reduce's, with ``compress`` as given) and request once. A
-step that fails on one rank -- ``wait()`` with an array never marked ready -- still runs every
+(``mpicoll.plan``, the plain all-reduce's, with ``compress`` as given; its checks are the plan's)
+and request once. Each bucket's plan carries everything that changes what a rank sends or
+computes -- the bucket's dtype and count, ``op``, ``average``, ``compress``, ``error_feedback``,
+``reproducible``, and the whole layout (every bucket's dtype and count, in order: ``group``) --
+in the signature whose hash is in its messages' tags, so ranks built with other options (or
+``bucket_bytes`` that cut other buckets) never match each other's messages: every rank raises
+``ArgumentMismatch`` naming the field, found while they wait (no extra message per step).
+A step that fails on one rank -- ``wait()`` with an array never marked ready -- still runs every
 bucket (so no rank waits for a missing one), and ``wait()`` then agrees, with one small
 all-reduce, whether every rank completed its step: if not, every rank raises ``ValueError``
-naming the ranks, and every rank's state is reset for the next step.
+naming the ranks, and every rank's state is reset for the next step. A step that raises
+(``ready`` or ``wait``) first settles the buckets it started, so the next step starts afresh
+(on a communicator the failure broke, its first ``ready`` raises ``CommunicatorBroken``).
 
 ``compress`` and ``error_feedback`` apply per bucket (one ``ErrorFeedback`` residual each).
 ``average=True`` divides by the number of ranks when a bucket's all-reduce completes (sum of a
@@ -39,12 +47,17 @@ floating or complex dtype only). ``reproducible=True`` (or K) sums each bucket a
 
 from __future__ import annotations
 
+import zlib
+from typing import NoReturn
+
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, compression, kernels, ops, plan
+from . import buffers, compression, ops, plan
 from ._runtime.call import Call
-from .registry import lookup
+from ._runtime.context import attach
+from .errors import CommunicatorBroken
+from .executors.progress import Request
 
 __all__ = ["Buckets"]
 
@@ -63,26 +76,13 @@ class Buckets:
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive int, got {bucket_bytes!r}")
         self.op = ops.name(op)
-        for dtype in {a.dtype for a in arrays}:
-            kernels.check(self.op, dtype)               # MPI's rule: e.g. no sum on bool
-            if average and dtype.kind not in "fc" and dtype != kernels.bfloat16:
-                raise TypeError(f"average=True divides by the number of ranks: it needs "
-                                f"floating-point gradients, got {dtype}; pass average=False")
-        if average and self.op != "sum":
-            raise ValueError(f"average=True needs op='sum', got op={self.op!r}")
-        self.codec = compression.codec(compress)
-        if error_feedback and self.codec is None:
+        if error_feedback and compress is None:
             raise ValueError("error_feedback=True needs a compress= mode")
+        # (op, dtype, average, compress, algorithm, reproducible: each bucket's plan checks them)
         self.reproducible = None
         if reproducible is not False:
             from . import reproducible as R
             self.reproducible = R.spelled(reproducible)
-            R._options(op, compress, error_feedback or None)
-            for dtype in {a.dtype for a in arrays}:
-                R._format(dtype)                        # a float dtype, else TypeError
-                R._k(self.reproducible, dtype)          # K in range, else ValueError
-        if algorithm != "auto":
-            lookup("allreduce", algorithm)              # a name it knows, else ValueError
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.average, self.algorithm, self.compress = average, algorithm, compress
         self._options = (timeout, on_timeout, validate)
@@ -99,6 +99,11 @@ class Buckets:
                 members, nbytes = [], 0
             open_bucket[dtype] = (members + [i], nbytes + arrays[i].nbytes)
         self.buckets += [tuple(members) for members, _ in open_bucket.values()]
+        # every rank must cut the same buckets: their dtypes and counts, in order, are signed
+        cut = " ".join(f"{arrays[m[0]].dtype}:{sum(arrays[i].size for i in m)}"
+                       for m in self.buckets)
+        self._groups = [f"{k + 1}/{len(self.buckets)}:{zlib.crc32(cut.encode()):08x}"
+                        for k in range(len(self.buckets))]
 
         # Phase 2: one flat buffer per bucket; each array's slice of it.
         self.flat: list[np.ndarray] = []
@@ -119,26 +124,34 @@ class Buckets:
         self.feedback = [compression.ErrorFeedback(f.size) if error_feedback else None
                          for f in self.flat]
 
-        # Phase 3: each bucket's plan and request, made once (collective).
-        self._plans, self._requests = [], []
-        for k, flat in enumerate(self.flat):
-            with self._call() as call:
-                on_done = self._averager(flat) if average else None
+        # Phase 3: each bucket's plan and request, made once, in one call (collective: one
+        # call number whatever the buckets, so ranks that cut others still meet in the first
+        # step's calls, and find their signatures differ); what each launch signs beyond its
+        # plan's fields (a reproducible sum's plan is its phases')
+        self._plans, self._requests, self._layouts, self._signed = [], [], [], []
+        with self._call() as call:
+            for k, flat in enumerate(self.flat):
+                layout = buffers.allreduce(MPI.IN_PLACE, flat)
+                self._layouts.append(layout)
                 if reproducible is not False:
                     from . import reproducible as R
-                    from .executors.progress import Request
+                    if average:
+                        plan.check_average(self.op, flat.dtype)
                     job = R.Job(call, "allreduce", MPI.IN_PLACE, flat, op=self.op,
-                                k=self.reproducible, algorithm=algorithm, form="Buckets")
+                                k=self.reproducible, algorithm=algorithm, form="Buckets",
+                                compress=compress, error_feedback=error_feedback or None)
                     self._plans.append(job.plan)
-                    self._requests.append(Request(f"allreduce {job.plan.describe()}",
-                                                  result=flat, on_done=on_done,
-                                                  deferred=job.run))
+                    self._requests.append(_job_request(
+                        job, flat, self._averager(flat) if average else None))
+                    self._signed.append({"average": average or None,
+                                         "group": self._groups[k]})
                     continue
-                layout = buffers.allreduce(MPI.IN_PLACE, flat)
                 p = plan.make(call, "allreduce", algorithm, layout, op=self.op,
-                              compress=compress, form="nonblocking")
+                              compress=compress, form="nonblocking", average=average,
+                              feedback=bool(error_feedback), group=self._groups[k])
                 self._plans.append(p)
-                self._requests.append(plan.request(call, p, layout, on_done=on_done))
+                self._requests.append(plan.request(call, p, layout))
+                self._signed.append({})
         self._ready = np.zeros(len(arrays), bool)
         self._missing = [len(m) for m in self.buckets]
         self._launched = 0
@@ -152,6 +165,7 @@ class Buckets:
         return Call("allreduce", self.algorithm, self.comm, timeout, on_timeout, validate)
 
     def _averager(self, flat: np.ndarray):
+        """A reproducible sum's ``average`` (a plain bucket's plan divides: ``plan.request``)."""
         size = self.comm.Get_size()
         if size == 1:
             return None
@@ -171,9 +185,12 @@ class Buckets:
             np.copyto(self._slots[i], self._arrays[i])
         self._ready[i] = True
         self._missing[self._bucket_of[i]] -= 1
-        while self._launched < len(self.buckets) and self._missing[self._launched] == 0:
-            self._launch(self._launched)
-            self._launched += 1
+        try:
+            while self._launched < len(self.buckets) and self._missing[self._launched] == 0:
+                self._launch(self._launched)
+                self._launched += 1
+        except BaseException as exc:
+            self._failed(exc)
 
     def wait(self) -> None:
         """Finish every bucket's all-reduce (averaged if asked); then the next step may begin.
@@ -188,14 +205,42 @@ class Buckets:
                 self._launched += 1
             for req in self._requests:
                 req.wait()
-            if not self._as_view:
-                for view, array in zip(self._slots, self._arrays):
-                    np.copyto(array, view)
-            self._agree_step(missing)
-        finally:
-            self._ready[:] = False
-            self._missing = [len(m) for m in self.buckets]
-            self._launched = 0
+        except BaseException as exc:
+            self._failed(exc)
+        self._reset()
+        if not self._as_view:
+            for view, array in zip(self._slots, self._arrays):
+                np.copyto(array, view)
+        self._agree_step(missing)
+
+    def _failed(self, exc: BaseException) -> NoReturn:
+        """The step raised ``exc``: settle it, and raise ``exc`` -- or, where ``exc`` says the
+        communicator is broken, the error of the bucket that broke it (as the other ranks do)."""
+        first = self._settle()
+        if first is not None and first is not exc and isinstance(exc, CommunicatorBroken):
+            raise first from exc
+        raise exc
+
+    def _settle(self) -> Exception | None:
+        """End the step: wait for the buckets it started -- after a failure that left the
+        communicator usable they complete; on a broken one those still in flight are left to
+        fail by themselves (the next step raises ``CommunicatorBroken``) -- reset the state for
+        the next step, and return the first error of those buckets, if any."""
+        broken, first = attach(self.comm).broken, None
+        for req in self._requests[:self._launched]:
+            if broken and not req.done:
+                continue
+            try:
+                req.wait()
+            except Exception as exc:        # noqa: BLE001 - returned
+                first = first or exc
+        self._reset()
+        return first
+
+    def _reset(self) -> None:
+        self._ready[:] = False
+        self._missing = [len(m) for m in self.buckets]
+        self._launched = 0
 
     def _agree_step(self, missing: list) -> None:
         """Raise ``ValueError`` on every rank if any rank missed a ``ready`` this step."""
@@ -214,12 +259,16 @@ class Buckets:
                              f"rank{mine}")
 
     def _launch(self, k: int) -> None:
-        flat, p, req = self.flat[k], self._plans[k], self._requests[k]
         with self._call() as call:
-            if p.kind in ("schedule", "shared") and self.feedback[k] is not None:
-                self.feedback[k].apply(self.codec, flat, req.cuts)
-            p.agree(call)
-            req.start(call, call.open().traffic)
+            plan.launch(call, self._plans[k], self._requests[k], self._layouts[k],
+                        self.feedback[k], **self._signed[k])
+
+
+def _job_request(job, flat: np.ndarray, on_done):
+    """A request running a reproducible sum's ``Job`` whole, on the call that starts it."""
+    req = Request(f"allreduce {job.plan.describe()}", result=flat, on_done=on_done,
+                  deferred=lambda watch: job.run(watch, req.call))
+    return req
 
 
 def _read_only(view: np.ndarray) -> np.ndarray:

@@ -9,11 +9,15 @@
 ``Plan``: this rank's checks of the op, the dtype, the options and the settings; ``auto``'s
 choice and every option the decision table sets (``select.decide``, the one place that
 decides); the options resolved; the executor; and the fields every rank must agree on (the
-call's signature: op, dtype, count, root, options, node layout, compression, the executor and
-the compiled executor's segment rule). The verbs then run it, each in the same order: what can
-still fail on this rank (the schedule, the kernel, the scratch: ``prepare``), then the
-agreement step (``Call.agree``), then only communication and copies that cannot fail. So a rank
-never raises after the others have passed the agreement step and wait for its messages.
+call's signature: op, dtype, count, root, options, node layout, compression, error feedback,
+``average``, the group of calls it is one of, the executor and the compiled executor's segment
+rule). Every argument that changes what a rank sends or computes is a field of the signature,
+so ranks that differ in one never match each other's messages: they raise ``ArgumentMismatch``
+(``_runtime.tags``, ``_runtime.watch``) instead of returning different results, at no cost of
+a message. The verbs then run it, each in the same order: what can still fail on this rank
+(the schedule, the kernel, the scratch: ``prepare``), then the agreement step (``Call.agree``),
+then only communication and copies that cannot fail. So a rank never raises after the others
+have passed the agreement step and wait for its messages.
 
 * ``run`` -- blocking: the schedule in the executor, the MPI library's own collective, or the
   shared-memory runner; its decisions kept for a call with the same arguments (``cache``).
@@ -48,7 +52,8 @@ from .executors.progress import Request
 from .executors.shared import SharedMemory
 from .registry import Algorithm, lookup
 
-__all__ = ["Plan", "make", "begin", "last", "prepare", "run", "start", "request", "bound", "executor",
+__all__ = ["Plan", "make", "begin", "last", "prepare", "run", "start", "launch", "request",
+           "bound", "executor", "check_average",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
            "internode_elements", "prepared_schedule", "schedule_fields",
            "LIBRARY"]
@@ -83,6 +88,10 @@ class Plan:
     reproducible: int = 0   # K of a reproducible sum's phases (mpicoll.reproducible), 0: none
     in_place: bool | None = None    # auto's all-reduce: sendbuf was MPI.IN_PLACE (select's shm
     #                                 row asks), which every rank must then pass alike
+    average: bool = False   # the sum divided by the rank count when it completes
+    feedback: bool = False  # error feedback adds the last call's residual to the input first
+    group: str | None = None    # the group of calls this one is one of, which every rank makes
+    #                             alike (Buckets: "bucket/buckets:crc32 of their dtypes and counts")
 
     @property
     def kind(self) -> str:
@@ -104,12 +113,15 @@ class Plan:
                 "order": get("order"), "nodes": self.nodes,
                 "compress": None if self.codec is None else self.codec.name,
                 "executor": self.executor, "segments": self.segments or None,
-                "reproducible": self.reproducible or None, "in_place": self.in_place}
+                "reproducible": self.reproducible or None, "in_place": self.in_place,
+                "average": self.average or None, "feedback": self.feedback or None,
+                "group": self.group}
 
     def agree(self, call: Call, **instead) -> None:
         """Agree this plan's fields across the ranks (``instead``: values that replace some,
         e.g. the user's dtype and count where the plan runs on a derived buffer)."""
-        call.agree(self.algorithm.name, **{**self.fields(), **instead})
+        call.agree(self.algorithm.name, **({**self.fields(), **instead} if instead else
+                                           self.fields()))
 
     def describe(self) -> str:
         """The algorithm and its options, as the bench prints them (``ring order=node``)."""
@@ -143,32 +155,37 @@ def _local_checks(algo: Algorithm | None, op: str | None, given: dict) -> None:
 
 def make(call: Call, collective: str, algorithm, layout: Layout, *, op=None, root=None,
          given: dict | None = None, compress=None, form: str = "blocking",
-         reproducible: int = 0) -> Plan:
+         reproducible: int = 0, average: bool = False, feedback: bool = False,
+         group: str | None = None) -> Plan:
     """The plan of one call (this rank's checks raise here, before any communication);
     ``form``: ``blocking`` or ``persistent`` (the compiled or Python executor), ``nonblocking``
     (the progress engine). ``reproducible``: K, a phase of a reproducible sum
-    (``mpicoll.reproducible.Job``: recorded, agreed, and run by one of mpicoll's schedules)."""
-    checked = _check(collective, algorithm, layout, op, given, compress)
-    return _decide(call, checked, layout, root, form, reproducible)
+    (``mpicoll.reproducible.Job``: recorded, agreed, and run by one of mpicoll's schedules).
+    ``average``: divide the sum by the rank count; ``feedback``: the call adds error feedback's
+    residual (``start``); ``group``: see ``Plan.group`` -- all three enter the signature."""
+    checked = _check(collective, algorithm, layout, op, given, compress, average)
+    return _decide(call, checked, layout, root, form, reproducible, feedback, group)
 
 
 def begin(call: Call, collective: str, algorithm, layout: Layout, *, op=None, root=None,
-          given: dict | None = None, compress=None, error_feedback=None) -> Request:
+          given: dict | None = None, compress=None, error_feedback=None,
+          average: bool = False) -> Request:
     """A nonblocking call: ``make`` then ``start``, returning the started request. Never
     waits for other ranks: on a communicator mpicoll has not set up yet (its first call) this
     rank's checks raise here and the rest goes to the communicator's background thread
     (``_runtime.setup``); the request returned follows it."""
-    checked = _check(collective, algorithm, layout, op, given, compress)
+    checked = _check(collective, algorithm, layout, op, given, compress, average)
 
     def go() -> Request:
-        return start(call, _decide(call, checked, layout, root, "nonblocking"), layout,
-                     error_feedback)
+        return start(call, _decide(call, checked, layout, root, "nonblocking",
+                                   feedback=error_feedback is not None), layout, error_feedback)
     if setup.ready_now(call):
         return go()
     return setup.later(call, go, f"{collective} {algorithm}", layout.result)
 
 
-def _check(collective: str, algorithm, layout: Layout, op, given, compress) -> tuple:
+def _check(collective: str, algorithm, layout: Layout, op, given, compress,
+           average: bool = False) -> tuple:
     """This rank's own checks of one call: no communication, nothing that needs the
     communicator set up."""
     declared = given or {}                  # the keywords of the form, None: not given
@@ -177,6 +194,8 @@ def _check(collective: str, algorithm, layout: Layout, op, given, compress) -> t
     algo = None if algorithm == "auto" else lookup(collective, algorithm)
     dtype = layout.work.dtype
     ops.check(collective, opname, dtype, algo)
+    if average:
+        check_average(opname, dtype)
     codec = compression.codec(compress)
     if codec is not None:
         if dtype != np.float32 or opname != "sum":
@@ -193,14 +212,23 @@ def _check(collective: str, algorithm, layout: Layout, op, given, compress) -> t
         raise ValueError(f"{'/'.join(given)} apply only to an algorithm that declares them, "
                          "not to 'auto'")
     _local_checks(algo, opname, given)
-    return collective, algo, opname, dtype, codec, given, declared
+    return collective, algo, opname, dtype, codec, given, declared, bool(average)
+
+
+def check_average(op: str | None, dtype) -> None:
+    """``average=True``'s rule: a sum of a floating-point or complex dtype."""
+    if dtype.kind not in "fc" and dtype != kernels.bfloat16:
+        raise TypeError(f"average=True divides by the number of ranks: it needs "
+                        f"floating-point values, got {dtype}; pass average=False")
+    if op != "sum":
+        raise ValueError(f"average=True needs op='sum', got op={op!r}")
 
 
 def _decide(call: Call, checked: tuple, layout: Layout, root, form: str,
-            reproducible: int = 0) -> Plan:
+            reproducible: int = 0, feedback: bool = False, group: str | None = None) -> Plan:
     """The rest of ``make``: ``auto``'s choice and the options (they need the communicator's
     node layout: the first call on it sets it up), the executor, the checks of the node."""
-    collective, algo, opname, dtype, codec, given, declared = checked
+    collective, algo, opname, dtype, codec, given, declared, average = checked
     size = call.size
     st = call.open()
     # auto's all-reduce decides by it (the shm row), so every rank must pass IN_PLACE alike
@@ -224,7 +252,7 @@ def _decide(call: Call, checked: tuple, layout: Layout, root, form: str,
     rule = _segment_rule() if run_by == "compiled" else ""
     st.last_plan = p = Plan(collective, algo, options, opname, dtype, layout.work.size,
                             layout.block, run_by, rule, codec, nodes, size, reproducible,
-                            in_place if size > 1 else None)
+                            in_place if size > 1 else None, average, feedback, group)
     return p
 
 
@@ -402,7 +430,7 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
         blocking, nonblocking, _ = LIBRARY[p.collective]
         call.mpi(blocking, nonblocking, *args, **kwargs)
         cache.remember(call, key, p, None)
-        return layout.result
+        return _average(p, layout)
     progress.finish_deferred(call.open())   # (they share its scratch and window)
     if kind == "shared":
         prepared.run(*shared_buffers(layout), call.tag, call.watch, *shm_signature(call))
@@ -422,12 +450,24 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
         layout.copy_in()
         layout.copy_out()
     cache.remember(call, key, p, prepared)
-    return layout.result
+    return _average(p, layout)
+
+
+def _average(p: Plan, layout: Layout) -> np.ndarray:
+    """The result, divided by the rank count where ``p.average`` (the sum's own dtype: the
+    same bits on every rank)."""
+    result = layout.result
+    if p.average and p.size > 1:
+        np.divide(result, result.dtype.type(p.size), out=result)
+    return result
 
 
 def request(call: Call, p: Plan, layout: Layout, *, on_done=None) -> Request:
-    """``p`` on ``layout`` as a request, not started (made before the agreement step)."""
+    """``p`` on ``layout`` as a request, not started (made before the agreement step); its
+    ``on_done`` runs, then the division of ``p.average``."""
     what = f"{p.collective} {p.algorithm.name}"
+    if p.average and p.size > 1:
+        on_done = _then_average(on_done, p, layout)
     kind = p.kind
     if kind == "library":
         args, kwargs = library_args(p, layout)
@@ -436,11 +476,12 @@ def request(call: Call, p: Plan, layout: Layout, *, on_done=None) -> Request:
                        library=lambda comm: nonblocking(comm, *args, **kwargs))
     if kind == "none":
         return Request(what, result=layout.result, on_done=on_done)
-    if kind == "shared":
+    if kind == "shared":         # (on the tag and signature of the call that starts it)
         runner, (src, dst) = prepare(call, p), shared_buffers(layout)
-        return Request(what, result=layout.result, on_done=on_done,
-                       deferred=lambda watch: runner.run(src, dst, call.tag, watch,
-                                                         *shm_signature(call)))
+        req = Request(what, result=layout.result, on_done=on_done,
+                      deferred=lambda watch: runner.run(src, dst, req.call.tag, watch,
+                                                        *shm_signature(req.call)))
+        return req
     sched, internode = _schedule(call, p)
     op = p.op or kernels.ops_for(p.dtype)[0]
     _warmup(call, op, p.dtype)
@@ -452,16 +493,31 @@ def request(call: Call, p: Plan, layout: Layout, *, on_done=None) -> Request:
                    internode_bytes=internode * p.dtype.itemsize)
 
 
+def _then_average(on_done, p: Plan, layout: Layout):
+    def done():
+        if on_done is not None:
+            on_done()
+        _average(p, layout)
+    return done
+
+
 def start(call: Call, p: Plan, layout: Layout, error_feedback=None) -> Request:
     """Start ``p`` on ``layout`` (nonblocking); returns the started request."""
     after = layout.copy_out if layout.after and p.kind != "library" else None
-    req = request(call, p, layout, on_done=after)
-    p.agree(call)
-    if p.kind == "library":
-        return req.start(call, call.open().traffic)
-    layout.copy_in()
-    if error_feedback is not None and p.kind == "schedule":
-        error_feedback.apply(p.codec, layout.work, req.cuts)
+    return launch(call, p, request(call, p, layout, on_done=after), layout, error_feedback)
+
+
+def launch(call: Call, p, req: Request, layout: Layout, error_feedback=None,
+           **instead) -> Request:
+    """Start ``req`` (``request``'s for ``p``, or a ``Job``'s: started again each step by
+    ``Buckets``): the agreement step (``instead``: as ``Plan.agree``'s), the input copied in,
+    error feedback's residual added where the plan runs a schedule (compression needs one:
+    ``_check``), then the start."""
+    p.agree(call, **instead)
+    if p.kind != "library":
+        layout.copy_in()
+        if error_feedback is not None and p.kind == "schedule":
+            error_feedback.apply(p.codec, layout.work, req.cuts)
     return req.start(call, call.open().traffic)
 
 
@@ -481,8 +537,9 @@ def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple, nodes):
 
 
 def bound(call: Call, p: Plan | None, prepared, flat: np.ndarray, src=None, kept=None):
-    """``run(watch)``: the schedule on ``flat``, bound once to everything it uses, with its
-    own scratch (a persistent handle may run in the progress thread beside a blocking call).
+    """``run(watch, tag=None)``: the schedule on ``flat``, bound once to everything it uses,
+    with its own scratch (a persistent handle may run in the progress thread beside a blocking
+    call); on ``call``'s tag, or ``tag`` (a later call's: ``Buckets``' reproducible sums).
     ``prepared``: ``prepare(call, p)``'s, or ``prepared_schedule``'s (p None). ``src``,
     ``kept``: the input, which the compiled executor reads where no step wrote yet instead of
     a copy in ``flat`` (``reads_input``), and the part of ``flat`` the call keeps."""
@@ -494,13 +551,13 @@ def bound(call: Call, p: Plan | None, prepared, flat: np.ndarray, src=None, kept
         bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
                                traffic=traffic, src=src, kept=kept).run
 
-        def run_compiled(watch):
-            bound(watch)
+        def run_compiled(watch, tag=None):
+            bound(watch, tag)
             traffic["internode_bytes"] += internode_bytes
         return run_compiled
 
-    def run_python(watch):
-        execute(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch, traffic=traffic,
-                watch=watch)
+    def run_python(watch, tag=None):
+        execute(sched, flat, st.comm, op=op, tag=call.tag if tag is None else tag,
+                scratch=scratch, traffic=traffic, watch=watch)
         traffic["internode_bytes"] += internode_bytes
     return run_python

@@ -1372,20 +1372,20 @@ class Job:
         self.plan.agree(call)
         self._call, self.window = call, True
 
-    def _run_window(self, watch) -> None:
+    def _run_window(self, watch, call=None) -> None:
         """Every rank's values in the window (shm's Phase 1), this rank's slice of each chunk
         summed over the ranks' rows and rounded (``rounded_rows``: the values' function, as
         the exchange's), the slices copied out (Phase 3)."""
         from . import plan
         from .shm import transport
-        size, k, call = self.size, self.k, self._call
+        size, k, call = self.size, self.k, call or self._call
 
         def rows(x, stride, out):
             rounded_rows(x, size, k, out, stride=stride)
         transport.allreduce(call.open(), self.src.reshape(-1), self.recv.reshape(-1), "sum",
                             watch, *plan.shm_signature(call), tag=call.tag, rows=rows)
 
-    def _run_exchange(self, watch) -> None:
+    def _run_exchange(self, watch, tag=None) -> None:
         """The exchange path (``__init__``): values out by blocks, this rank's block's sum
         rounded (the local ``sum`` of the N rows: the same function of the values); for the
         all-reduce, the floats all-gathered."""
@@ -1393,7 +1393,7 @@ class Job:
         mine, rows = self.values[:size * blk], self.values[size * blk:]
         mine[:self.src.size] = self.src.reshape(-1)
         mine[self.src.size:] = 0                        # (the all-reduce's last block)
-        self._exchange(watch)
+        self._exchange(watch, tag)
         own = mine[rank * blk:(rank + 1) * blk]
         out = self.out if self.floats is None else self.floats[rank * blk:(rank + 1) * blk]
         if _in_pairs(size, self.dtype):                   # (the own row read in place)
@@ -1402,7 +1402,7 @@ class Job:
             rows[rank * blk:(rank + 1) * blk] = own
             rounded_rows(rows, size, k, out, codes=self.codes, limbs=self.sums)
         if self._gather is not None:
-            self._gather(watch)
+            self._gather(watch, tag)
         if self.floats is not None and not self.direct:
             np.copyto(self.recv.reshape(-1), self.floats[:self.n])
 
@@ -1420,12 +1420,15 @@ class Job:
             if a is not None:
                 pool[(a.size, a.dtype)] = a
 
-    def run(self, watch) -> None:
-        """The whole call (see the class's doc), under ``watch``."""
+    def run(self, watch, call=None) -> None:
+        """The whole call (see the class's doc), under ``watch``; ``call``: the one that runs
+        it, if not the one it was made in (``Buckets`` start theirs again each step, each time
+        in a new call: its tag, and in the window its signature's hash)."""
+        tag = None if call is None else call.tag
         if self.window:
-            return self._run_window(watch)
+            return self._run_window(watch, call)
         if self.values is not None:
-            return self._run_exchange(watch)
+            return self._run_exchange(watch, tag)
         src, top, sums, k, n = self.src, self.codes, self.sums, self.k, self.n
         if isinstance(src, BinnedSum):
             top[...] = src.codes
@@ -1433,7 +1436,7 @@ class Job:
             mb, eb, view = _format(src.dtype)
             _codes_into(src.reshape(-1).view(view), mb, eb, top)
         if self._max is not None:
-            self._max(watch)
+            self._max(watch, tag)
         if self.split:
             stride, blk, rank = self.stride, self.blk, self.rank
             sums[stride - 1::stride] = _terms(src)
@@ -1442,14 +1445,14 @@ class Job:
                 sums[r * stride:r * stride + k * blk].reshape(k, blk)[:, held:] = 0
             _local_slices(src, top, k, out=sums, block=blk, stride=stride)
             if self._sum is not None:
-                self._sum(watch)
+                self._sum(watch, tag)
             mine = sums[rank * stride:(rank + 1) * stride]
             _check_terms(int(mine[-1]))
             lo, hi = min(rank * blk, n), min((rank + 1) * blk, n)
             rounded(mine, top[lo:hi], k, self.dtype, block=blk,
                     out=self.floats[rank * blk:rank * blk + hi - lo])
             if self._gather is not None:
-                self._gather(watch)
+                self._gather(watch, tag)
             if not self.direct:
                 np.copyto(self.recv.reshape(-1), self.floats[:n])
             return
@@ -1457,7 +1460,7 @@ class Job:
             _local_slices(src, top, k, out=sums[:n * k])
             sums[-1] = _terms(src)
             if self._sum is not None:
-                self._sum(watch)
+                self._sum(watch, tag)
             _check_terms(int(sums[-1]))
             rounded(sums, top, k, self.dtype, out=self.recv.reshape(-1))
             return
@@ -1465,7 +1468,7 @@ class Job:
         sums[stride - 1::stride] = _terms(src)
         _local_slices(src, top, k, out=sums, block=n or 1, stride=stride)
         if self._sum is not None:
-            self._sum(watch)
+            self._sum(watch, tag)
         mine = sums[self.rank * stride:(self.rank + 1) * stride]
         _check_terms(int(mine[-1]))
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
@@ -1503,9 +1506,9 @@ class _Described:
     def __init__(self, text: str, kind: str = "schedule", algorithm: str = "", **fields):
         self.text, self.kind, self._agreed = text, kind, (algorithm, fields)
 
-    def agree(self, call) -> None:
+    def agree(self, call, **instead) -> None:
         algorithm, fields = self._agreed
-        call.agree(algorithm, **fields)
+        call.agree(algorithm, **{**fields, **instead})
 
     def describe(self) -> str:
         return self.text

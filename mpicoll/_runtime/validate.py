@@ -2,7 +2,8 @@
 
 Each rank reduces its call to a *fingerprint* of a few integers (``FIELDS``): the collective,
 the algorithm it is about to run, op, dtype, count, root, the algorithm's options (inner, outer,
-ring order) and node layout, the compression, a reproducible sum's K, for ``auto``'s
+ring order) and node layout, the compression, a reproducible sum's K, ``average``, error
+feedback, the group of calls it is one of (a ``Buckets``' bucket and layout), for ``auto``'s
 all-reduce whether it is in place (it decides by it), whether it has a timeout, and whether its
 own
 argument checks failed. One nonblocking ``MPI_Iallreduce``
@@ -29,8 +30,8 @@ from ..topology import ORDERS
 __all__ = ["FIELDS", "fingerprint", "rejected", "check", "wait"]
 
 FIELDS = ("collective", "algorithm", "op", "dtype", "count", "root", "inner", "outer", "order",
-          "nodes", "compress", "executor", "segments", "reproducible", "in_place", "site",
-          "timeout", "error")
+          "nodes", "compress", "executor", "segments", "reproducible", "in_place", "average",
+          "feedback", "group", "site", "timeout", "error")
 _COLLECTIVES = tuple(COLLECTIVES)
 # (and "exchange": the reproducible all-reduce's exchange of values, mpicoll.reproducible)
 _NAMES = tuple(sorted({name for table in COLLECTIVES.values() for name in table} | {"exchange"}))
@@ -48,12 +49,13 @@ def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=No
                 outer: str | None = None, order: str | None = None, nodes: tuple | None = None,
                 compress: str | None = None, executor: str | None = None,
                 segments: str | None = None, reproducible: int | None = None,
-                in_place: bool | None = None, site: str | None = None,
-                timeout: bool = False) -> list:
+                in_place: bool | None = None, average: bool | None = None,
+                feedback: bool | None = None, group: str | None = None,
+                site: str | None = None, timeout: bool = False) -> list:
     """The integers that must be equal on every rank (-1: not applicable). ``nodes``, the node
     layout of a node-aware algorithm (``MPICOLL_RANKS_PER_NODE`` could differ between ranks),
     and ``segments``, the compiled executor's segment rule (``MPICOLL_SEGMENT_BYTES``, the
-    profile), enter as checksums of their text."""
+    profile), and ``group`` (``mpicoll.plan.Plan.group``) enter as checksums of their text."""
     root = -1 if root is None else root
     layout = -1 if nodes is None else zlib.crc32(repr(tuple(map(tuple, nodes))).encode())
     rule = -1 if segments is None else zlib.crc32(segments.encode())
@@ -61,7 +63,8 @@ def fingerprint(collective: str, algorithm: str, op: str | None = None, dtype=No
             _index(DTYPES, dtype), count, root, _index(_NAMES, inner), _index(_NAMES, outer),
             _index(ORDERS, order), layout, _index(_CODECS, compress),
             _index(_EXECUTORS, executor), rule, -1 if reproducible is None else reproducible,
-            -1 if in_place is None else int(in_place),
+            -1 if in_place is None else int(in_place), int(bool(average)), int(bool(feedback)),
+            -1 if group is None else zlib.crc32(group.encode()) & 0x7FFFFFFF,
             -1 if site is None else zlib.crc32(site.encode()) & 0x7FFFFFFF, int(timeout), 0]
 
 
@@ -118,6 +121,10 @@ def _show(field: str, row) -> str:
         return f"K={v}" if v >= 0 else "no"
     if field == "in_place":             # auto's all-reduce: sendbuf=MPI.IN_PLACE or not
         return "none" if v < 0 else "sendbuf=MPI.IN_PLACE" if v else "a sendbuf array"
+    if field in ("average", "feedback"):
+        return "on" if v else "off"
+    if field == "group":                # Buckets: a checksum of the bucket and the layout
+        return f"group #{v:08x}" if v >= 0 else "none"
     if field == "site":                 # validate="callsite": a checksum of file:line
         return f"call site #{v:08x}" if v >= 0 else "none"
     if field == "timeout":

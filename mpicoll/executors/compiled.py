@@ -352,12 +352,15 @@ class Bound:
         sent, received, self.messages = schedule.totals
         self.sent, self.received = sent * buf.itemsize, received * buf.itemsize
 
-    def run(self, watch=None) -> None:
-        """Run the schedule once (under ``watch``'s deadline, if any)."""
-        buf, scratch, table, requests, work, comm, datatype, tag, op = self.args
+    def run(self, watch=None, tag: int | None = None) -> None:
+        """Run the schedule once (under ``watch``'s deadline, if any; ``tag``: another call's
+        than the one it was bound in, as ``Buckets`` start a reproducible sum each step)."""
+        buf, scratch, table, requests, work, comm, datatype, bound_tag, op = self.args
+        tag = bound_tag if tag is None else tag
         src = buf if self.src is None else _copy_first(self.schedule, buf, self.src, self.kept)
         if watch is not None:
-            return _run_watched(self.schedule, watch, self.traffic, buf, src, *self.args[1:])
+            return _run_watched(self.schedule, watch, self.traffic, buf, src, scratch, table,
+                                requests, work, comm, datatype, tag, op)
         result = _loop(buf, src, scratch, table, -1, requests, work, comm, datatype, tag, op,
                        0.0)
         if result != DONE:

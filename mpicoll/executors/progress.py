@@ -108,6 +108,12 @@ class Request:
         self._following = False         # (following)
 
     @property
+    def call(self):
+        """The ``Call`` of the latest ``start`` (None before it): its tag and signature are the
+        run's, also for a request started again in a new call each time (``Buckets``)."""
+        return self._call
+
+    @property
     def cuts(self):
         """int8 compression's pieces (``compression.schedule_cuts``), or None."""
         return self._cuts

@@ -19,8 +19,11 @@ Tensors: contiguous CPU tensors are viewed as numpy arrays (``Tensor.numpy()``, 
 a ``TypeError`` (not on the CPU, sparse, a dtype mpicoll lacks) or a ``ValueError``
 (non-contiguous). float16 and bfloat16 are reduced by mpicoll's kernels (in float32, rounded
 once). AVG is SUM, then division by the group size on every rank (floating types only, as
-NCCL; Gloo has no AVG). On bool tensors SUM and MAX and BOR are logical or, PRODUCT and MIN and
-BAND logical and, BXOR logical xor (NCCL's reading).
+NCCL; Gloo has no AVG): mpicoll's ``average=True``, in the call's signature, so a rank passing
+AVG where the others pass SUM raises ``ArgumentMismatch`` on every rank (with
+``Options.reproducible`` the backend divides the reproducible sum itself, outside it). On bool
+tensors SUM and MAX and BOR are logical or, PRODUCT and MIN and BAND logical and, BXOR logical
+xor (NCCL's reading).
 
 Asynchrony: torch passes ``opts.asyncOp``. ``async_op=True`` -- and every call DDP makes --
 starts mpicoll's nonblocking call (``iallreduce``...); the progress thread runs it while the
@@ -406,16 +409,16 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         for t in tensors:
             view = tensor_view(t, f"{what} tensor")
             op, average = _op(opts, t)
-            if average:
-                averaged.append(t)
-
             exact = self.options.reproducible_for(view, op)
+            if average and exact:       # (mpicoll's average=True is not for reproducible sums)
+                averaged.append(t)
+            signed = {"average": True} if average and not exact else {}
 
-            def call(blocking, view=view, op=op, exact=exact):
+            def call(blocking, view=view, op=op, exact=exact, signed=signed):
                 if blocking:
-                    mpicoll.allreduce(MPI.IN_PLACE, view, op=op, **kw, **exact)
+                    mpicoll.allreduce(MPI.IN_PLACE, view, op=op, **kw, **exact, **signed)
                     return None
-                return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw, **exact)
+                return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw, **exact, **signed)
             calls.append(call)
         size = self._size
 
@@ -565,16 +568,16 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         calls, averaged = [], []
         for src, dst, output in triples:
             op, average = _op(opts, output)
-            if average:
-                averaged.append(output)
-
             exact = self.options.reproducible_for(dst, op)
+            if average and exact:       # (mpicoll's average=True is not for reproducible sums)
+                averaged.append(output)
+            signed = {"average": True} if average and not exact else {}
 
-            def call(blocking, src=src, dst=dst, op=op, exact=exact):
+            def call(blocking, src=src, dst=dst, op=op, exact=exact, signed=signed):
                 if blocking:
-                    mpicoll.reduce_scatter_block(src, dst, op=op, **kw, **exact)
+                    mpicoll.reduce_scatter_block(src, dst, op=op, **kw, **exact, **signed)
                     return None
-                return mpicoll.ireduce_scatter_block(src, dst, op=op, **kw, **exact)
+                return mpicoll.ireduce_scatter_block(src, dst, op=op, **kw, **exact, **signed)
             calls.append(call)
         size = self.size()
 

@@ -2,6 +2,8 @@
 closed forms, in place and without a copy, the errors, async futures, and DDP -- the same
 weights as on Gloo, bit-identical twice with the algorithm fixed."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -268,6 +270,30 @@ def test_subgroup(world):
         dist.all_reduce(x, group=group)
     want = float(sum(members)) if rank in members else float(rank)
     agree(world, torch.all(x == want), f"{x.tolist()} != {want}")
+
+
+@pytest.mark.parametrize("async_op", [False, True])
+def test_avg_on_one_rank_and_sum_on_the_others_is_a_mismatch(world, async_op):
+    """ReduceOp.AVG on rank 0, SUM on the others (it used to give the average there and the
+    sum elsewhere, silently): AVG is mpicoll's average=True, a field of the call's signature,
+    so every rank raises (the ArgumentMismatch naming it) within 2 s, on a group of its own
+    (the mismatch breaks its communicator)."""
+    if world.Get_size() < 2:
+        pytest.skip("needs 2 ranks")
+    group = dist.new_group(backend="mpicoll")
+    dist.all_reduce(torch.ones(4), group=group)     # (the group's first call sets it up)
+    op = dist.ReduceOp.AVG if world.Get_rank() == 0 else dist.ReduceOp.SUM
+    x = torch.full((4,), float(world.Get_rank() + 1))
+    start = time.monotonic()
+    try:
+        dist.all_reduce(x, op=op, group=group, async_op=async_op).wait()
+        got = None
+    except RuntimeError as exc:
+        got = exc
+    elapsed = time.monotonic() - start
+    ok = (got is not None and isinstance(got.__cause__, mpicoll.ArgumentMismatch)
+          and "average" in str(got) and elapsed < 2.0)
+    agree(world, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
 
 
 # ----------------------------------------------------------------------------- DDP

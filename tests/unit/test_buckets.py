@@ -75,3 +75,25 @@ def test_a_missed_ready_raises_and_the_next_step_starts_afresh():
     b.ready(0)
     b.wait()
     assert (g[1] == 4.0).all()
+
+
+def test_a_step_that_raised_in_ready_leaves_the_buckets_usable(monkeypatch):
+    """A failure inside ready() (here the first bucket's start raises) ends the step: the next
+    step runs from the start -- not "array 1 was already marked ready" -- and is right."""
+    g = [np.ones(3), np.ones(2)]
+    b = mpicoll.Buckets(g, 16, comm=COMM, average=False)        # two buckets: [1], [0]
+    launch, failed = mpicoll.plan.launch, []
+
+    def fails_once(*args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("the start failed")
+        return launch(*args, **kwargs)
+    monkeypatch.setattr(mpicoll.plan, "launch", fails_once)
+    with pytest.raises(RuntimeError, match="the start failed"):
+        b.ready(1)
+    g[1][...] = 5.0
+    b.ready(1)
+    b.ready(0)
+    b.wait()
+    assert len(b.flat) == 2 and (g[1] == 5.0).all() and (g[0] == 1.0).all()
