@@ -141,7 +141,7 @@ def ack_failed(comm, num_to_ack: int | None = None) -> int:
         return 0
     known = sorted(w.known)
     count = len(known) if num_to_ack is None else min(max(num_to_ack, 0), len(known))
-    w.acked = max(getattr(w, "acked", 0), count)
+    w.acked = max(w.acked, count)
     return w.acked
 
 
@@ -169,7 +169,7 @@ def agree(comm, flag: int, *, timeout: float | None = None) -> int:
             survivors.Free()
             break
     agreed = int(result[0])
-    if w is not None and len(w.known) > getattr(w, "acked", 0):
+    if w is not None and len(w.known) > w.acked:
         error = detector.failure(context.known(comm), "agree")
         error.flag = agreed
         raise error

@@ -85,7 +85,8 @@ class CommState:
             raise CommunicatorBroken(
                 f"{what}: mpicoll will not use this communicator again: an earlier call failed "
                 f"({self.broken}) and its messages may still be in flight; create a new "
-                "communicator (comm.Dup() on every rank) to go on")
+                "communicator to go on: comm.Dup() on every rank, or mpicoll.shrink(comm) on "
+                "every survivor if a rank died")
 
     def start(self) -> None:
         """The set-up's first steps, on the caller's thread of a nonblocking call, without

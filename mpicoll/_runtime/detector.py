@@ -111,6 +111,18 @@ def _alive(ident: tuple) -> bool:
     return started < 0 or len(rest) <= 19 or int(rest[19]) == started
 
 
+_looked: dict = {}          # identity -> alive, for one pass over every watched communicator
+
+
+def _alive_now(ident: tuple) -> bool:
+    """``_alive``, asked once per process per pass (``step_all``): a process is a rank of
+    every communicator it shares with this one, and tests make hundreds."""
+    alive = _looked.get(ident)
+    if alive is None:
+        alive = _looked[ident] = _alive(ident)
+    return alive
+
+
 def describe(ranks, idents) -> str:
     """``rank 2 (host h, pid 123)`` for each of ``ranks``."""
     return ", ".join(f"rank {r} (host {idents[r][0]}, pid {idents[r][2]})" for r in sorted(ranks))
@@ -134,6 +146,7 @@ class Watched:
         self.found_at = None                # when this rank first knew of a failure
         self.first: frozenset = frozenset()  # ... and of which ranks
         self.revoked_by = None              # a rank that revoked the communicator
+        self.acked = 0                      # failures acknowledged (Comm.Ack_failed)
         self.round, self.stable, self.active = 0, 0, False
         self.sent: frozenset = frozenset()  # the set this rank sent in its current round
         self.adopt = None                   # a set another rank decided on (DECIDED)
@@ -186,7 +199,7 @@ class Watched:
 
     def _look(self, now: float, timeout: float) -> None:
         found = [r for r in range(self.size) if self.seen[r] and r not in self.known
-                 and not _alive(self.idents[r])]
+                 and not _alive_now(self.idents[r])]
         watched = self._neighbour(-1)
         if watched is not None and not self.seen[watched]:
             if watched != self.watching:            # a new predecessor: give it a period
@@ -392,6 +405,7 @@ def step_all() -> None:
     period = settings.get("MPICOLL_HEARTBEAT") or 1.0
     timeout = settings.get("MPICOLL_HEARTBEAT_TIMEOUT") or float("inf")
     now = time.monotonic()
+    _looked.clear()
     for w in list(_watched):
         try:
             w.step(now, period, timeout)

@@ -293,7 +293,8 @@ def _broken(st, window, reason: str):
     _abort(window)
     st.broken = f"allreduce shm: {reason}"
     raise CommunicatorBroken(f"allreduce shm: {reason}; the communicator is broken: mpicoll "
-                             "will not use it again (comm.Dup() on every rank to go on)")
+                             "will not use it again (comm.Dup() on every rank to go on; "
+                             "mpicoll.shrink(comm) on every survivor if a rank died)")
 
 
 def _abort(window) -> None:

@@ -3,13 +3,41 @@
 One row per size, one column per algorithm; the fastest of mpicoll's algorithms at each size is
 in bold, ``auto`` shows which algorithm it ran. ``docs/make-results.sh`` pastes these into
 docs/results.md. Simulator JSON (``mpicoll simulate --json``) is refused: it has no MPI times.
+A stragglers file (``MPICOLL_STRAGGLERS=FILE``, ``mpicoll.stats``) is shown as a table of how
+long the others waited for each rank.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from .cli import Parser, read_bench_json
 
-__all__ = ["main", "markdown"]
+__all__ = ["main", "markdown", "stragglers"]
+
+
+def stragglers(result: dict) -> str:
+    """``mpicoll.stats``'s result (as ``MPICOLL_STRAGGLERS`` writes it) as a markdown table."""
+    ranks = result.get("ranks", {})
+    out = [f"*stragglers: over the last {result.get('calls', 0)} calls, how long each rank "
+           "held the others (it arrived last, by that much)*", "",
+           "| rank | calls | mean (ms) | p99 (ms) |", "|---:|---:|---:|---:|"]
+    for rank in sorted(ranks, key=int):
+        r = ranks[rank]
+        out.append(f"| {rank} | {r['calls']} | {1e3 * r['mean']:.3f} | {1e3 * r['p99']:.3f} |")
+    who = result.get("straggler")
+    out += ["", f"straggler: rank {who}" if who is not None else
+            "straggler: none (no rank held the others markedly longer than the rest)"]
+    return "\n".join(out) + "\n"
+
+
+def _stragglers_file(path: str):
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == "mpicoll-stragglers" else None
 
 
 def markdown(results: dict) -> str:
@@ -51,12 +79,17 @@ def markdown(results: dict) -> str:
 
 def main(argv=None) -> int:
     ap = Parser("mpicoll report", __doc__)
-    ap.add_argument("results", nargs="+", help="JSON files written by mpicoll bench --json")
+    ap.add_argument("results", nargs="+", help="JSON files written by mpicoll bench --json "
+                    "(or by MPICOLL_STRAGGLERS)")
     args = ap.parse_args(argv)
+    shown = []
     try:
-        results = [read_bench_json(path) for path in args.results]
+        for path in args.results:
+            found = _stragglers_file(path)
+            shown.append(stragglers(found) if found is not None else
+                         markdown(read_bench_json(path)))
     except ValueError as e:
         ap.error(str(e))
-    for res in results:
-        print(markdown(res))
+    for text in shown:
+        print(text)
     return 0

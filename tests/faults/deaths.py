@@ -8,8 +8,9 @@ Every rank writes one JSON object to ``DIR/rank<r>.json`` (written whole at the 
 a victim ``{"victim": true, "killed_at": wall clock}`` just before it SIGKILLs itself; a
 survivor what its call raised (``error``, ``ranks``, ``message``), ``detect`` (seconds from the
 first victim's death to the error), ``shrink`` (seconds ``mpicoll.shrink`` took), ``size`` of
-the shrunk communicator and ``checks``: for every all-reduce algorithm, whether its result on
-the shrunk communicator is exact. Cases:
+the shrunk communicator, ``checks``: for every all-reduce algorithm, whether its result on
+the shrunk communicator is exact, ``again``: what the old communicator's next call raised, and
+``free``: seconds its ``Free`` took. Cases:
 
 * ``call``: the victims die in the middle of a loop of calls of ``--form`` (``blocking``,
   ``iallreduce``, ``persistent``, ``comm``, ``buckets``) with ``--algorithm``; with several
@@ -138,6 +139,9 @@ def main() -> None:
         row["size"] = new.Get_size()
         row["checks"] = checks(new)
         row["again"] = _again(comm)
+        t = time.monotonic()
+        comm.Free()                     # a broken communicator with a dead rank: never hangs
+        row["free"] = time.monotonic() - t
     except Exception as exc:            # noqa: BLE001 - reported to the test
         row["shrink_error"] = f"{type(exc).__name__}: {exc}"[:600]
     _write(args.out, rank, row)

@@ -59,6 +59,7 @@ def check_survivors(rows, victims, size, detect=DETECT):
         assert row["size"] == size - len(victims), row
         assert all(row["checks"].values()), row
         assert row["again"] == "ProcessFailed", row
+        assert row["free"] < 1.0 + SLACK, row
 
 
 # (ids not "mpi" alone: pytest-mpi skips a test with that keyword outside mpiexec)

@@ -64,6 +64,10 @@ JOBS = {
     # Issue #22's fault matrix at N = 4 across the two nodes: every case x algorithm x form once
     # (the shared-memory ones refuse ranks on two nodes, and the job leaves them out).
     "fault_matrix": ("fault_matrix.sbatch", TWO_NODES, {"MPICOLL_FAULT_ARGS": "--reps 1"}, []),
+    # Issue 41: the second node's two ranks die mid-loop; the first node's two name them (by
+    # heartbeats, as between machines: the emulated nodes share this machine's pids), shrink and
+    # compute right.
+    "deaths": ("deaths.sbatch", TWO_NODES, {"MPICOLL_HEARTBEAT_ONLY": "1"}, []),
     # The documented fallback: the MPI library's mpiexec inside the allocation, the Python
     # named by MPICOLL_VENV (not on PATH), results under MPICOLL_RESULTS.
     "mpiexec": ("bench.sbatch", TWO_NODES,

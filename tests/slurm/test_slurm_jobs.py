@@ -108,6 +108,26 @@ def test_fault_matrix_across_nodes(job):
             assert row["verdict"] == "ok", row
 
 
+@pytest.mark.slurm_job("deaths")
+def test_a_node_dies(job):
+    """Issue 41 across the two nodes: node 2's ranks (2, 3) are SIGKILLed mid-loop; ranks 0 and
+    1 raise ProcessFailed naming exactly [2, 3] within seconds (heartbeats: the job sets
+    MPICOLL_HEARTBEAT_ONLY=1), shrink to 2 ranks and compute right with every algorithm."""
+    assert_ok(job)
+    folder = job.results() / "deaths"
+    rows = {r: load(folder / f"rank{r}.json") for r in range(4)
+            if (folder / f"rank{r}.json").exists()}
+    assert set(rows) == {0, 1, 2, 3}, (rows, job.explain())
+    for r in (2, 3):
+        assert rows[r].get("victim"), rows
+    for r in (0, 1):
+        row = rows[r]
+        assert row.get("error") == "ProcessFailed", (row, job.explain())
+        assert set(row["ranks"]) <= {2, 3} and row["detect"] < 3.5, row
+        assert row["size"] == 2 and all(row["checks"].values()), row
+        assert row["again"] == "ProcessFailed" and row["free"] < 2.0, row
+
+
 @pytest.mark.slurm_job("crossover")
 def test_crossover_measured_and_modelled(job):
     assert_ok(job)

@@ -1,13 +1,14 @@
 """A rank dies: the survivors' ``Work.wait()`` and ``future.wait()`` raise ``RuntimeError`` from
-the ``CollectiveTimeout`` naming it. Run by test_jobs.py:
+the ``ProcessFailed`` naming it, and so does a DDP step. Run by test_jobs.py:
 
-    mpiexec -disable-auto-cleanup -n N python tests/torch/dead_rank.py OUTDIR
+    mpiexec -disable-auto-cleanup -n N python -m mpicoll survive python tests/torch/dead_rank.py OUTDIR
 
 Every rank initialises "mpicoll" with ``timeout=10 s`` and makes good all-reduces (the first on
 a group with a long timeout: numba's first compile on a loaded machine must not count); then the
 last rank exits (``os._exit``: no MPI_Finalize) and the others start an async all-reduce and
 wait for it. Each survivor writes OUTDIR/rank<r>.json: what ``Work.wait()``, the future and a
-next blocking ``all_reduce`` raised, and how long the first took.
+next blocking ``all_reduce`` raised, how long the first took, and what a DDP step on a group
+made before the death (``ddp``) raised.
 """
 
 import json
@@ -39,6 +40,9 @@ def main() -> None:
     dist.init_process_group("mpicoll", timeout=timedelta(seconds=10))
     rank, size = dist.get_rank(), dist.get_world_size()
     patient = dist.new_group(backend="mpicoll", timeout=timedelta(seconds=300))
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 8),
+                                                      process_group=patient)
+    model(torch.ones(4, 64)).sum().backward()       # a good step first
     x = torch.ones(1000)
     dist.all_reduce(x, group=patient)
     dist.all_reduce(x, async_op=True).wait()
@@ -50,7 +54,8 @@ def main() -> None:
     row = {"rank": rank, "size": size, "wait": caught(work.wait),
            "elapsed": time.monotonic() - started,
            "future": caught(lambda: work.get_future().wait()),
-           "next": caught(lambda: dist.all_reduce(torch.ones(10)))}
+           "next": caught(lambda: dist.all_reduce(torch.ones(10))),
+           "ddp": caught(lambda: model(torch.ones(4, 64)).sum().backward())}
     (out / f"rank{rank}.json").write_text(json.dumps(row))
     sys.stdout.flush()
     os._exit(0)
