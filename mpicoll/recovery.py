@@ -80,12 +80,12 @@ def _create_group(comm, group, tag: int, w, failed: frozenset, end: float):
     With ``MPI_THREAD_MULTIPLE`` it runs on a helper thread while this one watches for deaths
     (a call stuck on a dead member is left behind); without, it is called here."""
     if w is None or MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-        return comm.Create_group(group, tag)
+        return _create(comm, group, tag)
     box: list = []
 
     def create() -> None:
         try:
-            box.append(comm.Create_group(group, tag))
+            box.append(_create(comm, group, tag))
         except BaseException as exc:        # noqa: BLE001 - handed to the caller
             box.append(exc)
 
@@ -101,6 +101,19 @@ def _create_group(comm, group, tag: int, w, failed: frozenset, end: float):
     if isinstance(box[0], BaseException):
         raise box[0]
     return box[0]
+
+
+def _create(comm, group, tag: int) -> MPI.Intracomm:
+    """``comm.Create_group(group, tag)``; where the MPI library runs with ULFM (Open MPI's
+    ``mpirun --with-ft ulfm``) it refuses that on a communicator with a dead process
+    (``MPI_ERR_PROC_FAILED``): then its own ``MPIX_Comm_shrink``, which agrees among the
+    survivors as this module does."""
+    try:
+        return comm.Create_group(group, tag)
+    except MPI.Exception as exc:
+        if exc.Get_error_class() not in detector.PROC_FAILED or not hasattr(comm, "Shrink"):
+            raise
+        return comm.Shrink()
 
 
 def revoke(comm) -> None:

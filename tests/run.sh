@@ -167,6 +167,13 @@ else
             | tee "$LOGDIR/openmpi-$n.log"
         record "Open MPI mpiexec -n $n" "$LOGDIR/openmpi-$n.log" "${PIPESTATUS[0]}"
     done
+    if [ -x "$openmpi_bin/mpiexec" ]; then        # a rank's death under Open MPI's ULFM
+        stage "a rank's death under Open MPI (tests/jobs/test_deaths.py -k open_mpi_leg)"
+        PATH="$openmpi_bin:$PATH" timeout -k 15 600 "$openmpi_bin/python" -m pytest \
+            tests/jobs/test_deaths.py -k open_mpi_leg -q --color=no "$@" 2>&1 \
+            | tee "$LOGDIR/openmpi-deaths.log"
+        record "Open MPI deaths" "$LOGDIR/openmpi-deaths.log" "${PIPESTATUS[0]}"
+    fi
 fi
 
 torch_pid=""

@@ -42,6 +42,7 @@ import atexit
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -112,6 +113,9 @@ def _alive(ident: tuple) -> bool:
 
 
 _looked: dict = {}          # identity -> alive, for one pass over every watched communicator
+# the error classes of ULFM (MPI 5's draft; Open MPI's mpirun --with-ft ulfm) for a dead peer
+PROC_FAILED = {getattr(MPI, name) for name in ("ERR_PROC_FAILED", "ERR_PROC_FAILED_PENDING",
+                                                "ERR_REVOKED") if hasattr(MPI, name)}
 
 
 def _alive_now(ident: tuple) -> bool:
@@ -157,12 +161,18 @@ class Watched:
         self.outbox: list = []              # (buffer, request)
         self.words = (self.size + 63) // 64
         self.tags = tag_ub() - HEARTBEAT_TAG_OFFSET, tag_ub() - AGREE_TAG_OFFSET
-        self._beat = np.zeros(1, np.int64)
+        self._beat = np.zeros(1, np.int64)          # what heartbeats send (never written)
+        self._heard = np.zeros(1, np.int64)         # ... and are received into
 
     # ------------------------------------------------------------------------- one step
 
     def step(self, now: float, period: float, timeout: float) -> None:
-        self._receive(now)
+        try:
+            self._receive(now)
+        except MPI.Exception as exc:
+            if exc.Get_error_class() not in PROC_FAILED:
+                raise
+            self._library_knows()
         # the rounds the messages received complete first, then a look: a rank that decided
         # and left (its program ended) sent all this rank needs before it went
         self._agree_if_needed()
@@ -178,7 +188,7 @@ class Watched:
         comm, (beat, agree), status = self.comm, self.tags, MPI.Status()
         while comm.Iprobe(MPI.ANY_SOURCE, beat, status):
             src = status.Get_source()
-            comm.Recv(self._beat, src, beat)
+            comm.Recv(self._heard, src, beat)
             self.heard[src] = now
         while comm.Iprobe(MPI.ANY_SOURCE, agree, status):
             src = status.Get_source()
@@ -196,6 +206,24 @@ class Watched:
             if number >= self.round:
                 self.inbox.setdefault(number, {})[src] = frozenset(got)
             self.heard[src] = now           # (any message says the sender lives)
+
+    def _library_knows(self) -> None:
+        """An MPI library with ULFM (Open MPI's ``mpirun --with-ft ulfm``) found a death
+        itself and fails receives from any source until it is acknowledged: learn its failed
+        processes, and acknowledge them so that the looks go on."""
+        comm = self.comm
+        try:
+            failed = comm.Get_failed()
+            try:
+                group = comm.Get_group()
+                ranks = MPI.Group.Translate_ranks(failed, list(range(failed.Get_size())), group)
+                group.Free()
+            finally:
+                failed.Free()
+            comm.Ack_failed()
+        except (MPI.Exception, AttributeError, NotImplementedError):
+            return
+        self._learn(r for r in ranks if r != MPI.UNDEFINED)
 
     def _look(self, now: float, timeout: float) -> None:
         found = [r for r in range(self.size) if self.seen[r] and r not in self.known
@@ -375,9 +403,10 @@ def watch(state, idents: list) -> None:
 
 def _keep_hydra_from_ending_survivors() -> None:
     """MPICH's launcher (Hydra), started with ``-disable-auto-cleanup``, tells the survivors of
-    a dead rank with ``SIGUSR1``, whose default action ends the process (it did in about one
-    launch in four here): ignore it, unless the program handles it itself, so the survivors
-    live to recover. Only from the main thread (Python's rule for signal handlers)."""
+    a dead rank with ``SIGUSR1``, whose default action ends the process: ignore it, unless the
+    program handles it itself, so the survivors live to recover (``mpicoll survive`` keeps
+    Hydra's other way of ending them at bay). Only from the main thread (Python's rule for
+    signal handlers)."""
     if "HYDI_CONTROL_FD" not in os.environ or \
             threading.current_thread() is not threading.main_thread():
         return
@@ -409,9 +438,13 @@ def step_all() -> None:
     for w in list(_watched):
         try:
             w.step(now, period, timeout)
-        except MPI.Exception:               # the communicator is gone (freed under us)
+        except Exception as exc:            # noqa: BLE001 - the thread must go on
+            # (MPI.Exception: the communicator is gone, freed under us): stop watching it
             if w in _watched:
                 _watched.remove(w)
+            if not isinstance(exc, MPI.Exception):
+                sys.stderr.write(f"mpicoll: the failure detector stopped watching a "
+                                 f"communicator: {type(exc).__name__}: {exc}\n")
 
 
 def _loop() -> None:

@@ -104,6 +104,7 @@ def main() -> None:
     err = open(os.path.join(args.out, f"err{rank}"), "w")
     os.dup2(err.fileno(), 2)
     faulthandler.enable()
+    faulthandler.dump_traceback_later(40)       # a rank still here then: where it hangs
     victims = [int(v) for v in args.victims.split(",")]
     mpicoll.allreduce(np.ones(COUNT), algorithm=args.algorithm, comm=comm)   # set up, warm
     row: dict = {"rank": rank}

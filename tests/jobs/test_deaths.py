@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from mpi4py import MPI
 
 from mpicoll.registry import ALLREDUCE
 from mpicoll.testing import MPIEXEC
 
 pytestmark = pytest.mark.xdist_group("deadlines")
+# tests/run.sh's Open MPI leg runs the tests marked open_mpi with Open MPI's mpiexec too
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "faults" / "deaths.py"
@@ -24,14 +26,21 @@ DETECT = 2.0        # seconds from the SIGKILL to every survivor's ProcessFailed
 SLACK = 1.0         # on a loaded 2-core machine (CI runs other jobs beside these)
 
 
+OPEN_MPI = "Open MPI" in MPI.Get_library_version()
+# the launch that keeps the survivors alive (docs/reliability.md, "Launchers")
+KEEP_ALIVE = (["--allow-run-as-root", "--oversubscribe", "--with-ft", "ulfm"] if OPEN_MPI else
+              ["-disable-auto-cleanup"])
+SURVIVE = [] if OPEN_MPI else [sys.executable, "-m", "mpicoll", "survive"]
+
+
 def launch(tmp_path, case, ranks=3, env=None, **options):
     """Run the case, each rank under ``mpicoll survive`` (without it Hydra ends the survivors
-    when it reaps the killed rank: docs/reliability.md) -- one launch: every rank must write.
-    Returns rows by rank."""
+    when it reaps the killed rank: docs/reliability.md; Open MPI: ``--with-ft ulfm``) -- one
+    launch: every rank must write. Returns rows by rank."""
     args = [f"--{k}={v}" for k, v in options.items()]
     proc = subprocess.run(
-        [MPIEXEC, "-disable-auto-cleanup", "-n", str(ranks), sys.executable, "-m", "mpicoll",
-         "survive", sys.executable, str(SCRIPT), case, "--out", str(tmp_path), *args],
+        [MPIEXEC, *KEEP_ALIVE, "-n", str(ranks), *SURVIVE, sys.executable, str(SCRIPT), case,
+         "--out", str(tmp_path), *args],
         env=dict(os.environ, PYTHONPATH=str(ROOT), MPIEXEC_TIMEOUT="120", **(env or {})),
         cwd=ROOT, capture_output=True, text=True, timeout=150)
     rows = {}
@@ -107,6 +116,15 @@ def test_death_found_by_heartbeats(tmp_path):
     no pid): found within MPICOLL_HEARTBEAT_TIMEOUT (1.5 s) + a period."""
     rows = launch(tmp_path, "call", env={"MPICOLL_HEARTBEAT_ONLY": "1"}, algorithm="mpi")
     check_survivors(rows, [2], 3, detect=1.5 + 0.2 + 0.5)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "shm", "auto"], ids=lambda a: f"with-{a}")
+def test_open_mpi_leg(tmp_path, algorithm):
+    """What the Open MPI leg runs (tests/run.sh, Open MPI's mpiexec with --with-ft ulfm: its
+    library raises MPI_ERR_PROC_FAILED itself, and refuses MPI_Comm_create_group on a
+    communicator with a dead rank, so shrink uses its MPIX_Comm_shrink); here, the same under
+    the default MPI."""
+    check_survivors(launch(tmp_path, "call", algorithm=algorithm), [2], 3)
 
 
 def test_busy_rank_is_not_reported(tmp_path):
