@@ -155,23 +155,70 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
 
     Flow f starts moving at ``release[f]`` with ``size[f]`` bytes on the links ``links[f]``
     (``pad``: none), never faster than ``flowcap[f]``; returns each flow's end time.
+    Flows that share no finite link (directly or through others) do not affect each other, so
+    each connected group is solved on its own, with its own events: a wave of many small groups
+    (the ports of one node, say) costs its flows, not its flows squared.
     """
     n = release.shape[0]
+    width = links.shape[1]
+    # union-find over flows: two flows that use one finite link are in one group
+    parent = np.arange(n)
+    owner = np.full(capacity.shape[0], -1, np.int64)
+    for f in range(n):
+        for j in range(width):
+            lk = links[f, j]
+            if lk == pad or capacity[lk] == np.inf:
+                continue
+            g = owner[lk]
+            if g < 0:
+                owner[lk] = f
+                continue
+            a = f
+            while parent[a] != a:
+                a = parent[a]
+            while parent[g] != g:
+                g = parent[g]
+            if a != g:
+                parent[max(a, g)] = min(a, g)
+    group = np.empty(n, np.int64)
+    for f in range(n):
+        a = f
+        while parent[a] != a:
+            a = parent[a]
+        group[f] = a
+        parent[f] = a
+    # flows by group, then by release: each group's flows are one run of ``order``
+    order = np.argsort(release, kind="mergesort")
+    order = order[np.argsort(group[order], kind="mergesort")]
     end = np.empty(n)
     rem = size.copy()
     rate = np.zeros(n)
-    order = np.argsort(release)
     act = np.empty(n, np.int64)
     mark = np.empty(n, np.int64)
     frozen = np.zeros(n, np.bool_)
     remcap = capacity.copy()
     cnt = np.zeros(capacity.shape[0], np.int64)
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        while hi < n and group[order[hi]] == group[order[lo]]:
+            hi += 1
+        _fill_one(order, lo, hi, release, size, links, capacity, flowcap, pad, end, rem, rate,
+              act, mark, frozen, remcap, cnt)
+        lo = hi
+    return end
+
+
+def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, end, rem, rate, act,
+          mark, frozen, remcap, cnt):  # pragma: no cover (compiled)
+    """``_maxmin_py`` on the flows ``order[lo:hi]`` (sorted by release): writes their ``end``."""
+    n = hi - lo
     nact = 0
-    nxt = 0
+    nxt = lo
     done = 0
-    t = release[order[0]] if n > 0 else 0.0
+    t = release[order[lo]]
     while done < n:
-        while nxt < n and release[order[nxt]] <= t:
+        while nxt < hi and release[order[nxt]] <= t:
             f = order[nxt]
             nxt += 1
             if rem[f] <= 0.0:
@@ -248,7 +295,7 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
                 dt = d
         by_end = True
         tn = t + dt
-        if nxt < n and release[order[nxt]] < tn:
+        if nxt < hi and release[order[nxt]] < tn:
             tn = release[order[nxt]]
             by_end = False
         step = tn - t
@@ -271,9 +318,9 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
                 k += 1
         nact = k
         t = tn
-    return end
 
 
+_fill_one = _fill
 _K: dict = {}
 
 
@@ -281,6 +328,8 @@ def _kernel(name):
     """The compiled kernel ``name`` (numba is imported on the first call, not at import)."""
     if not _K:
         from numba import njit
+        global _fill_one
+        _fill_one = njit(cache=True)(_fill)           # what the compiled _maxmin_py calls
         _K["advance"] = njit(cache=True)(_advance_py)
         _K["maxmin"] = njit(cache=True)(_maxmin_py)
     return _K[name]
@@ -365,19 +414,23 @@ class _Shape:
         else:
             self.drain = route.solve(routes, np.zeros(n), b)   # at equal starts
         self.rate = _rate(b, self.drain)
-        self.uniform = None       # (alpha, transfer) when the wave moves every rank alike
+        self.uniform = None       # (alpha, transfer, received) when it moves every rank alike
         self.periodic = None      # the wave on ranks 0..P-1 when it repeats every P ranks
-        if not route.perm:
-            return
         src, dst, N = route.src, route.dst, routes.size
+        if n < N:
+            return
         dur = route.alpha + self.drain
-        fin = np.zeros(N)
+        fin = np.full(N, -np.inf)
         np.maximum.at(fin, src, dur)
         np.maximum.at(fin, dst, dur)
-        if np.ptp(fin) == 0:
+        received = np.bincount(dst, minlength=N)
+        # every rank ends at once and reduces as many messages (one per channel, say)
+        if np.ptp(fin) == 0 and (received == received[0]).all():
             mine = np.flatnonzero((src == 0) | (dst == 0))
             f = int(mine[np.argmax(dur[mine])])
-            self.uniform = (float(route.alpha[f]), float(self.drain[f]))
+            self.uniform = (float(route.alpha[f]), float(self.drain[f]), int(received[0]))
+        if not route.perm:
+            return
         P = routes.period
         if P < N and route.free:
             rows = N // P
@@ -437,8 +490,8 @@ class _Clocks:
         alike = np.ndim(red) == 0
         if shape is not None:
             if self.mode == "uniform" and shape.uniform is not None and alike:
-                a, dr = shape.uniform
-                r = float(red)
+                a, dr, received = shape.uniform
+                r = float(red) * received
                 extra = max(0.0, r - a - dr) if self.overlap else r
                 self.t = self.t + (a + dr + extra)
                 self.comp = self.comp + (0.0, a, dr, extra, 1.0)
