@@ -391,6 +391,7 @@ class _Route:
         self.fbytes = np.zeros(n)           # bytes of the waves timed at bytes / flowcap
         self.drain = np.zeros(n)
         self.waves = 0
+        self.shapes = []                # the keys of the shapes timed on this route
         self.minrate = float(self.flowcap.min()) if n else np.inf
 
     def solve(self, routes: Routes, start, b) -> np.ndarray:
@@ -579,6 +580,10 @@ class _Totals:
 
 # ----------------------------------------------------------------------------- running
 
+# Messages of the routes ``run`` keeps for reuse (least recently used dropped first): a ring's
+# one route is always kept, a tree's rounds (each a new route) do not pile up.
+ROUTES_HELD = 1 << 19
+
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
         collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Result:
     """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
@@ -593,22 +598,38 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
         raise ValueError(f"delay must be {N} non-negative seconds (one per rank), got "
                          f"{d.shape[0] if d.ndim == 1 else d.shape} values")
     clocks = _Clocks(d + base, routes.period, fabric.overlap, general)
-    route_cache: dict = {}
+    route_cache: dict = {}          # least recently used first
+    held = 0                        # messages of the routes kept
     shapes: dict = {}
     totals = _Totals(routes)
     count = 0
+
+    def retire(route):              # what a route and its shapes carried, into the totals
+        for key in route.shapes:
+            shape = shapes.pop(key)
+            if shape.uses:
+                route.bytes += shape.uses * shape.b
+                route.drain += shape.uses * shape.drain
+                totals.rate = min(totals.rate, shape.rate)
+        totals.flush(route)
+
     for w in wave_list:
         if len(w) == 0:
             continue
         count += 1
         rkey = getattr(w, "route", None) or w.key
-        route = route_cache.get(rkey) if rkey is not None else None
+        route = route_cache.pop(rkey, None) if rkey is not None else None
         if route is None:
             route = _Route(routes, np.asarray(w.src, dtype=np.int64),
                            np.asarray(w.dst, dtype=np.int64))
             totals.seen(route)
-            if rkey is not None:
-                route_cache[rkey] = route
+            held += len(route.src) if rkey is not None else 0
+        if rkey is not None:
+            route_cache[rkey] = route
+            while held > ROUTES_HELD and len(route_cache) > 1:    # a tree's rounds: all new
+                old = route_cache.pop(next(iter(route_cache)))
+                held -= len(old.src)
+                retire(old)
         el = w.elements
         shape = shapes.get(w.key) if w.key is not None and not general else None
         if shape is None:
@@ -618,6 +639,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
                 b = np.full(len(route.src), float(el) * itemsize)
             if w.key is not None and not general:
                 shape = shapes[w.key] = _Shape(routes, route, b)
+                route.shapes.append(w.key)
         else:
             b = shape.b
         if fabric.gamma == 0 or (np.ndim(w.reduce) == 0 and not w.reduce):
@@ -639,13 +661,8 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
             totals.rate = min(totals.rate, _rate(b, solved))
         if rkey is None:
             totals.flush(route)
-    for shape in shapes.values():
-        if shape.uses:
-            shape.route.bytes += shape.uses * shape.b
-            shape.route.drain += shape.uses * shape.drain
-            totals.rate = min(totals.rate, shape.rate)
     for route in route_cache.values():
-        totals.flush(route)
+        retire(route)
     t, comp = clocks.finish()
     last = int(t.argmax()) if N else 0
     top, top_bytes, top_time = totals.top()
