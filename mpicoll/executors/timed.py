@@ -406,17 +406,22 @@ class _Shape:
     """A wave's timing at one set of message sizes: transfer times when they do not depend on
     the start times (contention-free) or at equal starts; the uniform and periodic shortcuts."""
 
-    def __init__(self, routes: Routes, route: _Route, b):
+    def __init__(self, routes: Routes, route: _Route, b, equal_starts: bool):
+        """``equal_starts``: whether the clocks are all equal now (else a contended wave's
+        equal-start solve would never be used: clocks once apart stay apart)."""
         self.route, self.b = route, b
         self.uses = 0
+        self.uniform = None       # (alpha, transfer, received) when it moves every rank alike
+        self.periodic = None      # the wave on ranks 0..P-1 when it repeats every P ranks
         n = len(b)
         if route.free:
             self.drain = b / route.flowcap
+        elif equal_starts:
+            self.drain = route.solve(routes, np.zeros(n), b)
         else:
-            self.drain = route.solve(routes, np.zeros(n), b)   # at equal starts
+            self.drain, self.rate = None, np.inf
+            return
         self.rate = _rate(b, self.drain)
-        self.uniform = None       # (alpha, transfer, received) when it moves every rank alike
-        self.periodic = None      # the wave on ranks 0..P-1 when it repeats every P ranks
         src, dst, N = route.src, route.dst, routes.size
         if n < N:
             return
@@ -638,7 +643,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
             else:
                 b = np.full(len(route.src), float(el) * itemsize)
             if w.key is not None and not general:
-                shape = shapes[w.key] = _Shape(routes, route, b)
+                shape = shapes[w.key] = _Shape(routes, route, b, clocks.mode == "uniform")
                 route.shapes.append(w.key)
         else:
             b = shape.b
