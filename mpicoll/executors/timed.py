@@ -190,34 +190,58 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
     # flows by group, then by release: each group's flows are one run of ``order``
     order = np.argsort(release, kind="mergesort")
     order = order[np.argsort(group[order], kind="mergesort")]
+    # the flows of each finite link (CSR): an event re-solves only the moving flows it reaches
+    lptr = np.zeros(capacity.shape[0] + 1, np.int64)
+    for f in range(n):
+        for j in range(width):
+            lk = links[f, j]
+            if lk != pad and capacity[lk] != np.inf:
+                lptr[lk + 1] += 1
+    for lk in range(capacity.shape[0]):
+        lptr[lk + 1] += lptr[lk]
+    lflows = np.empty(lptr[-1], np.int64)
+    fill = lptr[:-1].copy()
+    for f in range(n):
+        for j in range(width):
+            lk = links[f, j]
+            if lk != pad and capacity[lk] != np.inf:
+                lflows[fill[lk]] = f
+                fill[lk] += 1
     end = np.empty(n)
-    rem = size.copy()
-    rate = np.zeros(n)
-    act = np.empty(n, np.int64)
-    mark = np.empty(n, np.int64)
-    frozen = np.zeros(n, np.bool_)
-    remcap = capacity.copy()
-    cnt = np.zeros(capacity.shape[0], np.int64)
+    work = (size.copy(), np.zeros(n), np.empty(n, np.int64), np.empty(n, np.int64),
+            np.zeros(n, np.bool_), capacity.copy(), np.zeros(capacity.shape[0], np.int64),
+            np.zeros(n, np.bool_), np.zeros(n, np.int64), np.empty(n, np.int64),
+            np.empty(n, np.int64))
     lo = 0
     while lo < n:
         hi = lo + 1
         while hi < n and group[order[hi]] == group[order[lo]]:
             hi += 1
-        _fill_one(order, lo, hi, release, size, links, capacity, flowcap, pad, end, rem, rate,
-              act, mark, frozen, remcap, cnt)
+        _fill_one(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows,
+                  end, work)
         lo = hi
     return end
 
 
-def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, end, rem, rate, act,
-          mark, frozen, remcap, cnt):  # pragma: no cover (compiled)
-    """``_maxmin_py`` on the flows ``order[lo:hi]`` (sorted by release): writes their ``end``."""
+def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows, end,
+          work):  # pragma: no cover (compiled)
+    """``_maxmin_py`` on the flows ``order[lo:hi]`` (sorted by release): writes their ``end``.
+
+    At each event (flows start, flows end) progressive filling runs again only on the moving
+    flows connected, through links, to the ones that started or ended: the others' rates stay
+    max-min fair (a max-min allocation is one per connected set of flows), as SimGrid's
+    selective update does."""
+    rem, rate, act, mark, frozen, remcap, cnt, moving, stamp, queue, gone = work
     n = hi - lo
     nact = 0
+    ngone = 0
     nxt = lo
     done = 0
+    event = 0
     t = release[order[lo]]
     while done < n:
+        event += 1
+        nq = 0
         while nxt < hi and release[order[nxt]] <= t:
             f = order[nxt]
             nxt += 1
@@ -227,29 +251,60 @@ def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, end, rem,
             else:
                 act[nact] = f
                 nact += 1
+                moving[f] = True
+                stamp[f] = event
+                queue[nq] = f
+                nq += 1
+        for i in range(ngone):          # the moving neighbours of the flows that ended
+            f = gone[i]
+            for j in range(links.shape[1]):
+                lk = links[f, j]
+                if lk == pad or capacity[lk] == np.inf:
+                    continue
+                for k in range(lptr[lk], lptr[lk + 1]):
+                    g = lflows[k]
+                    if moving[g] and stamp[g] != event:
+                        stamp[g] = event
+                        queue[nq] = g
+                        nq += 1
+        ngone = 0
         if nact == 0:
             t = release[order[nxt]]
             continue
-        # progressive filling over the moving flows
-        for i in range(nact):
-            f = act[i]
+        head = 0                        # every moving flow connected to those
+        while head < nq:
+            f = queue[head]
+            head += 1
+            for j in range(links.shape[1]):
+                lk = links[f, j]
+                if lk == pad or capacity[lk] == np.inf:
+                    continue
+                for k in range(lptr[lk], lptr[lk + 1]):
+                    g = lflows[k]
+                    if moving[g] and stamp[g] != event:
+                        stamp[g] = event
+                        queue[nq] = g
+                        nq += 1
+        # progressive filling over those flows
+        for i in range(nq):
+            f = queue[i]
             frozen[f] = False
             for j in range(links.shape[1]):
                 lk = links[f, j]
                 if lk != pad:
                     remcap[lk] = capacity[lk]
                     cnt[lk] = 0
-        for i in range(nact):
-            f = act[i]
+        for i in range(nq):
+            f = queue[i]
             for j in range(links.shape[1]):
                 lk = links[f, j]
                 if lk != pad:
                     cnt[lk] += 1
-        left = nact
+        left = nq
         while left > 0:
             level = np.inf
-            for i in range(nact):
-                f = act[i]
+            for i in range(nq):
+                f = queue[i]
                 if frozen[f]:
                     continue
                 if flowcap[f] < level:
@@ -262,8 +317,8 @@ def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, end, rem,
                             level = s
             tol = level * (1.0 + 1e-12)
             nfz = 0
-            for i in range(nact):
-                f = act[i]
+            for i in range(nq):
+                f = queue[i]
                 if frozen[f]:
                     continue
                 hit = flowcap[f] <= tol
@@ -313,9 +368,13 @@ def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, end, rem,
                     end[f] = tn
                     rem[f] = 0.0
                     done += 1
+                else:
+                    act[k] = f
+                    k += 1
                     continue
-                act[k] = f
-                k += 1
+            moving[f] = False
+            gone[ngone] = f
+            ngone += 1
         nact = k
         t = tn
 
