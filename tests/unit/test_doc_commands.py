@@ -114,6 +114,8 @@ CHEAP = {
     "mpicoll simulate --fabric dgx-h100-nccl --nodes 16 -a ring,double_binary_tree -b 8K -e 4G "
     "-f 8": "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a ring,double_binary_tree "
             "-b 8K -e 1M -f 16",
+    "mpicoll simulate --fabric dgx-h100-nccl --nodes 1024 -a double_binary_tree -b 8K -e 8K":
+        "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a double_binary_tree -b 8K -e 8K",
     "mpicoll simulate --fabric dgx-h100-nccl --nodes 4 -a ring -b 4G -e 4G --channels 1 "
     "--protocol Simple": "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a ring -b 1M -e 1M "
                          "--channels 1 --protocol Simple",
