@@ -31,8 +31,10 @@ that do not depend on when its flows start, so while every rank's clock is the s
 wave moves every rank alike, one number stands for all ranks, and when wave and clocks repeat
 every P ranks (a leaf group), ranks 0..P-1 stand for all. A contended wave is solved once at
 equal start times (cached) while all clocks are equal, else re-solved with the ranks' clocks.
-``general=True`` skips every shortcut (the tests compare both). Hop statistics are streamed:
-memory is linear in the ranks. numba is loaded on the first call, not at import.
+``general=True`` skips every shortcut (the tests compare both). The max-min solve works on each
+connected group of flows apart and, at each flow start or end, fills again only the moving
+flows connected to it. Hop statistics are streamed and at most ``ROUTES_HELD`` messages of
+routes are kept: memory is linear in the ranks. numba is loaded on the first call, not at import.
 """
 
 from __future__ import annotations
