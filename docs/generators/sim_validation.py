@@ -131,8 +131,9 @@ PUBLISHED = [
     ("16 x DGX-H100, ring all-reduce, 4 GiB", "allreduce", "ring", "dgx-h100-nccl", 16, 4 << 30,
      "busbw", 370e9, 0.20, "h100"),
 ] + [
-    (f"{k} x DGX-H100, tree all-reduce, 8 KiB", "allreduce", "double_binary_tree",
-     "dgx-h100-nccl", k, 8192, "time", nccl_tree_ll(k, 8, 8192), 0.30, "model")
+    (f"{k} x DGX-H100, tree all-reduce, 8 KiB, one tree (--channels 1)", "allreduce",
+     "double_binary_tree", "dgx-h100-nccl", k, 8192, "time", nccl_tree_ll(k, 8, 8192), 0.30,
+     "model")
     for k in (16, 128, 1024)
 ]
 

@@ -387,12 +387,20 @@ def channel_waves(parts: list, perms: list, offsets: list, lags=None):
     from itertools import chain, repeat, zip_longest
     if lags is not None:
         parts = [chain(repeat(None, lag), part) for part, lag in zip(parts, lags)]
+    last = (None, None, None)        # the last route and its (src, dst): a ring's is kept
     for ws in zip_longest(*parts):
         got = [(w, p, o) for w, p, o in zip(ws, perms, offsets) if w is not None and len(w)]
         if not got:
             continue
-        src = np.concatenate([p[w.src] for w, p, _ in got])
-        dst = np.concatenate([p[w.dst] for w, p, _ in got])
+        routes = [w.route or w.key if w is not None else None for w in ws]
+        route = (("channels",) + tuple(routes)
+                 if all(r is not None for r, w in zip(routes, ws) if w is not None) else None)
+        if route is not None and route == last[0]:
+            src, dst = last[1:]
+        else:
+            src = np.concatenate([p[w.src] for w, p, _ in got])
+            dst = np.concatenate([p[w.dst] for w, p, _ in got])
+            last = (route, src, dst)
 
         def col(name):
             vals = [getattr(w, name) for w, _, _ in got]
@@ -407,9 +415,6 @@ def channel_waves(parts: list, perms: list, offsets: list, lags=None):
 
         keyed = [w.key if w is not None else "-" for w in ws]
         key = ("channels",) + tuple(keyed) if all(k is not None for k in keyed) else None
-        routes = [w.route or w.key if w is not None else None for w in ws]
-        route = (("channels",) + tuple(routes)
-                 if all(r is not None for r, w in zip(routes, ws) if w is not None) else None)
         yield Wave(src, dst, col("elements"), col("reduce"), col("left"), slices, key=key,
                    route=route, into_next=col("into_next"))
 

@@ -31,8 +31,10 @@ that do not depend on when its flows start, so while every rank's clock is the s
 wave moves every rank alike, one number stands for all ranks, and when wave and clocks repeat
 every P ranks (a leaf group), ranks 0..P-1 stand for all. A contended wave is solved once at
 equal start times (cached) while all clocks are equal, else re-solved with the ranks' clocks.
-``general=True`` skips every shortcut (the tests compare both). Hop statistics are streamed:
-memory is linear in the ranks. numba is loaded on the first call, not at import.
+``general=True`` skips every shortcut (the tests compare both). The max-min solve works on each
+connected group of flows apart and, at each flow start or end, fills again only the moving
+flows connected to it. Hop statistics are streamed and at most ``ROUTES_HELD`` messages of
+routes are kept: memory is linear in the ranks. numba is loaded on the first call, not at import.
 """
 
 from __future__ import annotations
@@ -155,23 +157,94 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
 
     Flow f starts moving at ``release[f]`` with ``size[f]`` bytes on the links ``links[f]``
     (``pad``: none), never faster than ``flowcap[f]``; returns each flow's end time.
+    Flows that share no finite link (directly or through others) do not affect each other, so
+    each connected group is solved on its own, with its own events: a wave of many small groups
+    (the ports of one node, say) costs its flows, not its flows squared.
     """
     n = release.shape[0]
+    width = links.shape[1]
+    # union-find over flows: two flows that use one finite link are in one group
+    parent = np.arange(n)
+    owner = np.full(capacity.shape[0], -1, np.int64)
+    for f in range(n):
+        for j in range(width):
+            lk = links[f, j]
+            if lk == pad or capacity[lk] == np.inf:
+                continue
+            g = owner[lk]
+            if g < 0:
+                owner[lk] = f
+                continue
+            a = f
+            while parent[a] != a:
+                a = parent[a]
+            while parent[g] != g:
+                g = parent[g]
+            if a != g:
+                parent[max(a, g)] = min(a, g)
+    group = np.empty(n, np.int64)
+    for f in range(n):
+        a = f
+        while parent[a] != a:
+            a = parent[a]
+        group[f] = a
+        parent[f] = a
+    # flows by group, then by release: each group's flows are one run of ``order``
+    order = np.argsort(release, kind="mergesort")
+    order = order[np.argsort(group[order], kind="mergesort")]
+    # the flows of each finite link (CSR): an event re-solves only the moving flows it reaches
+    lptr = np.zeros(capacity.shape[0] + 1, np.int64)
+    for f in range(n):
+        for j in range(width):
+            lk = links[f, j]
+            if lk != pad and capacity[lk] != np.inf:
+                lptr[lk + 1] += 1
+    for lk in range(capacity.shape[0]):
+        lptr[lk + 1] += lptr[lk]
+    lflows = np.empty(lptr[-1], np.int64)
+    fill = lptr[:-1].copy()
+    for f in range(n):
+        for j in range(width):
+            lk = links[f, j]
+            if lk != pad and capacity[lk] != np.inf:
+                lflows[fill[lk]] = f
+                fill[lk] += 1
     end = np.empty(n)
-    rem = size.copy()
-    rate = np.zeros(n)
-    order = np.argsort(release)
-    act = np.empty(n, np.int64)
-    mark = np.empty(n, np.int64)
-    frozen = np.zeros(n, np.bool_)
-    remcap = capacity.copy()
-    cnt = np.zeros(capacity.shape[0], np.int64)
+    work = (size.copy(), np.zeros(n), np.empty(n, np.int64), np.empty(n, np.int64),
+            np.zeros(n, np.bool_), capacity.copy(), np.zeros(capacity.shape[0], np.int64),
+            np.zeros(n, np.bool_), np.zeros(n, np.int64), np.empty(n, np.int64),
+            np.empty(n, np.int64))
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        while hi < n and group[order[hi]] == group[order[lo]]:
+            hi += 1
+        _fill_one(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows,
+                  end, work)
+        lo = hi
+    return end
+
+
+def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows, end,
+          work):  # pragma: no cover (compiled)
+    """``_maxmin_py`` on the flows ``order[lo:hi]`` (sorted by release): writes their ``end``.
+
+    At each event (flows start, flows end) progressive filling runs again only on the moving
+    flows connected, through links, to the ones that started or ended: the others' rates stay
+    max-min fair (a max-min allocation is one per connected set of flows), as SimGrid's
+    selective update does."""
+    rem, rate, act, mark, frozen, remcap, cnt, moving, stamp, queue, gone = work
+    n = hi - lo
     nact = 0
-    nxt = 0
+    ngone = 0
+    nxt = lo
     done = 0
-    t = release[order[0]] if n > 0 else 0.0
+    event = 0
+    t = release[order[lo]]
     while done < n:
-        while nxt < n and release[order[nxt]] <= t:
+        event += 1
+        nq = 0
+        while nxt < hi and release[order[nxt]] <= t:
             f = order[nxt]
             nxt += 1
             if rem[f] <= 0.0:
@@ -180,29 +253,60 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
             else:
                 act[nact] = f
                 nact += 1
+                moving[f] = True
+                stamp[f] = event
+                queue[nq] = f
+                nq += 1
+        for i in range(ngone):          # the moving neighbours of the flows that ended
+            f = gone[i]
+            for j in range(links.shape[1]):
+                lk = links[f, j]
+                if lk == pad or capacity[lk] == np.inf:
+                    continue
+                for k in range(lptr[lk], lptr[lk + 1]):
+                    g = lflows[k]
+                    if moving[g] and stamp[g] != event:
+                        stamp[g] = event
+                        queue[nq] = g
+                        nq += 1
+        ngone = 0
         if nact == 0:
             t = release[order[nxt]]
             continue
-        # progressive filling over the moving flows
-        for i in range(nact):
-            f = act[i]
+        head = 0                        # every moving flow connected to those
+        while head < nq:
+            f = queue[head]
+            head += 1
+            for j in range(links.shape[1]):
+                lk = links[f, j]
+                if lk == pad or capacity[lk] == np.inf:
+                    continue
+                for k in range(lptr[lk], lptr[lk + 1]):
+                    g = lflows[k]
+                    if moving[g] and stamp[g] != event:
+                        stamp[g] = event
+                        queue[nq] = g
+                        nq += 1
+        # progressive filling over those flows
+        for i in range(nq):
+            f = queue[i]
             frozen[f] = False
             for j in range(links.shape[1]):
                 lk = links[f, j]
                 if lk != pad:
                     remcap[lk] = capacity[lk]
                     cnt[lk] = 0
-        for i in range(nact):
-            f = act[i]
+        for i in range(nq):
+            f = queue[i]
             for j in range(links.shape[1]):
                 lk = links[f, j]
                 if lk != pad:
                     cnt[lk] += 1
-        left = nact
+        left = nq
         while left > 0:
             level = np.inf
-            for i in range(nact):
-                f = act[i]
+            for i in range(nq):
+                f = queue[i]
                 if frozen[f]:
                     continue
                 if flowcap[f] < level:
@@ -215,8 +319,8 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
                             level = s
             tol = level * (1.0 + 1e-12)
             nfz = 0
-            for i in range(nact):
-                f = act[i]
+            for i in range(nq):
+                f = queue[i]
                 if frozen[f]:
                     continue
                 hit = flowcap[f] <= tol
@@ -248,7 +352,7 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
                 dt = d
         by_end = True
         tn = t + dt
-        if nxt < n and release[order[nxt]] < tn:
+        if nxt < hi and release[order[nxt]] < tn:
             tn = release[order[nxt]]
             by_end = False
         step = tn - t
@@ -266,14 +370,18 @@ def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cove
                     end[f] = tn
                     rem[f] = 0.0
                     done += 1
+                else:
+                    act[k] = f
+                    k += 1
                     continue
-                act[k] = f
-                k += 1
+            moving[f] = False
+            gone[ngone] = f
+            ngone += 1
         nact = k
         t = tn
-    return end
 
 
+_fill_one = _fill
 _K: dict = {}
 
 
@@ -281,6 +389,8 @@ def _kernel(name):
     """The compiled kernel ``name`` (numba is imported on the first call, not at import)."""
     if not _K:
         from numba import njit
+        global _fill_one
+        _fill_one = njit(cache=True)(_fill)           # what the compiled _maxmin_py calls
         _K["advance"] = njit(cache=True)(_advance_py)
         _K["maxmin"] = njit(cache=True)(_maxmin_py)
     return _K[name]
@@ -342,6 +452,7 @@ class _Route:
         self.fbytes = np.zeros(n)           # bytes of the waves timed at bytes / flowcap
         self.drain = np.zeros(n)
         self.waves = 0
+        self.shapes = []                # the keys of the shapes timed on this route
         self.minrate = float(self.flowcap.min()) if n else np.inf
 
     def solve(self, routes: Routes, start, b) -> np.ndarray:
@@ -356,28 +467,37 @@ class _Shape:
     """A wave's timing at one set of message sizes: transfer times when they do not depend on
     the start times (contention-free) or at equal starts; the uniform and periodic shortcuts."""
 
-    def __init__(self, routes: Routes, route: _Route, b):
+    def __init__(self, routes: Routes, route: _Route, b, equal_starts: bool):
+        """``equal_starts``: whether the clocks are all equal now (else a contended wave's
+        equal-start solve would never be used: clocks once apart stay apart)."""
         self.route, self.b = route, b
         self.uses = 0
+        self.uniform = None       # (alpha, transfer, received) when it moves every rank alike
+        self.periodic = None      # the wave on ranks 0..P-1 when it repeats every P ranks
         n = len(b)
         if route.free:
             self.drain = b / route.flowcap
+        elif equal_starts:
+            self.drain = route.solve(routes, np.zeros(n), b)
         else:
-            self.drain = route.solve(routes, np.zeros(n), b)   # at equal starts
-        self.rate = _rate(b, self.drain)
-        self.uniform = None       # (alpha, transfer) when the wave moves every rank alike
-        self.periodic = None      # the wave on ranks 0..P-1 when it repeats every P ranks
-        if not route.perm:
+            self.drain, self.rate = None, np.inf
             return
+        self.rate = _rate(b, self.drain)
         src, dst, N = route.src, route.dst, routes.size
+        if n < N:
+            return
         dur = route.alpha + self.drain
-        fin = np.zeros(N)
+        fin = np.full(N, -np.inf)
         np.maximum.at(fin, src, dur)
         np.maximum.at(fin, dst, dur)
-        if np.ptp(fin) == 0:
+        received = np.bincount(dst, minlength=N)
+        # every rank ends at once and reduces as many messages (one per channel, say)
+        if np.ptp(fin) == 0 and (received == received[0]).all():
             mine = np.flatnonzero((src == 0) | (dst == 0))
             f = int(mine[np.argmax(dur[mine])])
-            self.uniform = (float(route.alpha[f]), float(self.drain[f]))
+            self.uniform = (float(route.alpha[f]), float(self.drain[f]), int(received[0]))
+        if not route.perm:
+            return
         P = routes.period
         if P < N and route.free:
             rows = N // P
@@ -437,8 +557,8 @@ class _Clocks:
         alike = np.ndim(red) == 0
         if shape is not None:
             if self.mode == "uniform" and shape.uniform is not None and alike:
-                a, dr = shape.uniform
-                r = float(red)
+                a, dr, received = shape.uniform
+                r = float(red) * received
                 extra = max(0.0, r - a - dr) if self.overlap else r
                 self.t = self.t + (a + dr + extra)
                 self.comp = self.comp + (0.0, a, dr, extra, 1.0)
@@ -526,6 +646,10 @@ class _Totals:
 
 # ----------------------------------------------------------------------------- running
 
+# Messages of the routes ``run`` keeps for reuse (least recently used dropped first): a ring's
+# one route is always kept, a tree's rounds (each a new route) do not pile up.
+ROUTES_HELD = 1 << 19
+
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
         collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Result:
     """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
@@ -540,22 +664,38 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
         raise ValueError(f"delay must be {N} non-negative seconds (one per rank), got "
                          f"{d.shape[0] if d.ndim == 1 else d.shape} values")
     clocks = _Clocks(d + base, routes.period, fabric.overlap, general)
-    route_cache: dict = {}
+    route_cache: dict = {}          # least recently used first
+    held = 0                        # messages of the routes kept
     shapes: dict = {}
     totals = _Totals(routes)
     count = 0
+
+    def retire(route):              # what a route and its shapes carried, into the totals
+        for key in route.shapes:
+            shape = shapes.pop(key)
+            if shape.uses:
+                route.bytes += shape.uses * shape.b
+                route.drain += shape.uses * shape.drain
+                totals.rate = min(totals.rate, shape.rate)
+        totals.flush(route)
+
     for w in wave_list:
         if len(w) == 0:
             continue
         count += 1
         rkey = getattr(w, "route", None) or w.key
-        route = route_cache.get(rkey) if rkey is not None else None
+        route = route_cache.pop(rkey, None) if rkey is not None else None
         if route is None:
             route = _Route(routes, np.asarray(w.src, dtype=np.int64),
                            np.asarray(w.dst, dtype=np.int64))
             totals.seen(route)
-            if rkey is not None:
-                route_cache[rkey] = route
+            held += len(route.src) if rkey is not None else 0
+        if rkey is not None:
+            route_cache[rkey] = route
+            while held > ROUTES_HELD and len(route_cache) > 1:    # a tree's rounds: all new
+                old = route_cache.pop(next(iter(route_cache)))
+                held -= len(old.src)
+                retire(old)
         el = w.elements
         shape = shapes.get(w.key) if w.key is not None and not general else None
         if shape is None:
@@ -564,7 +704,8 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
             else:
                 b = np.full(len(route.src), float(el) * itemsize)
             if w.key is not None and not general:
-                shape = shapes[w.key] = _Shape(routes, route, b)
+                shape = shapes[w.key] = _Shape(routes, route, b, clocks.mode == "uniform")
+                route.shapes.append(w.key)
         else:
             b = shape.b
         if fabric.gamma == 0 or (np.ndim(w.reduce) == 0 and not w.reduce):
@@ -586,13 +727,8 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
             totals.rate = min(totals.rate, _rate(b, solved))
         if rkey is None:
             totals.flush(route)
-    for shape in shapes.values():
-        if shape.uses:
-            shape.route.bytes += shape.uses * shape.b
-            shape.route.drain += shape.uses * shape.drain
-            totals.rate = min(totals.rate, shape.rate)
     for route in route_cache.values():
-        totals.flush(route)
+        retire(route)
     t, comp = clocks.finish()
     last = int(t.argmax()) if N else 0
     top, top_bytes, top_time = totals.top()

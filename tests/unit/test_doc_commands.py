@@ -114,6 +114,8 @@ CHEAP = {
     "mpicoll simulate --fabric dgx-h100-nccl --nodes 16 -a ring,double_binary_tree -b 8K -e 4G "
     "-f 8": "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a ring,double_binary_tree "
             "-b 8K -e 1M -f 16",
+    "mpicoll simulate --fabric dgx-h100-nccl --nodes 1024 -a double_binary_tree -b 8K -e 8K":
+        "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a double_binary_tree -b 8K -e 8K",
     "mpicoll simulate --fabric dgx-h100-nccl --nodes 4 -a ring -b 4G -e 4G --channels 1 "
     "--protocol Simple": "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a ring -b 1M -e 1M "
                          "--channels 1 --protocol Simple",
@@ -400,6 +402,9 @@ EXEMPT = {
                                         "nodes); tests/jobs/test_cli_jobs.py runs the job",
     "python jobs/experiments/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
     "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
+    "python jobs/sim_scale.py --case ring:dgx-h100-nccl:512x8:1G --case "
+    "ring:dgx-h100-nccl:256x8:1000000000 --case double_binary_tree:dgx-h100-nccl:512x8:1G "
+    "--case hierarchical:dgx-h100-nccl:512x8:1G": "4,096-rank cases of a minute or more",
 }
 
 

@@ -386,3 +386,20 @@ def test_units():
     assert cli.parse_seconds("1.5ms") == pytest.approx(1.5e-3)
     assert cli.parse_bandwidth("25GB/s") == pytest.approx(25e9)
     assert cli.parse_bandwidth("400Gb/s") == pytest.approx(50e9)
+
+
+@pytest.mark.parametrize("algorithm", ["double_binary_tree", "hierarchical", "ring"])
+def test_routes_dropped_from_the_cache_keep_every_total(algorithm, monkeypatch):
+    """``run`` keeps at most ROUTES_HELD messages of routes; a route it drops takes its bytes,
+    held time and shapes' uses into the totals first, so a cache of one route changes nothing."""
+    fab = fabrics.preset("dgx-h100-nccl", 4, 8)
+    nbytes = 1_000_000                      # uneven ring blocks: one route, sizes that change
+    full = timed.simulate("allreduce", algorithm, fab, nbytes, protocol="Simple")
+    monkeypatch.setattr(timed, "ROUTES_HELD", 1)
+    small = timed.simulate("allreduce", algorithm, fab, nbytes, protocol="Simple")
+    assert small.time == full.time and (small.finish == full.finish).all()
+    assert small.path_bytes == full.path_bytes and small.path_messages == full.path_messages
+    assert small.class_bytes == full.class_bytes and small.max_link == full.max_link
+    assert small.max_link_bytes == full.max_link_bytes
+    assert small.max_link_time == pytest.approx(full.max_link_time, rel=1e-12)
+    assert small.bottleneck_bw == full.bottleneck_bw and small.critical == full.critical
