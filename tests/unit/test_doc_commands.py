@@ -339,6 +339,17 @@ _CLUSTER = "needs a real cluster's partition and account"
 _SETUP = "creates a virtual environment and installs with pip (network; minutes)"
 _USER = "a placeholder for the user's own script or arguments"
 EXEMPT = {
+    "mpiexec -disable-auto-cleanup -n N mpicoll survive python prog.py":
+        "a placeholder program; tests/jobs/test_deaths.py launches exactly this way "
+        "(tests/faults/deaths.py as the program)",
+    "mpicoll survive PROGRAM": "the usage line; tests/jobs/test_deaths.py runs it",
+    "python -m mpi4py": "named as advice, not a command to run alone",
+    "mpicoll report FILE": "needs a file MPICOLL_STRAGGLERS wrote at the end of an MPI job; "
+        "the table shown is from one (tests/mpi/test_recovery.py checks stats itself)",
+    "python jobs/experiments/death_matrix.py --reps R":
+        "launches 2 x 13 x R jobs (minutes); tests/jobs/test_deaths.py runs each case once",
+    "mpiexec -n N python jobs/experiments/detector_cost.py --heartbeats":
+        "a timing run of 40 s or more; its numbers are in docs/reliability.md",
     "sbatch -N 2 --ntasks-per-node=2 slurm/fault_matrix.sbatch":
         "every misuse x algorithm x form, 20 times across two Slurm nodes: 9 minutes (its "
         "table in docs/reliability.md); tests/jobs/test_faults.py runs the matrix's cases",
@@ -402,7 +413,7 @@ EXEMPT = {
                                         "nodes); tests/jobs/test_cli_jobs.py runs the job",
     "python jobs/experiments/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
     "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
-    "python jobs/sim_scale.py --case ring:dgx-h100-nccl:512x8:1G --case "
+    "python jobs/experiments/sim_scale.py --case ring:dgx-h100-nccl:512x8:1G --case "
     "ring:dgx-h100-nccl:256x8:1000000000 --case double_binary_tree:dgx-h100-nccl:512x8:1G "
     "--case hierarchical:dgx-h100-nccl:512x8:1G": "4,096-rank cases of a minute or more",
 }
