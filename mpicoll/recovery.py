@@ -29,18 +29,10 @@ from .errors import CollectiveTimeout
 
 __all__ = ["shrink", "stats", "revoke", "is_revoked", "agree", "get_failed", "ack_failed"]
 
-stats = stragglers.stats
-
 SHRINK_TAG = 7700           # MPI_Comm_create_group's tag: SHRINK_TAG + how many ranks failed
 
-
-def _mpi(comm) -> MPI.Intracomm:
-    comm = MPI.COMM_WORLD if comm is None else getattr(comm, "comm", comm)
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise TypeError(f"comm must be a live MPI intracommunicator, got {comm!r}")
-    return comm
-
-
+stats = stragglers.stats
+_mpi = stragglers.communicator
 _deadline = stragglers.deadline
 
 

@@ -20,7 +20,8 @@ from .. import settings
 from ..errors import CollectiveTimeout
 from . import notice
 
-__all__ = ["stats", "deadline", "STRAGGLER_MIN", "write_at_exit", "RECENT_ENTRIES"]
+__all__ = ["stats", "deadline", "communicator", "STRAGGLER_MIN", "write_at_exit",
+           "RECENT_ENTRIES"]
 
 RECENT_ENTRIES = 256        # calls whose entry times a CommState keeps
 RECENT_ENTRIES_MASK = RECENT_ENTRIES - 1
@@ -34,7 +35,8 @@ def deadline(timeout) -> float:
     return time.monotonic() + (seconds or 1e9)
 
 
-def _mpi(comm) -> MPI.Intracomm:
+def communicator(comm) -> MPI.Intracomm:
+    """The MPI communicator of ``comm`` (an ``mpicoll.Comm``'s, ``COMM_WORLD`` for None)."""
     comm = MPI.COMM_WORLD if comm is None else getattr(comm, "comm", comm)
     if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
         raise TypeError(f"comm must be a live MPI intracommunicator, got {comm!r}")
@@ -52,7 +54,7 @@ def stats(comm=None, *, window: int = RECENT_ENTRIES,
     ``{"straggler": rank or None, "calls": n, "ranks": {rank: {"calls", "mean", "p99"}}}``
     (seconds). The straggler held the others longest on average, at least twice as long as any
     other rank and at least ``STRAGGLER_MIN``; None when no rank stands out."""
-    comm = _mpi(comm)
+    comm = communicator(comm)
     st = notice.lookup(comm)
     size = comm.Get_size()
     if st is None or not st.made or size == 1:
