@@ -18,6 +18,7 @@ ULFM's meaning on top of these: ``Revoke``, ``Is_revoked``, ``Agree``, ``Shrink`
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -96,16 +97,18 @@ def _create_group(comm, group, tag: int, w, failed: frozenset, end: float):
 
 
 def _create(comm, group, tag: int) -> MPI.Intracomm:
-    """``comm.Create_group(group, tag)``; where the MPI library runs with ULFM (Open MPI's
-    ``mpirun --with-ft ulfm``) it refuses that on a communicator with a dead process
-    (``MPI_ERR_PROC_FAILED``): then its own ``MPIX_Comm_shrink``, which agrees among the
-    survivors as this module does."""
-    try:
-        return comm.Create_group(group, tag)
-    except MPI.Exception as exc:
-        if exc.Get_error_class() not in detector.PROC_FAILED or not hasattr(comm, "Shrink"):
-            raise
+    """``comm.Create_group(group, tag)`` -- except where the MPI library runs with its own ULFM
+    (Open MPI's ``mpirun --with-ft ulfm``, which sets ``OMPI_MCA_mpi_ft_enable``): it refuses
+    that, or not, on a communicator with a dead process (``MPI_ERR_PROC_FAILED`` on one rank
+    while another waited in it), so there every survivor calls its ``MPIX_Comm_shrink``, which
+    agrees among the survivors as this module does."""
+    if _library_ulfm() and hasattr(comm, "Shrink"):
         return comm.Shrink()
+    return comm.Create_group(group, tag)
+
+
+def _library_ulfm() -> bool:
+    return os.environ.get("OMPI_MCA_mpi_ft_enable", "").lower() in ("1", "true", "yes")
 
 
 def revoke(comm) -> None:
