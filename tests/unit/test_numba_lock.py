@@ -94,8 +94,9 @@ def test_nested_in_a_thread_and_one_thread_at_a_time():
 
 def test_warm_empties_the_kernel_callers_caches_when_kernels_changed(tmp_path, monkeypatch):
     """numba checks a cached function against its own file only: after kernels.py changes, the
-    warm-up empties the caches of the loops that compile the kernels into themselves, and
-    leaves them alone otherwise (and on a first warm-up, with no stamp yet)."""
+    warm-up empties the caches of the loops that compile its ``reduce_at`` and ``combine_at``
+    into themselves, and leaves them alone otherwise (and on a first warm-up, with no stamp
+    yet)."""
     from mpicoll import kernels
     from mpicoll.tools import warm
 
