@@ -1,0 +1,131 @@
+"""The cold-start table of docs/performance.md: how soon a fresh clone gives a first result.
+
+    python jobs/first_result.py --runs 3                # the warm-up and an unwarmed first call
+    python jobs/first_result.py --bench --runs 3        # `bash run.sh bench` in a fresh clone
+
+Without ``--bench``, each run starts from an empty ``NUMBA_CACHE_DIR`` and times, as whole
+processes (wall, and the CPU of the process tree from ``os.wait4``): ``python -m
+mpicoll.tools.warm`` (what ``run.sh bench`` compiles: the float32 sum), ``--all`` (what
+``run.sh test`` compiles), and, on a copy of the cache the first one filled, a job at N = 2
+whose first all-reduce is float32 (warmed) and whose second is int16 ``prod`` (not warmed:
+numba compiles its kernel and the compiled executor's int16 loop): the second call's seconds,
+slowest rank, are the first-use cost.
+
+``--bench``: each run clones this checkout's HEAD into a fresh folder (so no numba cache) and
+times ``bash run.sh bench`` there, from its start to the table's header, to its first row and
+to its end. The clone reuses this Python environment (``MPICOLL_VENV``; its setup.cfg dated
+back, so run.sh installs nothing): what is timed is numba's compiling and the bench, not pip.
+Timings move with the machine's load: the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIRST_USE = """
+import time
+import numpy as np
+import mpicoll
+from mpi4py import MPI
+mpicoll.allreduce(np.ones(1000, np.float32), algorithm="auto")
+MPI.COMM_WORLD.Barrier()
+t = time.perf_counter()
+mpicoll.allreduce(np.ones(1000, np.int16), op="prod", algorithm="auto")
+t = np.array(time.perf_counter() - t)
+MPI.COMM_WORLD.Reduce(MPI.IN_PLACE if MPI.COMM_WORLD.rank == 0 else t, t, op=MPI.MAX, root=0)
+if MPI.COMM_WORLD.rank == 0:
+    print(f"{float(t):.3f}")
+"""
+
+
+def timed(argv: list, env: dict, cwd=None, marks: tuple = ()) -> tuple:
+    """(wall s, CPU s of the process tree, stdout, {mark: seconds to the first line starting
+    with it}) of one run; raises on failure."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen, lines = {}, []
+    for line in proc.stdout:
+        lines.append(line)
+        for mark in marks:
+            if mark not in seen and line.lstrip().startswith(mark):
+                seen[mark] = time.perf_counter() - started
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    err = proc.stderr.read()
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(argv)} failed:\n{err[-3000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, "".join(lines), seen
+
+
+def cell(values: list) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def first_use(runs: int, env: dict) -> list:
+    rows = {"warm (float32 sum)": [], "warm --all": [], "first int16 prod call, N = 2": []}
+    mpiexec = shutil.which("mpiexec") or "mpiexec"
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="mpicoll-first-result-") as tmp:
+            for name, extra in (("first", []), ("all", ["--all"])):
+                cache = dict(env, NUMBA_CACHE_DIR=str(Path(tmp, name)))
+                wall, cpu, _, _ = timed([sys.executable, "-m", "mpicoll.tools.warm", *extra],
+                                        cache)
+                rows["warm --all" if extra else "warm (float32 sum)"].append((wall, cpu))
+            shutil.copytree(Path(tmp, "first"), Path(tmp, "use"))
+            cache = dict(env, NUMBA_CACHE_DIR=str(Path(tmp, "use")))
+            wall, cpu, out, _ = timed([mpiexec, "-n", "2", sys.executable, "-c", FIRST_USE],
+                                      cache)
+            rows["first int16 prod call, N = 2"].append((float(out.split()[-1]), cpu))
+    return [(name, [w for w, _ in r], [c for _, c in r]) for name, r in rows.items()]
+
+
+def bench(runs: int, env: dict) -> list:
+    header, row = "size(B)", tuple(str(8 * 4 ** k) + " " for k in range(12))
+    walls, cpus, to_header, to_row = [], [], [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="mpicoll-first-table-") as tmp:
+            clone = Path(tmp, "mpicoll")
+            subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+            os.utime(clone / "setup.cfg", (0, 0))      # run.sh: nothing to install
+            run_env = dict(env, MPICOLL_VENV=sys.prefix, PYTHONPATH=str(clone))
+            run_env.pop("NUMBA_CACHE_DIR", None)
+            wall, cpu, _, seen = timed(["bash", "run.sh", "bench"], run_env, cwd=clone,
+                                       marks=(header, *row))
+            walls.append(wall)
+            cpus.append(cpu)
+            to_header.append(seen[header])
+            to_row.append(min(t for m, t in seen.items() if m != header))
+    return [("`bash run.sh bench`: the table's header", to_header, None),
+            ("`bash run.sh bench`: its first row", to_row, None),
+            ("`bash run.sh bench`: the whole command", walls, cpus)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bench", action="store_true", help="time `bash run.sh bench` instead")
+    args = ap.parse_args(argv)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    before = os.getloadavg()[0]
+    rows = bench(args.runs, env) if args.bench else first_use(args.runs, env)
+    print(f"# median (min-max) of {args.runs} runs; load average {before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after")
+    print("| what | wall s | CPU s, all processes |")
+    print("|---|---:|---:|")
+    for name, walls, cpus in rows:
+        print(f"| {name} | {cell(walls)} | {cell(cpus) if cpus else ''} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
