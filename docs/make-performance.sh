@@ -59,6 +59,7 @@ if part first-call; then
 fi
 if part first-result; then
     python jobs/first_result.py --runs 3 | tee "$OUT/first-result.txt"
+    python jobs/first_result.py --runs 1 --all | tee "$OUT/first-result-all.txt"
     python jobs/first_result.py --bench --runs 3 | tee "$OUT/first-table.txt"
 fi
 python jobs/doc_tables.py docs/performance.md

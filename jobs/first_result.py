@@ -1,12 +1,14 @@
 """The cold-start table of docs/performance.md: how soon a fresh clone gives a first result.
 
     python jobs/first_result.py --runs 3                # the warm-up and an unwarmed first call
+    python jobs/first_result.py --runs 1 --all          # ... and `tools.warm --all` too
     python jobs/first_result.py --bench --runs 3        # `bash run.sh bench` in a fresh clone
 
 Without ``--bench``, each run starts from an empty ``NUMBA_CACHE_DIR`` and times, as whole
 processes (wall, and the CPU of the process tree from ``os.wait4``): ``python -m
-mpicoll.tools.warm`` (what ``run.sh bench`` compiles: the float32 sum), ``--all`` (what
-``run.sh test`` compiles), and, on a copy of the cache the first one filled, a job at N = 2
+mpicoll.tools.warm`` (what ``run.sh bench`` compiles: the float32 sum), with ``--all`` also
+``python -m mpicoll.tools.warm --all`` (what ``run.sh test`` compiles), and, on a copy of the
+cache the first one filled, a job at N = 2
 whose first all-reduce is float32 (warmed) and whose second is int16 ``prod`` (not warmed:
 numba compiles its kernel and the compiled executor's int16 loop): the second call's seconds,
 slowest rank, are the first-use cost.
@@ -71,22 +73,24 @@ def cell(values: list) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def first_use(runs: int, env: dict) -> list:
-    rows = {"warm (float32 sum)": [], "warm --all": [], "first int16 prod call, N = 2": []}
+def first_use(runs: int, env: dict, every: bool) -> list:
+    rows = {"`tools.warm` (the float32 sum)": [], "`tools.warm --all`": [],
+            "the first int16 prod call at N = 2 (its seconds; CPU: the whole job's)": []}
+    names = list(rows)
     mpiexec = shutil.which("mpiexec") or "mpiexec"
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="mpicoll-first-result-") as tmp:
-            for name, extra in (("first", []), ("all", ["--all"])):
+            for name, extra in (("first", []), ("all", ["--all"]))[:2 if every else 1]:
                 cache = dict(env, NUMBA_CACHE_DIR=str(Path(tmp, name)))
                 wall, cpu, _, _ = timed([sys.executable, "-m", "mpicoll.tools.warm", *extra],
                                         cache)
-                rows["warm --all" if extra else "warm (float32 sum)"].append((wall, cpu))
+                rows[names[1] if extra else names[0]].append((wall, cpu))
             shutil.copytree(Path(tmp, "first"), Path(tmp, "use"))
             cache = dict(env, NUMBA_CACHE_DIR=str(Path(tmp, "use")))
             wall, cpu, out, _ = timed([mpiexec, "-n", "2", sys.executable, "-c", FIRST_USE],
                                       cache)
-            rows["first int16 prod call, N = 2"].append((float(out.split()[-1]), cpu))
-    return [(name, [w for w, _ in r], [c for _, c in r]) for name, r in rows.items()]
+            rows[names[2]].append((float(out.split()[-1]), cpu))
+    return [(name, [w for w, _ in r], [c for _, c in r]) for name, r in rows.items() if r]
 
 
 def bench(runs: int, env: dict) -> list:
@@ -114,10 +118,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bench", action="store_true", help="time `bash run.sh bench` instead")
+    ap.add_argument("--all", action="store_true", help="also time `tools.warm --all`")
     args = ap.parse_args(argv)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     before = os.getloadavg()[0]
-    rows = bench(args.runs, env) if args.bench else first_use(args.runs, env)
+    rows = bench(args.runs, env) if args.bench else first_use(args.runs, env, args.all)
     print(f"# median (min-max) of {args.runs} runs; load average {before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after")
     print("| what | wall s | CPU s, all processes |")

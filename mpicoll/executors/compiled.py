@@ -287,13 +287,14 @@ def _datatype(dtype: np.dtype) -> int:
 _op_kernels_found = {}
 
 
-def _op_kernels(op: str, dtype: np.dtype) -> tuple:
-    """``_loop``'s kernels for ``op`` on ``dtype`` (``kernels.entry_points``: compiled or
-    loaded if the call's ``_warmup`` did not), and the storage dtype to view the buffers as
+def _op_kernels(op: str, dtype: np.dtype, watch=None) -> tuple:
+    """``_loop``'s kernels for ``op`` on ``dtype`` (``kernels.entry_points``; compiled or loaded
+    first under ``watch``'s deadline, if any), and the storage dtype to view the buffers as
     (None: the dtype itself); TypeError for a pair MPI does not allow."""
     found = _op_kernels_found.get((op, dtype))
     if found is None:
         kernels.check(op, dtype)
+        loading.load(lambda: kernels.warmup(op, dtype), watch)     # local work (issue #22)
         store = kernels.storage(dtype)
         found = _op_kernels_found[op, dtype] = (kernels.entry_points(op, dtype),
                                                 None if store == dtype else store)
@@ -514,7 +515,7 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
     the op by name); add to the ``traffic`` counters. ``src``, ``kept``: out of place, the
     input, which ``buf`` need not hold, and the part of ``buf`` the call keeps
     (``Reusable.run``)."""
-    (kernel, combiner), view = _op_kernels(op, buf.dtype)
+    (kernel, combiner), view = _op_kernels(op, buf.dtype, watch)
     if view is not None:
         buf, scratch = buf.view(view), scratch.view(view)
         src = None if src is None else src.view(view)
