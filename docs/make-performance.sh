@@ -60,6 +60,7 @@ fi
 if part first-result; then
     python jobs/first_result.py --runs 3 | tee "$OUT/first-result.txt"
     python jobs/first_result.py --runs 1 --all | tee "$OUT/first-result-all.txt"
+    python jobs/first_result.py --families | tee "$OUT/first-result-families.txt"
     python jobs/first_result.py --bench --runs 3 | tee "$OUT/first-table.txt"
 fi
 python jobs/doc_tables.py docs/performance.md

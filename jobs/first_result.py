@@ -3,6 +3,7 @@
     python jobs/first_result.py --runs 3                # the warm-up and an unwarmed first call
     python jobs/first_result.py --runs 1 --all          # ... and `tools.warm --all` too
     python jobs/first_result.py --bench --runs 3        # `bash run.sh bench` in a fresh clone
+    python jobs/first_result.py --families              # CPU s per kernel family and dtype
 
 Without ``--bench``, each run starts from an empty ``NUMBA_CACHE_DIR`` and times, as whole
 processes (wall, and the CPU of the process tree from ``os.wait4``): ``python -m
@@ -17,6 +18,10 @@ slowest rank, are the first-use cost.
 times ``bash run.sh bench`` there, from its start to the table's header, to its first row and
 to its end. The clone reuses this Python environment (``MPICOLL_VENV``; its setup.cfg dated
 back, so run.sh installs nothing): what is timed is numba's compiling and the bench, not pip.
+``--families``: one process on an empty ``NUMBA_CACHE_DIR`` compiles, family after family,
+every dtype x op's kernel, the compiled executor's loop for every storage dtype, and shm's
+``window_copy`` and ``single_copy`` for every dtype, and prints the CPU seconds of each
+family and each of its dtypes (``time.process_time``).
 Timings move with the machine's load: the load average is printed with them.
 """
 
@@ -114,13 +119,49 @@ def bench(runs: int, env: dict) -> list:
             ("`bash run.sh bench`: the whole command", walls, cpus)]
 
 
+def families() -> None:
+    """``--families``, in this process (run on an empty ``NUMBA_CACHE_DIR``)."""
+    import numpy as np
+
+    from mpicoll import kernels
+    from mpicoll.algorithms import allreduce_shm
+    from mpicoll.executors import compiled
+    kernels.notices = False
+    storages = list(dict.fromkeys(kernels.storage(d) for d in kernels.DTYPES))
+    work = {"kernels (every op)": (kernels.DTYPES, lambda d: [kernels.warmup(op, d)
+                                                             for op in kernels.ops_for(d)]),
+            "executor loop": (storages, compiled.warmup),
+            "shm window_copy": (storages, lambda d: allreduce_shm.warmup(
+                d, functions=("window_copy",))),
+            "shm single_copy": (storages, lambda d: allreduce_shm.warmup(
+                d, functions=("single_copy",)))}
+    print(f"# CPU s, one process, empty NUMBA_CACHE_DIR; load {os.getloadavg()[0]:.1f}")
+    for family, (dtypes, compile_one) in work.items():
+        each = []
+        for dtype in dtypes:
+            started = time.process_time()
+            compile_one(dtype)
+            each.append((str(np.dtype(dtype)), time.process_time() - started))
+        print(f"{family}: {sum(t for _, t in each):.1f} s; " +
+              ", ".join(f"{d} {t:.2f}" for d, t in each), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bench", action="store_true", help="time `bash run.sh bench` instead")
     ap.add_argument("--all", action="store_true", help="also time `tools.warm --all`")
+    ap.add_argument("--families", action="store_true", help="CPU s per family and dtype")
+    ap.add_argument("--families-here", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if args.families_here:
+        families()
+        return 0
+    if args.families:
+        with tempfile.TemporaryDirectory(prefix="mpicoll-families-") as tmp:
+            return subprocess.run([sys.executable, __file__, "--families-here"],
+                                  env=dict(env, NUMBA_CACHE_DIR=tmp)).returncode
     before = os.getloadavg()[0]
     rows = bench(args.runs, env) if args.bench else first_use(args.runs, env, args.all)
     print(f"# median (min-max) of {args.runs} runs; load average {before:.1f} before, "
