@@ -667,8 +667,9 @@ _warm: set = set()          # (op, dtype) whose kernel is in _ready (the fast pa
 
 
 def warmup(op: str | None = None, dtype=None) -> float:
-    """Compile (or load from the disk cache) ``op``'s kernel for ``dtype``, once per process;
-    return the seconds spent (0.0 if it was ready; nothing to do without arguments).
+    """Compile (or load from the disk cache) ``op``'s kernel for ``dtype`` (and its one-pass
+    ``COMBINERS`` kernel, if it has one), once per process; return the seconds spent (0.0 if
+    it was ready; nothing to do without arguments).
 
     Under ``file_lock``: processes that find the kernel in numba's cache load it side by side;
     on a miss one compiles and writes the cache while the others wait, then load it. No
