@@ -16,7 +16,7 @@ slowest rank, are the first-use cost.
 
 ``--bench``: each run clones this checkout's HEAD into a fresh folder (so no numba cache) and
 times ``bash run.sh bench`` there, from its start to the table's header, to its first row and
-to its end. The clone reuses this Python environment (``MPICOLL_VENV``; its setup.cfg dated
+to its end: wall, and CPU of the process tree so far (``tree_cpu``, from /proc). The clone reuses this Python environment (``MPICOLL_VENV``; its setup.cfg dated
 back, so run.sh installs nothing): what is timed is numba's compiling and the bench, not pip.
 ``--families``: one process on an empty ``NUMBA_CACHE_DIR`` compiles, family after family,
 every dtype x op's kernel, the compiled executor's loop for every storage dtype, and shm's
@@ -54,9 +54,34 @@ if MPI.COMM_WORLD.rank == 0:
 """
 
 
+def tree_cpu(root: int) -> float:
+    """CPU seconds so far of process ``root`` and its descendants (from /proc: each live
+    process's user + sys time and that of the children it has waited for)."""
+    parent, used = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue                    # (ended meanwhile)
+        pid = int(stat.parent.name)
+        parent[pid] = int(fields[1])
+        used[pid] = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    total, tree = 0.0, {root}
+    grew = True                         # (a child's pid may be lower than its parent's)
+    while grew:
+        grew = False
+        for pid, ppid in parent.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    for pid in tree:
+        total += used.get(pid, 0.0)
+    return total
+
+
 def timed(argv: list, env: dict, cwd=None, marks: tuple = ()) -> tuple:
-    """(wall s, CPU s of the process tree, stdout, {mark: seconds to the first line starting
-    with it}) of one run; raises on failure."""
+    """(wall s, CPU s of the process tree, stdout, {mark: (seconds, CPU s of the tree so far)
+    at the first line starting with it}) of one run; raises on failure."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -65,7 +90,7 @@ def timed(argv: list, env: dict, cwd=None, marks: tuple = ()) -> tuple:
         lines.append(line)
         for mark in marks:
             if mark not in seen and line.lstrip().startswith(mark):
-                seen[mark] = time.perf_counter() - started
+                seen[mark] = (time.perf_counter() - started, tree_cpu(proc.pid))
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     err = proc.stderr.read()
@@ -100,7 +125,7 @@ def first_use(runs: int, env: dict, every: bool) -> list:
 
 def bench(runs: int, env: dict) -> list:
     header, row = "size(B)", tuple(str(8 * 4 ** k) + " " for k in range(12))
-    walls, cpus, to_header, to_row = [], [], [], []
+    walls, cpus, to_header, to_row, cpu_header, cpu_row = [], [], [], [], [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="mpicoll-first-table-") as tmp:
             clone = Path(tmp, "mpicoll")
@@ -112,10 +137,13 @@ def bench(runs: int, env: dict) -> list:
                                        marks=(header, *row))
             walls.append(wall)
             cpus.append(cpu)
-            to_header.append(seen[header])
-            to_row.append(min(t for m, t in seen.items() if m != header))
-    return [("`bash run.sh bench`: the table's header", to_header, None),
-            ("`bash run.sh bench`: its first row", to_row, None),
+            first_row = min(t for m, t in seen.items() if m != header)
+            to_header.append(seen[header][0])
+            cpu_header.append(seen[header][1])
+            to_row.append(first_row[0])
+            cpu_row.append(first_row[1])
+    return [("`bash run.sh bench`: the table's header", to_header, cpu_header),
+            ("`bash run.sh bench`: its first row", to_row, cpu_row),
             ("`bash run.sh bench`: the whole command", walls, cpus)]
 
 
