@@ -732,12 +732,12 @@ class file_lock:
         _lock_state.depth -= 1
         try:
             if _lock_state.depth == 0:
+                notice, _lock_state.what, _lock_state.notice = _lock_state.notice, None, None
+                if notice is not None:      # ended before the next compiling process starts
+                    notice.done()
                 fcntl.flock(self.file, fcntl.LOCK_UN)
                 self.file.close()
                 _lock_state.file = None
-                notice, _lock_state.what, _lock_state.notice = _lock_state.notice, None, None
-                if notice is not None:
-                    notice.done()
         finally:
             _threads.release()
 
