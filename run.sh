@@ -48,20 +48,25 @@ setup() {
     export PATH="$PWD/$VENV/bin:$PATH"
 }
 
-warm() {
+warm() {   # warm [--all]
     # Python's bytecode of mpicoll, written once (a process that may not write it, e.g. under
     # PYTHONDONTWRITEBYTECODE or in a read-only checkout, would compile every module again).
     python -m compileall -q mpicoll >/dev/null || true
-    # numba compiles what a default call can need -- the kernels of every dtype x op, the
-    # compiled executor's loop for every storage dtype, shm's loop for its dtypes -- once, here,
-    # so no MPI job's first call compiles (docs/performance.md: minutes on a fresh clone;
-    # skipped while its stamp is newer than mpicoll's sources).
+    # numba compiles, once, here: for `bench`, what its first job runs (float32: the sum
+    # kernel, the compiled executor's loop, shm's loops; about 6 s of CPU), the rest at its
+    # first use; for `test` and `shell`, with --all, every dtype x op, every loop and the
+    # reproducible sums, so that no test's deadline covers a compilation (docs/performance.md,
+    # "Cold start"). Skipped while its stamp is newer than mpicoll's sources.
     local stamp=mpicoll/__pycache__/mpicoll-warm.stamp      # (numba's cache folder, by default)
-    if [ -z "${NUMBA_CACHE_DIR:-}" ] && [ -f "$stamp" ] \
-            && [ -z "$(find mpicoll -name '*.py' -newer "$stamp" -print -quit)" ]; then
-        return 0
-    fi
-    python -m mpicoll.tools.warm
+    local first=mpicoll/__pycache__/mpicoll-warm-first.stamp
+    local mark
+    for mark in "$stamp" $([ "${1:-}" = --all ] || echo "$first"); do
+        if [ -z "${NUMBA_CACHE_DIR:-}" ] && [ -f "$mark" ] \
+                && [ -z "$(find mpicoll -name '*.py' -newer "$mark" -print -quit)" ]; then
+            return 0
+        fi
+    done
+    python -m mpicoll.tools.warm "$@"
 }
 
 case "${1:-}" in
@@ -102,7 +107,7 @@ case "${1:-}" in
             echo "== PyTorch leg skipped (MPICOLL_SKIP_TORCH=1)"
         fi
         setup
-        warm
+        warm --all
         shift
         status=0
         bash tests/run.sh "$@" || status=$?
@@ -112,7 +117,7 @@ case "${1:-}" in
         ;;
     shell)
         setup
-        warm
+        warm --all
         exec "${SHELL:-bash}"
         ;;
     *)

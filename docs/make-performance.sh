@@ -4,7 +4,7 @@
 #   bash docs/make-performance.sh              # everything (about 2 hours on 2 cores)
 #   bash docs/make-performance.sh tables       # only remake the tables from docs/results/
 #   bash docs/make-performance.sh first-call   # only one part: perf, shm-single, roofline,
-#                                              # first-call
+#                                              # first-call, first-result
 # 1. perf: three rounds of the all-reduce sweep at N = 2, 4 (8 B-64 MiB) and 8 (8 B-4 MiB),
 #    plain and --persistent -> docs/results/perf-np*.json
 # 2. shm-single: shm's single copy against its window copy, three runs each, taking turns
@@ -13,6 +13,8 @@
 # 4. first-call: the first all-reduce at N = 4, cold and warm -> docs/results/first-call-np4.txt,
 #    and `import mpicoll` and the first call as whole processes at N = 1, 2, 4
 #    -> docs/results/first-call.{json,txt}
+# 4b. first-result: the warm-up, an unwarmed first call at N = 2, and `bash run.sh bench` in a
+#    fresh clone -> docs/results/first-result.txt, docs/results/first-table.txt
 # 5. the tables: python docs/generators/doc_tables.py docs/performance.md (tests/unit/test_doc_tables.py
 #    fails on a table that differs from its data)
 # Tables whose data was never kept are not here: their commands are in the page, to run again.
@@ -54,5 +56,11 @@ if part first-call; then
         --dtypes float32 | tee "$OUT/first-call-np4.txt"
     python jobs/experiments/first_call.py -N 1 2 4 --runs 3 --json "$OUT/first-call.json" \
         | tee "$OUT/first-call.txt"
+fi
+if part first-result; then
+    python jobs/experiments/first_result.py --runs 3 | tee "$OUT/first-result.txt"
+    python jobs/experiments/first_result.py --runs 1 --all | tee "$OUT/first-result-all.txt"
+    python jobs/experiments/first_result.py --families | tee "$OUT/first-result-families.txt"
+    python jobs/experiments/first_result.py --bench --runs 3 | tee "$OUT/first-table.txt"
 fi
 python docs/generators/doc_tables.py docs/performance.md

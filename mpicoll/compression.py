@@ -332,13 +332,23 @@ def check_feedback(error_feedback, compress, count: int) -> None:
                          f"the buffer has {count}")
 
 
+_warm = False
+
+
 def warmup() -> None:
-    """Compile (or load from numba's disk cache) the codec kernels."""
+    """Compile (or load from numba's disk cache) the codec kernels, once per process, under
+    ``kernels.file_lock`` (which says so in one line if numba compiles them)."""
+    global _warm
+    if _warm:
+        return
+    from . import kernels
     x, wire = np.ones(4, np.float32), np.zeros(32, np.uint8)
-    for c in CODECS.values():
-        c.encode(x, 0, wire[:c.wire_bytes(0, 4)])
-        c.decode(wire[:c.wire_bytes(0, 4)], 0, x)
-        c.round(x, 0)
+    with kernels.file_lock("the compression codecs' kernels"):
+        for c in CODECS.values():
+            c.encode(x, 0, wire[:c.wire_bytes(0, 4)])
+            c.decode(wire[:c.wire_bytes(0, 4)], 0, x)
+            c.round(x, 0)
+    _warm = True
 
 
 # ----------------------------------------------------------------------------- error feedback

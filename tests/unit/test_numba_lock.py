@@ -94,8 +94,9 @@ def test_nested_in_a_thread_and_one_thread_at_a_time():
 
 def test_warm_empties_the_kernel_callers_caches_when_kernels_changed(tmp_path, monkeypatch):
     """numba checks a cached function against its own file only: after kernels.py changes, the
-    warm-up empties the caches of the loops that compile the kernels into themselves, and
-    leaves them alone otherwise (and on a first warm-up, with no stamp yet)."""
+    warm-up empties the caches of the loops that compile its ``reduce_at`` and ``combine_at``
+    into themselves, and leaves them alone otherwise (and on a first warm-up, with no stamp
+    yet)."""
     from mpicoll import kernels
     from mpicoll.tools import warm
 
@@ -118,3 +119,26 @@ def test_warm_empties_the_kernel_callers_caches_when_kernels_changed(tmp_path, m
     assert not warm.drop_stale_kernel_callers() and Cache.flushed == 0
     os.utime(stamp, (source.stat().st_mtime - 10,) * 2)                   # kernels.py newer
     assert warm.drop_stale_kernel_callers() and Cache.flushed == 2
+
+
+FIRST_USE = """
+import numpy as np
+import mpicoll.kernels as kernels
+kernels.entry_points("bxor", np.dtype(np.int8))
+"""
+
+
+def test_a_compilation_at_first_use_says_so_in_one_line_and_a_load_says_nothing(tmp_path):
+    """Issue 44: what numba compiles at a call's first use is named on stderr, in one line that
+    ends with the seconds it took; the next process, which loads it from the cache, is silent."""
+    lines = []
+    for _ in range(2):
+        proc = python(FIRST_USE, cache=tmp_path, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=200)
+        assert proc.returncode == 0, err
+        lines.append(err.splitlines())
+    compiled, loaded = lines
+    assert len(compiled) == 1, compiled
+    assert compiled[0].startswith("mpicoll: first use: numba compiles the bxor kernel for int8 "
+                                  "(then cached) ") and compiled[0].endswith(" s"), compiled
+    assert loaded == []

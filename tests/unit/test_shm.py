@@ -47,7 +47,7 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None
     (``chunk``: the elements per other rank of its scratch); ``inplace``: each thread's input
     is its output. Half types run as their uint16 bits, as ``transport`` runs them."""
     p, user = len(inputs), inputs[0].dtype
-    dtype, code = K.storage(user), core.code(op, user)
+    dtype, (kernel, combiner) = K.storage(user), core.entry_points(op, user)
     L = p // (nodes or 1)
     regions = [(np.zeros(core.FLAGS * L * core.LINE, np.int64), np.zeros((2, L, chunk), dtype))
                for _ in range(nodes or 1)]
@@ -91,12 +91,12 @@ def run_ranks(inputs, op, chunk, calls, yield_after=0.0, nodes=None, single=None
                 while True:
                     if single:
                         resume, waiting = core.single_copy(
-                            src, dst, flags, local, 1 + k, resume, code, acc,
+                            src, dst, flags, local, 1 + k, resume, kernel, combiner, acc,
                             scratch, chunk, iov, MPI.Wtime() + 0.01, yield_after, 7,
                             single == "whole", nodes is not None)
                     else:
                         resume, waiting = core.window_copy(
-                            src, dst, data, flags, local, seq0, resume, code,
+                            src, dst, data, flags, local, seq0, resume, kernel,
                             acc, MPI.Wtime() + 0.01, yield_after, 7, nodes is not None)
                     if resume == core.DONE:
                         break
@@ -327,7 +327,7 @@ def test_single_copy_from_a_dead_peer_breaks_the_communicator():
     w.seq = 1
     x = np.ones(5000)
     with pytest.raises(CommunicatorBroken, match="died during the call"):
-        transport._single_copy(st, w, x, np.empty_like(x), x, core.code("sum", x.dtype),
+        transport._single_copy(st, w, x, np.empty_like(x), x, core.entry_points("sum", x.dtype),
                                lambda: None, 5, None, None)
     assert st.broken and w.flags[core.ABORTED] == 1
 
