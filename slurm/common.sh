@@ -145,7 +145,10 @@ trap _mpicoll_exit EXIT
 # numba compiles the reduction kernels once, here, before any rank starts: ranks on other nodes
 # would otherwise compile at the same time into a shared cache directory. (No MPI_Init in the
 # batch step: some MPI libraries do not start singletons there.)
-"$PYTHON" -c 'import mpi4py; mpi4py.rc.initialize = False; import mpicoll.kernels as k; k.warmup()'
+# (`mpicoll.tools.warm`: what a first float32 job runs; any other dtype or op compiles at its
+# first use. It never imports MPI.)
+"$PYTHON" -c 'import mpi4py; mpi4py.rc.initialize = False; import sys
+from mpicoll.tools import warm; sys.exit(warm.main([]))'
 
 mpicoll_launch() {
     local n=$NTASKS per nodes
