@@ -16,7 +16,7 @@ import shutil
 import sys
 
 __all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS", "MPIEXEC",
-           "nodes", "traffic", "exit_in_next_call", "ddp_train"]
+           "nodes", "traffic", "exit_in_next_call", "ddp_train", "background_paused"]
 
 # The launcher tests start jobs with: the one beside this Python (a venv's MPICH wheel), else
 # the first on PATH; None if there is none.
@@ -112,6 +112,16 @@ def exact_result(size: int, count: int, dtype, op: str):
         for rank in range(1, size):
             ufunc(kernels.as_storage(acc), kernels.as_storage(exact_input(rank, count, dtype, op)))
     return acc
+
+
+@contextlib.contextmanager
+def background_paused():
+    """No failure detector's thread for the block (``_runtime/detector.py``: a look every
+    0.2 s, which makes a few objects): an allocation test traces every thread, and measures the
+    calls'. Deaths are not looked for meanwhile."""
+    from ._runtime import detector
+    with detector.paused():
+        yield
 
 
 def nodes(comm, real: bool = False) -> tuple:

@@ -73,7 +73,7 @@ class CommState:
         self.watched = None                     # its part of the failure detector (detector.py)
         self.failed: frozenset = frozenset()    # the ranks agreed dead (detector.py)
         self.idents: list = []                  # every rank's detector.identity()
-        self.entered = [0.0] * RECENT_ENTRIES  # when this rank entered call n, at [n % ...]
+        self.entered = np.zeros(RECENT_ENTRIES)  # when this rank entered call n, at [n % ...]
         notice.register(comm, self)
 
     def check(self, what: str = "mpicoll") -> None:

@@ -39,6 +39,7 @@ names both everywhere.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -61,6 +62,7 @@ AGREE_TAG_OFFSET = 4            # TAG_UB - 4: the agreement's rounds, revocation
 REVOKE = -1                     # an agreement message's round: the sender revoked the communicator
 DECIDED = -2                    # ... the sender decided on the set it carries
 ACTIVE_POLL = 1e-3              # the thread's period while an agreement is under way
+SLEEP_SLICE = 0.02              # it sleeps in slices this long, to see ``_wake``
 DECISION_SECONDS = 3.0          # how long a call that found a death waits for the agreement
 
 
@@ -93,7 +95,9 @@ def identity() -> tuple:
 
 def _alive(ident: tuple) -> bool:
     """Whether the process of ``ident`` (on this machine) still runs: it exists, is not a
-    zombie, and is the process that started then (not a recycled pid)."""
+    zombie, and is the process that started then (not a recycled pid). Allocates next to
+    nothing (no file object, no list): the detector's thread runs it beside the caller's
+    calls, whose allocation tests trace every thread."""
     _, _, pid, started = ident
     try:
         os.kill(pid, 0)
@@ -102,14 +106,22 @@ def _alive(ident: tuple) -> bool:
     except PermissionError:
         pass
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            head = f.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return False
-    rest = head[head.rfind(b")") + 2:].split()
-    if not rest or rest[0] in (b"Z", b"X"):
+    try:
+        head = os.read(fd, 1024)        # "pid (comm) S ppid ... starttime ...": field 22
+    finally:
+        os.close(fd)
+    i = head.rfind(b")") + 2
+    if head[i:i + 1] in (b"Z", b"X", b""):
         return False
-    return started < 0 or len(rest) <= 19 or int(rest[19]) == started
+    if started < 0:
+        return True
+    for _ in range(19):                 # from field 3 (the state) to field 22
+        i = head.find(b" ", i) + 1
+    end = head.find(b" ", i)
+    return i <= 0 or end < 0 or int(head[i:end]) == started
 
 
 _looked: dict = {}          # identity -> alive, for one pass over every watched communicator
@@ -163,6 +175,7 @@ class Watched:
         self.tags = tag_ub() - HEARTBEAT_TAG_OFFSET, tag_ub() - AGREE_TAG_OFFSET
         self._beat = np.zeros(1, np.int64)          # what heartbeats send (never written)
         self._heard = np.zeros(1, np.int64)         # ... and are received into
+        self._status = MPI.Status()
 
     # ------------------------------------------------------------------------- one step
 
@@ -185,7 +198,7 @@ class Watched:
             self._agree()
 
     def _receive(self, now: float) -> None:
-        comm, (beat, agree), status = self.comm, self.tags, MPI.Status()
+        comm, (beat, agree), status = self.comm, self.tags, self._status
         while comm.Iprobe(MPI.ANY_SOURCE, beat, status):
             src = status.Get_source()
             comm.Recv(self._heard, src, beat)
@@ -226,15 +239,21 @@ class Watched:
         self._learn(r for r in ranks if r != MPI.UNDEFINED)
 
     def _look(self, now: float, timeout: float) -> None:
-        found = [r for r in range(self.size) if self.seen[r] and r not in self.known
-                 and not _alive_now(self.idents[r])]
+        # (no list or tuple made on the way: free lists keep them, which the callers'
+        # allocation tests, tracing every thread, would count as kept)
+        for r in range(self.size):
+            if self.seen[r] and r not in self.known and not _alive_now(self.idents[r]):
+                self._found(r)
         watched = self._neighbour(-1)
         if watched is not None and not self.seen[watched]:
             if watched != self.watching:            # a new predecessor: give it a period
                 self.watching, self.since = watched, now
             if now - max(self.heard.get(watched, 0.0), self.since) > timeout:
-                found.append(watched)
-        self._learn(found)
+                self._found(watched)
+
+    def _found(self, rank: int) -> None:
+        """This rank's own look found ``rank`` dead."""
+        self._learn({rank})
 
     def _learn(self, ranks) -> None:
         new = set(ranks) - self.known - {self.me}
@@ -268,6 +287,8 @@ class Watched:
             pass                            # (a dead peer's connection: its death is found)
 
     def _tidy(self) -> None:
+        if not self.outbox:
+            return
         kept = []
         for msg, req in self.outbox:
             try:
@@ -435,7 +456,10 @@ def step_all() -> None:
     timeout = settings.get("MPICOLL_HEARTBEAT_TIMEOUT") or float("inf")
     now = time.monotonic()
     _looked.clear()
-    for w in list(_watched):
+    i = len(_watched)
+    while i:                                # (backwards, no copy: one may be dropped)
+        i -= 1
+        w = _watched[i]
         try:
             w.step(now, period, timeout)
         except Exception as exc:            # noqa: BLE001 - the thread must go on
@@ -454,7 +478,14 @@ def _loop() -> None:
                 return
             step_all()
             active = any(w.active for w in _watched)
-        _wake.wait(ACTIVE_POLL if active else settings.get("MPICOLL_HEARTBEAT") or 1.0)
+        # sleep a period, in slices, woken by ``_wake``; nothing made on the way (an Event's
+        # wait makes a lock, a clock read a float: free lists keep them, and an allocation
+        # test traces every thread)
+        slices = 1 if active else round((settings.get("MPICOLL_HEARTBEAT") or 1.0) / SLEEP_SLICE)
+        for _ in range(max(slices, 1)):
+            if _wake.is_set() or _stopping:
+                break
+            time.sleep(ACTIVE_POLL if active else SLEEP_SLICE)
         _wake.clear()
 
 
@@ -463,6 +494,27 @@ def _ensure_thread() -> None:
     if _thread is None or not _thread.is_alive():
         _thread = threading.Thread(target=_loop, name="mpicoll-detector", daemon=True)
         _thread.start()
+
+
+@contextlib.contextmanager
+def paused():
+    """No thread for the block (``mpicoll.testing.background_paused``): it ends, and starts
+    again after. A thread that merely waits still makes objects, which an allocation test,
+    tracing every thread, would count."""
+    global _stopping
+    with _lock:
+        _stopping = True
+        _wake.set()
+    thread = _thread
+    if thread is not None:
+        thread.join()
+    try:
+        yield
+    finally:
+        _stopping = False
+        _wake.clear()
+        if thread is not None:
+            _ensure_thread()
 
 
 @atexit.register

@@ -31,7 +31,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll.testing import environment
+from mpicoll.testing import background_paused, environment
 
 WARMUP, PEAK_CALLS = 100, 20
 IGNORE = [tracemalloc.Filter(False, tracemalloc.__file__),
@@ -44,27 +44,28 @@ def measure(call, calls: int = 1000) -> dict:
     Every rank of the communicator must run this together (``call`` is a collective)."""
     for _ in range(WARMUP):
         call()
-    tracemalloc.start(8)
-    try:
-        for _ in range(10):
-            call()
-        start = tracemalloc.take_snapshot()
-        base = tracemalloc.get_traced_memory()[0]
-        for _ in range(calls):
-            call()
-        first = tracemalloc.get_traced_memory()[0] - base
-        for _ in range(calls):
-            call()
-        second = tracemalloc.get_traced_memory()[0] - base
-        end = tracemalloc.take_snapshot()
-        peaks = []
-        for _ in range(PEAK_CALLS):
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            call()
-            peaks.append(tracemalloc.get_traced_memory()[1] - before)
-    finally:
-        tracemalloc.stop()
+    with background_paused():    # (the failure detector's looks are not the call's)
+        tracemalloc.start(8)
+        try:
+            for _ in range(10):
+                call()
+            start = tracemalloc.take_snapshot()
+            base = tracemalloc.get_traced_memory()[0]
+            for _ in range(calls):
+                call()
+            first = tracemalloc.get_traced_memory()[0] - base
+            for _ in range(calls):
+                call()
+            second = tracemalloc.get_traced_memory()[0] - base
+            end = tracemalloc.take_snapshot()
+            peaks = []
+            for _ in range(PEAK_CALLS):
+                tracemalloc.reset_peak()
+                before = tracemalloc.get_traced_memory()[0]
+                call()
+                peaks.append(tracemalloc.get_traced_memory()[1] - before)
+        finally:
+            tracemalloc.stop()
     diff = end.filter_traces(IGNORE).compare_to(start.filter_traces(IGNORE), "lineno")
     sites = [f"{d.traceback[0].filename}:{d.traceback[0].lineno}: {d.size_diff:+d} B in "
              f"{d.count_diff:+d} blocks" for d in diff if d.size_diff > 0][:8]
