@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .. import buffers, plan
+from .. import buffers, cache, plan
 from .._runtime.call import Call
 from .._runtime.context import state
 from ..buffers import array
@@ -195,16 +195,24 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op="sum", algorithm="auto", c
 # ----------------------------------------------------------------------------- every form
 
 
-def _plain(collective: str, sendbuf, recvbuf=None, *, algorithm, comm, timeout, on_timeout,
-           validate, op=None, given=None):
-    """One phase of the nested calls: the plain blocking ``collective``, as ``mpicoll.api``
-    runs it (a ``Call``, the ``Layout`` of the buffers, ``plan.make``, ``plan.run``) without
-    its cache, which only keeps the same decisions for the next call; returns the result."""
+def _plain(collective: str, sendbuf, recvbuf=None, *, op="", algorithm, comm, timeout,
+           on_timeout, validate, given=None):
+    """One phase of the nested calls: the plain blocking ``collective`` as ``mpicoll.api`` runs
+    it -- by its cached plan (``cache``) when the same call came before, else a ``Call``, the
+    buffers' ``Layout``, ``plan.make`` and ``plan.run`` -- returns the result. ``op``: ``""``
+    for the all-gather (none); ``given``: the all-reduce's inner, outer and order."""
+    options = () if given is None else (given["inner"], given["outer"], given["order"])
+    key = cache.key(collective, sendbuf, recvbuf, op, algorithm, options, timeout, on_timeout,
+                    validate)
+    if key is not None:
+        done = getattr(cache, collective)(key, sendbuf, recvbuf, comm)
+        if done is not None:
+            return done
     with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
         if collective == "allreduce":
             layout = buffers.allreduce(sendbuf, recvbuf)
         else:
             layout = getattr(buffers, collective)(sendbuf, recvbuf, call.comm.Get_size(),
                                                   call.comm.Get_rank())
-        p = plan.make(call, collective, algorithm, layout, op=op, given=given)
-        return plan.run(call, p, layout)
+        p = plan.make(call, collective, algorithm, layout, op=op or None, given=given)
+        return plan.run(call, p, layout, key)
