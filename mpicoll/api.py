@@ -30,6 +30,7 @@ from . import buffers, cache, compression, plan
 from ._runtime.call import Call
 from .executors.progress import Request, waitall
 from .registry import ALLREDUCE
+from .reproducible.forms import dispatch
 
 __all__ = ["allreduce", "reduce_scatter_block", "allgather", "bcast", "ALGORITHMS",
            "iallreduce", "ireduce_scatter_block", "iallgather", "ibcast", "waitall", "Request"]
@@ -38,20 +39,6 @@ ALGORITHMS = tuple(ALLREDUCE)
 
 
 # ----------------------------------------------------------------------------- blocking
-
-def _reproducible(collective: str, reproducible, *args, **kwargs):
-    """``reproducible=True`` or K: the call by ``mpicoll.reproducible``: a ``Job`` (one call,
-    the plans of its phases under one tag, as every other form) where the algorithm is one of
-    mpicoll's schedules or ``auto``; with ``mpi`` or ``shm``, its own collectives (a MAX of the
-    bins, an exact integer sum of the slices, one rounding)."""
-    from . import reproducible as module
-    k = module.spelled(reproducible)
-    if module.runs_as_job(collective, kwargs.get("algorithm", "auto"), kwargs.get("inner")):
-        return module.run(collective, k, *args, **kwargs)
-    if k is not None:
-        kwargs["k"] = k
-    return getattr(module, collective)(*args, **kwargs)
-
 
 def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
               inner: str | None = None, outer: str | None = None, order: str | None = None,
@@ -73,10 +60,11 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
     """
     if reproducible is not False:
         _no_average(average)
-        return _reproducible("allreduce", reproducible, sendbuf, recvbuf, op=op,
-                             algorithm=algorithm, comm=comm, inner=inner, outer=outer,
-                             order=order, timeout=timeout, on_timeout=on_timeout,
-                             validate=validate, compress=compress, error_feedback=error_feedback)
+        return dispatch("blocking", "allreduce", reproducible, sendbuf, recvbuf, op=op,
+                        algorithm=algorithm, comm=comm,
+                        given={"inner": inner, "outer": outer, "order": order},
+                        timeout=timeout, on_timeout=on_timeout, validate=validate,
+                        compress=compress, error_feedback=error_feedback)
     if compress is not None or error_feedback is not None:
         return iallreduce(sendbuf, recvbuf, op=op, algorithm=algorithm, comm=comm, inner=inner,
                           outer=outer, order=order, timeout=timeout, on_timeout=on_timeout,
@@ -115,9 +103,9 @@ def reduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
     """
     if reproducible is not False:
         _no_average(average)
-        return _reproducible("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
-                             algorithm=algorithm, comm=comm, timeout=timeout,
-                             on_timeout=on_timeout, validate=validate)
+        return dispatch("blocking", "reduce_scatter_block", reproducible, sendbuf, recvbuf,
+                        op=op, algorithm=algorithm, comm=comm, timeout=timeout,
+                        on_timeout=on_timeout, validate=validate)
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
         sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
     key = None if average else cache.key("reduce_scatter_block", sendbuf, recvbuf, op,
@@ -192,12 +180,11 @@ def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None
     """
     if reproducible is not False:
         _no_average(average)
-        from . import reproducible as module
-        return module.start("allreduce", reproducible, sendbuf, recvbuf, op=op,
-                            algorithm=algorithm, comm=comm,
-                            given={"inner": inner, "outer": outer, "order": order},
-                            timeout=timeout, on_timeout=on_timeout, validate=validate,
-                            compress=compress, error_feedback=error_feedback)
+        return dispatch("nonblocking", "allreduce", reproducible, sendbuf, recvbuf, op=op,
+                        algorithm=algorithm, comm=comm,
+                        given={"inner": inner, "outer": outer, "order": order},
+                        timeout=timeout, on_timeout=on_timeout, validate=validate,
+                        compress=compress, error_feedback=error_feedback)
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allreduce(sendbuf, recvbuf)
         compression.check_feedback(error_feedback, compress, layout.work.size)
@@ -212,10 +199,9 @@ def ireduce_scatter_block(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto"
     """Start a reduce-scatter (arguments as ``reduce_scatter_block``); returns a ``Request``."""
     if reproducible is not False:
         _no_average(average)
-        from . import reproducible as module
-        return module.start("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
-                            algorithm=algorithm, comm=comm, given={}, timeout=timeout,
-                            on_timeout=on_timeout, validate=validate)
+        return dispatch("nonblocking", "reduce_scatter_block", reproducible, sendbuf, recvbuf,
+                        op=op, algorithm=algorithm, comm=comm, timeout=timeout,
+                        on_timeout=on_timeout, validate=validate)
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
                                               call.comm.Get_rank())

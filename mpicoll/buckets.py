@@ -58,6 +58,7 @@ from ._runtime.call import Call
 from ._runtime.context import attach
 from .errors import CommunicatorBroken
 from .executors.progress import Request
+from .reproducible.forms import dispatch, spelled
 
 __all__ = ["Buckets"]
 
@@ -79,10 +80,7 @@ class Buckets:
         if error_feedback and compress is None:
             raise ValueError("error_feedback=True needs a compress= mode")
         # (op, dtype, average, compress, algorithm, reproducible: each bucket's plan checks them)
-        self.reproducible = None
-        if reproducible is not False:
-            from . import reproducible as R
-            self.reproducible = R.spelled(reproducible)
+        self.reproducible = None if reproducible is False else spelled(reproducible)
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.average, self.algorithm, self.compress = average, algorithm, compress
         self._options = (timeout, on_timeout, validate)
@@ -134,12 +132,11 @@ class Buckets:
                 layout = buffers.allreduce(MPI.IN_PLACE, flat)
                 self._layouts.append(layout)
                 if reproducible is not False:
-                    from . import reproducible as R
                     if average:
                         plan.check_average(self.op, flat.dtype)
-                    job = R.Job(call, "allreduce", MPI.IN_PLACE, flat, op=self.op,
-                                k=self.reproducible, algorithm=algorithm, form="Buckets",
-                                compress=compress, error_feedback=error_feedback or None)
+                    job = dispatch("Buckets", "allreduce", reproducible, MPI.IN_PLACE, flat,
+                                   op=self.op, algorithm=algorithm, compress=compress,
+                                   error_feedback=error_feedback or None, call=call)
                     self._plans.append(job.plan)
                     self._requests.append(_job_request(
                         job, flat, self._averager(flat) if average else None))

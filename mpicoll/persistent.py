@@ -33,6 +33,7 @@ from . import buffers, plan
 from ._runtime.call import Call, interrupted
 from .executors import progress
 from .executors.progress import Request
+from .reproducible.forms import dispatch
 
 __all__ = ["Persistent", "bind", "allreduce_init", "reduce_scatter_block_init", "allgather_init",
            "bcast_init"]
@@ -201,10 +202,11 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
     """A persistent ``allreduce`` (the arguments of ``mpicoll.allreduce``); collective.
     ``reproducible=True`` (or K): the blocking call's bits (``mpicoll.reproducible.Job``)."""
     if reproducible is not False:
-        return _reproducible("allreduce", reproducible, sendbuf, recvbuf, op=op,
-                           algorithm=algorithm, comm=comm,
-                           given={"inner": inner, "outer": outer, "order": order},
-                           timeout=timeout, on_timeout=on_timeout, validate=validate)
+        return dispatch("persistent", "allreduce", reproducible, sendbuf, recvbuf, op=op,
+                        algorithm=algorithm, comm=comm,
+                        given={"inner": inner, "outer": outer, "order": order},
+                        timeout=timeout, on_timeout=on_timeout, validate=validate,
+                        handle=_job_handle)
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allreduce(sendbuf, recvbuf)
         p = plan.make(call, "allreduce", algorithm, layout, op=op, form="persistent",
@@ -212,15 +214,9 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
         return bind(call, p, layout)
 
 
-def _reproducible(collective: str, reproducible, sendbuf, recvbuf, *, op, algorithm, comm,
-                  given, timeout, on_timeout, validate) -> Persistent:
+def _job_handle(call, job) -> Persistent:
     """``reproducible=True`` or K: a handle whose run is a ``mpicoll.reproducible.Job``'s."""
-    from . import reproducible as module
-    k = module.spelled(reproducible)
-    with Call(collective, algorithm, comm, timeout, on_timeout, validate) as call:
-        job = module.Job(call, collective, sendbuf, recvbuf, op=op, k=k, algorithm=algorithm,
-                         given=given, form="persistent")
-        return Persistent(call, job.plan, job.layout, run=job.run, copies=False)
+    return Persistent(call, job.plan, job.layout, run=job.run, copies=False)
 
 
 def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",
@@ -229,9 +225,9 @@ def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="a
     """A persistent ``reduce_scatter_block``; collective. ``reproducible``: as
     ``allreduce_init``'s."""
     if reproducible is not False:
-        return _reproducible("reduce_scatter_block", reproducible, sendbuf, recvbuf, op=op,
-                           algorithm=algorithm, comm=comm, given={}, timeout=timeout,
-                           on_timeout=on_timeout, validate=validate)
+        return dispatch("persistent", "reduce_scatter_block", reproducible, sendbuf, recvbuf,
+                        op=op, algorithm=algorithm, comm=comm, timeout=timeout,
+                        on_timeout=on_timeout, validate=validate, handle=_job_handle)
     with Call("reduce_scatter_block", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.reduce_scatter_block(sendbuf, recvbuf, call.comm.Get_size(),
                                               call.comm.Get_rank())

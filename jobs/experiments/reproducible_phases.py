@@ -28,6 +28,11 @@ import mpicoll
 from mpicoll import reproducible as R
 from mpicoll.shm import transport
 
+try:
+    from mpicoll.reproducible import job as _calls      # the module whose Job calls the kernels
+except ImportError:
+    _calls = R                                          # an older tree: reproducible.py, whole
+
 _spent = collections.defaultdict(lambda: [0.0, 0.0])     # phase -> [wall, CPU] in this call
 _kernels: list = []     # the kernels being timed (one called by another counts in the outer)
 
@@ -57,7 +62,7 @@ def instrument() -> None:
                         ("rounded", "rounding (this rank's block)"),
                         ("rounded_rows", "codes, slices, rounding of the block (fused)"),
                         ("rounded_pair", "the two rows' sums of the block (two ranks)")):
-        setattr(R, name, timed(label, getattr(R, name), kernel=True))
+        setattr(_calls, name, timed(label, getattr(_calls, name), kernel=True))
     plain, window = transport.allreduce, timed(
         "shm's window: copies and waits (the kernel inside)", transport.allreduce)
     transport.allreduce = lambda *a, **kw: (window if kw.get("rows") else plain)(*a, **kw)
