@@ -72,12 +72,13 @@ def allreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                           error_feedback=error_feedback, average=average).wait()
     if type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
         sendbuf, recvbuf = buffers.as_numpy(sendbuf), buffers.as_numpy(recvbuf)
-    key = None if average else cache.key("allreduce", sendbuf, recvbuf, op, algorithm,
-                                         (inner, outer, order), timeout, on_timeout, validate)
-    if key is not None:
-        done = cache.allreduce(key, sendbuf, recvbuf, comm)
+    if not average:
+        done = cache.allreduce(sendbuf, recvbuf, op, algorithm, (inner, outer, order), timeout,
+                               on_timeout, validate, comm)
         if done is not None:
             return done
+    key = None if average else cache.key("allreduce", sendbuf, recvbuf, op, algorithm,
+                                         (inner, outer, order), timeout, on_timeout, validate)
     with Call("allreduce", algorithm, comm, timeout, on_timeout, validate) as call:
         layout = buffers.allreduce(sendbuf, recvbuf)
         p = plan.make(call, "allreduce", algorithm, layout, op=op,

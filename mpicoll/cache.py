@@ -40,6 +40,7 @@ __all__ = ["PER_COMM", "Entry", "key", "remember", "allreduce", "reduce_scatter_
 PER_COMM = 64
 _epoch = 0
 _OP_KEYS = ops.KEYS
+_IN_PLACE = MPI.IN_PLACE            # (a global read: the repeated all-reduce's path)
 
 
 @settings.on_reload
@@ -277,7 +278,7 @@ def _checked(sendbuf, recvbuf):
     key matched (dtypes and sizes are in the key): True when they pass, else False (the full
     path then raises the error)."""
     flags = recvbuf.flags
-    if not (flags.c_contiguous and flags.writeable):
+    if not flags.carray:                # C-contiguous, writeable (and aligned)
         return False
     if sendbuf is MPI.IN_PLACE:
         return True
@@ -287,27 +288,57 @@ def _checked(sendbuf, recvbuf):
                                     or not np.may_share_memory(sendbuf, recvbuf))
 
 
-def allreduce(k, sendbuf, recvbuf, comm):
-    """``allreduce`` by its cached plan, or None (the full path: no entry, or a check of the
-    buffers fails, which the full path reports)."""
-    st, entry = _entry(comm, k)
+def allreduce(sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeout, validate,
+              comm):
+    """``allreduce`` by its cached plan, or None (the full path: not a call the cache serves,
+    no entry, or a check of the buffers fails, which the full path reports). The loop's case
+    -- numpy arrays, no reliability option, the communicator and key of the last call, nothing
+    in flight (unless alone on the communicator, where the copy is the call) -- compares the key with the last one's here (``key`` and ``_entry``, inlined:
+    0.25 us of a 1.0 us call at N = 1, jobs/experiments/call_overhead.py)."""
+    entry = None
+    if type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and timeout is None and \
+            on_timeout is None and validate is None:
+        known, st = _last
+        if (comm is known or comm is None and known is MPI.COMM_WORLD) and not st.freed:
+            k, entry = st.last_cached
+            if k != ("allreduce", _epoch, algorithm, _OP_KEYS.get(id(op)), sendbuf.dtype,
+                     sendbuf.size, recvbuf.dtype, recvbuf.size, options) or \
+                    not entry.noop and progress.busy():     # (alone: nothing shared)
+                entry = None
     if entry is None:
-        return None
+        k = key("allreduce", sendbuf, recvbuf, op, algorithm, options, timeout, on_timeout,
+                validate)
+        st, entry = (None, None) if k is None else _entry(comm, k)
+        if entry is None:
+            return None
     if recvbuf is None:
         if not sendbuf.flags.c_contiguous:
             return None
         recvbuf = np.empty(sendbuf.shape, sendbuf.dtype)
-    elif not _checked(sendbuf, recvbuf):
-        return None
+    else:                               # ``_checked``, inlined
+        flags = recvbuf.flags
+        if not flags.carray:            # C-contiguous, writeable (and aligned)
+            return None
+        if sendbuf is not _IN_PLACE:
+            sflags = sendbuf.flags      # two arrays that own their memory can't overlap
+            if not (sflags.c_contiguous and (flags.owndata and sflags.owndata and sendbuf is
+                    not recvbuf or not np.may_share_memory(sendbuf, recvbuf))):
+                return None
+    if entry.noop and sendbuf is not _IN_PLACE:     # alone: the copy is the whole call
+        try:            # (the same size: shapes that broadcast keep the order; no compare)
+            recvbuf[...] = sendbuf
+        except ValueError:
+            np.copyto(recvbuf.reshape(-1), sendbuf.reshape(-1))
+        return recvbuf
     if entry.mpi_op is not None:            # the MPI library's: it reads sendbuf itself
         entry.library(st, sendbuf, recvbuf)
         return recvbuf
     if entry.shared_memory is not None:     # it reads sendbuf itself
-        src = recvbuf if sendbuf is MPI.IN_PLACE else sendbuf
+        src = recvbuf if sendbuf is _IN_PLACE else sendbuf
         entry.shared(st, src if src.ndim == 1 else src.reshape(-1),
                      recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1))
         return recvbuf
-    if sendbuf is not MPI.IN_PLACE:
+    if sendbuf is not _IN_PLACE:
         if entry.run is not None:   # the loop reads sendbuf where no step wrote yet
             entry(st, recvbuf, sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1))
             return recvbuf

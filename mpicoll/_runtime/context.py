@@ -99,6 +99,7 @@ class CommState:
         if self.made or self._dup is not None:
             return
         self._collect_notices()                 # (judged by ``ready``)
+        detector.prepare()                      # (its signal handler: main thread only)
         self._presence = post_presence(self.parent)
         self.failed_here.clear()                # (first calls that failed reuse the number)
         self.comm, self._dup = self.parent.Idup()
@@ -247,19 +248,17 @@ class CommState:
         builtin = parent in (MPI.COMM_WORLD, MPI.COMM_SELF)     # freed inside MPI_Finalize
         tag = roll_call_tag()
         background = self.background
-        if background is not None and threading.current_thread() is background.thread:
-            # The set-up is under way on the background thread (setup.py), and MPICH defers
-            # this call until the set-up's requests on the communicator complete, then makes
-            # it from inside that thread's MPI_Test, where no MPI call may be made ("pthread_
-            # mutex_lock: Resource deadlock avoided"). The background thread frees the
-            # duplicate once its calls started; the communicator's strays are not drained.
-            notice.forget(parent)
-            return
         if background is not None:
-            # First calls being started (setup.py): let them. Open MPI makes this call at once
-            # in comm.Free(), and the communicator lives until it returns (its pending
-            # MPI_Comm_idup would not outlive it: a crash in MPI_Testall).
-            background.wait_empty()
+            # The set-up is under way on the background thread (setup.py): comm.Free() is
+            # local, so it must not wait for the other ranks' set-up. The background thread
+            # frees the duplicate once its calls started. MPICH defers this call until the
+            # set-up's requests on the communicator complete, then makes it from inside that
+            # thread's MPI_Test, where no MPI call may be made ("pthread_mutex_lock: Resource
+            # deadlock avoided"): then the communicator's strays are not drained.
+            notice.forget(parent)
+            if not builtin and threading.current_thread() is not background.thread:
+                drain(parent, (tag, tag - PRESENCE_TAG_OFFSET, tag - notice.NOTICE_TAG_OFFSET))
+            return
         notice.forget(parent)
         if not builtin:
             drain(parent, (tag, tag - PRESENCE_TAG_OFFSET, tag - notice.NOTICE_TAG_OFFSET))

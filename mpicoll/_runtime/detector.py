@@ -409,6 +409,13 @@ def enabled() -> bool:
     return settings.get("MPICOLL_HEARTBEAT") is not None
 
 
+def prepare() -> None:
+    """On the caller's thread, before a set-up that a background thread finishes
+    (``_runtime/setup.py``): what ``watch`` can do only from the main thread."""
+    if enabled():
+        _keep_hydra_from_ending_survivors()
+
+
 def watch(state, idents: list) -> None:
     """Watch ``state``'s communicator (made: its duplicate exists) from now on."""
     if not enabled() or state.comm.Get_size() == 1:

@@ -22,17 +22,22 @@ check's messages and starts the ``MPI_Comm_idup`` there, so that the ``Idup`` ta
 among the collectives this rank starts on the communicator (MPI's ordering rule: started by the
 background thread it could pass a ``comm.Ibarrier()`` the user starts right after, and hung).
 The background thread only waits for them and then uses mpicoll's duplicate, so the user may
-free the communicator at once; MPICH then calls mpicoll's attribute callback from inside that
-thread's ``MPI_Test`` once the set-up's requests complete, and there ``CommState.free`` only
-marks the state (no MPI call may be made there): the thread frees the duplicate after its calls.
+free the communicator at once. ``comm.Free()`` is local: it never waits for the set-up
+(``CommState.free`` only marks the state and drops the strays; the thread frees the duplicate
+after its calls). MPICH calls mpicoll's attribute callback from inside that thread's
+``MPI_Test`` if the set-up's requests on the communicator were still pending, where no MPI call
+may be made: there it only marks the state. The rest of the set-up -- the node layout's
+collectives and the failure detector's identity ``allgather`` -- runs on the duplicate, on this
+thread only: every rank's thread makes the same collectives in the same order, and no other
+thread makes one there until the queue is empty (a blocking call waits for it,
+``CommState.ready``; a later nonblocking one joins the queue).
 
 With ``validate=True`` the call agrees before it returns (that is what it asks for), so it
-starts on the caller's thread. Off by default (``MPICOLL_BACKGROUND_START=1`` turns it on, under
-MPICH only: ``_library_allows``, Open MPI failed with it): a CI rehearsal with it on lost its
-whole 2-rank MPI stage once, silently (exit status 1, no message; not seen again in 3 runs).
-Needs the progress thread (``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With
-``caller`` progress no other thread may call MPI while the caller does, and the first
-nonblocking call on a communicator makes the duplicate before it returns, as a blocking one.
+starts on the caller's thread. On by default (issue 40; ``MPICOLL_BACKGROUND_START=0`` turns it
+off) under MPICH only (``_library_allows``: Open MPI failed with it). Needs the progress thread
+(``MPICOLL_PROGRESS=thread``, i.e. ``MPI_THREAD_MULTIPLE``). With ``caller`` progress no other
+thread may call MPI while the caller does, and the first nonblocking call on a communicator
+makes the duplicate before it returns, as a blocking one.
 """
 
 from __future__ import annotations
@@ -65,7 +70,10 @@ def _library_allows() -> bool:
     """Only under MPICH (and its derivatives): under Open MPI 5 a first call set up in the
     background beside the user's own nonblocking collective on the communicator failed
     (``MPI_ERR_IN_STATUS`` in ``Waitall``, then a hang: tests/mpi/test_drop_in.py at 2 ranks),
-    and testing an ``MPI_Comm_idup`` whose parent was freed crashed."""
+    and testing an ``MPI_Comm_idup`` whose parent was freed crashed (again in issue 40, with
+    this check lifted, Open MPI 5 at 2 ranks: tests/mpi/test_first_start.py's start-then-Ssend
+    passed for all 8 starts, 20 runs each, then ``Free`` with the set-up pending ended in a
+    segmentation fault in ``wait_posted``'s ``Testall`` of the ``Idup``)."""
     from mpi4py import MPI
     return "MPICH" in MPI.Get_library_version()
 

@@ -227,7 +227,7 @@ def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
         pytest.skip("the background start is off under this MPI library (docs/reliability.md)")
     n, size = 12, comm.size
     from mpicoll.testing import environment
-    with environment(MPICOLL_BACKGROUND_START="1"):                # (off by default)
+    with environment(MPICOLL_BACKGROUND_START="1"):     # (the default; test_first_start too)
         fresh = comm.Dup()
         x = np.arange(n * size, dtype=np.float64) + comm.rank
 

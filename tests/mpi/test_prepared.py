@@ -74,6 +74,33 @@ def test_bad_buffers_after_a_prepared_call(comm):
     agree(comm, np.array_equal(out, np.full(4, comm.size)), out)
 
 
+def test_bad_buffers_right_after_the_same_call(comm):
+    """Each bad call comes right after a good one with the same key (the repeated call's
+    inline path, cache.allreduce): it still raises the full path's error on every rank; and
+    buffers of other shapes with the same element count give the right sum."""
+    good = (np.zeros(4), np.zeros(4))
+    base = np.zeros(8)
+    read_only = np.zeros(4)
+    read_only.flags.writeable = False
+    x = np.zeros(4)
+    cases = [
+        ((np.zeros(4), np.zeros(8)[::2]), ValueError, "recvbuf must be C-contiguous"),
+        ((np.zeros(4), read_only), ValueError, "recvbuf is read-only"),
+        ((x, x), ValueError, "overlap"),
+        ((base[:4], base[2:6]), ValueError, "overlap"),
+    ]
+    for args, exc, match in cases:
+        for _ in range(2):
+            mpicoll.allreduce(*good, comm=comm)
+        raises_everywhere(comm, exc, mpicoll.allreduce, *args, comm=comm, match=match)
+    for send_shape, recv_shape in (((2, 2), (4,)), ((4, 1), (1, 4)), ((1, 4), (4,))):
+        send = np.arange(4.0).reshape(send_shape)
+        for _ in range(3):
+            out = mpicoll.allreduce(send, np.zeros(recv_shape), comm=comm)
+        agree(comm, np.array_equal(out.reshape(-1), comm.size * np.arange(4.0)),
+              f"{send_shape} -> {recv_shape}: {out}")
+
+
 def test_mismatch_on_a_prepared_call(comm):
     """The tag of a prepared call carries its arguments' hash: a rank that passes another count
     (full path) never matches the prepared call of the others; at the deadline every rank

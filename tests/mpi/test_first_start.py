@@ -1,0 +1,146 @@
+"""A start never blocks (issue #40, item 9): every ``I*`` collective on a communicator mpicoll
+has never seen returns at once, with the default settings (``_runtime/setup.py``).
+
+The program of the issue -- rank 0 starts, then ``Ssend``s to rank 1, which ``Recv``s before it
+starts -- completes for each collective 20 times in a row, each on a new ``comm.Dup()``; so does
+``Free`` of the communicator while its set-up is still pending. Every call carries a deadline
+(``MPICOLL_TIMEOUT``):
+a start that blocks again fails in seconds (``CollectiveTimeout`` from the presence check),
+not at the suite's timeout.
+"""
+
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll._runtime import setup
+from mpicoll._runtime.context import known
+from mpicoll.executors import progress
+from mpicoll.testing import agree, environment
+
+RUNS = 20
+DEADLINE = 10.0     # seconds, per call: a start that waits for rank 1 fails within it
+N = 6               # elements per rank
+
+STARTS = ["iallreduce", "ireduce_scatter_block", "iallgather", "ibcast", "Comm.Iallreduce",
+          "Comm.Ireduce_scatter_block", "Comm.Iallgather", "Comm.Ibcast"]
+
+
+def _needs_background(comm) -> None:
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    if progress.mode() != "thread":
+        pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
+    if not setup._library_allows():
+        pytest.skip("the background start is off under this MPI library (docs/reliability.md)")
+
+
+def _start(name: str, fresh, rank: int, size: int):
+    """Start ``name`` on ``fresh``; returns (wait, the expected result)."""
+    x = np.arange(N * size, dtype=np.float64) + rank
+    total = size * np.arange(N * size, dtype=np.float64) + size * (size - 1) / 2
+    gathered = np.concatenate([np.arange(N) + r for r in range(size)]).astype(np.float64)
+    kind = name.split(".")[-1].lower()
+    if kind == "iallreduce":
+        out, want = np.empty_like(x), total
+    elif kind == "ireduce_scatter_block":
+        out, want = np.empty(N), total[rank * N:(rank + 1) * N]
+    elif kind == "iallgather":
+        x, out, want = x[:N].copy(), np.empty(N * size), gathered
+    else:                                   # ibcast from the last rank, in place
+        out, want = x, np.arange(N * size, dtype=np.float64) + size - 1
+    if name.startswith("Comm."):
+        c = mpicoll.Comm(fresh)
+        req = {"iallreduce": lambda: c.Iallreduce(x, out),
+               "ireduce_scatter_block": lambda: c.Ireduce_scatter_block(x, out),
+               "iallgather": lambda: c.Iallgather(x, out),
+               "ibcast": lambda: c.Ibcast(out, root=size - 1)}[kind]()
+        return (lambda: (req.Wait(), out)[1]), want
+    if kind == "ibcast":
+        req = mpicoll.ibcast(out, root=size - 1, comm=fresh)
+    else:
+        req = getattr(mpicoll, kind)(x, out, comm=fresh)
+    return req.wait, want
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", STARTS)
+def test_start_then_ssend_on_a_fresh_communicator_20_times(comm, name):
+    """Rank 0 starts, then Ssends to rank 1; rank 1 Recvs, then starts: 20 fresh
+    communicators in a row, default settings. Before, rank 0 waited in the set-up (presence
+    check, MPI_Comm_idup) for rank 1, which waited in Recv for rank 0."""
+    _needs_background(comm)
+    problems = []
+    with environment(MPICOLL_TIMEOUT=str(DEADLINE)):
+        _ssend_runs(comm, name, problems)
+    agree(comm, not problems, f"rank {comm.rank}: {problems}")
+
+
+def _ssend_runs(comm, name: str, problems: list) -> None:
+    for run in range(RUNS):
+        fresh = comm.Dup()
+        token = np.zeros(1)
+        wait = None
+        try:
+            if comm.rank == 1:
+                fresh.Recv(token, source=0, tag=7)
+            began = time.monotonic()
+            try:
+                wait, want = _start(name, fresh, comm.rank, comm.size)
+            finally:
+                if comm.rank == 0:      # (even after a failed start: rank 1 waits for it)
+                    took = time.monotonic() - began
+                    fresh.Ssend(token, dest=1, tag=7)
+            if comm.rank == 0 and took > 1.0:
+                problems.append(f"run {run}: the start took {took:.2f} s")
+            got = wait()
+            if not np.array_equal(got, want):
+                problems.append(f"run {run}: got {got}, want {want}")
+        except Exception as exc:        # noqa: BLE001 - agreed on below, every rank fails
+            problems.append(f"run {run}: {type(exc).__name__}: {exc}")
+        finally:
+            fresh.Free()
+        if comm.allreduce(bool(problems), op=MPI.LOR):      # every rank stops together
+            break
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("calls", [1, 2])
+def test_free_while_the_set_up_is_pending(comm, calls):
+    """The user frees a fresh communicator right after its first nonblocking call(s) returned,
+    while the set-up still waits for the last rank (it starts 50 ms late): each request
+    completes with the right sum, and mpicoll's duplicate is freed too (no leak). 20 runs."""
+    _needs_background(comm)
+    problems, pending = [], 0
+    size = comm.size
+    for run in range(RUNS):
+        fresh = comm.Dup()
+        if comm.rank == size - 1:
+            time.sleep(0.05)
+        x = np.full(64, float(comm.rank + 1))
+        try:
+            reqs = [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, timeout=DEADLINE)
+                    for _ in range(calls)]
+            st = known(fresh)
+            pending += not st.made
+            fresh.Free()                    # the set-up (or the calls) still in flight
+            for req in reqs:
+                got = req.wait()
+                if not np.all(got == size * (size + 1) / 2):
+                    problems.append(f"run {run}: got {got[:3]}")
+            end = time.monotonic() + DEADLINE
+            while not st._duplicate_freed and time.monotonic() < end:
+                time.sleep(0.001)
+            if not st._duplicate_freed:
+                problems.append(f"run {run}: mpicoll's duplicate was never freed")
+        except Exception as exc:        # noqa: BLE001 - agreed on below, every rank fails
+            problems.append(f"run {run}: {type(exc).__name__}: {exc}")
+        if comm.allreduce(bool(problems), op=MPI.LOR):      # every rank stops together
+            break
+    if comm.rank != size - 1 and not problems and pending == 0:
+        problems.append("the set-up was never pending at Free: the test tested nothing")
+    agree(comm, not problems, f"rank {comm.rank}: {problems}")
+    assert fresh == MPI.COMM_NULL
