@@ -49,9 +49,9 @@ __all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorB
 
 
 def __getattr__(name: str):
-    if name == "reproducible":         # a submodule: mpicoll.reproducible.sum(...)
-        import importlib
-        return importlib.import_module(".reproducible", __name__)
+    if name in ("reproducible", "elastic"):    # submodules: mpicoll.reproducible.sum(...),
+        import importlib                        # mpicoll.elastic.run(...)
+        return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         import importlib
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
