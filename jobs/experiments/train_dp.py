@@ -337,7 +337,7 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
 
 
 def elastic_main(args, data) -> None:
-    """--kill / --reproducible: one configuration (bucketed, or reproducible sums) under
+    """--elastic, --kill, --reproducible: one configuration (bucketed, or reproducible sums) under
     ``mpicoll.elastic.run``; every survivor writes DIR/train_dp_elastic.rank<r>.json, the
     lowest surviving rank DIR/train_dp_elastic.json and prints ``weights sha256 <hex>``."""
     from mpi4py import MPI
@@ -345,6 +345,10 @@ def elastic_main(args, data) -> None:
     world = MPI.COMM_WORLD
     out = outdir_of(args)
     kills = parse_kills(args.kill)
+    for rank in set().union(*kills.values()):
+        if rank >= world.Get_size():
+            raise SystemExit(f"train_dp.py: --kill {rank}@...: there are {world.Get_size()} "
+                             f"ranks")
     batch = args.batch or 24 * args.micro
     start = time.time()
     r = train_elastic(steps=args.steps, batch=batch, micro=args.micro, width=args.width,
@@ -353,7 +357,7 @@ def elastic_main(args, data) -> None:
     killed = sorted((json.loads(p.read_text())["killed_at"], p.name)
                     for p in out.glob("killed.rank*.json"))
     # the time from each death to the first step completed on the survivors' communicator
-    recovery = [round(at - min((k for k, _ in killed if k < at), default=start), 3)
+    recovery = [round(at - max((k for k, _ in killed if k < at), default=start), 3)
                 for at in r["recovered_at"]]
     commits = np.array(r["commit_seconds"])
     row = {"world_rank": world.Get_rank(), "ranks_start": world.Get_size(),
@@ -366,6 +370,7 @@ def elastic_main(args, data) -> None:
     (out / f"train_dp_elastic.rank{world.Get_rank()}.json").write_text(json.dumps(row) + "\n")
     if r["comm"].Get_rank() == 0:
         (out / "train_dp_elastic.json").write_text(json.dumps(row, indent=1) + "\n")
+        np.savez(out / "weights.npz", *r["params"])
         print(f"# {world.Get_size()} -> {r['ranks_end']} ranks, final loss "
               f"{r['final_loss']:.4f}, recovery seconds {recovery}, commit "
               f"{row['commit_ms_median']:.3f} ms (median) for {row['state_bytes']} bytes",
@@ -411,8 +416,8 @@ def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=None,
-                    help="global batch, samples (default 512; with --kill or --reproducible "
-                         "24 micro-batches: 2, 3 and 4 ranks divide it)")
+                    help="global batch, samples (default 512; with --elastic, --kill or "
+                         "--reproducible 24 micro-batches: 2, 3 and 4 ranks divide it)")
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--bucket-kib", type=int, default=256)
@@ -427,8 +432,11 @@ def main() -> None:
                     help="sum micro-batch gradients with mpicoll.reproducible.sum and "
                          "all-reduce them with reproducible=True: the same bits at any N")
     ap.add_argument("--micro", type=int, default=16, help="samples per micro-batch (16)")
+    ap.add_argument("--elastic", action="store_true",
+                    help="run under mpicoll.elastic.run (as --kill and --reproducible do): "
+                         "one configuration, bucketed, the weights' sha256")
     args = ap.parse_args()
-    if args.kill or args.reproducible:
+    if args.elastic or args.kill or args.reproducible:
         return elastic_main(args, make_data(0))
     args.batch = args.batch or 512
     comm = MPI.COMM_WORLD
