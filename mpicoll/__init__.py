@@ -26,7 +26,8 @@ for mpi4py code: ``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast
 
 When a rank dies, every survivor's call raises ``ProcessFailed`` naming it within seconds, and
 ``mpicoll.shrink(comm)`` gives the survivors' communicator; ``mpicoll.stats(comm)`` names the
-straggler (``mpicoll.recovery``, docs/reliability.md).
+straggler (``mpicoll.recovery``, docs/reliability.md). ``mpicoll.elastic.run(train, state)``
+trains on through such deaths, from a state committed in memory (docs/elastic.md).
 """
 
 from .errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, ConcurrentCall,

@@ -30,6 +30,15 @@ configuration, the largest per-array difference from one process's weights
 how far one process's weights moved from the start (``single_moved``).
 ``python jobs/experiments/train_dp.py --table JSON`` prints the table of a recorded run
 (docs/training.md's).
+
+Elastic (docs/elastic.md): ``--elastic``, ``--kill RANK@STEP`` (that rank calls ``os._exit`` at
+that step; repeatable) or ``--reproducible`` (micro-batch gradients summed with
+``mpicoll.reproducible.sum``, all-reduced with ``reproducible=True``: the same bits at any N)
+run one configuration under ``mpicoll.elastic.run``, committing every step, with a global batch
+of 24 micro-batches of ``--micro`` samples; the job prints ``weights sha256 <hex>``:
+
+    mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive \
+        python jobs/experiments/train_dp.py --reproducible --kill 2@37 [--micro 16]
 """
 
 from __future__ import annotations
