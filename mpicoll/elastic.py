@@ -176,12 +176,15 @@ class State:
         them holds -- and take the lowest rank's copy of it."""
         import mpicoll
         from mpi4py import MPI
-        mine = self._kept[-1][0] if self._kept else 0
+        none = np.iinfo(np.int64).max           # a spare that joins holds no commit
+        mine = self._kept[-1][0] if self._kept else none
         agreed = int(mpicoll.allreduce(np.array([mine], np.int64), op=MPI.MIN, comm=comm)[0])
-        if agreed == 0:
-            raise RuntimeError("elastic.run: a rank died before every rank's first commit")
-        self.restore(agreed)
-        self.sync(comm)
+        if agreed == none:
+            raise RuntimeError("elastic.run: no surviving rank holds a commit (the training "
+                               "ranks all died)")
+        if self._kept:
+            self.restore(agreed)
+        self.sync(comm)                         # rank 0 is a former training rank: it holds it
         self._kept.clear()                      # the agreed state, now the same everywhere,
         object.__setattr__(self, "commits", agreed - 1)
         self.commit()                           # is commit ``agreed`` on every rank
@@ -199,33 +202,112 @@ def run(train, state: State, comm=None, min_ranks: int = 1, spares: int = 0):
     survivor holds, run the reset callbacks and call ``train`` again on the survivors'
     communicator. Returns what ``train`` returns. Collective over ``comm`` (default
     ``COMM_WORLD``). At the start every rank takes rank 0's state, and it is committed.
-    Fewer than ``min_ranks`` survivors: the ``ProcessFailed`` propagates."""
+    Fewer than ``min_ranks`` training ranks left: the ``ProcessFailed`` propagates.
+
+    ``spares=S``: the last S ranks of ``comm`` are hot spares. They wait outside the training
+    communicator (the first N - S ranks), asleep but for a look every ``SPARE_POLL`` seconds.
+    When a rank dies, everybody shrinks ``comm``; the training communicator is the first
+    N - S ranks of the survivors again, so the lowest spares join it and receive the committed
+    state from the lowest surviving rank. With no spare left, the job shrinks. A spare that
+    never joins returns None when the training ranks are done."""
     from .errors import ProcessFailed
-    from .recovery import shrink
     if not isinstance(state, State):
         raise TypeError(f"state must be a mpicoll.elastic.State, got {type(state).__name__}")
     if isinstance(min_ranks, bool) or not isinstance(min_ranks, int) or min_ranks < 1:
         raise ValueError(f"min_ranks must be an int >= 1, got {min_ranks!r}")
-    if spares:
-        raise NotImplementedError("elastic.run(spares=...): hot spares are not implemented yet "
-                                  "(docs/elastic.md, 'What is not done')")
-    comm = _mpi(comm)
+    world = _mpi(comm)
+    if isinstance(spares, bool) or not isinstance(spares, int) or not \
+            0 <= spares < world.Get_size():
+        raise ValueError(f"spares must be an int from 0 to {world.Get_size() - 1} (fewer than "
+                         f"the {world.Get_size()} ranks), got {spares!r}")
+    wanted = world.Get_size() - spares         # the training communicator's size
+    state.sync(world)                          # also sets ``world`` up: the detector watches it
+    training = _training(world, wanted)
+    control = world.Dup() if spares else None  # the end of training, told to the spares
+    if training is not None:
+        state.commit()
     recovering = False
     while True:
         try:
-            if recovering:
-                state._recover(comm)
+            if training is None:
+                if _idle(world, control, min(wanted, world.Get_size())):
+                    return None
             else:
-                state.sync(comm)
-                state.commit()
-            return train(state, comm)
-        except ProcessFailed as failed:
-            comm = shrink(comm)
-            if comm.Get_size() < min_ranks:
-                raise ProcessFailed(f"{failed} -- {comm.Get_size()} ranks survive, fewer than "
-                                    f"min_ranks={min_ranks}", failed.ranks, failed.hosts) \
-                    from failed
-            recovering = True
+                if recovering:
+                    state._recover(training)
+                result = train(state, training)
+                if control is not None and training.Get_rank() == 0:
+                    dead = _known_dead(world)
+                    for spare in range(training.Get_size(), world.Get_size()):
+                        if spare not in dead:
+                            control.send(None, dest=spare, tag=_DONE)
+                return result
+        except ProcessFailed:
+            pass
+        world = _shrink(world)
+        if control is not None:
+            control = world.Dup()
+        training = _training(world, wanted)
+        if min(wanted, world.Get_size()) < min_ranks:
+            raise ProcessFailed(f"elastic.run: {world.Get_size()} ranks survive (spares "
+                                f"included), fewer than min_ranks={min_ranks}")
+        recovering = True
+
+
+SPARE_POLL = 0.05           # seconds between a waiting spare's looks
+_DONE = 1                   # tag on run's duplicate of the communicator: training is over
+
+
+def _training(world, wanted: int):
+    """The first ``wanted`` ranks of ``world`` (all of them if fewer): the training
+    communicator, or None on a spare (MPI_Comm_create_group: the spares take no part)."""
+    if world.Get_size() <= wanted:
+        return world
+    if world.Get_rank() >= wanted:
+        return None
+    group = world.Get_group()
+    first = group.Range_incl([(0, wanted - 1, 1)])
+    try:
+        return world.Create_group(first)
+    finally:
+        first.Free()
+        group.Free()
+
+
+def _known_dead(world) -> frozenset:
+    from .recovery import _watched
+    w = _watched(world)
+    return frozenset() if w is None else frozenset(w.known)
+
+
+def _idle(world, control, training_size: int) -> bool:
+    """A spare's wait: True when the training is over, False when a training rank died (a
+    spare's death is left for the next shrink)."""
+    import time
+
+    from mpi4py import MPI
+    while True:
+        if control.Iprobe(source=MPI.ANY_SOURCE, tag=_DONE):
+            control.recv(source=MPI.ANY_SOURCE, tag=_DONE)
+            return True
+        if any(r < training_size for r in _known_dead(world)):
+            return False
+        time.sleep(SPARE_POLL)
+
+
+def _shrink(world):
+    """``mpicoll.shrink(world)`` once its detector knows of the death (a training rank hears
+    of it on the training communicator first), set up so that its detector watches it."""
+    import time
+
+    import mpicoll
+    from .recovery import shrink
+    end = time.monotonic() + 5.0
+    while not _known_dead(world) and time.monotonic() < end:
+        time.sleep(1e-3)
+    world = shrink(world)
+    mpicoll.allreduce(np.zeros(1), comm=world)  # set up: watched from now on
+    return world
 
 
 def microbatches(global_batch, micro: int, comm=None):

@@ -257,7 +257,7 @@ def digest(params: list) -> str:
 
 def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
                   bucket_bytes: int, reproducible: bool, kills: dict, out: Path,
-                  seed: int = 0, data=None) -> dict:
+                  spares: int = 0, seed: int = 0, data=None) -> dict | None:
     """Train under ``mpicoll.elastic.run`` on COMM_WORLD, committing after every step: a rank
     named in ``kills`` calls ``os._exit`` at the start of that step (writing the time to
     ``out/killed.rank<r>.json`` first), and the survivors go on from the last commit.
@@ -269,8 +269,10 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
     the number of micro-batches, that is the step's gradient, with the same bits at any rank
     count. Otherwise the rank's micro-batches make one local batch and ``Buckets`` (fp32,
     ``average=True``) average the gradients, rebuilt on the survivors' communicator by a reset
-    callback. Returns this rank's {"params", "ranks_end", "recovered_at" (wall clock of the
-    first step completed after each recovery), "commit_seconds" (per commit)}."""
+    callback. ``spares``: the last ranks wait as hot spares (``elastic.run``). Returns this
+    rank's {"params", "ranks_end", "recovered_at" (wall clock of the first step completed after
+    each recovery), "commit_seconds" (per commit)}; on a spare that never trained, the CPU and
+    wall seconds of its wait."""
     import mpicoll
     from mpi4py import MPI
 
@@ -339,7 +341,15 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
         return comm
 
     state.register_reset_callbacks(rebuild)
-    comm = elastic.run(train, state, MPI.COMM_WORLD)
+    if spares:          # warm: a spare that joins computes at once (numba's kernels loaded)
+        scratch = [np.empty_like(p) for p in params]
+        forward_backward(params, X[:micro], y[:micro], scratch, lambda i: None)
+        mpicoll.reproducible.warmup()
+    cpu, wall = time.process_time(), time.perf_counter()
+    comm = elastic.run(train, state, MPI.COMM_WORLD, spares=spares)
+    if comm is None:    # a spare the training did not need: what its wait cost
+        return {"spare_cpu_seconds": time.process_time() - cpu,
+                "spare_wall_seconds": time.perf_counter() - wall}
     return {"params": params, "comm": comm, "ranks_end": comm.Get_size(),
             "recovered_at": recovered_at, "commit_seconds": commit_seconds,
             "final_loss": loss_of(params, X[:EVAL], y[:EVAL])}
@@ -354,6 +364,7 @@ def elastic_main(args, data) -> None:
     world = MPI.COMM_WORLD
     out = outdir_of(args)
     kills = parse_kills(args.kill)
+    (out / f"killed.rank{world.Get_rank()}.json").unlink(missing_ok=True)   # a past run's
     for rank in set().union(*kills.values()):
         if rank >= world.Get_size():
             raise SystemExit(f"train_dp.py: --kill {rank}@...: there are {world.Get_size()} "
@@ -362,14 +373,23 @@ def elastic_main(args, data) -> None:
     start = time.time()
     r = train_elastic(steps=args.steps, batch=batch, micro=args.micro, width=args.width,
                       lr=args.lr, bucket_bytes=args.bucket_kib << 10,
-                      reproducible=args.reproducible, kills=kills, out=out, data=data)
+                      reproducible=args.reproducible, kills=kills, out=out,
+                      spares=args.spares, data=data)
+    died = any(out.glob("killed.rank*.json"))
+    if "spare_cpu_seconds" in r:            # a spare the training did not need
+        (out / f"train_dp_elastic.rank{world.Get_rank()}.json").write_text(
+            json.dumps({"world_rank": world.Get_rank(), "spare": True, **r}) + "\n")
+        if died:
+            os._exit(0)                     # MPI_Finalize would wait for the dead ranks
+        return
     killed = sorted((json.loads(p.read_text())["killed_at"], p.name)
                     for p in out.glob("killed.rank*.json"))
     # the time from each death to the first step completed on the survivors' communicator
     recovery = [round(at - max((k for k, _ in killed if k < at), default=start), 3)
                 for at in r["recovered_at"]]
     commits = np.array(r["commit_seconds"])
-    row = {"world_rank": world.Get_rank(), "ranks_start": world.Get_size(),
+    row = {"world_rank": world.Get_rank(), "ranks_start": world.Get_size() - args.spares,
+           "spares": args.spares,
            "ranks_end": r["ranks_end"], "reproducible": args.reproducible, "batch": batch,
            "micro": args.micro, "steps": args.steps, "kill": args.kill,
            "weights_sha256": digest(r["params"]), "final_loss": r["final_loss"],
@@ -380,12 +400,13 @@ def elastic_main(args, data) -> None:
     if r["comm"].Get_rank() == 0:
         (out / "train_dp_elastic.json").write_text(json.dumps(row, indent=1) + "\n")
         np.savez(out / "weights.npz", *r["params"])
-        print(f"# {world.Get_size()} -> {r['ranks_end']} ranks, final loss "
+        print(f"# {world.Get_size() - args.spares} -> {r['ranks_end']} ranks "
+              f"({args.spares} spares), final loss "
               f"{r['final_loss']:.4f}, recovery seconds {recovery}, commit "
               f"{row['commit_ms_median']:.3f} ms (median) for {row['state_bytes']} bytes",
               flush=True)
         print(f"weights sha256 {row['weights_sha256']}", flush=True)
-    if r["ranks_end"] < world.Get_size():
+    if died:
         os._exit(0)         # MPI_Finalize would wait for the dead ranks (docs/elastic.md)
 
 
@@ -441,11 +462,13 @@ def main() -> None:
                     help="sum micro-batch gradients with mpicoll.reproducible.sum and "
                          "all-reduce them with reproducible=True: the same bits at any N")
     ap.add_argument("--micro", type=int, default=16, help="samples per micro-batch (16)")
+    ap.add_argument("--spares", type=int, default=0, metavar="S",
+                    help="the last S ranks wait as hot spares; one joins when a rank dies")
     ap.add_argument("--elastic", action="store_true",
                     help="run under mpicoll.elastic.run (as --kill and --reproducible do): "
                          "one configuration, bucketed, the weights' sha256")
     args = ap.parse_args()
-    if args.elastic or args.kill or args.reproducible:
+    if args.elastic or args.kill or args.reproducible or args.spares:
         return elastic_main(args, make_data(0))
     args.batch = args.batch or 512
     comm = MPI.COMM_WORLD

@@ -1,7 +1,8 @@
 """Training that survives dead ranks (jobs/experiments/train_dp.py under ``mpicoll.elastic.run``):
 with ``--reproducible`` a run at N = 4 whose rank 2 dies at step 37 (``os._exit``) ends with the
 same weights, bit for bit (their SHA-256), as the uninterrupted run at N = 4 and a run at N = 3
-from the start; two deaths (4 -> 2) too, rank 0's death too. Without it (``Buckets``, fp32
+from the start; two deaths (4 -> 2) too, rank 0's death too, and with a hot spare (N = 4 + 1:
+the spare takes the dead rank's place; a second death shrinks to 3). Without it (``Buckets``, fp32
 averages) the killed run agrees within 1e-6 relative. Every rank runs under ``mpicoll survive``
 (docs/reliability.md) and every survivor writes its own JSON.
 """
@@ -37,7 +38,9 @@ def train(out: Path, ranks: int, *options) -> dict:
     for r in set(range(ranks)) - killed:
         path = out / f"train_dp_elastic.rank{r}.json"
         assert path.exists(), (r, proc.returncode, (proc.stdout + proc.stderr)[-3000:])
-        rows[r] = json.loads(path.read_text())
+        row = json.loads(path.read_text())
+        if not row.get("spare"):                                # a spare never needed
+            rows[r] = row
     digests = {row["weights_sha256"] for row in rows.values()}
     assert len(digests) == 1, rows                              # every survivor, the same bits
     assert f"weights sha256 {digests.pop()}" in proc.stdout, proc.stdout[-2000:]
@@ -75,3 +78,20 @@ def test_fp32_buckets_survive_a_death_within_1e6(tmp_path):
     for name in a.files:
         x, y = a[name], b[name]
         assert np.linalg.norm(x - y) <= 1e-6 * np.linalg.norm(x), name
+
+
+def test_a_hot_spare_takes_the_dead_ranks_place(tmp_path):
+    plain = one(train(tmp_path / "n3", 3, "--reproducible"))
+    spare = train(tmp_path / "s", 5, "--reproducible", "--spares", "1", "--kill", "2@37")
+    assert set(spare) == {0, 1, 3, 4}                  # rank 4, the spare, trained to the end
+    both = train(tmp_path / "s2", 5, "--reproducible", "--spares", "1", "--kill", "2@37",
+                 "--kill", "1@43")
+    idle = train(tmp_path / "i", 5, "--reproducible", "--spares", "1")
+    assert set(idle) == {0, 1, 2, 3}                   # the spare was not needed
+    spare_row = json.loads((tmp_path / "i" / "train_dp_elastic.rank4.json").read_text())
+    assert spare_row["spare"] and spare_row["spare_cpu_seconds"] < 0.5, spare_row
+    for rows, end, deaths in ((spare, 4, 1), (both, 3, 2), (idle, 4, 0)):
+        row = one(rows)
+        assert row["ranks_end"] == end and row["weights_sha256"] == plain["weights_sha256"], row
+        assert len(row["recovery_seconds"]) == deaths, row
+        assert all(0 < s < RECOVERY for s in row["recovery_seconds"]), row

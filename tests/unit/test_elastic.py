@@ -129,7 +129,7 @@ def test_run_below_min_ranks_propagates():
         elastic.run(train, state, MPI.COMM_SELF, min_ranks=2)
     with pytest.raises(ValueError, match="min_ranks"):
         elastic.run(train, state, MPI.COMM_SELF, min_ranks=0)
-    with pytest.raises(NotImplementedError, match="hot spares"):
+    with pytest.raises(ValueError, match="spares must be an int from 0 to 0"):
         elastic.run(train, state, MPI.COMM_SELF, spares=1)
 
 
