@@ -22,6 +22,7 @@ may have committed one step more than another: the survivors take the smallest, 
 so every rank holds the same bits, run the reset callbacks, and call ``train`` again on the new
 communicator. With fewer than ``min_ranks`` survivors the ``ProcessFailed`` propagates. A rank
 that dies during the recovery is found the same way, and the recovery starts again without it.
+``spares=S``: the last S ranks wait as hot spares, and one takes a dead rank's place.
 """
 
 from __future__ import annotations

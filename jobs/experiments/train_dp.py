@@ -31,8 +31,8 @@ how far one process's weights moved from the start (``single_moved``).
 ``python jobs/experiments/train_dp.py --table JSON`` prints the table of a recorded run
 (docs/training.md's).
 
-Elastic (docs/elastic.md): ``--elastic``, ``--kill RANK@STEP`` (that rank calls ``os._exit`` at
-that step; repeatable) or ``--reproducible`` (micro-batch gradients summed with
+Elastic (docs/elastic.md): ``--elastic``, ``--spares S`` (the last S ranks wait as hot spares),
+``--kill RANK@STEP`` (that rank calls ``os._exit`` at that step; repeatable) or ``--reproducible`` (micro-batch gradients summed with
 ``mpicoll.reproducible.sum``, all-reduced with ``reproducible=True``: the same bits at any N)
 run one configuration under ``mpicoll.elastic.run``, committing every step, with a global batch
 of 24 micro-batches of ``--micro`` samples; the job prints ``weights sha256 <hex>``:
@@ -257,7 +257,7 @@ def digest(params: list) -> str:
 
 def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
                   bucket_bytes: int, reproducible: bool, kills: dict, out: Path,
-                  spares: int = 0, seed: int = 0, data=None) -> dict | None:
+                  spares: int = 0, seed: int = 0, data=None) -> dict:
     """Train under ``mpicoll.elastic.run`` on COMM_WORLD, committing after every step: a rank
     named in ``kills`` calls ``os._exit`` at the start of that step (writing the time to
     ``out/killed.rank<r>.json`` first), and the survivors go on from the last commit.
