@@ -117,6 +117,7 @@ class State:
     # -- commit and restore
     def commit(self) -> None:
         """Keep an in-memory copy of every array and plain value (the last two are kept)."""
+        self.wait_saved()
         kept = self._kept
         if len(kept) == 2:                      # reuse the older copy's buffers
             _, buffers, _ = kept.pop(0)
@@ -145,6 +146,74 @@ class State:
         object.__setattr__(self, _PLAIN, copy.deepcopy(plain))
         self._kept[:] = [k for k in self._kept if k[0] <= number]
         object.__setattr__(self, "commits", number)
+
+    # -- checkpoints on disk
+    def save(self, path, comm=None, *, asynchronous: bool = False) -> None:
+        """Called by every rank of ``comm`` (default ``COMM_WORLD``): rank 0 writes the state
+        -- replicated, so once -- into the directory ``path``: one ``.npy`` per array, the plain
+        values pickled, and ``manifest.json`` with every file's SHA-256 (written to
+        ``path.tmp``, then renamed: a crash never leaves half a checkpoint under ``path``).
+        ``asynchronous=True`` writes from a background thread, from a copy taken now; a later
+        ``commit``, ``save`` or ``wait_saved`` waits for it (and raises its error)."""
+        self.wait_saved()
+        if _mpi(comm).Get_rank() != 0:
+            return
+        arrays = {name: np.array(a, order="C") for name, a in self._flat()}   # a snapshot
+        plain = pickle.dumps(getattr(self, _PLAIN))
+        if not asynchronous:
+            _write(str(path), arrays, plain, self.commits)
+            return
+        import threading
+        box: list = []
+
+        def write() -> None:
+            try:
+                _write(str(path), arrays, plain, self.commits)
+            except BaseException as exc:    # noqa: BLE001 - raised by wait_saved
+                box.append(exc)
+        thread = threading.Thread(target=write, name="mpicoll-save", daemon=True)
+        thread.start()
+        object.__setattr__(self, "_saving", (thread, box))
+
+    def wait_saved(self) -> None:
+        """Wait for an asynchronous ``save`` to be on disk (raises its error, if any)."""
+        saving = self.__dict__.get("_saving")
+        if saving is None:
+            return
+        thread, box = saving
+        thread.join()
+        object.__setattr__(self, "_saving", None)
+        if box:
+            raise box[0]
+
+    @classmethod
+    def load(cls, path, comm=None) -> "State":
+        """A ``State`` of what ``save`` wrote to ``path``, read on every rank (any rank count:
+        the state is replicated) and checked against the manifest's SHA-256 (``ValueError``
+        naming the file that differs). Its arrays are numpy arrays (copy them into a model with
+        ``np.copyto``); it is committed once, so ``run`` can start from it."""
+        import hashlib
+        import json
+        import os
+        path = str(path)
+        with open(os.path.join(path, "manifest.json")) as f:
+            manifest = json.load(f)
+
+        def read(name: str) -> bytes:
+            with open(os.path.join(path, name), "rb") as f:
+                data = f.read()
+            if hashlib.sha256(data).hexdigest() != manifest["sha256"][name]:
+                raise ValueError(f"State.load: {os.path.join(path, name)} does not match its "
+                                 f"checksum in manifest.json (a damaged checkpoint)")
+            return data
+        import io
+        state = cls(**{name: np.load(io.BytesIO(read(name + ".npy")))
+                       for name in manifest["arrays"]})
+        for name, value in pickle.loads(read("plain.pkl")).items():
+            state[name] = value
+        object.__setattr__(state, "commits", manifest["commits"] - 1)
+        state.commit()
+        return state
 
     def register_reset_callbacks(self, *callbacks) -> None:
         """Functions called as ``fn(comm)``, with the survivors' new communicator, after each
@@ -191,6 +260,35 @@ class State:
         self.commit()                           # is commit ``agreed`` on every rank
         for fn in self._callbacks:
             fn(comm)
+
+
+def _write(path: str, arrays: dict, plain: bytes, commits: int) -> None:
+    """``State.save``'s files into ``path`` (through ``path.tmp`` and a rename)."""
+    import hashlib
+    import io
+    import json
+    import os
+    import shutil
+    tmp = path + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    sums = {}
+    files = {name + ".npy": a for name, a in arrays.items()}
+    for name, a in files.items():
+        buf = io.BytesIO()
+        np.save(buf, a)
+        files[name] = buf.getvalue()
+    files["plain.pkl"] = plain
+    for name, data in files.items():
+        with open(os.path.join(tmp, name), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        sums[name] = hashlib.sha256(data).hexdigest()
+    with open(os.path.join(tmp, "manifest.json"), "w") as f:
+        json.dump({"arrays": list(arrays), "commits": commits, "sha256": sums}, f, indent=1)
+    shutil.rmtree(path, ignore_errors=True)
+    os.rename(tmp, path)
 
 
 def _mpi(comm):

@@ -257,7 +257,8 @@ def digest(params: list) -> str:
 
 def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
                   bucket_bytes: int, reproducible: bool, kills: dict, out: Path,
-                  spares: int = 0, seed: int = 0, data=None) -> dict:
+                  spares: int = 0, checkpoint: Path | None = None, every: int = 0,
+                  resume: Path | None = None, seed: int = 0, data=None) -> dict:
     """Train under ``mpicoll.elastic.run`` on COMM_WORLD, committing after every step: a rank
     named in ``kills`` calls ``os._exit`` at the start of that step (writing the time to
     ``out/killed.rank<r>.json`` first), and the survivors go on from the last commit.
@@ -269,7 +270,9 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
     the number of micro-batches, that is the step's gradient, with the same bits at any rank
     count. Otherwise the rank's micro-batches make one local batch and ``Buckets`` (fp32,
     ``average=True``) average the gradients, rebuilt on the survivors' communicator by a reset
-    callback. ``spares``: the last ranks wait as hot spares (``elastic.run``). Returns this
+    callback. ``spares``: the last ranks wait as hot spares (``elastic.run``). ``checkpoint``:
+    ``state.save`` there (asynchronous) after every ``every``-th step; ``resume``: start from
+    the ``State.load`` of that directory (saved at any rank count). Returns this
     rank's {"params", "ranks_end", "recovered_at" (wall clock of the first step completed after
     each recovery), "commit_seconds" (per commit)}; on a spare that never trained, the CPU and
     wall seconds of its wait."""
@@ -282,7 +285,13 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
     X, y = make_data(seed) if data is None else data
     params = init_params(width, seed + 1)
     order = np.random.default_rng(seed + 2).permutation(SAMPLES)
-    state = elastic.State(**{f"p{i}": p for i, p in enumerate(params)}, step=0)
+    start = 0
+    if resume is not None:
+        saved = elastic.State.load(resume, MPI.COMM_WORLD)
+        for i, p in enumerate(params):
+            np.copyto(p, saved[f"p{i}"])
+        start = saved.step
+    state = elastic.State(**{f"p{i}": p for i, p in enumerate(params)}, step=start)
     count = batch // micro                                  # micro-batches per step
     sizes = [p.size for p in params]
     offsets = np.cumsum([0] + sizes)
@@ -335,9 +344,12 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
             t = time.perf_counter()
             state.commit()
             commit_seconds.append(time.perf_counter() - t)
+            if checkpoint is not None and state.step % every == 0:
+                state.save(checkpoint, comm, asynchronous=True)
             if first and len(calls) > 1:
                 recovered_at.append(time.time())
             first = False
+        state.wait_saved()
         return comm
 
     state.register_reset_callbacks(rebuild)
@@ -374,7 +386,8 @@ def elastic_main(args, data) -> None:
     r = train_elastic(steps=args.steps, batch=batch, micro=args.micro, width=args.width,
                       lr=args.lr, bucket_bytes=args.bucket_kib << 10,
                       reproducible=args.reproducible, kills=kills, out=out,
-                      spares=args.spares, data=data)
+                      spares=args.spares, checkpoint=args.checkpoint,
+                      every=args.checkpoint_every, resume=args.resume, data=data)
     died = any(out.glob("killed.rank*.json"))
     if "spare_cpu_seconds" in r:            # a spare the training did not need
         (out / f"train_dp_elastic.rank{world.Get_rank()}.json").write_text(
@@ -464,11 +477,17 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=16, help="samples per micro-batch (16)")
     ap.add_argument("--spares", type=int, default=0, metavar="S",
                     help="the last S ranks wait as hot spares; one joins when a rank dies")
+    ap.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+                    help="State.save to DIR (asynchronous) every --checkpoint-every steps")
+    ap.add_argument("--checkpoint-every", type=int, default=25, metavar="K")
+    ap.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                    help="start from State.load(DIR), saved at any rank count")
     ap.add_argument("--elastic", action="store_true",
                     help="run under mpicoll.elastic.run (as --kill and --reproducible do): "
                          "one configuration, bucketed, the weights' sha256")
     args = ap.parse_args()
-    if args.elastic or args.kill or args.reproducible or args.spares:
+    if args.elastic or args.kill or args.reproducible or args.spares or args.checkpoint or \
+            args.resume:
         return elastic_main(args, make_data(0))
     args.batch = args.batch or 512
     comm = MPI.COMM_WORLD

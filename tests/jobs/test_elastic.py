@@ -95,3 +95,15 @@ def test_a_hot_spare_takes_the_dead_ranks_place(tmp_path):
         assert row["ranks_end"] == end and row["weights_sha256"] == plain["weights_sha256"], row
         assert len(row["recovery_seconds"]) == deaths, row
         assert all(0 < s < RECOVERY for s in row["recovery_seconds"]), row
+
+
+def test_checkpoint_at_four_resumes_at_two_and_three(tmp_path):
+    """State.save at N = 4 (step 25, asynchronous), State.load at N = 2 and 3: the 50-step
+    weights of the uninterrupted run, bit for bit."""
+    plain = one(train(tmp_path / "n4", 4, "--reproducible"))
+    saved = tmp_path / "checkpoint"
+    train(tmp_path / "s", 4, "--reproducible", "--checkpoint", str(saved), "--steps", "25")
+    assert (saved / "manifest.json").exists()
+    for ranks in (2, 3):
+        row = one(train(tmp_path / f"r{ranks}", ranks, "--reproducible", "--resume", str(saved)))
+        assert row["weights_sha256"] == plain["weights_sha256"], (ranks, row)

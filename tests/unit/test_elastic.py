@@ -145,3 +145,28 @@ def test_commit_cost_is_a_copy():
         state.commit()
     per = (time.perf_counter() - t) / 5
     assert per < 0.25, per
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_save_load_round_trip(tmp_path, asynchronous):
+    w = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    state = elastic.State(w=w, step=7, cursor={"epoch": 2})
+    state.save(tmp_path / "c", MPI.COMM_SELF, asynchronous=asynchronous)
+    w[:] = 0                                # the save took a copy when it was called
+    state.commit()                          # waits for an asynchronous save
+    loaded = elastic.State.load(tmp_path / "c", MPI.COMM_SELF)
+    assert loaded.step == 7 and loaded.cursor == {"epoch": 2}
+    assert loaded.commits == 0              # the number of commits when it was saved
+    assert loaded.w.dtype == np.float32 and not np.array_equal(loaded.w, w)
+    assert np.array_equal(loaded.w, np.random.default_rng(0).standard_normal((3, 4))
+                          .astype(np.float32))
+    assert not (tmp_path / "c.tmp").exists()
+
+
+def test_load_finds_a_damaged_file(tmp_path):
+    elastic.State(w=np.arange(100.0), step=1).save(tmp_path / "c", MPI.COMM_SELF)
+    raw = bytearray((tmp_path / "c" / "w.npy").read_bytes())
+    raw[-1] ^= 1
+    (tmp_path / "c" / "w.npy").write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="w.npy does not match its checksum"):
+        elastic.State.load(tmp_path / "c", MPI.COMM_SELF)
