@@ -151,7 +151,7 @@ class State:
     def save(self, path, comm=None, *, asynchronous: bool = False) -> None:
         """Called by every rank of ``comm`` (default ``COMM_WORLD``): rank 0 writes the state
         -- replicated, so once -- into the directory ``path``: one ``.npy`` per array, the plain
-        values pickled, and ``manifest.json`` with every file's SHA-256 (written to
+        values pickled, and ``manifest.json`` with every file's CRC-32 (written to
         ``path.tmp``, then renamed: a crash never leaves half a checkpoint under ``path``).
         ``asynchronous=True`` writes from a background thread, from a copy taken now; a later
         ``commit``, ``save`` or ``wait_saved`` waits for it (and raises its error)."""
@@ -189,12 +189,12 @@ class State:
     @classmethod
     def load(cls, path, comm=None) -> "State":
         """A ``State`` of what ``save`` wrote to ``path``, read on every rank (any rank count:
-        the state is replicated) and checked against the manifest's SHA-256 (``ValueError``
+        the state is replicated) and checked against the manifest's CRC-32 (``ValueError``
         naming the file that differs). Its arrays are numpy arrays (copy them into a model with
         ``np.copyto``); it is committed once, so ``run`` can start from it."""
-        import hashlib
         import json
         import os
+        import zlib
         path = str(path)
         with open(os.path.join(path, "manifest.json")) as f:
             manifest = json.load(f)
@@ -202,7 +202,7 @@ class State:
         def read(name: str) -> bytes:
             with open(os.path.join(path, name), "rb") as f:
                 data = f.read()
-            if hashlib.sha256(data).hexdigest() != manifest["sha256"][name]:
+            if zlib.crc32(data) != manifest["crc32"][name]:
                 raise ValueError(f"State.load: {os.path.join(path, name)} does not match its "
                                  f"checksum in manifest.json (a damaged checkpoint)")
             return data
@@ -263,30 +263,36 @@ class State:
 
 
 def _write(path: str, arrays: dict, plain: bytes, commits: int) -> None:
-    """``State.save``'s files into ``path`` (through ``path.tmp`` and a rename)."""
-    import hashlib
+    """``State.save``'s files into ``path`` (through ``path.tmp`` and a rename): each array's
+    ``.npy`` header then its bytes, straight from the array, CRC-32 taken on the way."""
     import io
     import json
     import os
     import shutil
+    import zlib
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     sums = {}
-    files = {name + ".npy": a for name, a in arrays.items()}
-    for name, a in files.items():
-        buf = io.BytesIO()
-        np.save(buf, a)
-        files[name] = buf.getvalue()
-    files["plain.pkl"] = plain
-    for name, data in files.items():
+
+    def put(name: str, *parts) -> None:
+        crc = 0
         with open(os.path.join(tmp, name), "wb") as f:
-            f.write(data)
+            for part in parts:
+                f.write(part)
+                crc = zlib.crc32(part, crc)
             f.flush()
             os.fsync(f.fileno())
-        sums[name] = hashlib.sha256(data).hexdigest()
+        sums[name] = crc
+
+    for name, a in arrays.items():
+        head = io.BytesIO()
+        fmt = np.lib.format
+        fmt.write_array_header_1_0(head, fmt.header_data_from_array_1_0(a))
+        put(name + ".npy", head.getvalue(), a.reshape(-1).view(np.uint8).data)
+    put("plain.pkl", plain)
     with open(os.path.join(tmp, "manifest.json"), "w") as f:
-        json.dump({"arrays": list(arrays), "commits": commits, "sha256": sums}, f, indent=1)
+        json.dump({"arrays": list(arrays), "commits": commits, "crc32": sums}, f, indent=1)
     shutil.rmtree(path, ignore_errors=True)
     os.rename(tmp, path)
 
