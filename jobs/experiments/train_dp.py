@@ -32,10 +32,12 @@ how far one process's weights moved from the start (``single_moved``).
 (docs/training.md's).
 
 Elastic (docs/elastic.md): ``--elastic``, ``--spares S`` (the last S ranks wait as hot spares),
-``--kill RANK@STEP`` (that rank calls ``os._exit`` at that step; repeatable) or ``--reproducible`` (micro-batch gradients summed with
-``mpicoll.reproducible.sum``, all-reduced with ``reproducible=True``: the same bits at any N)
-run one configuration under ``mpicoll.elastic.run``, committing every step, with a global batch
-of 24 micro-batches of ``--micro`` samples; the job prints ``weights sha256 <hex>``:
+``--kill RANK@STEP`` (that rank calls ``os._exit`` at that step; repeatable) or ``--reproducible``
+(micro-batch gradients summed with ``mpicoll.reproducible.sum``, all-reduced with
+``reproducible=True``: the same bits at any N) run one configuration under ``mpicoll.elastic.run``,
+committing every step, with a global batch of 24 micro-batches of ``--micro`` samples; the job
+prints ``weights sha256 <hex>``. ``--checkpoint DIR`` saves the state (``State.save``) every
+``--checkpoint-every`` steps, ``--resume DIR`` starts from it, at any rank count:
 
     mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive \
         python jobs/experiments/train_dp.py --reproducible --kill 2@37 [--micro 16]
