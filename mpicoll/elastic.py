@@ -192,6 +192,7 @@ class State:
         the state is replicated) and checked against the manifest's CRC-32 (``ValueError``
         naming the file that differs). Its arrays are numpy arrays (copy them into a model with
         ``np.copyto``); it is committed once, so ``run`` can start from it."""
+        import io
         import json
         import os
         import zlib
@@ -206,7 +207,6 @@ class State:
                 raise ValueError(f"State.load: {os.path.join(path, name)} does not match its "
                                  f"checksum in manifest.json (a damaged checkpoint)")
             return data
-        import io
         state = cls(**{name: np.load(io.BytesIO(read(name + ".npy")))
                        for name in manifest["arrays"]})
         for name, value in pickle.loads(read("plain.pkl")).items():
@@ -347,15 +347,18 @@ def run(train, state: State, comm=None, min_ranks: int = 1, spares: int = 0):
                         if spare not in dead:
                             control.send(None, dest=spare, tag=_DONE)
                 return result
-        except ProcessFailed:
-            pass
+        except ProcessFailed as error:
+            failed = error
+        else:                               # a spare that heard of a training rank's death
+            failed = ProcessFailed("a training rank died", sorted(_known_dead(world)))
         world = _shrink(world)
+        if min(wanted, world.Get_size()) < min_ranks:
+            raise ProcessFailed(f"{failed} -- elastic.run: {world.Get_size()} ranks survive "
+                                f"(spares included), fewer than min_ranks={min_ranks}",
+                                failed.ranks, failed.hosts) from failed
         if control is not None:
             control = world.Dup()
         training = _training(world, wanted)
-        if min(wanted, world.Get_size()) < min_ranks:
-            raise ProcessFailed(f"elastic.run: {world.Get_size()} ranks survive (spares "
-                                f"included), fewer than min_ranks={min_ranks}")
         recovering = True
 
 
