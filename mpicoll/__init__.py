@@ -26,7 +26,8 @@ for mpi4py code: ``Allreduce``, ``Reduce_scatter_block``, ``Allgather``, ``Bcast
 
 When a rank dies, every survivor's call raises ``ProcessFailed`` naming it within seconds, and
 ``mpicoll.shrink(comm)`` gives the survivors' communicator; ``mpicoll.stats(comm)`` names the
-straggler (``mpicoll.recovery``, docs/reliability.md).
+straggler (``mpicoll.recovery``, docs/reliability.md). ``mpicoll.elastic.run(train, state)``
+trains on through such deaths, from a state committed in memory (docs/elastic.md).
 """
 
 from .errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, ConcurrentCall,
@@ -49,9 +50,9 @@ __all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorB
 
 
 def __getattr__(name: str):
-    if name == "reproducible":         # a submodule: mpicoll.reproducible.sum(...)
-        import importlib
-        return importlib.import_module(".reproducible", __name__)
+    if name in ("reproducible", "elastic"):    # submodules: mpicoll.reproducible.sum(...),
+        import importlib                        # mpicoll.elastic.run(...)
+        return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         import importlib
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

@@ -30,11 +30,23 @@ configuration, the largest per-array difference from one process's weights
 how far one process's weights moved from the start (``single_moved``).
 ``python jobs/experiments/train_dp.py --table JSON`` prints the table of a recorded run
 (docs/training.md's).
+
+Elastic (docs/elastic.md): ``--elastic``, ``--spares S`` (the last S ranks wait as hot spares),
+``--kill RANK@STEP`` (that rank calls ``os._exit`` at that step; repeatable) or ``--reproducible``
+(micro-batch gradients summed with ``mpicoll.reproducible.sum``, all-reduced with
+``reproducible=True``: the same bits at any N) run one configuration under ``mpicoll.elastic.run``,
+committing every step, with a global batch of 24 micro-batches of ``--micro`` samples; the job
+prints ``weights sha256 <hex>``. ``--checkpoint DIR`` saves the state (``State.save``) every
+``--checkpoint-every`` steps, ``--resume DIR`` starts from it, at any rank count:
+
+    mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive \
+        python jobs/experiments/train_dp.py --reproducible --kill 2@37 [--micro 16]
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -228,6 +240,196 @@ def overlap_probe(comm, count: int = 1 << 20, repeats: int = 20) -> dict:
             "compute": timed(lambda: busy(x, rounds)), "both": timed(both)}
 
 
+# ----------------------------------------------------------------------------- elastic
+
+def parse_kills(specs: list[str]) -> dict[int, set[int]]:
+    """["2@37", "1@60"] -> {37: {2}, 60: {1}} (step -> world ranks that die at its start)."""
+    kills: dict[int, set[int]] = {}
+    for spec in specs:
+        rank, at, step = spec.partition("@")
+        if not (at and rank.isdigit() and step.isdigit()):
+            raise SystemExit(f"train_dp.py: --kill {spec!r}: expected RANK@STEP, e.g. 2@37")
+        kills.setdefault(int(step), set()).add(int(rank))
+    return kills
+
+
+def digest(params: list) -> str:
+    return hashlib.sha256(b"".join(p.tobytes() for p in params)).hexdigest()
+
+
+def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
+                  bucket_bytes: int, reproducible: bool, kills: dict, out: Path,
+                  spares: int = 0, checkpoint: Path | None = None, every: int = 0,
+                  resume: Path | None = None, seed: int = 0, data=None) -> dict:
+    """Train under ``mpicoll.elastic.run`` on COMM_WORLD, committing after every step: a rank
+    named in ``kills`` calls ``os._exit`` at the start of that step (writing the time to
+    ``out/killed.rank<r>.json`` first), and the survivors go on from the last commit.
+
+    Each step's global batch of ``batch`` samples is cut into micro-batches of ``micro``
+    (``mpicoll.elastic.microbatches``). ``reproducible``: every rank computes each of its
+    micro-batches' gradients (mean over the micro-batch), sums them with
+    ``mpicoll.reproducible.sum`` and all-reduces that sum with ``reproducible=True``; divided by
+    the number of micro-batches, that is the step's gradient, with the same bits at any rank
+    count. Otherwise the rank's micro-batches make one local batch and ``Buckets`` (fp32,
+    ``average=True``) average the gradients, rebuilt on the survivors' communicator by a reset
+    callback. ``spares``: the last ranks wait as hot spares (``elastic.run``). ``checkpoint``:
+    ``state.save`` there (asynchronous) after every ``every``-th step; ``resume``: start from
+    the ``State.load`` of that directory (saved at any rank count). Returns this
+    rank's {"params", "ranks_end", "recovered_at" (wall clock of the first step completed after
+    each recovery), "commit_seconds" (per commit)}; on a spare that never trained, the CPU and
+    wall seconds of its wait."""
+    import mpicoll
+    from mpi4py import MPI
+
+    from mpicoll import elastic
+
+    world_rank = MPI.COMM_WORLD.Get_rank()
+    X, y = make_data(seed) if data is None else data
+    params = init_params(width, seed + 1)
+    order = np.random.default_rng(seed + 2).permutation(SAMPLES)
+    start = 0
+    if resume is not None:
+        saved = elastic.State.load(resume, MPI.COMM_WORLD)
+        for i, p in enumerate(params):
+            np.copyto(p, saved[f"p{i}"])
+        start = saved.step
+    state = elastic.State(**{f"p{i}": p for i, p in enumerate(params)}, step=start)
+    count = batch // micro                                  # micro-batches per step
+    sizes = [p.size for p in params]
+    offsets = np.cumsum([0] + sizes)
+    buckets: dict = {}
+    recovered_at: list[float] = []
+    commit_seconds: list[float] = []
+    calls = []
+
+    def rebuild(comm) -> None:
+        """Reset callback: Buckets on the survivors' communicator."""
+        buckets.clear()
+        if not reproducible:
+            buckets["b"] = mpicoll.Buckets(params, bucket_bytes, average=True, comm=comm,
+                                           gradient_as_bucket_view=True)
+
+    def train(state, comm):
+        calls.append(comm.Get_size())
+        if not buckets:
+            rebuild(comm)
+        share = count // comm.Get_size()
+        stack = np.empty((share, offsets[-1]), np.float32)      # this rank's micro gradients
+        views = [[row[offsets[i]:offsets[i + 1]].reshape(p.shape) for i, p in
+                  enumerate(params)] for row in stack]
+        first = True
+        while state.step < steps:
+            step = state.step
+            if world_rank in kills.get(step, ()):
+                (out / f"killed.rank{world_rank}.json").write_text(
+                    json.dumps({"killed_at": time.time(), "step": step}))
+                os._exit(1)
+            samples = order[(step * batch + np.arange(batch)) % SAMPLES]
+            mine = list(elastic.microbatches(samples, micro, comm))
+            if reproducible:
+                for grads, idx in zip(views, mine):
+                    forward_backward(params, X[idx], y[idx], grads, lambda i: None)
+                total = mpicoll.allreduce(mpicoll.reproducible.sum(stack, axis=0),
+                                          reproducible=True, comm=comm)
+                gradient = total / np.float32(count)
+                grads = [gradient[offsets[i]:offsets[i + 1]].reshape(p.shape)
+                         for i, p in enumerate(params)]
+            else:
+                b = buckets["b"]
+                idx = np.concatenate(mine)
+                forward_backward(params, X[idx], y[idx], b.grads, b.ready)
+                b.wait()
+                grads = b.grads
+            for p, g in zip(params, grads):
+                p -= np.float32(lr) * g
+            state.step = step + 1
+            t = time.perf_counter()
+            state.commit()
+            commit_seconds.append(time.perf_counter() - t)
+            if checkpoint is not None and state.step % every == 0:
+                state.save(checkpoint, comm, asynchronous=True)
+            if first and len(calls) > 1:
+                recovered_at.append(time.time())
+            first = False
+        state.wait_saved()
+        return comm
+
+    state.register_reset_callbacks(rebuild)
+    if spares:          # warm: a spare that joins computes at once (numba's kernels loaded)
+        scratch = [np.empty_like(p) for p in params]
+        forward_backward(params, X[:micro], y[:micro], scratch, lambda i: None)
+        mpicoll.reproducible.warmup()
+    cpu, wall = time.process_time(), time.perf_counter()
+    comm = elastic.run(train, state, MPI.COMM_WORLD, spares=spares)
+    if comm is None:    # a spare the training did not need: what its wait cost
+        return {"spare_cpu_seconds": time.process_time() - cpu,
+                "spare_wall_seconds": time.perf_counter() - wall}
+    return {"params": params, "comm": comm, "ranks_end": comm.Get_size(),
+            "recovered_at": recovered_at, "commit_seconds": commit_seconds,
+            "final_loss": loss_of(params, X[:EVAL], y[:EVAL])}
+
+
+def elastic_main(args, data) -> None:
+    """--elastic, --kill, --reproducible: one configuration (bucketed, or reproducible sums) under
+    ``mpicoll.elastic.run``; every survivor writes DIR/train_dp_elastic.rank<r>.json, the
+    lowest surviving rank DIR/train_dp_elastic.json and prints ``weights sha256 <hex>``."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    out = outdir_of(args)
+    kills = parse_kills(args.kill)
+    (out / f"killed.rank{world.Get_rank()}.json").unlink(missing_ok=True)   # a past run's
+    for rank in set().union(*kills.values()):
+        if rank >= world.Get_size():
+            raise SystemExit(f"train_dp.py: --kill {rank}@...: there are {world.Get_size()} "
+                             f"ranks")
+    batch = args.batch or 24 * args.micro
+    start = time.time()
+    r = train_elastic(steps=args.steps, batch=batch, micro=args.micro, width=args.width,
+                      lr=args.lr, bucket_bytes=args.bucket_kib << 10,
+                      reproducible=args.reproducible, kills=kills, out=out,
+                      spares=args.spares, checkpoint=args.checkpoint,
+                      every=args.checkpoint_every, resume=args.resume, data=data)
+    died = any(out.glob("killed.rank*.json"))
+    if "spare_cpu_seconds" in r:            # a spare the training did not need
+        (out / f"train_dp_elastic.rank{world.Get_rank()}.json").write_text(
+            json.dumps({"world_rank": world.Get_rank(), "spare": True, **r}) + "\n")
+        if died:
+            os._exit(0)                     # MPI_Finalize would wait for the dead ranks
+        return
+    killed = sorted((json.loads(p.read_text())["killed_at"], p.name)
+                    for p in out.glob("killed.rank*.json"))
+    # the time from each death to the first step completed on the survivors' communicator
+    recovery = [round(at - max((k for k, _ in killed if k < at), default=start), 3)
+                for at in r["recovered_at"]]
+    commits = np.array(r["commit_seconds"])
+    row = {"world_rank": world.Get_rank(), "ranks_start": world.Get_size() - args.spares,
+           "spares": args.spares,
+           "ranks_end": r["ranks_end"], "reproducible": args.reproducible, "batch": batch,
+           "micro": args.micro, "steps": args.steps, "kill": args.kill,
+           "weights_sha256": digest(r["params"]), "final_loss": r["final_loss"],
+           "recovery_seconds": recovery,
+           "commit_ms_median": 1e3 * float(np.median(commits)) if commits.size else None,
+           "state_bytes": int(sum(p.nbytes for p in r["params"]))}
+    (out / f"train_dp_elastic.rank{world.Get_rank()}.json").write_text(json.dumps(row) + "\n")
+    if r["comm"].Get_rank() == 0:
+        (out / "train_dp_elastic.json").write_text(json.dumps(row, indent=1) + "\n")
+        np.savez(out / "weights.npz", *r["params"])
+        print(f"# {world.Get_size() - args.spares} -> {r['ranks_end']} ranks "
+              f"({args.spares} spares), final loss "
+              f"{r['final_loss']:.4f}, recovery seconds {recovery}, commit "
+              f"{row['commit_ms_median']:.3f} ms (median) for {row['state_bytes']} bytes",
+              flush=True)
+        print(f"weights sha256 {row['weights_sha256']}", flush=True)
+    if died:
+        os._exit(0)         # MPI_Finalize would wait for the dead ranks (docs/elastic.md)
+
+
+def outdir_of(args) -> Path:
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    return args.outdir
+
+
 # ----------------------------------------------------------------------------- the job
 
 CONFIGS = [("blocking", None, False), ("bucketed", None, False), ("bucketed", "bf16", False),
@@ -258,14 +460,38 @@ def main() -> None:
 
     ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=None,
+                    help="global batch, samples (default 512; with --elastic, --kill or "
+                         "--reproducible 24 micro-batches: 2, 3 and 4 ranks divide it)")
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--bucket-kib", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=1,
                     help="run every configuration this many times, interleaved; report the "
                          "run with the median mean step time")
+    ap.add_argument("--kill", action="append", default=[], metavar="RANK@STEP",
+                    help="that rank calls os._exit at the start of that step; repeatable. "
+                         "Runs under mpicoll.elastic.run (launch every rank under "
+                         "`mpiexec -disable-auto-cleanup ... python -m mpicoll survive`)")
+    ap.add_argument("--reproducible", action="store_true",
+                    help="sum micro-batch gradients with mpicoll.reproducible.sum and "
+                         "all-reduce them with reproducible=True: the same bits at any N")
+    ap.add_argument("--micro", type=int, default=16, help="samples per micro-batch (16)")
+    ap.add_argument("--spares", type=int, default=0, metavar="S",
+                    help="the last S ranks wait as hot spares; one joins when a rank dies")
+    ap.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+                    help="State.save to DIR (asynchronous) every --checkpoint-every steps")
+    ap.add_argument("--checkpoint-every", type=int, default=25, metavar="K")
+    ap.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                    help="start from State.load(DIR), saved at any rank count")
+    ap.add_argument("--elastic", action="store_true",
+                    help="run under mpicoll.elastic.run (as --kill and --reproducible do): "
+                         "one configuration, bucketed, the weights' sha256")
     args = ap.parse_args()
+    if args.elastic or args.kill or args.reproducible or args.spares or args.checkpoint or \
+            args.resume:
+        return elastic_main(args, make_data(0))
+    args.batch = args.batch or 512
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     data = make_data(0)

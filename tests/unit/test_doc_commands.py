@@ -282,6 +282,11 @@ ELSEWHERE = {
         ("tests/unit/test_sim_sharing.py", "sim_validation pipeline"),
     "mpiexec -n 2 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":
         ("tests/jobs/test_doc_examples.py", "jobs/experiments/train_dp.py"),
+    "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python jobs/experiments/train_dp.py "
+    "--reproducible --steps 50 --width 32 --kill 2@37 --outdir results":
+        ("tests/jobs/test_elastic.py", '"--reproducible", "--kill", "2@37"'),
+    "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python train.py":
+        ("tests/jobs/test_elastic.py", '"survive", sys.executable, str(SCRIPT)'),
     "mpiexec -n 4 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":
         ("docs/make-training.sh", "jobs/experiments/train_dp.py"),
     "mpiexec -n N python -m mpi4py tests/mpi/allocations.py":
