@@ -235,6 +235,8 @@ CHEAP = {
     "--calls 15": "mpiexec -n 4 python -m mpi4py jobs/experiments/segmenting.py --sizes 1M "
                   "--segments 0,model --calls 3",
     "python jobs/experiments/call_overhead.py": "python jobs/experiments/call_overhead.py --iters 200 --reps 1",
+    "python jobs/experiments/call_overhead.py --buffers --reps 5 --iters 10000 --clock cpu":
+        "python jobs/experiments/call_overhead.py --buffers --iters 200 --reps 1 --clock cpu",
     "python jobs/experiments/call_overhead.py --buffers --iters 10000 --reps 7":
         "python jobs/experiments/call_overhead.py --buffers --iters 200 --reps 1",
     "python jobs/experiments/call_overhead.py --buffers --iters 5000 --reps 7 --json "
