@@ -343,7 +343,7 @@ CASES = {
     "shm vs mpi": (shm_vs_mpi, "allreduce", ("blocking",), None,
                    "ArgumentMismatch everywhere, within 2 s"),
     "peer death": (peer_death, "allreduce", ("blocking",), None,
-                   "the others: an error naming the dead rank (shm: CommunicatorBroken), within "
+                   "the others: ProcessFailed naming the dead rank (the failure detector), within "
                    "the deadline + 1 s, or the right result if its data was out (--death, last)"),
 }
 LAST = {"peer death"}       # run by --death only, after every other case: it ends a rank
@@ -413,8 +413,9 @@ def judge(case: str, records: list, t: float) -> str:
     if case == "peer death":            # records: the survivors' (the last rank is dead)
         names_dead = re.compile(rf"\brank(\(s\))? \[?([0-9]+, )*{len(records)}\b").search
         ok = not wrong and all(
-            r["kind"] == "returned" or (r["kind"] in {"CommunicatorBroken", "CollectiveTimeout",
-                                                      "PeerError"} and names_dead(r["text"]))
+            r["kind"] == "returned" or (r["kind"] in {"ProcessFailed", "CommunicatorBroken",
+                                                      "CollectiveTimeout", "PeerError"}
+                                        and names_dead(r["text"]))
             for r in records)
         return verdict(ok and slow < t + 1, f"{kinds} in {slow:.2f} s, wrong: {wrong}")
     raise KeyError(case)
