@@ -11,19 +11,24 @@ machine makes the loop. Three kinds of round take turns, ``--rounds`` times each
 alone (no request in flight), beside the request, and beside the request with a second thread
 blocked in its ``wait()`` (as torch's completer thread is while DDP's backward runs). Loops: a
 numba loop (``nogil``, as mpicoll's own kernels), a numpy matmul (BLAS releases the GIL; one
-BLAS thread), and a torch matmul when torch imports.
+BLAS thread), a torch matmul when torch imports, and a sleep of ``--late`` (no compute: what
+the waiting threads take when the core is theirs for the asking).
 
 Per round: the loop's wall time and CPU time (its thread's clock), and the CPU seconds of each
 of mpicoll's threads (``mpicoll-progress``, ``mpicoll-torch-completer``, ``mpicoll-detector``,
 and the waiter; ``pthread_getcpuclockid``) from the start of the call to the end of the loop.
 slowdown = median wall time beside the request / median alone - 1. On a shared machine wall
 times are noisy (other processes take the cores too); the threads' CPU seconds are not: they
-are what waiting takes from the computation. Writes DIR/wait_cost-np<N>.json.
+are what waiting takes from the computation. Writes DIR/wait_cost-np<N>.json;
+``python jobs/experiments/wait_cost.py --table A.json [B.json ...]`` prints docs/training.md's
+table of such runs side by side (no MPI).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import threading
 import time
 
@@ -56,7 +61,8 @@ def loops() -> dict:
     """name -> fn(work): one run of the loop, ``work`` units."""
     x = np.random.default_rng(0).random(4096)
     a = np.random.default_rng(1).random((128, 128))
-    out = {"numba loop": lambda work: _spin(x, work),
+    out = {"sleep": lambda work: time.sleep(work * 1e-3),     # no compute: the threads' appetite
+           "numba loop": lambda work: _spin(x, work),
            "numpy matmul": lambda work: [a @ a for _ in range(work)]}
     try:
         import torch
@@ -102,6 +108,9 @@ def calibrate(fn, seconds: float) -> int:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:            # a table of recorded runs; no MPI
+        print(table(sys.argv[2:]))
+        return
     from torch_backends import parse_size    # noqa: PLC0415 (same folder; no torch needed)
     ap = parser(__doc__)
     ap.add_argument("--bytes", default="16M", help="all-reduce size (default 16M)")
@@ -121,7 +130,8 @@ def main() -> None:
         for _ in range(2):                  # warm up: windows, scratch, the thread
             mpicoll.iallreduce(x, out, algorithm=algorithm, comm=comm).wait()
         for name, fn in loops().items():
-            work = comm.bcast(calibrate(fn, args.late / 4) if rank == 0 else None)
+            work = int(args.late * 1e3) if name == "sleep" else \
+                comm.bcast(calibrate(fn, args.late / 4) if rank == 0 else None)
             runs = {kind: [] for kind in KINDS}
             for _ in range(args.rounds):
                 for kind in runs:
@@ -159,11 +169,28 @@ def main() -> None:
                 for kind in KINDS[1:]:
                     r = row[kind]
                     say(f"      {kind:<32} {r['wall_ms']:6.1f} ms ({r['slowdown'] * 100:+5.1f} %)"
-                        f", CPU of mpicoll's threads: {r['threads_cpu_ms']} ms")
+                        f", CPU of mpicoll's threads: {r['threads_cpu_ms']} ms "
+                        f"({r['threads_core_share'] * 100:.1f} % of a core)")
     if rank == 0:
         write_json(outdir(args.outdir) / f"wait_cost-np{size}.json",
                    {"ranks": size, "bytes": count * 4, "late_s": args.late,
                     "rounds": args.rounds, "load_average": os.getloadavg()[0], "rows": rows})
+
+
+def table(paths) -> str:
+    """docs/training.md's table: per algorithm and loop, for each JSON file (e.g. before and
+    after a change), the slowdown beside a request and the CPU share of mpicoll's threads
+    (with the waiter thread), medians."""
+    runs = [json.loads(open(p).read()) for p in paths]
+    head = " | ".join(f"slowdown, {i + 1} | threads' CPU, {i + 1}" for i in range(len(runs)))
+    out = [f"| algorithm | loop | {head} |", "|---|---|" + "---:|---:|" * len(runs)]
+    for k, row in enumerate(runs[0]["rows"]):
+        cells = []
+        for data in runs:
+            r = data["rows"][k][KINDS[2]]
+            cells.append(f"{r['slowdown'] * 100:+.1f} % | {r['threads_core_share'] * 100:.1f} %")
+        out.append(f"| {row['algorithm']} | {row['loop']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def summary(algorithm: str, name: str, runs: dict) -> dict:
@@ -179,7 +206,9 @@ def summary(algorithm: str, name: str, runs: dict) -> dict:
                      "done_before_loop_ended": sum(r["done_before_loop_ended"] for r in rs),
                      "threads_cpu_ms": {k: round(float(np.median(
                          [r["threads_cpu_s"].get(k, 0.0) for r in rs])) * 1e3, 2)
-                         for k in threads}}
+                         for k in threads},
+                     "threads_core_share": float(np.median(     # of one core, while waiting
+                         [sum(r["threads_cpu_s"].values()) / r["wall_s"] for r in rs]))}
     row["runs"] = runs
     return row
 
