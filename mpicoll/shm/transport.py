@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from ..kernels import as_storage, read_through
 from ..errors import ArgumentMismatch, CommunicatorBroken, PeerError
