@@ -15,8 +15,9 @@ median no-sync step time), the main thread's CPU time, and the CPU seconds of ea
 mpicoll's threads (``mpicoll-progress``, ``mpicoll-torch-completer``, ``mpicoll-detector``)
 during the step. The JSON has each rank's medians; the table shows the slowest rank's.
 
-Writes DIR/ddp-np<N>.json; ``python jobs/experiments/ddp_bench.py --table A.json [B.json ...]``
-prints docs/torch.md's table (no MPI).
+Writes DIR/ddp-np<N>.json and, with matplotlib, DIR/ddp-np<N>.png;
+``python jobs/experiments/ddp_bench.py --table A.json [B.json ...]`` prints docs/torch.md's
+table, ``--plot A.json A.png`` draws the plot (no MPI).
 """
 
 from __future__ import annotations
@@ -125,9 +126,41 @@ def table(paths) -> str:
     return "\n".join(out)
 
 
+def plot(data: dict, path) -> None:
+    """Per model, the slowest rank's step on mpicoll and on Gloo: compute, then exposed
+    communication stacked on it."""
+    from _util import save_figure
+    names = list(data["models"])
+
+    def draw(plt):
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        x = np.arange(len(names))
+        for i, kind in enumerate(("mpicoll", "gloo")):
+            slow = [data["models"][n]["slowest"] for n in names]
+            compute = np.array([r["compute"] for r in slow])
+            step = np.array([r[kind] for r in slow])
+            at = x + (i - 0.5) * 0.38
+            ax.bar(at, compute, 0.36, color="0.75", label="compute" if i == 0 else None)
+            ax.bar(at, step - compute, 0.36, bottom=compute, color=("C0", "C1")[i],
+                   label=f"{kind}: exposed communication")
+        ax.set_xticks(x, [f"{n}\n(mpicoll | gloo)" for n in names], fontsize=8)
+        ax.set_yscale("log")        # (stacked: the exposed part's height is step - compute)
+        ax.set_ylim(bottom=0.3 * min(data["models"][n]["slowest"]["compute"] for n in names))
+        ax.set_ylabel("DDP step, ms (slowest rank)")
+        ax.set_title(f"DDP step, N = {data['ranks']} (torch {data['torch']}, batch "
+                     f"{data['batch']} per rank)", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+    save_figure(path, draw)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--table"]:
         print(table(sys.argv[2:]))
+        return
+    if sys.argv[1:2] == ["--plot"]:             # ddp_bench.py --plot A.json A.png
+        plot(json.loads(open(sys.argv[2]).read()), sys.argv[3])
         return
     from datetime import timedelta
 
@@ -169,6 +202,7 @@ def main() -> None:
                           "steps": args.steps, "load_average": os.getloadavg()[0],
                           "models": models})
         print(table([path]))
+        plot(json.loads(path.read_text()), path.with_suffix(".png"))
     dist.destroy_process_group()
 
 
