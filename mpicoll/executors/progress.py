@@ -16,10 +16,14 @@ Who looks (``MPICOLL_PROGRESS``):
 * ``thread`` -- one daemon *progress thread* per process advances every active request. It
   holds the GIL only between MPI calls (mpi4py releases it inside them) and the numba kernels
   are ``nogil``, so numpy or numba compute in the caller's thread overlaps it. When nothing
-  moved it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 200 us.
-  That bounds its CPU use on a busy machine but adds up to ~0.2 ms of latency per step; a
-  compiled executor (no GIL, no sleeps) would do better. Needs ``MPI_THREAD_MULTIPLE``: the
-  caller may use MPI (mpicoll's blocking calls, its own) while the thread does.
+  moved it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 1 ms,
+  from which a newly started request wakes it at once. A request whose peer is late then
+  costs ~1000 looks a second (a few % of a core; docs/training.md, "What waiting costs"),
+  not a core, and a step that waited over ~1 ms is seen up to 1 ms late. ``wait()`` does not
+  poll in this mode: it sleeps on the request's event, which the thread sets (a caller's
+  thread that waits -- torch's completer thread, a user's -- takes no CPU). Needs
+  ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls, its own) while
+  the thread does.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
   move only inside ``test()``, ``wait()`` and ``waitall()`` (each advances every active
   request, so waiting in any order cannot deadlock). Overlap then depends on how often the
@@ -52,7 +56,8 @@ __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
 
 _ALIGN = 8                      # wire slots start at multiples of 8 bytes
 _YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
-_SLEEP_MIN, _SLEEP_MAX = 1e-5, 2e-4
+_SLEEP_MIN, _SLEEP_MAX = 1e-5, 1e-3
+_WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is alive this often
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 
 _lock = threading.Lock()        # held while any request is advanced or started
@@ -291,8 +296,11 @@ class Request:
         """
         if timeout is not None and not self._finished.is_set():
             self._tighten(timeout)
+        while not self._finished.is_set() and _thread is not None and _thread.is_alive() \
+                and mode() == "thread":         # the thread advances it (and its deadline)
+            self._finished.wait(_WAKE_CHECK)
         pause, looks = _SLEEP_MIN, 0
-        while not self._finished.is_set():
+        while not self._finished.is_set():      # caller mode: the caller advances
             with _turn():               # the caller helps: it would only sleep otherwise
                 moved = _progress()
             if self._finished.is_set():
@@ -543,6 +551,7 @@ def _loop() -> None:
             if _stopping:
                 return
             moved = _progress()
+            active = len(_active)
         give_way_until = time.monotonic() + GIVE_WAY
         while _callers and time.monotonic() < give_way_until:   # a caller works: let it
             time.sleep(_SLEEP_MIN)
@@ -552,8 +561,9 @@ def _loop() -> None:
             looks += 1
             os.sched_yield()
         else:
-            time.sleep(pause)
-            pause = min(2 * pause, _SLEEP_MAX)
+            with _lock:                 # a request started meanwhile wakes it (start: notify)
+                woken = len(_active) != active or _stopping or _wake.wait(pause)
+            pause = _SLEEP_MIN if woken else min(2 * pause, _SLEEP_MAX)
 
 
 def _ensure_thread() -> None:

@@ -52,9 +52,10 @@ the parity of ``seq``: before r writes buffer ``seq % 2`` again every rank has f
 it in chunk ``seq - 2`` (it published ``arrived = seq - 1`` after, and r waited for that).
 
 Waiting: a wait spins for 20 us, then yields the core between polls, and returns to Python
-every 10 ms (``transport._late``): a rank that died or gave up ends the call at once with
-``CommunicatorBroken``; with a deadline, ``Watch.overdue`` raises ``CollectiveTimeout`` naming
-the ranks whose flags are missing. Details, cost and measurements: docs/algorithms.md ("shm"),
+after 2 ms (``transport._late``); while the rank it waits for is late it then sleeps 1 ms
+between short looks (``window.Patience``: a few % of a core, not all of it). A rank that
+died or gave up ends the call at once with ``CommunicatorBroken``; with a deadline,
+``Watch.overdue`` raises ``CollectiveTimeout`` naming the ranks whose flags are missing. Details, cost and measurements: docs/algorithms.md ("shm"),
 docs/reliability.md ("Shared memory"), docs/performance.md.
 """
 

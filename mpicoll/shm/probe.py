@@ -62,7 +62,7 @@ def read_word(pid: int, address: int) -> int | None:
 
 def alive(pid: int) -> bool:
     """Whether process ``pid`` (a rank on this node) still runs: it exists and is not a zombie
-    (a dead rank its launcher has not reaped yet). Cheap enough for every 10 ms of a wait, and
+    (a dead rank its launcher has not reaped yet). Cheap enough for every 1 ms nap of a wait, and
     allocates next to nothing (no buffered file: a persistent call must not)."""
     try:
         os.kill(pid, 0)

@@ -5,7 +5,8 @@
 in one window) and ``hierarchical``'s shared-memory node phases (``nodes``: one window per node
 of the layout, and ``between``, the inter-node all-reduce of this rank's reduced slice).
 
-Failures. Every wait returns to Python each SPIN_SECONDS (``_late``): first the call's
+Failures. Every wait returns to Python after SPIN_SECONDS, then after each nap
+(``window.Patience``) while it lasts (``_late``): first the call's
 deadline, if any (``Watch.overdue``: past it, or when another rank's roll call has come, the
 roll call names the ranks whose flags are missing); then the ranks of the window: one whose
 process is gone (``probe.alive``), or that published ``aborted`` (it gave up on the window),
@@ -21,7 +22,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 from ..kernels import as_storage, read_through
 from ..errors import ArgumentMismatch, CommunicatorBroken, PeerError
@@ -92,11 +92,11 @@ def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
     nchunks = -(-dst.size // chunk)
     seq0 = window.seq + 1
     window.seq += nchunks
-    resume = 0
+    resume, patience = 0, _window.Patience()
     while True:
         resume, waiting = kernels.window_copy(
             src, dst, data, window.flags, rank, seq0, resume, entry[0], acc,
-            MPI.Wtime() + _window.SPIN_SECONDS, window.yield_after, signature,
+            patience.until(resume), window.yield_after, signature,
             between is not None or rows is not None)
         if resume == DONE:
             break
@@ -118,6 +118,7 @@ def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
             continue
         k, phase = divmod(resume, 4)
         which = ARRIVED if phase == 1 else REDUCED
+        patience.late(resume)
         _late(st, window, get_watch, which, seq0 + k, waiting,
               f"chunk {k + 1} of {nchunks}, waiting for "
               f"{'the inputs' if phase == 1 else 'the reduced slices'} in the shared window",
@@ -133,12 +134,12 @@ def _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
     acc = window.views(dst.dtype)[1]
     scratch, piece = window.scratch(dst.dtype, dst.size, PIECE_BYTES)
     window.seq += 1
-    seq, resume = window.seq, 0
+    seq, resume, patience = window.seq, 0, _window.Patience()
     whole = size == 2 and dst.nbytes <= WHOLE_MAX_BYTES     # if both ranks can (the kernel)
     while True:
         resume, waiting = kernels.single_copy(
             src, dst, window.flags, rank, seq, resume, entry[0], entry[1], acc, scratch, piece,
-            window.iov, MPI.Wtime() + _window.SPIN_SECONDS, window.yield_after, signature, whole,
+            window.iov, patience.until(resume), window.yield_after, signature, whole,
             between is not None)
         if resume == DONE:
             whole = waiting == 1
@@ -161,6 +162,7 @@ def _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
                 between(user[lo:hi])
             continue
         which = {1: ARRIVED, 3: REDUCED, 4: GATHERED}[resume]
+        patience.late(resume)
         what = {ARRIVED: "the inputs' addresses", REDUCED: "the reduced slices",
                 GATHERED: "the other ranks to finish reading my buffers"}[which]
         _late(st, window, get_watch, which, seq, waiting,

@@ -37,6 +37,7 @@ import itertools
 import mmap
 import os
 import tempfile
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -46,11 +47,13 @@ from .kernels import (ABORTED, ANSWER, ARRIVED, BLOCK, FLAGS, LINE, PID, PROBE, 
                       publish)
 
 __all__ = ["Window", "size_class", "make", "CHUNK_BYTES", "MIN_BYTES", "YIELD_AFTER",
-           "SPIN_SECONDS"]
+           "SPIN_SECONDS", "Patience"]
 
 CHUNK_BYTES = 4 << 20       # the largest segment: longer vectors go through in chunks
 MIN_BYTES = 4 << 10         # the smallest size class
-SPIN_SECONDS = 0.01         # a wait returns to Python this often (the Watch, or Ctrl-C)
+SPIN_SECONDS = 0.002        # a wait spins this long, then returns to Python (Watch, Ctrl-C)
+NAP_SECONDS = 0.001         # a wait that outlasted its spin (a late rank) sleeps this long
+NAP_SPIN_SECONDS = 20e-6    # between looks of this long (``Patience``)
 YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
                             # (at once when the node has more ranks than this rank has cores)
 NAME_BYTES = 512            # step 1's message: the file's path, or "!" and why it failed
@@ -110,11 +113,13 @@ class Window:
     def wait(self, which: int, seq: int, overdue) -> None:
         """Until every rank's flag ``which`` reaches ``seq``; ``overdue(self, which, seq, j)``
         each time the wait outlasts a spin (j: a rank still short)."""
+        patience = Patience()
         while True:
             j = missing(self.flags, which, seq, self.rank, self.size,
-                        MPI.Wtime() + SPIN_SECONDS, self.yield_after)
+                        patience.until(0), self.yield_after)
             if j < 0:
                 return
+            patience.late(0)
             overdue(self, which, seq, j)
 
     def views(self, dtype: np.dtype):
@@ -265,3 +270,27 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+class Patience:
+    """How long a flag wait spins before it returns to Python: ``SPIN_SECONDS``, then, while
+    the rank waited for is late, a sleep of ``NAP_SECONDS`` before each short look
+    (``NAP_SPIN_SECONDS``). A wait for a late rank then takes a few % of a core instead of
+    all of it, from the computation beside it (issue 43; docs/training.md, "What waiting
+    costs"), and sees the flag at most ``NAP_SECONDS`` late."""
+
+    __slots__ = ("_late_at",)
+
+    def __init__(self):
+        self._late_at = None
+
+    def late(self, at) -> None:
+        """The wait at ``at`` (where the kernel resumes) outlasted its spin."""
+        self._late_at = at
+
+    def until(self, at) -> float:
+        """The ``MPI_Wtime`` a wait at ``at`` spins to (after a nap, if it is late there)."""
+        if at == self._late_at:
+            time.sleep(NAP_SECONDS)
+            return MPI.Wtime() + NAP_SPIN_SECONDS
+        return MPI.Wtime() + SPIN_SECONDS

@@ -258,6 +258,20 @@ CHEAP = {
         "python docs/generators/sim_validation.py render pipeline docs/simulator-pipeline.json",
     "mpiexec -n 4 python -m mpi4py jobs/experiments/bench_sweep.py --outdir results/x -b 8 -e 1M":
         "mpiexec -n 2 python -m mpi4py jobs/experiments/bench_sweep.py --outdir results/x -b 8 -e 8",
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/wait_cost.py --rounds 5 --algorithms "
+    "auto,ring,shm --outdir results/wait":
+        "mpiexec -n 2 python -m mpi4py jobs/experiments/wait_cost.py --rounds 1 --late 0.02 "
+        "--bytes 64K --algorithms ring --outdir results/wait",
+    "python jobs/experiments/wait_cost.py --table "
+    "docs/results/wait_cost-np2-{before1,after1,before2,after2,before3,after3}.json":
+        "python jobs/experiments/wait_cost.py --table "
+        "docs/results/wait_cost-np2-{before1,after1,before2,after2,before3,after3}.json",
+    "python jobs/experiments/ddp_bench.py --table docs/results/ddp-np2.json "
+    "docs/results/ddp-np4.json docs/results/ddp-np2-run2.json":
+        "python jobs/experiments/ddp_bench.py --table docs/results/ddp-np2.json "
+        "docs/results/ddp-np4.json docs/results/ddp-np2-run2.json",
+    "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json docs/torch/ddp-np2.png":
+        "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json ddp-np2.png",
 }
 
 # documented command -> (the file that runs it, text that file must contain)
@@ -352,6 +366,7 @@ ELSEWHERE = {
 _CLUSTER = "needs a real cluster's partition and account"
 _SETUP = "creates a virtual environment and installs with pip (network; minutes)"
 _USER = "a placeholder for the user's own script or arguments"
+_TORCH = "needs torch (the torch environment, tests/run-torch.sh; tests/torch runs DDP on it)"
 EXEMPT = {
     "mpiexec -disable-auto-cleanup -n N mpicoll survive python prog.py":
         "a placeholder program; tests/jobs/test_deaths.py launches exactly this way "
@@ -364,6 +379,10 @@ EXEMPT = {
         "launches 2 x 13 x R jobs (minutes); tests/jobs/test_deaths.py runs each case once",
     "mpiexec -n N python jobs/experiments/detector_cost.py --heartbeats":
         "a timing run of 40 s or more; its numbers are in docs/reliability.md",
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/ddp_bench.py --steps 10 --outdir docs/results":
+        _TORCH,
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/ddp_bench.py --steps 10 --outdir docs/results":
+        _TORCH,
     "sbatch -N 2 --ntasks-per-node=2 slurm/fault_matrix.sbatch":
         "every misuse x algorithm x form, 20 times across two Slurm nodes: 9 minutes (its "
         "table in docs/reliability.md); tests/jobs/test_faults.py runs the matrix's cases",
