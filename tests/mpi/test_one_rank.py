@@ -157,7 +157,8 @@ def test_one_rank_with_another_node_layout_is_named_by_validate(comm):
     with environment(MPICOLL_RANKS_PER_NODE=k):
         exc = raises_everywhere(comm, mpicoll.ArgumentMismatch, mpicoll.allreduce, np.ones(8),
                                 algorithm="hierarchical", inner="binomial", comm=comm,
-                                validate=True, match=r"nodes: layout #\w+ on rank\(s\) \[0")
+                                validate=True, match=r"node layout \(MPICOLL_RANKS_PER_NODE\): "
+                                r"layout #\w+ on rank\(s\) \[0")
     agree(comm, exc.ranks == [ODD], repr(exc.fields))
 
 
