@@ -288,6 +288,13 @@ class Call:
         """Mark the communicator broken after a call that failed mid-way; abort if asked to."""
         failed(self._state, self.watch, self.on_timeout, self.comm, exc)
 
+    def interrupted(self, exc: BaseException) -> BaseException:
+        """``interrupted`` for this call: the error a request of it raises for ``exc`` (a raw
+        ``MPI.Exception``: the dead rank's ``ProcessFailed``), the communicator marked broken
+        where ``exc`` breaks it."""
+        return interrupted(self._state, self.watch, self.on_timeout, self.comm, exc,
+                           self.collective)
+
 
 def agree_library_hash(comm: MPI.Intracomm, collective: str, agreed_on: tuple, hashed: int,
                        before: tuple, watch) -> None:

@@ -425,6 +425,9 @@ class Request:
         communicator too (their messages may never come)."""
         if self._finished.is_set():
             return
+        raw = isinstance(exc, MPI.Exception) and self._call is not None
+        if raw:     # the MPI library failed in a step (a dead peer): named, the comm broken
+            exc = self._call.interrupted(exc)
         self._error = exc
         self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
@@ -432,9 +435,9 @@ class Request:
         if self._pending:
             state.abandoned += self._pending    # keep their buffers alive
         self._pending = []
-        if isinstance(exc, CommunicatorBroken):
+        if isinstance(exc, CommunicatorBroken) and not raw:
             return
-        if self._call is not None:
+        if self._call is not None and not raw:
             self._call._failed(exc)             # broken; abort if on_timeout="abort"
         for other in list(_active):     # (a follower takes its own request's error)
             if other is not self and other._state is state and not other.done \
