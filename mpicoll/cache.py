@@ -299,7 +299,8 @@ def allreduce(sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeo
     if type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and timeout is None and \
             on_timeout is None and validate is None:
         known, st = _last
-        if (comm is known or comm is None and known is MPI.COMM_WORLD) and not st.freed:
+        if st is not None and (comm is known or comm is None and known is MPI.COMM_WORLD) \
+                and not st.freed:
             k, entry = st.last_cached
             if k != ("allreduce", _epoch, algorithm, _OP_KEYS.get(id(op)), sendbuf.dtype,
                      sendbuf.size, recvbuf.dtype, recvbuf.size, options) or \

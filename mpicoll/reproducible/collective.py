@@ -202,9 +202,14 @@ def _plain(collective: str, sendbuf, recvbuf=None, *, op="", algorithm, comm, ti
     buffers' ``Layout``, ``plan.make`` and ``plan.run`` -- returns the result. ``op``: ``""``
     for the all-gather (none); ``given``: the all-reduce's inner, outer and order."""
     options = () if given is None else (given["inner"], given["outer"], given["order"])
+    if collective == "allreduce":       # (the cache's all-reduce looks its key up itself)
+        done = cache.allreduce(sendbuf, recvbuf, op, algorithm, options, timeout, on_timeout,
+                               validate, comm)
+        if done is not None:
+            return done
     key = cache.key(collective, sendbuf, recvbuf, op, algorithm, options, timeout, on_timeout,
-                    validate)
-    if key is not None:
+                    validate)           # (the plan's, for the cache to keep)
+    if key is not None and collective != "allreduce":
         done = getattr(cache, collective)(key, sendbuf, recvbuf, comm)
         if done is not None:
             return done

@@ -337,7 +337,7 @@ def test_watch_made_late_gives_exact_results(comm, monkeypatch, algorithm):
     late, run_watched = [], compiled._run_watched
 
     def counted(*args):
-        if len(args) == 13:         # resume: the pending row a prepared call handed over
+        if len(args) == 15:         # resume: the pending row a prepared call handed over
             late.append(args[-1])
         return run_watched(*args)
     monkeypatch.setattr(compiled, "_run_watched", counted)
