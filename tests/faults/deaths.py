@@ -8,8 +8,8 @@ Every rank writes one JSON object to ``DIR/rank<r>.json`` (written whole at the 
 a victim ``{"victim": true, "killed_at": wall clock}`` just before it SIGKILLs itself; a
 survivor what its call raised (``error``, ``ranks``, ``message``), ``detect`` (seconds from the
 first victim's death to the error), ``shrink`` (seconds ``mpicoll.shrink`` took), ``size`` of
-the shrunk communicator, ``checks``: for every all-reduce algorithm, whether its result on
-the shrunk communicator is exact, ``again``: what the old communicator's next call raised, and
+the shrunk communicator, ``checks``: for every algorithm of every collective (and ``auto``),
+whether its result on the shrunk communicator is exact, ``again``: what the old communicator's next call raised, and
 ``free``: seconds its ``Free`` took. Cases:
 
 * ``call``: the victims die in the middle of a loop of calls of ``--form`` (``blocking``,
@@ -35,7 +35,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll.registry import ALLREDUCE
+from mpicoll.registry import COLLECTIVES
 
 COUNT = 1 << 15
 
@@ -77,14 +77,30 @@ def die(out: str, rank: int, delay: float) -> None:
 
 
 def checks(comm) -> dict:
-    """Every all-reduce algorithm on ``comm``: exact?"""
+    """Every algorithm of every collective on ``comm`` (and ``auto``): exact? (the bits of a
+    fresh communicator of that size: integer-valued float64, so every order sums alike)"""
     size, rank = comm.Get_size(), comm.Get_rank()
+    n = 4096
+    base = np.arange(n * size, dtype=np.float64)
+    total = size * base + size * (size - 1) / 2
     got = {}
-    for algorithm in list(ALLREDUCE) + ["auto"]:
-        x = np.arange(4096, dtype=np.float64) + rank
-        expected = size * np.arange(4096, dtype=np.float64) + size * (size - 1) / 2
-        got[algorithm] = bool(np.array_equal(mpicoll.allreduce(x, algorithm=algorithm,
-                                                               comm=comm), expected))
+    for collective, algorithms in COLLECTIVES.items():
+        for algorithm in list(algorithms) + ["auto"]:
+            if collective == "allreduce":
+                out = mpicoll.allreduce(base[:n] + rank, algorithm=algorithm, comm=comm)
+                ok = np.array_equal(out, total[:n])
+            elif collective == "reduce_scatter_block":
+                out = mpicoll.reduce_scatter_block(base + rank, algorithm=algorithm, comm=comm)
+                ok = np.array_equal(out, total[rank * n:(rank + 1) * n])
+            elif collective == "allgather":
+                out = mpicoll.allgather(base[:n] + rank, algorithm=algorithm, comm=comm)
+                ok = np.array_equal(np.asarray(out).reshape(-1),
+                                    np.concatenate([base[:n] + r for r in range(size)]))
+            else:
+                buf = base[:n] + (size - 1) if rank == size - 1 else np.zeros(n)
+                out = mpicoll.bcast(buf, size - 1, algorithm=algorithm, comm=comm)
+                ok = np.array_equal(out, base[:n] + (size - 1))
+            got[f"{collective} {algorithm}"] = bool(ok)
     return got
 
 
