@@ -17,8 +17,10 @@ whether its result on the shrunk communicator is exact, ``again``: what the old 
   victims the second dies 30 ms after the first (a death during the agreement);
 * ``between``: the victims die while the others are outside any call (sleeping); the others'
   next call must raise at once;
-* ``busy``: rank ``N-1`` is alive but busy for 8 s (a Python loop, numpy, sleep) while the others
-  wait in an all-reduce; nobody may be reported, and the call completes.
+* ``--dies-in-shrink R``: after the first death, rank R dies inside ``mpicoll.shrink`` (its
+  ``MPI_Comm_create_group``): the others must find it and shrink without it;
+* ``busy``: rank ``N-1`` is alive but busy for ``--busy`` seconds (8; a Python loop, numpy, sleep)
+  while the others wait in an all-reduce; nobody may be reported, and the call completes.
 """
 
 from __future__ import annotations
@@ -111,6 +113,9 @@ def main() -> None:
     parser.add_argument("--algorithm", default="ring")
     parser.add_argument("--form", default="blocking")
     parser.add_argument("--victims", default="2")
+    parser.add_argument("--busy", type=float, default=8.0, help="seconds the busy rank is busy")
+    parser.add_argument("--dies-in-shrink", type=int, default=-1,
+                        help="this rank dies inside mpicoll.shrink (after the first death)")
     args = parser.parse_args()
     world = MPI.COMM_WORLD
     comm = world.Dup()
@@ -125,7 +130,7 @@ def main() -> None:
     mpicoll.allreduce(np.ones(COUNT), algorithm=args.algorithm, comm=comm)   # set up, warm
     row: dict = {"rank": rank}
     if args.case == "busy":
-        row.update(busy(comm, rank, size))
+        row.update(busy(comm, rank, size, args.busy))
         comm.Barrier()
         _write(args.out, rank, row)
         os._exit(0)
@@ -149,6 +154,13 @@ def main() -> None:
                    message=str(exc)[:600], call_seconds=time.monotonic() - start)
         killed = [_read(args.out, v).get("killed_at") for v in victims]
         row["detect"] = now - min(k for k in killed if k) if any(killed) else None
+    if rank == args.dies_in_shrink:     # inside shrink's MPI_Comm_create_group, as it starts
+        from mpicoll import recovery
+
+        def dying_create(*_args):
+            _write(args.out, rank, {"victim": True, "killed_at": time.time(), "in": "shrink"})
+            os.kill(os.getpid(), signal.SIGKILL)
+        recovery._create = dying_create
     t = time.monotonic()
     try:
         new = mpicoll.shrink(comm)
@@ -174,20 +186,21 @@ def _again(comm) -> str | None:
     return None
 
 
-def busy(comm, rank: int, size: int) -> dict:
-    """Rank size-1 busy 8 s (2 s of Python, 3 s of numpy, 3 s asleep); the others wait."""
+def busy(comm, rank: int, size: int, seconds: float = 8.0) -> dict:
+    """Rank size-1 busy ``seconds`` (a quarter in Python, 3/8 in numpy, 3/8 asleep); the
+    others wait in an all-reduce."""
     x = np.ones(COUNT)
     start = time.monotonic()
     if rank == size - 1:
-        end = time.monotonic() + 2.0
+        end = time.monotonic() + seconds / 4
         n = 0
         while time.monotonic() < end:
             n += 1                      # a Python loop (holds the GIL between switches)
         a = np.random.default_rng(0).random((600, 600))
-        end = time.monotonic() + 3.0
+        end = time.monotonic() + seconds * 3 / 8
         while time.monotonic() < end:
             a = a @ a / np.abs(a).max()  # numpy (BLAS releases the GIL)
-        time.sleep(3.0)
+        time.sleep(seconds * 3 / 8)
     try:
         out = mpicoll.allreduce(x, comm=comm)
         return {"error": None, "correct": bool((out == size).all()),

@@ -101,6 +101,20 @@ def test_two_deaths_during_the_agreement(tmp_path):
         assert rows[r]["size"] == 2 and all(rows[r]["checks"].values()), rows[r]
 
 
+def test_a_second_death_during_shrink(tmp_path):
+    """Rank 3 dies mid-call; rank 2 then dies inside mpicoll.shrink (its
+    MPI_Comm_create_group): ranks 0 and 1 find it, start again without it, and end with a
+    communicator of the two of them on which every algorithm is exact."""
+    rows = launch(tmp_path, "call", ranks=4, algorithm="ring", victims="3",
+                  **{"dies-in-shrink": "2"})
+    assert rows[2].get("victim") and rows[2].get("in") == "shrink", rows
+    for r in (0, 1):
+        row = rows[r]
+        assert row["error"] == "ProcessFailed" and row["ranks"] == [3], row
+        assert "shrink_error" not in row and row["size"] == 2, row
+        assert row["shrink"] < 1.0 + SLACK and all(row["checks"].values()), row
+
+
 @pytest.mark.parametrize("victim", [0, 2])
 def test_death_between_calls(tmp_path, victim):
     """The victim (rank 0 too) dies while the others sleep: their next call raises at once."""
