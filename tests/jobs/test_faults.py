@@ -37,8 +37,11 @@ def launch(script, args, tmp_path, ranks=3, env=None, limit=180, cleanup=True):
     """Run ``mpiexec -n ranks python script args``; return (process, elapsed, rows by rank)."""
     assert MPIEXEC, "mpiexec not found next to python or on PATH (pip install .[mpich])"
     env = dict(os.environ, PYTHONPATH=str(ROOT), MPIEXEC_TIMEOUT=str(limit), **(env or {}))
+    # without Hydra's clean-up, each rank under `mpicoll survive`: Hydra SIGKILLs a node's
+    # ranks when it reaps one killed by a signal (docs/reliability.md, "Launchers")
     command = [MPIEXEC] + ([] if cleanup else ["-disable-auto-cleanup"]) + [
-        "-n", str(ranks), sys.executable, str(script), *args, "--out", str(tmp_path)]
+        "-n", str(ranks)] + ([] if cleanup else [sys.executable, "-m", "mpicoll", "survive"]) + [
+        sys.executable, str(script), *args, "--out", str(tmp_path)]
     start = time.monotonic()
     proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=limit + 30)
