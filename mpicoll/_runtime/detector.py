@@ -52,6 +52,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from ..shm import probe
 from .tags import tag_ub
 
 __all__ = ["identity", "watch", "forget", "failure", "settle", "revoke", "HEARTBEAT_TAG_OFFSET",
@@ -94,34 +95,9 @@ def identity() -> tuple:
 
 
 def _alive(ident: tuple) -> bool:
-    """Whether the process of ``ident`` (on this machine) still runs: it exists, is not a
-    zombie, and is the process that started then (not a recycled pid). Allocates next to
-    nothing (no file object, no list): the detector's thread runs it beside the caller's
-    calls, whose allocation tests trace every thread."""
-    _, _, pid, started = ident
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        head = os.read(fd, 1024)        # "pid (comm) S ppid ... starttime ...": field 22
-    finally:
-        os.close(fd)
-    i = head.rfind(b")") + 2
-    if head[i:i + 1] in (b"Z", b"X", b""):
-        return False
-    if started < 0:
-        return True
-    for _ in range(19):                 # from field 3 (the state) to field 22
-        i = head.find(b" ", i) + 1
-    end = head.find(b" ", i)
-    return i <= 0 or end < 0 or int(head[i:end]) == started
+    """Whether the process of ``ident`` (on this machine) still runs, and is the process that
+    started then (not a recycled pid): ``shm.probe.alive``."""
+    return probe.alive(ident[2], ident[3])
 
 
 _looked: dict = {}          # identity -> alive, for one pass over every watched communicator

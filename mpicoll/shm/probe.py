@@ -60,10 +60,13 @@ def read_word(pid: int, address: int) -> int | None:
     return int(got[0]) if moved == 8 else None
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int, started: int = -1) -> bool:
     """Whether process ``pid`` (a rank on this node) still runs: it exists and is not a zombie
-    (a dead rank its launcher has not reaped yet). Cheap enough for every 1 ms nap of a wait, and
-    allocates next to nothing (no buffered file: a persistent call must not)."""
+    (a dead rank its launcher has not reaped yet) -- and, with ``started`` (its start time,
+    ``/proc/PID/stat`` field 22, as the failure detector keeps it), is still that process, not
+    another under a recycled pid. Cheap enough for every 1 ms nap of a wait, and allocates next
+    to nothing (no buffered file, no list: a persistent call must not, and allocation tests
+    trace the detector's thread too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -75,7 +78,16 @@ def alive(pid: int) -> bool:
     except OSError:                     # gone meanwhile, or no /proc: kill() had the word
         return not os.path.isdir("/proc")
     try:
-        head = os.read(fd, 128)         # "pid (comm) S ...": comm is at most 16 bytes
+        # "pid (comm) S ...": comm is at most 16 bytes; field 22 comes later
+        head = os.read(fd, 128 if started < 0 else 1024)
     finally:
         os.close(fd)
-    return head[head.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+    i = head.rfind(b")") + 2
+    if head[i:i + 1] in (b"Z", b"X", b""):
+        return False
+    if started < 0:
+        return True
+    for _ in range(19):                 # from field 3 (the state) to field 22
+        i = head.find(b" ", i) + 1
+    end = head.find(b" ", i)
+    return i <= 0 or end < 0 or int(head[i:end]) == started
