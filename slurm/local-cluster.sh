@@ -221,7 +221,7 @@ fabric_params() {
 import json, sys
 spec, nodes = sys.argv[1], int(sys.argv[2])
 try:
-    from mpicoll.executors.fabric import preset
+    from mpicoll.simulators.fabric import preset
     f = preset(spec, nodes, 1)
     name, bw = f.name, f.nic.bandwidth
 except ImportError:

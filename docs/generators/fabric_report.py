@@ -11,7 +11,7 @@ docs/results/fabric-bench-<fabric>-<N>x<K>[-cyclic].json:
 
 * per fabric and layout: MPI_Allreduce's time, mpicoll's best variant and ``auto`` against it;
 * the seeds' claims (hierarchical against the flat rank-order ring; node vs rank order);
-* the simulator (``mpicoll.executors.timed.simulate``) on the fabric JSON the cluster was
+* the simulator (``mpicoll.simulators.timed.simulate``) on the fabric JSON the cluster was
   started with (slurm/local/fabric-<speed>.json: the NIC is the node's one link, shared by its
   ranks -- ``leaf="node"``, one node per leaf, ``oversubscription`` = ranks per node, so a node's
   uplink carries the NIC's bandwidth whatever the number of ranks), predicted against measured
@@ -104,7 +104,7 @@ def split(variant: str):
 
 def load_stack(results: Path) -> dict | None:
     """The stack measured on the fabric with the fastest links (None: none measured)."""
-    from mpicoll.executors.fabric import from_json
+    from mpicoll.simulators.fabric import from_json
     found = []
     for p in sorted(results.glob(f"{STACK}*.json")):
         res = json.loads(p.read_text())
@@ -121,7 +121,7 @@ def model_fabric(fabric_name: str, nodes: int, per: int, stack: dict | None = No
     """The fabric JSON's model at ``nodes`` x ``per``, plus the hosts' network stack and memory
     copies when ``stack`` (a fabric-stack-*.json) is given: every emulated node on the one
     host."""
-    from mpicoll.executors.fabric import from_json
+    from mpicoll.simulators.fabric import from_json
     f = from_json(FABRIC_FILES[fabric_name], nodes, per)
     # the node's one link is shared by its ranks: the leaf (the node) uplink = one NIC
     f = replace(f, oversubscription=float(per) if f.leaf == "node" else f.oversubscription)
@@ -133,7 +133,7 @@ def model_fabric(fabric_name: str, nodes: int, per: int, stack: dict | None = No
 
 
 def predict(fabric, variant: str, auto_choice, nbytes: int):
-    from mpicoll.executors.timed import simulate
+    from mpicoll.simulators.timed import simulate
     name, opts = split(auto_choice if variant == "auto" and auto_choice else variant)
     if name in ("mpi", "auto") or opts.get("inner") == "shm":
         return None

@@ -23,7 +23,7 @@ import math
 import sys
 from pathlib import Path
 
-from mpicoll.executors import fabric, timed
+from mpicoll.simulators import fabric, timed
 
 ROOT = Path(__file__).resolve().parents[2]
 

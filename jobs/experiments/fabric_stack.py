@@ -2,7 +2,7 @@
 one message between nodes moves alone, how many bytes between nodes the hosts move when every
 rank sends and receives at once, and how many bytes between ranks of one node they copy when
 every rank exchanges with a rank of its own node at once. They are the fabric model's
-``stack_per_flow``, ``stack`` and ``copy`` (mpicoll/executors/fabric.py): the CPU work of the
+``stack_per_flow``, ``stack`` and ``copy`` (mpicoll/simulators/fabric.py): the CPU work of the
 kernel's TCP stack and of the MPI library's copies, which the links' rates alone do not show.
 
     bash slurm/local-cluster.sh up --fabric slurm/local/fabric-10g.json

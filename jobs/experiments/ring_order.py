@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import select
-from mpicoll.executors import inprocess
+from mpicoll.simulators import inprocess
 from mpicoll.testing import exact_input, exact_result, nodes as node_layout, traffic
 from mpicoll.topology import ORDERS, ring_order
 

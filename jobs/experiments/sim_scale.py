@@ -28,7 +28,7 @@ CASES = ["ring:flat:16384x1:1000000000", "hierarchical+outer=ring:dgx-h100:3072x
 
 
 def one(case: str) -> dict:
-    from mpicoll.executors import fabric, timed
+    from mpicoll.simulators import fabric, timed
     from mpicoll.tools.sizes import parse_size
     algorithm, name, shape, size = case.split(":")
     algorithm, *opts = algorithm.split("+")

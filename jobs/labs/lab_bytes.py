@@ -32,7 +32,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import kernels, testing
-from mpicoll.executors import inprocess
+from mpicoll.simulators import inprocess
 from mpicoll.executors.python import execute, new_traffic
 from mpicoll.schedule import Recv, Schedule, Send, make_schedule
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lab_common import claim, crossover, mpiexec, parser, save_figure, write_json
 
-from mpicoll.executors import fabric, timed
+from mpicoll.simulators import fabric, timed
 
 N, L, B = 8, 2e-6, 25e9
 TREES = ("recursive_doubling", "binomial")

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from lab_common import claim, parser, save_figure, write_json
 
-from mpicoll.executors import fabric, timed
+from mpicoll.simulators import fabric, timed
 
 FABRIC = "dgx-h100"
 PER_NODE = 8

@@ -24,7 +24,7 @@ import math
 from lab_common import claim, parser, save_figure, write_json
 
 from mpicoll import topology
-from mpicoll.executors import fabric, timed
+from mpicoll.simulators import fabric, timed
 
 NODES, PER_NODE = 2, 8
 SIZES = [1 << k for k in range(10, 31, 2)]          # 1 KiB .. 1 GiB

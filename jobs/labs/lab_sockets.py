@@ -34,7 +34,7 @@ import numpy as np
 from lab_common import claim, parser, write_json
 
 from mpicoll import kernels
-from mpicoll.executors import inprocess
+from mpicoll.simulators import inprocess
 from mpicoll.executors.sockets import PeerError, SocketComm, execute, open_listeners
 from mpicoll.registry import ALLREDUCE
 

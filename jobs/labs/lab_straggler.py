@@ -22,7 +22,7 @@ import math
 import numpy as np
 from lab_common import claim, parser, save_figure, write_json
 
-from mpicoll.executors import fabric, timed
+from mpicoll.simulators import fabric, timed
 
 P_SLOW, COMPUTE, NBYTES = 0.001, 0.100, 256 << 20
 ALGORITHM = "hierarchical"

@@ -6,7 +6,7 @@
     mpicoll simulate --fabric seed-lab --nodes 2 --per-node 8 -a ring --order rail
 
 Columns as ``mpicoll bench``'s (GB = 1e9 B, algbw = size / time, busbw = algbw x the bus factor),
-from the timed executor (``mpicoll.executors.timed``) instead of a clock, then the protocol and
+from the timed executor (``mpicoll.simulators.timed``) instead of a clock, then the protocol and
 channels used, the bottleneck link (the one that held messages back longest) and the bytes it
 carried, the bytes that crossed nodes and the rank pairs that cross rails.
 Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-h100``, ``seed-lab``,
@@ -27,8 +27,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..executors import fabric as fabrics
-from ..executors.timed import simulate
+from ..simulators import fabric as fabrics
+from ..simulators.timed import simulate
 from ..registry import COLLECTIVES
 from .cli import Parser, positive_int, prepare_output
 from .sizes import size_arg, sizes_from

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..executors import inprocess
+from ..simulators import inprocess
 from ..registry import COLLECTIVES, lookup
 from .cli import Parser, nonnegative_int, positive_int
 from ..schedule import Schedule, Send

@@ -11,7 +11,7 @@ that every rank can rebuild for every other rank, under each executor (``MPICOLL
 * integers and bools: the result equals numpy's reduction of all ranks' inputs (exact, in any
   order: integer sums and products wrap, logical and bitwise ops are order-free);
 * floats and complex (random values salted with NaNs, infinities, -0.0 and subnormals): the
-  result is bitwise the in-process executor's (``mpicoll.simulate``) for the same algorithm; for
+  result is bitwise the in-process executor's (``mpicoll.simulators.inprocess``) for the same algorithm; for
   ``mpi``, which has no schedule, small integers as floats whose result is exact;
 * every rank ends with the same bits;
 * every pair MPI does not allow raises TypeError on every rank, naming the dtype, the op and

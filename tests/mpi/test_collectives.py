@@ -8,7 +8,8 @@ import mpicoll
 from mpicoll import compression, kernels, simulate
 from mpicoll._runtime.context import state
 from mpicoll.algorithms import allreduce_shm
-from mpicoll.executors import compiled, inprocess
+from mpicoll.executors import compiled
+from mpicoll.simulators import inprocess
 from mpicoll.registry import ALLGATHER, BCAST, REDUCE_SCATTER_BLOCK, lookup
 from mpicoll.testing import (agree, environment, every_case, exact_input, exact_result,
                              raises_everywhere)

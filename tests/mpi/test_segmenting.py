@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import simulate
+from mpicoll.simulators import inprocess
 from mpicoll._runtime.context import state
 from mpicoll.executors import compiled, segments
 from mpicoll.registry import COLLECTIVES, lookup
@@ -96,7 +96,7 @@ def test_segmented_gives_the_unsegmented_bits(comm, collective, algorithm):
                                     f"{counters[setting]} != {counters['0']}")
             if collective == "allreduce":
                 inputs = [awkward(r, count, dtype) for r in range(comm.size)]
-                sim = simulate.allreduce(inputs, op, algorithm,
+                sim = inprocess.allreduce(inputs, op, algorithm,
                                          **({"nodes": nodes} if nodes else {}))[comm.rank]
                 if sim.tobytes() != results[sizes[0]].tobytes():
                     problems.append(f"{label}: differs from the in-process executor")

@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pytest
 
-from mpicoll.executors import inprocess
+from mpicoll.simulators import inprocess
 from mpicoll.registry import COLLECTIVES
 from mpicoll.topology import virtual_nodes
 

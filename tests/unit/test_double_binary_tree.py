@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mpicoll.algorithms import allreduce_double_binary_tree as dbt
-from mpicoll.executors import inprocess
+from mpicoll.simulators import inprocess
 from mpicoll.topology import virtual_nodes
 
 

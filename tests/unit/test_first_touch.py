@@ -5,7 +5,8 @@ over buffers full of a value no result holds, and must give the bits of the copy
 import numpy as np
 import pytest
 
-from mpicoll.executors import inprocess, segments
+from mpicoll.executors import segments
+from mpicoll.simulators import inprocess
 from mpicoll.registry import ALLREDUCE, REDUCE_SCATTER_BLOCK
 from mpicoll.schedule import Recv, Schedule, Send
 

@@ -54,7 +54,7 @@ def test_the_library_never_imports_the_tools():
 
 def test_the_walk_sees_imports():
     assert "mpicoll.registry" in GRAPH["mpicoll.api"]
-    assert "mpicoll.executors.inprocess" in GRAPH["mpicoll.tools.trace"]
+    assert "mpicoll.simulators.inprocess" in GRAPH["mpicoll.tools.trace"]
     assert "mpicoll._runtime.call" in GRAPH["mpicoll.api"]
 
 

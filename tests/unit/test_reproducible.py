@@ -11,7 +11,7 @@ import pytest
 
 import mpicoll
 from mpicoll import reproducible as R
-from mpicoll.executors import inprocess
+from mpicoll.simulators import inprocess
 from mpicoll.registry import ALLREDUCE
 
 SCHEDULED = [a for a, algo in ALLREDUCE.items() if algo.scheduled]

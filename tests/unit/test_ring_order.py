@@ -4,8 +4,8 @@ collectives run with it in-process at P = 1..17 on several node layouts."""
 import numpy as np
 import pytest
 
-from mpicoll import simulate
-from mpicoll.executors import inprocess
+from mpicoll.simulators import inprocess
+from mpicoll.simulators import inprocess
 from mpicoll.topology import ORDERS, ring_order, virtual_nodes
 
 
@@ -77,7 +77,7 @@ def test_bad_order_and_bad_nodes():
     with pytest.raises(ValueError, match=r"do not hold each rank 0..3 once"):
         ring_order(((0, 1), (1, 3)), "node")
     with pytest.raises(ValueError, match="unknown order"):
-        simulate.allreduce([np.ones(3)] * 2, algorithm="ring", order="zigzag")
+        inprocess.allreduce([np.ones(3)] * 2, algorithm="ring", order="zigzag")
 
 
 def inputs(p, n, seed):
@@ -92,11 +92,11 @@ def test_allreduce_every_order_and_layout(p):
             for n in sorted({0, 1, p - 1, p, p + 1, 13, 101}):
                 label = f"P={p} nodes={nodes} order={order} n={n}"
                 ints = [np.arange(n, dtype=np.int64) * (r + 1) + r for r in range(p)]
-                out = simulate.allreduce(ints, "sum", "ring", nodes=nodes, order=order)
+                out = inprocess.allreduce(ints, "sum", "ring", nodes=nodes, order=order)
                 want = np.sum(np.stack(ints), axis=0) if n else np.zeros(0, np.int64)
                 assert all(np.array_equal(o, want) for o in out), label
                 floats = inputs(p, n, 1)
-                out = simulate.allreduce(floats, "sum", "ring", nodes=nodes, order=order)
+                out = inprocess.allreduce(floats, "sum", "ring", nodes=nodes, order=order)
                 assert all(o.tobytes() == out[0].tobytes() for o in out), label + " bits differ"
                 if n:
                     assert np.allclose(out[0], np.sum(np.stack(floats), axis=0)), label

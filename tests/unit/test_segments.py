@@ -9,7 +9,7 @@ import pytest
 
 from mpicoll import settings
 from mpicoll.executors import segments
-from mpicoll.executors.inprocess import schedules
+from mpicoll.simulators.inprocess import schedules
 from mpicoll.executors.segments import MAX_SEGMENT, MIN_SEGMENT, SegmentRule
 from mpicoll.registry import COLLECTIVES, lookup
 from mpicoll.testing import environment

@@ -13,9 +13,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from mpicoll.executors import allranks, timed
-from mpicoll.executors import fabric as fabrics
-from mpicoll.executors.allranks import Wave
+from mpicoll.simulators import allranks, timed
+from mpicoll.simulators import fabric as fabrics
+from mpicoll.simulators.allranks import Wave
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -206,7 +206,7 @@ def test_overlap_hides_the_reduction_behind_the_transfer():
 # ----------------------------------------------------------------------------- import
 
 def test_import_is_cheap():
-    code = ("import sys, mpicoll.executors.timed, mpicoll.executors.allranks; "
+    code = ("import sys, mpicoll.simulators.timed, mpicoll.simulators.allranks; "
             "print(sorted(m for m in ('numba', 'mpicoll.registry', 'mpicoll.kernels') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -221,7 +221,7 @@ def test_hierarchical_pipeline_overlaps_node_and_network_phases_by_hand():
     a node-phase wave (n/2 bytes on NVLink) and a network wave (n/4 on the NIC) take the same
     time, so every wave of k chunks takes n/(4k) / 1 GB/s; chunk j starts 2 waves (the network
     phase) after chunk j-1: 2k + 2 waves, (k + 1)/(2k) of the unpipelined n / 1 GB/s."""
-    from mpicoll.executors.fabric import Fabric, LinkClass
+    from mpicoll.simulators.fabric import Fabric, LinkClass
     fab = Fabric("hand", 2, 2, intra=LinkClass(0.0, 2e9), nic=LinkClass(0.0, 1e9),
                  spine=LinkClass(0.0, 1e9))
     n = 4 << 20

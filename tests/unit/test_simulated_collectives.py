@@ -10,7 +10,7 @@ first order) for PROD.
 import numpy as np
 import pytest
 
-from mpicoll import simulate
+from mpicoll.simulators import inprocess
 from mpicoll import kernels
 from mpicoll.registry import ALLGATHER, ALLREDUCE, BCAST, REDUCE_SCATTER_BLOCK
 
@@ -95,7 +95,7 @@ def test_allreduce(algorithm, p, dtype, op):
     for n in counts(p):
         xs = inputs(p, n, dtype, op)
         keep = [x.copy() for x in xs]
-        out = simulate.allreduce(xs, op, algorithm)
+        out = inprocess.allreduce(xs, op, algorithm)
         check(out, xs, op, f"{algorithm} P={p} n={n} {dtype} {op}")
         assert all(a.tobytes() == b.tobytes() for a, b in zip(xs, keep)), "inputs modified"
 
@@ -108,7 +108,7 @@ def test_allreduce(algorithm, p, dtype, op):
 @pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 17])
 def test_allreduce_large(algorithm, p, dtype, op):
     xs = inputs(p, LARGE, dtype, op)
-    check(simulate.allreduce(xs, op, algorithm), xs, op, f"{algorithm} P={p} {dtype} {op}")
+    check(inprocess.allreduce(xs, op, algorithm), xs, op, f"{algorithm} P={p} {dtype} {op}")
 
 
 def hierarchical_variants(p):
@@ -132,7 +132,7 @@ def test_allreduce_hierarchical(p, algorithm, op):
         for n in counts(p):
             for dtype in (np.float64, np.int32):
                 xs = inputs(p, n, dtype, op)
-                out = simulate.allreduce(xs, op, algorithm, ranks_per_node=k, inner=inner,
+                out = inprocess.allreduce(xs, op, algorithm, ranks_per_node=k, inner=inner,
                                          outer=outer)
                 check(out, xs, op, f"{algorithm} k={k} {inner}/{outer} P={p} n={n} {dtype}")
 
@@ -144,7 +144,7 @@ def test_allreduce_hierarchical(p, algorithm, op):
 def test_reduce_scatter_block(algorithm, p, dtype, op):
     for n in (0, 1, 2, 5, 64):
         xs = inputs(p, p * n, dtype, op)
-        out = simulate.reduce_scatter_block(xs, op, algorithm)
+        out = inprocess.reduce_scatter_block(xs, op, algorithm)
         for r, got in enumerate(out):
             block = [x[r * n:(r + 1) * n] for x in xs]
             check([got], block, op, f"{algorithm} P={p} n={n} {dtype} {op} rank {r}")
@@ -155,7 +155,7 @@ def test_reduce_scatter_block(algorithm, p, dtype, op):
 def test_allgather(algorithm, p):
     for n in (0, 1, 2, 5, 64, 1001):
         xs = [np.arange(n, dtype=np.int64) + 1000 * r for r in range(p)]
-        for got in simulate.allgather(xs, algorithm):
+        for got in inprocess.allgather(xs, algorithm):
             assert np.array_equal(got, np.concatenate(xs)), (algorithm, p, n)
 
 
@@ -166,5 +166,5 @@ def test_bcast(algorithm, p):
         for root in range(p):
             xs = [np.full(n, -1.0) for _ in range(p)]
             xs[root] = np.arange(n, dtype=np.float64)
-            for got in simulate.bcast(xs, root, algorithm):
+            for got in inprocess.bcast(xs, root, algorithm):
                 assert np.array_equal(got, xs[root]), (algorithm, p, n, root)

@@ -1,4 +1,4 @@
-"""The timed executor (``mpicoll.executors.timed``) and ``mpicoll simulate``.
+"""The timed executor (``mpicoll.simulators.timed``) and ``mpicoll simulate``.
 
 * on a contention-free flat fabric it gives every all-reduce algorithm's ``cost()`` (issue 10,
   4a: within 1 % at N = 2..64) and, rank by rank, the in-process executor's clock;
@@ -15,9 +15,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mpicoll.executors import allranks, inprocess, timed
-from mpicoll.executors import fabric as fabrics
-from mpicoll.executors.allranks import Wave
+from mpicoll.simulators import allranks, inprocess, timed
+from mpicoll.simulators import fabric as fabrics
+from mpicoll.simulators.allranks import Wave
 from mpicoll.registry import ALLREDUCE, COLLECTIVES, lookup
 from mpicoll.tools import simulate as cli
 from mpicoll.topology import virtual_nodes

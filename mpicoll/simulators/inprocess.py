@@ -23,8 +23,8 @@ Schedules are immutable and pure functions of their arguments, so both the sched
 and the pairing of their messages are built once and kept (a few hundred recent ones): an
 exhaustive test that runs the same schedules over several dtypes and ops pays for them once.
 
-    >>> from mpicoll import simulate
-    >>> out = simulate.allreduce([np.arange(4.0) * r for r in range(3)], algorithm="ring")
+    >>> from mpicoll.simulators import inprocess
+    >>> out = inprocess.allreduce([np.arange(4.0) * r for r in range(3)], algorithm="ring")
 """
 
 from __future__ import annotations
