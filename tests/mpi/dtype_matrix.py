@@ -32,7 +32,8 @@ import numpy as np
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import kernels, simulate
+from mpicoll import kernels
+from mpicoll.simulators import inprocess
 from mpicoll.algorithms import allreduce_shm
 from mpicoll.registry import ALLREDUCE
 from mpicoll.testing import environment, exact_input, exact_result, nodes as node_layout
@@ -105,7 +106,7 @@ def check_pair(comm, dtype, op, algorithm, counts, seed, nodes) -> list:
         else:
             inputs = [float_input(r, n, dtype, seed) for r in range(size)]
             options = {"nodes": nodes} if algo.has("node-layout") else {}
-            want = simulate.allreduce(inputs, op, algorithm, **options)[rank]
+            want = inprocess.allreduce(inputs, op, algorithm, **options)[rank]
         x = inputs[rank]
         keep = x.copy()
         out = mpicoll.allreduce(x, op=op, algorithm=algorithm, comm=comm)

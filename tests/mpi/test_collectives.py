@@ -5,7 +5,8 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import compression, kernels, simulate
+from mpicoll import compression, kernels
+from mpicoll.simulators import inprocess
 from mpicoll._runtime.context import state
 from mpicoll.algorithms import allreduce_shm
 from mpicoll.executors import compiled
@@ -80,7 +81,7 @@ def test_allreduce_random_floats_match_simulator(comm, algorithm):
                       for r in range(comm.size)]
             out = mpicoll.allreduce(inputs[comm.rank], algorithm=algorithm, comm=comm, **given)
             options = {"nodes": nodes} if nodes else {}
-            sim = simulate.allreduce(inputs, "sum", algorithm, **options, **given)[comm.rank]
+            sim = inprocess.allreduce(inputs, "sum", algorithm, **options, **given)[comm.rank]
             ref = np.empty_like(out)
             comm.Allreduce(inputs[comm.rank], ref)
             if out.tobytes() != sim.tobytes():
@@ -165,7 +166,7 @@ def hierarchical_nodes(comm, ranks_per_node, inner):
     nodes = state(comm).nodes()
     k = int(ranks_per_node) if ranks_per_node else None
     if k:
-        agree(comm, nodes == simulate.virtual_nodes(comm.size, k), f"nodes {nodes}")
+        agree(comm, nodes == inprocess.virtual_nodes(comm.size, k), f"nodes {nodes}")
     equal = len({len(nd) for nd in nodes}) == 1
     x = exact_input(comm.rank, 1001, np.int64, "sum")
     if inner in ("ring", "recursive_halving") and not equal:
@@ -205,7 +206,7 @@ def test_ring_order(comm, ranks_per_node, order):
                 problems.append(f"n={n}: internode_bytes grew by {crossed}, expected {expect}")
             floats = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
             out = mpicoll.allreduce(floats[comm.rank], algorithm="ring", order=order, comm=comm)
-            sim = simulate.allreduce(floats, "sum", "ring", nodes=nodes, order=order)
+            sim = inprocess.allreduce(floats, "sum", "ring", nodes=nodes, order=order)
             if out.tobytes() != sim[comm.rank].tobytes():
                 problems.append(f"n={n}: differs from the in-process executor")
             agree(comm, same_bits_everywhere(comm, out), f"n={n}: ranks differ")
@@ -243,7 +244,7 @@ def test_double_binary_tree_nodes(comm, ranks_per_node):
                         problems.append(f"n={n} {dtype} {op}: wrong result")
             floats = [np.random.default_rng([r, n]).standard_normal(n) for r in range(comm.size)]
             out = mpicoll.allreduce(floats[comm.rank], algorithm="double_binary_tree", comm=comm)
-            sim = simulate.allreduce(floats, "sum", "double_binary_tree", nodes=nodes)
+            sim = inprocess.allreduce(floats, "sum", "double_binary_tree", nodes=nodes)
             if out.tobytes() != sim[comm.rank].tobytes():
                 problems.append(f"n={n}: differs from the in-process executor")
             agree(comm, same_bits_everywhere(comm, out), f"n={n}: ranks differ")
@@ -382,7 +383,7 @@ def test_hierarchical_shm_node_phases(comm, ranks_per_node, single_copy):
                     lo, hi = allreduce_shm._slice(size, L, i)
                     if hi > lo:
                         parts = [s[at + lo:at + hi] for s in node_sums]
-                        want[at + lo:at + hi] = simulate.allreduce(
+                        want[at + lo:at + hi] = inprocess.allreduce(
                             parts, "sum", "recursive_doubling")[0] if len(nodes) > 1 \
                             else parts[0]
             if out.tobytes() != want.tobytes():

@@ -10,7 +10,8 @@ order, and random floats salted with NaN, inf and -0.0 for identical bits on eve
 import numpy as np
 import pytest
 
-from mpicoll import kernels, simulate
+from mpicoll import kernels
+from mpicoll.simulators import inprocess
 from mpicoll.compression import CODECS
 from mpicoll.registry import ALLGATHER, ALLREDUCE, BCAST, REDUCE_SCATTER_BLOCK
 from mpicoll.testing import exact_input, exact_result
@@ -48,7 +49,7 @@ def reduction(xs, op, dtype):
 
 def allreduce(xs, op, algorithm):
     extra = {"ranks_per_node": 2} if ALLREDUCE[algorithm].has("node-layout") else {}
-    return simulate.allreduce(xs, op, algorithm, **extra)
+    return inprocess.allreduce(xs, op, algorithm, **extra)
 
 
 @pytest.mark.parametrize("dtype", kernels.DTYPES, ids=IDS)
@@ -88,7 +89,7 @@ def test_naive_is_the_rank_order_left_fold_on_every_rank(p):
             for n in (0, 1, p + 1, 257):
                 xs = [random_input(r, n, dtype, seed=p) for r in range(p)]
                 want = reduction(xs, op, dtype)
-                for rank, got in enumerate(simulate.allreduce(xs, op, "naive")):
+                for rank, got in enumerate(inprocess.allreduce(xs, op, "naive")):
                     assert got.tobytes() == want.tobytes(), \
                         f"{dtype} {op} P={p} n={n}: rank {rank} differs from the left fold"
     for compress in ("bf16", "fp16"):           # as compressed calls see them: R(x) everywhere
@@ -98,7 +99,7 @@ def test_naive_is_the_rank_order_left_fold_on_every_rank(p):
         for x in xs:
             codec.round(x)
         want = reduction(xs, "sum", np.dtype(np.float32))
-        for rank, got in enumerate(simulate.allreduce(xs, "sum", "naive")):
+        for rank, got in enumerate(inprocess.allreduce(xs, "sum", "naive")):
             assert got.tobytes() == want.tobytes(), f"{compress} P={p}: rank {rank} differs"
 
 
@@ -109,7 +110,7 @@ def test_reduce_scatter_block_every_op(algorithm, dtype):
         for p, n in ((3, 5), (4, 1)):
             xs = [exact_input(r, p * n, dtype, op) for r in range(p)]
             want = exact_result(p, p * n, dtype, op)
-            for r, got in enumerate(simulate.reduce_scatter_block(xs, op, algorithm)):
+            for r, got in enumerate(inprocess.reduce_scatter_block(xs, op, algorithm)):
                 assert got.tobytes() == want[r * n:(r + 1) * n].tobytes(), \
                     (algorithm, str(dtype), op, p, n, r)
 
@@ -120,16 +121,16 @@ def test_allgather_and_bcast_move_the_bits(dtype):
     p, n = 5, 11
     xs = [random_input(r, n, dtype) for r in range(p)]
     for algorithm in (a for a in ALLGATHER if a != "mpi"):
-        for got in simulate.allgather(xs, algorithm):
+        for got in inprocess.allgather(xs, algorithm):
             assert got.tobytes() == np.concatenate(xs).tobytes(), (algorithm, str(dtype))
     for algorithm in (a for a in BCAST if a != "mpi"):
-        for got in simulate.bcast([x.copy() for x in xs], 2, algorithm):
+        for got in inprocess.bcast([x.copy() for x in xs], 2, algorithm):
             assert got.tobytes() == xs[2].tobytes(), (algorithm, str(dtype))
 
 
 def test_disallowed_pair_raises_before_running():
     with pytest.raises(TypeError, match="ops for complex64: sum, prod"):
-        simulate.allreduce([np.ones(3, np.complex64)] * 2, "max", "ring")
+        inprocess.allreduce([np.ones(3, np.complex64)] * 2, "max", "ring")
 
 
 def test_validate_fingerprints_every_dtype_and_op():
