@@ -36,6 +36,7 @@ cd "$(dirname "$0")/.."
 RANKS=${MPICOLL_TEST_RANKS:-"1 2 3 4 5"}
 if [ "${CI:-}" = true ] && [[ " $RANKS " != *" 8 "* ]]; then RANKS="$RANKS 8"; fi
 export MPIEXEC_TIMEOUT=${MPIEXEC_TIMEOUT:-1500}     # Hydra's own backstop, in seconds
+export PYTHONUNBUFFERED=1   # a rank's report reaches the log before an MPI_Abort ends it
 LOGDIR=$(mktemp -d)
 passed=0 failed=0 skipped=0 status=0
 
