@@ -16,7 +16,9 @@ from mpicoll.testing import agree
 
 pytestmark = [pytest.mark.mpi, pytest.mark.rank_counts(2, 3)]
 
-FAST = 2.0      # seconds, as test_reliability's: found while waiting, not at the deadline
+FAST = 10.0     # seconds, as test_reliability's: found while waiting, not at the deadline (600 s);
+                # the 2 s the issue asks is timed by jobs/experiments/fault_matrix.py, this bound
+                # leaves room for a CI machine at load 10+
 
 
 def _outcome(fn):

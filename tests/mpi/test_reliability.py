@@ -242,7 +242,8 @@ def test_mismatched_count_without_validate(comm, algorithm):
 # Fail fast, never diverge: each error reaches every rank within 2 s, long before the deadline
 # (30 s here). jobs/experiments/fault_matrix.py runs every case for every algorithm and form.
 
-FAST = 2.0
+FAST = 10.0     # a third of the deadline: found while waiting, with room for a loaded CI machine
+                # (the 2 s itself is timed by jobs/experiments/fault_matrix.py, run by tests/jobs)
 
 
 def _outcome(fn, *args, **kwargs):
@@ -273,7 +274,7 @@ def test_one_ranks_own_error_reaches_the_others_at_once(comm, algorithm):
 
 @pytest.mark.parametrize("algorithm", ["ring", "binomial", "naive", "mpi", "auto"])
 def test_mismatched_counts_are_found_while_waiting(comm, algorithm):
-    """No validate, a 30 s deadline: ArgumentMismatch naming the counts within 2 s."""
+    """No validate, a 30 s deadline: ArgumentMismatch naming the counts within FAST."""
     if comm.size < 2:
         pytest.skip("needs 2 ranks")
     got, elapsed = _outcome(mpicoll.allreduce, np.ones(4 * (comm.rank + 1)),
