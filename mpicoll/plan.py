@@ -37,23 +37,27 @@ error.
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 from mpi4py import MPI
 
 from . import cache, compression, kernels, model, ops, select, settings, shm
-from ._runtime import loading, setup
-from ._runtime.call import Call
+from ._runtime import context, loading, setup
+from ._runtime.call import Call, agree_library_hash, disagree, interrupted
+from ._runtime.watch import Watch
 from .buffers import Layout
+from .errors import ArgumentMismatch
 from .executors import compiled, segments
 from .executors import progress
 from .executors.progress import Request
 from .executors.shared import SharedMemory
 from .registry import Algorithm, lookup
 
-__all__ = ["Plan", "make", "begin", "last", "prepare", "run", "start", "launch", "request",
-           "bound", "executor", "check_average",
+__all__ = ["Plan", "Prepared", "Scheduled", "make", "begin", "last", "prepare", "run", "start",
+           "launch", "request", "failure", "executor", "check_average",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
            "internode_elements", "prepared_schedule", "schedule_fields",
            "LIBRARY"]
@@ -282,7 +286,7 @@ def executor(algo: Algorithm, options: dict, form: str) -> str:
         return "shm"
     if form == "nonblocking" and options.get("inner") != "shm":
         return "progress"
-    return "compiled" if _choose() is compiled.execute else "python"
+    return _choose().name
 
 
 @functools.lru_cache(maxsize=256)
@@ -350,40 +354,53 @@ def _warmup(call: Call, op: str, dtype) -> None:
     loading.load(lambda: kernels.warmup(op, dtype), call.watch)
 
 
-def prepare(call: Call, p: Plan):
-    """What running ``p`` in a blocking or persistent form needs, made before the agreement
-    step: a ``SharedMemory`` runner, or ``(execute, schedule, inter-node elements, op,
-    scratch)``; None for the MPI library's collective or nothing to run."""
-    kind = p.kind
-    if kind == "shared":
-        st = call.open()
-        if p.executor == "shm":
-            return SharedMemory(st, p.dtype, p.op)
-        return SharedMemory(st, p.dtype, p.op, _choose(), p.algorithm, p.options["outer"])
-    if kind != "schedule":
-        return None
-    sched, internode = _schedule(call, p)
-    return prepared_schedule(call, sched, internode, p.op, p.dtype)
-
-
 def schedule_fields() -> dict:
     """The executor's fields of ``Plan.fields`` for a schedule a blocking or persistent call
     runs, which no plan names (``mpicoll.reproducible``'s exchange of values)."""
-    run_by = "compiled" if _choose() is compiled.execute else "python"
+    run_by = _choose().name
     return {"executor": run_by,
             "segments": (_segment_rule() if run_by == "compiled" else "") or None}
 
 
-def prepared_schedule(call: Call, sched, internode: int, op: str | None, dtype):
-    """``prepare``'s tuple for a schedule of ``dtype`` elements (``op`` None: nothing is
-    reduced), also one no plan names (``mpicoll.reproducible``'s exchange of values)."""
+class Scheduled(NamedTuple):
+    """A schedule ready for a blocking or persistent run (made before the agreement step):
+    the executor, the schedule, the elements it sends to other nodes per run, the op by name
+    (nothing reduced: any of the dtype's) and the communicator's scratch."""
+
+    executor: compiled.Executor
+    schedule: object
+    internode: int
+    op: str
+    scratch: np.ndarray
+
+    def bind(self, call: Call, flat: np.ndarray, src=None, kept=None):
+        """``run(watch, tag=None)``: the schedule on ``flat``, bound once to everything it uses,
+        with its own scratch (a persistent handle may run in the progress thread beside a
+        blocking call); on ``call``'s tag, or ``tag`` (a later call's: ``Buckets``'
+        reproducible sums). ``src``, ``kept``: the input, which a compiled executor reads where
+        no step wrote yet instead of a copy in ``flat``, and the part of ``flat`` kept."""
+        execute, sched, st = self.executor, self.schedule, call.open()
+        scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)
+        traffic, internode_bytes = st.traffic, self.internode * flat.itemsize
+        bound = execute.bind(sched, flat, st.comm, op=self.op, tag=call.tag, scratch=scratch,
+                             traffic=traffic, src=src, kept=kept)
+
+        def run(watch, tag=None):
+            bound(watch, tag)
+            traffic["internode_bytes"] += internode_bytes
+        return run
+
+
+def prepared_schedule(call: Call, sched, internode: int, op: str | None, dtype) -> Scheduled:
+    """A schedule of ``dtype`` elements ready to run (``op`` None: nothing is reduced), also
+    one no plan names (``mpicoll.reproducible``'s exchange of values)."""
     execute = _choose()
     op = op or kernels.ops_for(dtype)[0]            # nothing is reduced (allgather, bcast)
-    if execute is not compiled.execute:             # (the compiled loop compiles its own)
+    if not execute.compiled:                        # (the compiled loop loads its own)
         _warmup(call, op, dtype)
     scratch = call.open().scratch(dtype, compiled.scratch_elements(execute, sched,
                                                                    dtype.itemsize))
-    return execute, sched, internode, op, scratch
+    return Scheduled(execute, sched, internode, op, scratch)
 
 
 def shm_signature(call: Call) -> tuple:
@@ -411,45 +428,378 @@ def shared_buffers(layout: Layout) -> tuple:
         layout.recv.reshape(-1)
 
 
+def prepare(call: Call, p: Plan) -> "Prepared":
+    """``p`` made ready to run, before the agreement step: what can still fail on this rank
+    (the schedule, the kernel, the scratch, the shared-memory runner) fails here. The one
+    place the plan's kind decides what runs it."""
+    kind = p.kind
+    if kind == "library":
+        return _Library(call, p)
+    if kind == "shared":
+        return _Shared(call, p)
+    if kind == "schedule":
+        return _Schedule(call, p)
+    return Prepared(call, p)
+
+
+class Prepared:
+    """One call made ready to run (``prepare``), which every form holds and runs:
+
+    * ``run(call, layout)`` -- now, on the call that made it (blocking);
+    * ``request(call, layout)`` -- a ``progress.Request`` (not started), ``launch`` starts it
+      (nonblocking, ``Buckets``' buckets);
+    * ``bind(call, layout)`` then ``once(watch)`` -- bound to fixed buffers once, run many
+      times (persistent handles, ``mpicoll.reproducible.Job``'s phases); ``nonblocking()``:
+      its MPI library's nonblocking collective, for a start in the progress engine;
+    * ``keep(call)`` then ``again`` / ``allreduce`` -- kept by the cache, a new call with the
+      same arguments on other buffers, without the decisions.
+
+    This class is the prepared call with nothing to communicate (one rank, or no elements:
+    the copies are the call); ``_Library``, ``_Shared`` and ``_Schedule`` run the others."""
+
+    reads_input = False     # a run reads an out-of-place input itself (``Layout.source``)
+    copies = True           # the run copies the input in and the output out (``Layout``)
+    noop = False            # kept, alone on the communicator: the copies are the whole call
+    feedback = False        # error feedback's residual applies (a schedule's run: ``launch``)
+
+    def __init__(self, call: Call, p: Plan):
+        self.plan, self.collective, self.layout = p, p.collective, None
+
+    def run(self, call: Call, layout: Layout) -> None:
+        """Run now (blocking), on ``call``, which agreed."""
+        progress.finish_deferred(call.open())   # (they share its scratch and window)
+        layout.copy_in()
+        self._run(call, layout)
+        layout.copy_out()
+
+    def _run(self, call: Call, layout: Layout) -> None:
+        pass
+
+    def request(self, call: Call, layout: Layout, on_done=None) -> Request:
+        """A request running this call on ``layout`` (not started); ``on_done`` runs, then the
+        division of ``plan.average``."""
+        p = self.plan
+        if p.average and p.size > 1:
+            on_done = _then_average(on_done, p, layout)
+        if self.copies and layout.after:
+            on_done = _then(layout.copy_out, on_done)
+        return self._request(call, layout, f"{p.collective} {p.algorithm.name}", on_done)
+
+    def _request(self, call: Call, layout: Layout, what: str, on_done) -> Request:
+        return Request(what, result=layout.result, on_done=on_done)
+
+    def bind(self, call: Call, layout: Layout) -> "Prepared":
+        """Bind to ``layout`` for ``once`` (agreed first: the tag the bound run keeps carries
+        the arguments' hash); returns self."""
+        return self._bound_to(layout, None)
+
+    def _bound_to(self, layout: Layout, run) -> "Prepared":
+        self.layout, self._bound = layout, run
+        self._before, self._after = (layout.before, layout.after) if self.copies else ((), ())
+        return self
+
+    def once(self, watch, tag=None) -> None:
+        """Run once on the bound buffers under ``watch`` (``tag``: another call's); the caller
+        handles a failure (``failure``)."""
+        for dst, src in self._before:
+            np.copyto(dst, src)
+        if self._bound is not None:
+            self._bound(watch, tag)
+        for dst, src in self._after:
+            np.copyto(dst, src)
+
+    nonblocking = None      # the MPI library's nonblocking collective (``_Library``)
+
+    def free(self) -> None:
+        """Drop what ``bind`` made (MPI's persistent request)."""
+
+    # --- kept by the cache: a new call on ``st`` each time (``context.exclusive``: one
+    #     thread at a time)
+
+    def keep(self, call: Call) -> bool:
+        """Make this call one the cache can run again (``again``, ``allreduce``): the call's
+        number, tag, signature and deadline are taken anew each time; False where it can't."""
+        sig = call.signature
+        self.numbered = call._state is not None and not call.alone  # (alone: no number)
+        self.sig, self.agreed = sig, call._agreed_on
+        self.text = "" if sig is None else sig.text
+        self.what = call.watch.what if call.watch is not None else call.collective
+        self.timeout, self.on_timeout = call.timeout, call.on_timeout
+        self.rank, self.block = call.rank, self.plan.block
+        self.noop = not self.numbered
+        return self._keep(call)
+
+    def _keep(self, call: Call) -> bool:
+        return True
+
+    def _next(self, st) -> tuple:
+        """A new call on ``st``: its number and tag (the broken check first)."""
+        if st.broken:
+            st.check(self.collective)
+        if not self.numbered:
+            return 0, 0
+        number = st.next_number()
+        return number, st.label(number, self.sig)
+
+    @context.exclusive
+    def again(self, st, buf: np.ndarray, src=None, kept=None) -> None:
+        """Run on ``buf`` as a new call on ``st``: the input copied in already, or (out of
+        place, ``reads_input``) read from ``src`` (flat) where no step wrote yet (``kept``:
+        the part of ``buf`` the call keeps)."""
+        self._next(st)
+
+    def allreduce(self, st, sendbuf, recvbuf) -> None:
+        """``again`` for an all-reduce from ``sendbuf`` (or ``MPI.IN_PLACE``) into ``recvbuf``
+        (C-contiguous, the same sizes: the cache checked them)."""
+        if sendbuf is not MPI.IN_PLACE:
+            if self.reads_input:    # the loop reads sendbuf where no step wrote yet
+                return self.again(st, recvbuf, sendbuf if sendbuf.ndim == 1 else
+                                  sendbuf.reshape(-1))
+            if recvbuf.shape == sendbuf.shape:
+                recvbuf[...] = sendbuf
+            else:                   # same element count, any shape: the flat views
+                np.copyto(recvbuf.reshape(-1), sendbuf.reshape(-1))
+        self.again(st, recvbuf)
+
+    def _watch(self, st, number: int, left: float, tag: int) -> Watch:
+        """The deadline of call ``number``, ``left`` seconds from now, as the full path's."""
+        watch = Watch(self.timeout, self.what, st.comm)
+        watch.deadline = time.monotonic() + left
+        watch.tag, watch.number, watch.calls = tag, number, st.tags.calls
+        watch.signature = self.text
+        st.mark(watch)
+        return watch
+
+    def _failed(self, st, watch, exc: BaseException) -> NoReturn:
+        """``failure`` for a call the cache runs again."""
+        failure(st, watch, self.on_timeout, st.parent, exc, self.what)
+
+
+def failure(st, watch, on_timeout: str, comm, exc: BaseException, what: str) -> NoReturn:
+    """A prepared call's run raised ``exc`` (its ``except`` calls this): the one handling of
+    every form (``_runtime.call.interrupted``, as a plain call's ``Call``): the communicator
+    marked broken where ``exc`` breaks it (a raw ``MPI.Exception``: the dead rank's
+    ``ProcessFailed``, or ``CommunicatorBroken``), the other ranks told; raise the error."""
+    error = interrupted(st, watch, on_timeout, comm, exc, what)
+    if error is exc:
+        raise exc
+    raise error from exc
+
+
+class _Library(Prepared):
+    """The MPI library's own collective."""
+
+    copies = False
+
+    def run(self, call: Call, layout: Layout) -> None:
+        args, kwargs = library_args(self.plan, layout)
+        blocking, nonblocking, _ = LIBRARY[self.collective]
+        call.mpi(blocking, nonblocking, *args, **kwargs)
+
+    def _request(self, call: Call, layout: Layout, what: str, on_done) -> Request:
+        args, kwargs = library_args(self.plan, layout)
+        nonblocking = LIBRARY[self.collective][1]
+        return Request(what, result=layout.result, on_done=on_done,
+                       library=lambda comm: nonblocking(comm, *args, **kwargs))
+
+    def bind(self, call: Call, layout: Layout) -> Prepared:
+        args, kwargs = library_args(self.plan, layout)
+        _, nonblocking, persistent = LIBRARY[self.collective]
+        self._bound_to(layout, None)
+        self._persistent = persistent(call.open().comm, *args, **kwargs)
+        self.nonblocking = lambda comm: nonblocking(comm, *args, **kwargs)
+        return self
+
+    def once(self, watch, tag=None) -> None:
+        request = self._persistent
+        request.Start()
+        if watch is None:
+            request.Wait()
+        else:
+            watch.wait([request], f"MPI_{self.collective.capitalize()}_init")
+
+    def free(self) -> None:
+        if self._persistent:
+            self._persistent.Free()
+
+    def _keep(self, call: Call) -> bool:
+        """Of the MPI library's own collectives only all-reduce is kept: the prepared forms of
+        the others run schedules only."""
+        if self.collective != "allreduce":
+            return False
+        self.mpi_op = ops.MPI_OPS[self.plan.op]
+        return True
+
+    @context.exclusive
+    def allreduce(self, st, sendbuf, recvbuf) -> None:
+        """What the full path runs (``Call.agree``'s hash check under a deadline, then
+        ``Call.mpi``), without its decisions."""
+        if st.broken:
+            st.check(self.collective)
+        number = st.next_number()
+        before = st.history, st.before, st.last
+        tag = st.label(number, self.sig)
+        comm, watch = st.comm, None
+        try:
+            if self.timeout is None:
+                comm.Allreduce(sendbuf, recvbuf, op=self.mpi_op)
+                return
+            watch = self._watch(st, number, self.timeout, tag)
+            try:
+                agree_library_hash(comm, self.collective, self.agreed, self.sig.hashed, before,
+                                   watch)
+            except ArgumentMismatch:
+                if not st.broken:           # before any transfer: as if not called (Call's)
+                    st.history, st.before, st.last = before
+                raise
+            watch.wait([comm.Iallreduce(sendbuf, recvbuf, op=self.mpi_op)], "MPI_Iallreduce")
+        except BaseException as exc:
+            self._failed(st, watch, exc)
+
+
+class _Shared(Prepared):
+    """The shared-memory runner (``executors.shared``): it reads the input itself."""
+
+    copies = False
+
+    def __init__(self, call: Call, p: Plan):
+        super().__init__(call, p)
+        st = call.open()
+        self.runner = SharedMemory(st, p.dtype, p.op) if p.executor == "shm" else \
+            SharedMemory(st, p.dtype, p.op, _choose(), p.algorithm, p.options["outer"])
+
+    def run(self, call: Call, layout: Layout) -> None:
+        progress.finish_deferred(call.open())   # (they share its scratch and window)
+        self.runner.run(*shared_buffers(layout), call.tag, call.watch, *shm_signature(call))
+
+    def _request(self, call: Call, layout: Layout, what: str, on_done) -> Request:
+        (src, dst), runner = shared_buffers(layout), self.runner
+        req = Request(what, result=layout.result, on_done=on_done,   # (on the tag and signature
+                      deferred=lambda watch: runner.run(src, dst, req.call.tag, watch,  # of the
+                                                        *shm_signature(req.call)))  # start's)
+        return req
+
+    def bind(self, call: Call, layout: Layout) -> Prepared:
+        (src, dst), signed, runner = shared_buffers(layout), shm_signature(call), self.runner
+        return self._bound_to(layout, lambda watch, tag=None: runner.run(src, dst, call.tag,
+                                                                         watch, *signed))
+
+    @context.exclusive
+    def allreduce(self, st, sendbuf, recvbuf) -> None:
+        """The runner from ``sendbuf`` (in place: ``recvbuf``) into ``recvbuf``; the deadline's
+        ``Watch`` made only if a wait outlasts a spin."""
+        src = recvbuf if sendbuf is MPI.IN_PLACE else sendbuf
+        number, tag = self._next(st)
+        start, watch = time.monotonic(), None
+
+        def get_watch():                # made when first needed, with the call's deadline
+            nonlocal watch
+            if watch is None and self.timeout is not None:
+                watch = self._watch(st, number, start + self.timeout - time.monotonic(), tag)
+            return watch
+
+        def mismatch():
+            disagree(st.comm, self.collective, self.agreed, self.timeout is not None,
+                     get_watch(), "the argument check of the shared-memory all-reduce (the "
+                     "ranks' hashes differ)")
+        try:
+            self.runner.run(src.reshape(-1), recvbuf.reshape(-1), tag, get_watch,
+                            self.sig.hashed, mismatch)
+        except BaseException as exc:
+            self._failed(st, watch, exc)
+
+
+class _Schedule(Prepared):
+    """One of mpicoll's schedules: in the progress engine step by step (a request), else in
+    the plan's executor (``Scheduled``)."""
+
+    feedback = True
+
+    def __init__(self, call: Call, p: Plan):
+        super().__init__(call, p)
+        self.scheduled = None
+        if p.executor != "progress":
+            sched, internode = _schedule(call, p)
+            self.scheduled = prepared_schedule(call, sched, internode, p.op, p.dtype)
+            self.reads_input = self.scheduled.executor.compiled
+
+    def _run(self, call: Call, layout: Layout) -> None:
+        execute, sched, internode, op, scratch = self.scheduled
+        st = call.open()
+        execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
+                traffic=st.traffic, watch=call.watch)
+        st.traffic["internode_bytes"] += internode * self.plan.dtype.itemsize
+
+    def run(self, call: Call, layout: Layout) -> None:
+        if not self.reads_input or layout.source is None:
+            return super().run(call, layout)
+        progress.finish_deferred(call.open())   # the loop reads the input: no copy in
+        execute, sched, internode, op, scratch = self.scheduled
+        st = call.open()
+        execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
+                traffic=st.traffic, watch=call.watch, src=layout.source, kept=layout.kept)
+        st.traffic["internode_bytes"] += internode * self.plan.dtype.itemsize
+        layout.copy_out()
+
+    def _request(self, call: Call, layout: Layout, what: str, on_done) -> Request:
+        p = self.plan
+        sched, internode = _schedule(call, p)
+        op = p.op or kernels.ops_for(p.dtype)[0]
+        _warmup(call, op, p.dtype)
+        if p.codec is not None:
+            compression.warmup()
+        return Request(what, sched, kernels.as_storage(layout.work),
+                       reduce_into=kernels.kernel(op, p.dtype), codec=p.codec,
+                       cuts=cuts(call, p), on_done=on_done, result=layout.result,
+                       internode_bytes=internode * p.dtype.itemsize)
+
+    def bind(self, call: Call, layout: Layout) -> Prepared:
+        if self.reads_input and layout.source is not None:   # no copy in: it reads the input
+            layout = layout._replace(before=())
+            return self._bound_to(layout, self.scheduled.bind(call, layout.work, layout.source,
+                                                              layout.kept))
+        return self._bound_to(layout, self.scheduled.bind(call, layout.work))
+
+    def _keep(self, call: Call) -> bool:
+        execute, sched, internode, op, scratch = self.scheduled
+        if execute.reusable is None:
+            return False
+        st = call.open()
+        self.reusable = execute.reusable(sched, self.plan.dtype, st.comm, op=op,
+                                         scratch=scratch, traffic=st.traffic)
+        self.internode_bytes = internode * self.plan.dtype.itemsize
+        return True
+
+    @context.exclusive
+    def again(self, st, buf: np.ndarray, src=None, kept=None) -> None:
+        """The schedule (``compiled.Reusable``): under a deadline, a ``Watch`` is made only if
+        a round outlasts the loop's spin."""
+        number, tag = self._next(st)
+        flat, watch = buf.reshape(-1), None
+        try:
+            if self.timeout is None:
+                self.reusable.run(flat, tag, None, None, src, kept)
+            else:
+                def make_watch(left: float) -> Watch:
+                    nonlocal watch
+                    watch = self._watch(st, number, left, tag)
+                    return watch
+                self.reusable.run(flat, tag, self.timeout, make_watch, src, kept)
+        except BaseException as exc:
+            self._failed(st, watch, exc)
+        if self.internode_bytes:
+            st.traffic["internode_bytes"] += self.internode_bytes
+
+
 # ----------------------------------------------------------------------------- the verbs
-
-def reads_input(prepared, layout: Layout) -> bool:
-    """Whether the schedule of ``prepare``'s tuple runs on ``layout`` reading the input itself
-    where no step wrote yet (``Layout.source``; the compiled executor), not a copy of it."""
-    return layout.source is not None and prepared[0] is compiled.execute
-
 
 def run(call: Call, p: Plan, layout: Layout, key=None):
     """Run ``p`` on ``layout`` now (blocking); returns the result. ``key``: the cache key of
     the call's decisions (``cache``), or None."""
     prepared = prepare(call, p)
     p.agree(call)
-    kind = p.kind
-    if kind == "library":
-        args, kwargs = library_args(p, layout)
-        blocking, nonblocking, _ = LIBRARY[p.collective]
-        call.mpi(blocking, nonblocking, *args, **kwargs)
-        cache.remember(call, key, p, None)
-        return _average(p, layout)
-    progress.finish_deferred(call.open())   # (they share its scratch and window)
-    if kind == "shared":
-        prepared.run(*shared_buffers(layout), call.tag, call.watch, *shm_signature(call))
-    elif prepared is not None:
-        execute, sched, internode, op, scratch = prepared
-        st = call.open()
-        if reads_input(prepared, layout):       # the loop reads the input: no copy in
-            reads = {"src": layout.source, "kept": layout.kept}
-        else:
-            layout.copy_in()
-            reads = {}
-        execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
-                traffic=st.traffic, watch=call.watch, **reads)
-        st.traffic["internode_bytes"] += internode * p.dtype.itemsize
-        layout.copy_out()
-    else:
-        layout.copy_in()
-        layout.copy_out()
-    cache.remember(call, key, p, prepared)
+    prepared.run(call, layout)
+    cache.remember(call, key, prepared)
     return _average(p, layout)
 
 
@@ -463,34 +813,8 @@ def _average(p: Plan, layout: Layout) -> np.ndarray:
 
 
 def request(call: Call, p: Plan, layout: Layout, *, on_done=None) -> Request:
-    """``p`` on ``layout`` as a request, not started (made before the agreement step); its
-    ``on_done`` runs, then the division of ``p.average``."""
-    what = f"{p.collective} {p.algorithm.name}"
-    if p.average and p.size > 1:
-        on_done = _then_average(on_done, p, layout)
-    kind = p.kind
-    if kind == "library":
-        args, kwargs = library_args(p, layout)
-        nonblocking = LIBRARY[p.collective][1]
-        return Request(what, result=layout.result, on_done=on_done,
-                       library=lambda comm: nonblocking(comm, *args, **kwargs))
-    if kind == "none":
-        return Request(what, result=layout.result, on_done=on_done)
-    if kind == "shared":         # (on the tag and signature of the call that starts it)
-        runner, (src, dst) = prepare(call, p), shared_buffers(layout)
-        req = Request(what, result=layout.result, on_done=on_done,
-                      deferred=lambda watch: runner.run(src, dst, req.call.tag, watch,
-                                                        *shm_signature(req.call)))
-        return req
-    sched, internode = _schedule(call, p)
-    op = p.op or kernels.ops_for(p.dtype)[0]
-    _warmup(call, op, p.dtype)
-    if p.codec is not None:
-        compression.warmup()
-    return Request(what, sched, kernels.as_storage(layout.work),
-                   reduce_into=kernels.kernel(op, p.dtype), codec=p.codec,
-                   cuts=cuts(call, p), on_done=on_done, result=layout.result,
-                   internode_bytes=internode * p.dtype.itemsize)
+    """``p`` on ``layout`` as a request, not started (made before the agreement step)."""
+    return prepare(call, p).request(call, layout, on_done)
 
 
 def _then_average(on_done, p: Plan, layout: Layout):
@@ -501,23 +825,33 @@ def _then_average(on_done, p: Plan, layout: Layout):
     return done
 
 
+def _then(first, then):
+    if then is None:
+        return first
+
+    def done():
+        first()
+        then()
+    return done
+
+
 def start(call: Call, p: Plan, layout: Layout, error_feedback=None) -> Request:
     """Start ``p`` on ``layout`` (nonblocking); returns the started request."""
-    after = layout.copy_out if layout.after and p.kind != "library" else None
-    return launch(call, p, request(call, p, layout, on_done=after), layout, error_feedback)
+    prepared = prepare(call, p)
+    return launch(call, prepared, prepared.request(call, layout), layout, error_feedback)
 
 
-def launch(call: Call, p, req: Request, layout: Layout, error_feedback=None,
+def launch(call: Call, prepared, req: Request, layout: Layout, error_feedback=None,
            **instead) -> Request:
-    """Start ``req`` (``request``'s for ``p``, or a ``Job``'s: started again each step by
+    """Start ``req`` (``prepared.request``'s, or a ``Job``'s: started again each step by
     ``Buckets``): the agreement step (``instead``: as ``Plan.agree``'s), the input copied in,
-    error feedback's residual added where the plan runs a schedule (compression needs one:
-    ``_check``), then the start."""
-    p.agree(call, **instead)
-    if p.kind != "library":
+    error feedback's residual added (compression needs a schedule: ``_check``), then the
+    start."""
+    prepared.plan.agree(call, **instead)
+    if prepared.copies:
         layout.copy_in()
-        if error_feedback is not None and p.kind == "schedule":
-            error_feedback.apply(p.codec, layout.work, req.cuts)
+        if error_feedback is not None and prepared.feedback:
+            error_feedback.apply(prepared.plan.codec, layout.work, req.cuts)
     return req.start(call, call.open().traffic)
 
 
@@ -534,30 +868,3 @@ def cuts(call: Call, p: Plan):
 def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple, nodes):
     return compression.schedule_cuts(
         count, [schedule_of(algo, r, size, count, options, nodes)[0] for r in range(size)])
-
-
-def bound(call: Call, p: Plan | None, prepared, flat: np.ndarray, src=None, kept=None):
-    """``run(watch, tag=None)``: the schedule on ``flat``, bound once to everything it uses,
-    with its own scratch (a persistent handle may run in the progress thread beside a blocking
-    call); on ``call``'s tag, or ``tag`` (a later call's: ``Buckets``' reproducible sums).
-    ``prepared``: ``prepare(call, p)``'s, or ``prepared_schedule``'s (p None). ``src``,
-    ``kept``: the input, which the compiled executor reads where no step wrote yet instead of
-    a copy in ``flat`` (``reads_input``), and the part of ``flat`` the call keeps."""
-    execute, sched, internode, op, _ = prepared
-    st = call.open()
-    scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)
-    traffic, internode_bytes = st.traffic, internode * flat.itemsize
-    if execute is compiled.execute:
-        bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
-                               traffic=traffic, src=src, kept=kept).run
-
-        def run_compiled(watch, tag=None):
-            bound(watch, tag)
-            traffic["internode_bytes"] += internode_bytes
-        return run_compiled
-
-    def run_python(watch, tag=None):
-        execute(sched, flat, st.comm, op=op, tag=call.tag if tag is None else tag,
-                scratch=scratch, traffic=traffic, watch=watch)
-        traffic["internode_bytes"] += internode_bytes
-    return run_python
