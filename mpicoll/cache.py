@@ -139,8 +139,9 @@ def allreduce(sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeo
     """``allreduce`` by its cached plan, or None (the full path: not a call the cache serves,
     no entry, or a check of the buffers fails, which the full path reports). The loop's case
     -- numpy arrays, no reliability option, the communicator and key of the last call, nothing
-    in flight (unless alone on the communicator, where the copy is the call) -- compares the key with the last one's here (``key`` and ``_entry``, inlined:
-    0.25 us of a 1.0 us call at N = 1, jobs/experiments/call_overhead.py)."""
+    in flight (unless alone on the communicator, where the copy is the call) -- compares the
+    key with the last one's here (``key`` and ``_entry``, inlined: 0.25 us of a 1.0 us call at
+    N = 1, jobs/experiments/call_overhead.py)."""
     entry = None
     if type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and timeout is None and \
             on_timeout is None and validate is None:

@@ -7,8 +7,8 @@
 
 The ``*_init`` call is collective and takes the arguments of the plain call. It makes the plain
 call's plan (``mpicoll.plan``: the checks, the ``validate=True`` agreement, ``auto``'s choice,
-the options, the executor) and binds it once to the buffers (``plan.Prepared.bind``): the schedule, its
-own scratch, the compiled executor's arguments (``executors.compiled.Bound``) -- or the MPI
+the options, the executor) and binds it once to the buffers (``plan.Prepared.bind``): the
+schedule, its own scratch, the compiled executor's arguments (``compiled.Bound``) -- or the MPI
 library's persistent request (``MPI_Allreduce_init`` ...), or the shared-memory runner. A run
 then copies the input in (out of place; the compiled executor reads it where no step wrote yet
 instead, ``Schedule.first_touch``), runs the transfers and reductions, copies the output out

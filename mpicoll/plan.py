@@ -54,7 +54,7 @@ from .prepared import (LIBRARY, Prepared, Scheduled, _average, _choose, cuts, fa
 from .registry import Algorithm, lookup
 
 __all__ = ["Plan", "Prepared", "Scheduled", "make", "begin", "last", "prepare", "run", "start",
-           "launch", "request", "failure", "executor", "check_average",
+           "launch", "failure", "executor", "check_average",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
            "internode_elements", "prepared_schedule", "schedule_fields",
            "LIBRARY"]
@@ -315,11 +315,6 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
     prepared.run(call, layout)
     cache.remember(call, key, prepared)
     return _average(p, layout)
-
-
-def request(call: Call, p: Plan, layout: Layout, *, on_done=None) -> Request:
-    """``p`` on ``layout`` as a request, not started (made before the agreement step)."""
-    return prepare(call, p).request(call, layout, on_done)
 
 
 def start(call: Call, p: Plan, layout: Layout, error_feedback=None) -> Request:
