@@ -126,7 +126,7 @@ class Buckets:
         # call number whatever the buckets, so ranks that cut others still meet in the first
         # step's calls, and find their signatures differ); what each launch signs beyond its
         # plan's fields (a reproducible sum's plan is its phases')
-        self._plans, self._requests, self._layouts, self._signed = [], [], [], []
+        self._prepared, self._requests, self._layouts, self._signed = [], [], [], []
         with self._call() as call:
             for k, flat in enumerate(self.flat):
                 layout = buffers.allreduce(MPI.IN_PLACE, flat)
@@ -137,7 +137,7 @@ class Buckets:
                     job = dispatch("Buckets", "allreduce", reproducible, MPI.IN_PLACE, flat,
                                    op=self.op, algorithm=algorithm, compress=compress,
                                    error_feedback=error_feedback or None, call=call)
-                    self._plans.append(job.plan)
+                    self._prepared.append(job)
                     self._requests.append(_job_request(
                         job, flat, self._averager(flat) if average else None))
                     self._signed.append({"average": average or None,
@@ -146,8 +146,9 @@ class Buckets:
                 p = plan.make(call, "allreduce", algorithm, layout, op=self.op,
                               compress=compress, form="nonblocking", average=average,
                               feedback=bool(error_feedback), group=self._groups[k])
-                self._plans.append(p)
-                self._requests.append(plan.request(call, p, layout))
+                prepared = plan.prepare(call, p)
+                self._prepared.append(prepared)
+                self._requests.append(prepared.request(call, layout))
                 self._signed.append({})
         self._ready = np.zeros(len(arrays), bool)
         self._missing = [len(m) for m in self.buckets]
@@ -162,7 +163,7 @@ class Buckets:
         return Call("allreduce", self.algorithm, self.comm, timeout, on_timeout, validate)
 
     def _averager(self, flat: np.ndarray):
-        """A reproducible sum's ``average`` (a plain bucket's plan divides: ``plan.request``)."""
+        """A reproducible sum's ``average`` (a plain bucket's divides: ``Prepared.request``)."""
         size = self.comm.Get_size()
         if size == 1:
             return None
@@ -257,7 +258,7 @@ class Buckets:
 
     def _launch(self, k: int) -> None:
         with self._call() as call:
-            plan.launch(call, self._plans[k], self._requests[k], self._layouts[k],
+            plan.launch(call, self._prepared[k], self._requests[k], self._layouts[k],
                         self.feedback[k], **self._signed[k])
 
 

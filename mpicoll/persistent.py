@@ -7,8 +7,8 @@
 
 The ``*_init`` call is collective and takes the arguments of the plain call. It makes the plain
 call's plan (``mpicoll.plan``: the checks, the ``validate=True`` agreement, ``auto``'s choice,
-the options, the executor) and binds it once to the buffers (``plan.bind``): the schedule, its
-own scratch, the compiled executor's arguments (``executors.compiled.Bound``) -- or the MPI
+the options, the executor) and binds it once to the buffers (``plan.Prepared.bind``): the
+schedule, its own scratch, the compiled executor's arguments (``compiled.Bound``) -- or the MPI
 library's persistent request (``MPI_Allreduce_init`` ...), or the shared-memory runner. A run
 then copies the input in (out of place; the compiled executor reads it where no step wrote yet
 instead, ``Schedule.first_touch``), runs the transfers and reductions, copies the output out
@@ -26,11 +26,12 @@ the buffers must stay the ones given (write into them, don't rebind them). ``tim
 from __future__ import annotations
 
 import time
+from typing import NoReturn
 
 from mpi4py import MPI
 
 from . import buffers, plan
-from ._runtime.call import Call, interrupted
+from ._runtime.call import Call
 from .executors import progress
 from .executors.progress import Request
 from .reproducible.forms import dispatch
@@ -40,23 +41,18 @@ __all__ = ["Persistent", "bind", "allreduce_init", "reduce_scatter_block_init", 
 
 
 class Persistent:
-    """One collective bound to its buffers (``plan.bind``): ``h()`` runs it; ``start()``,
-    ``test()``, ``wait()`` run it in the progress engine; ``free()`` drops it.
+    """One collective bound to its buffers (``plan.Prepared.bind``): ``h()`` runs it;
+    ``start()``, ``test()``, ``wait()`` run it in the progress engine; ``free()`` drops it.
 
     ``result`` is the output array (``recvbuf``, or ``buf`` for bcast); ``plan`` the plan."""
 
-    __slots__ = ("result", "collective", "plan", "_call", "_state", "_layout", "_run",
-                 "_library", "_request", "_copies", "_active", "_freed",
-                 "_nonblocking")
+    __slots__ = ("result", "collective", "plan", "_call", "_state", "_prepared", "_request",
+                 "_active", "_freed")
 
-    def __init__(self, call: Call, p, layout, *, request=None, run=None, copies: bool = True):
-        self.result, self.collective, self.plan = layout.result, call.collective, p
-        self._call, self._state, self._layout = call, call.open(), layout
-        self._run, self._library = run, request         # a schedule's or shm's run, MPI's
-        # start() of MPI's own collective: its nonblocking call in the progress engine (which
-        # comm.Free settles; MPICH fails a persistent request tested while it frees)
-        self._nonblocking = None
-        self._copies = copies and request is None
+    def __init__(self, call: Call, prepared):
+        self.result, self.collective = prepared.layout.result, call.collective
+        self.plan, self._prepared = prepared.plan, prepared
+        self._call, self._state = call, call.open()
         self._request: Request | None = None            # the progress engine's, at start()
         self._active = self._freed = False
 
@@ -68,18 +64,22 @@ class Persistent:
         watch = self._call.watch
         if watch is not None:
             watch.deadline = time.monotonic() + self._call.timeout
-        self._once(watch)
+        try:
+            self._prepared.once(watch)
+        except BaseException as exc:
+            self._failed(exc)
         return self.result
 
     def start(self) -> None:
         """Start the collective and return at once (see the module's doc)."""
         self._usable()
         self._rearm()
-        if self._request is None:       # the progress engine runs it (comm.Free settles it)
-            what = f"persistent {self.plan.describe()}"
+        if self._request is None:       # the progress engine runs it (comm.Free settles it;
+            what = f"persistent {self.plan.describe()}"     # MPICH fails a persistent request
+            nonblocking = self._prepared.nonblocking        # tested while it frees)
             self._request = Request(what, result=self.result, deferred=self._once) \
-                if self._library is None else \
-                Request(what, result=self.result, library=self._nonblocking)
+                if nonblocking is None else \
+                Request(what, result=self.result, library=nonblocking)
         self._request.start(self._call, self._state.traffic)
         self._active = True
 
@@ -117,8 +117,7 @@ class Persistent:
         if self._active:
             raise RuntimeError(f"persistent {self.collective}: free() while started; wait() "
                                "first")
-        if self._library is not None and self._library:
-            self._library.Free()
+        self._prepared.free()
         self._freed = True
         if self._request is not None:   # (it refers back to this handle: no cycle left for
             self._request.release()     # the garbage collector to free in another thread)
@@ -141,58 +140,27 @@ class Persistent:
         return watch
 
     def _once(self, watch) -> None:
-        """One run under ``watch``: copies in, the collective, copies out; a timeout marks the
-        communicator broken (and aborts with ``on_timeout="abort"``), as a plain call's."""
-        layout = self._layout
-        if self._copies:
-            layout.copy_in()
+        """One run under ``watch`` (``Prepared.once``), as ``h()``'s."""
         try:
-            if self._library is not None:
-                self._library.Start()
-                if watch is None:
-                    self._library.Wait()
-                else:
-                    watch.wait([self._library], f"MPI_{self.collective.capitalize()}_init")
-            elif self._run is not None:
-                self._run(watch)
-        except BaseException as exc:                # as a plain call's
-            call = self._call
-            error = interrupted(call._state, call.watch, call.on_timeout, call.comm, exc,
-                                self.collective)
-            if error is exc:
-                raise
-            raise error from exc
-        if self._copies:
-            layout.copy_out()
+            self._prepared.once(watch)
+        except BaseException as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> NoReturn:
+        """A run failed: as a plain call's failure (``plan.failure``: a timeout or an MPI
+        error marks the communicator broken, the others are told)."""
+        call = self._call
+        plan.failure(call._state, call.watch, call.on_timeout, call.comm, exc, self.collective)
 
     def __repr__(self) -> str:
         return f"<persistent {self.plan.describe()} on {self.result.size} elements>"
 
 
 def bind(call: Call, p, layout) -> Persistent:
-    """A persistent handle running ``p`` on ``layout`` (``persistent.Persistent``)."""
-    kind = p.kind
+    """A persistent handle running ``p`` on ``layout``: prepared, agreed, bound."""
     prepared = plan.prepare(call, p)
-    if kind == "library":
-        p.agree(call)
-        args, kwargs = plan.library_args(p, layout)
-        _, nonblocking, persistent = plan.LIBRARY[p.collective]
-        handle = Persistent(call, p, layout,
-                            request=persistent(call.open().comm, *args, **kwargs))
-        handle._nonblocking = lambda comm: nonblocking(comm, *args, **kwargs)
-        return handle
-    if kind == "shared":
-        p.agree(call)
-        (src, dst), signed = plan.shared_buffers(layout), plan.shm_signature(call)
-        return Persistent(call, p, layout, run=lambda watch: prepared.run(
-            src, dst, call.tag, watch, *signed), copies=False)
     p.agree(call)           # first: the tag the bound run keeps carries the arguments' hash
-    if kind != "schedule":
-        return Persistent(call, p, layout)
-    if plan.reads_input(prepared, layout):      # no copy in: the run reads the input itself
-        return Persistent(call, p, layout._replace(before=()), run=plan.bound(
-            call, p, prepared, layout.work, layout.source, layout.kept))
-    return Persistent(call, p, layout, run=plan.bound(call, p, prepared, layout.work))
+    return Persistent(call, prepared.bind(call, layout))
 
 
 def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
@@ -216,7 +184,7 @@ def allreduce_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=
 
 def _job_handle(call, job) -> Persistent:
     """``reproducible=True`` or K: a handle whose run is a ``mpicoll.reproducible.Job``'s."""
-    return Persistent(call, job.plan, job.layout, run=job.run, copies=False)
+    return Persistent(call, job)
 
 
 def reduce_scatter_block_init(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto",

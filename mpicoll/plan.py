@@ -17,15 +17,16 @@ so ranks that differ in one never match each other's messages: they raise ``Argu
 a message. The verbs then run it, each in the same order: what can still fail on this rank
 (the schedule, the kernel, the scratch: ``prepare``), then the agreement step (``Call.agree``),
 then only communication and copies that cannot fail. So a rank never raises after the others
-have passed the agreement step and wait for its messages.
+have passed the agreement step and wait for its messages. What runs is one prepared call
+(``Prepared``, ``mpicoll.prepared``), whatever the form:
 
 * ``run`` -- blocking: the schedule in the executor, the MPI library's own collective, or the
-  shared-memory runner; its decisions kept for a call with the same arguments (``cache``).
+  shared-memory runner; the prepared call kept for a call with the same arguments (``cache``).
 * ``start`` -- nonblocking: a ``progress.Request`` the progress engine drives (a schedule step
   by step; the MPI library's own nonblocking collective; the shared-memory runner as one
-  deferred piece of work).
-* ``persistent.bind`` -- persistent: a ``Persistent`` handle over the same pieces, built once
-  (``bound``: a schedule bound to its buffers).
+  deferred piece of work); ``launch`` starts a bucket's again each step (``Buckets``).
+* ``persistent.bind`` -- persistent: a ``Persistent`` handle over the prepared call bound once
+  to its buffers (``Prepared.bind``).
 
 The plan's executor is part of the signature: a blocking call runs the compiled executor (or the
 Python one: ``MPICOLL_EXECUTOR``), a request the progress engine's step loop, so two ranks that
@@ -40,32 +41,24 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from mpi4py import MPI
 
 from . import cache, compression, kernels, model, ops, select, settings, shm
-from ._runtime import loading, setup
+from ._runtime import setup
 from ._runtime.call import Call
 from .buffers import Layout
-from .executors import compiled, segments
-from .executors import progress
+from .executors import segments
 from .executors.progress import Request
-from .executors.shared import SharedMemory
+from .prepared import (LIBRARY, Prepared, Scheduled, _average, _choose, cuts, failure,
+                       internode_elements, library_args, prepare, prepared_schedule,
+                       schedule_of, shared_buffers, shm_signature)
 from .registry import Algorithm, lookup
 
-__all__ = ["Plan", "make", "begin", "last", "prepare", "run", "start", "launch", "request",
-           "bound", "executor", "check_average",
+__all__ = ["Plan", "Prepared", "Scheduled", "make", "begin", "last", "prepare", "run", "start",
+           "launch", "failure", "executor", "check_average",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
            "internode_elements", "prepared_schedule", "schedule_fields",
            "LIBRARY"]
 
-# The MPI library's own collective of each kind: blocking, nonblocking, persistent.
-LIBRARY = {
-    "allreduce": (MPI.Comm.Allreduce, MPI.Comm.Iallreduce, MPI.Comm.Allreduce_init),
-    "reduce_scatter_block": (MPI.Comm.Reduce_scatter_block, MPI.Comm.Ireduce_scatter_block,
-                             MPI.Comm.Reduce_scatter_block_init),
-    "allgather": (MPI.Comm.Allgather, MPI.Comm.Iallgather, MPI.Comm.Allgather_init),
-    "bcast": (MPI.Comm.Bcast, MPI.Comm.Ibcast, MPI.Comm.Bcast_init),
-}
 _AUTO_SETTINGS = ("MPICOLL_TUNING", "MPICOLL_PROFILE", "MPICOLL_SHORT_MSG")
 
 
@@ -282,7 +275,7 @@ def executor(algo: Algorithm, options: dict, form: str) -> str:
         return "shm"
     if form == "nonblocking" and options.get("inner") != "shm":
         return "progress"
-    return "compiled" if _choose() is compiled.execute else "python"
+    return _choose().name
 
 
 @functools.lru_cache(maxsize=256)
@@ -303,261 +296,43 @@ def _resolved(algo: Algorithm, given: tuple, nodes) -> tuple:
 settings.on_reload(_resolved.cache_clear)
 settings.on_reload(_picked.cache_clear)
 
-_execute = None         # the executor (MPICOLL_EXECUTOR), chosen at the first call
-
-
-def _choose():
-    global _execute
-    if _execute is None:
-        _execute = compiled.choose()
-    return _execute
-
-
-@settings.on_reload
-def _forget_executor() -> None:
-    global _execute
-    _execute = None
-
-
-# ----------------------------------------------------------------------------- preparing it
-
-@functools.lru_cache(maxsize=256)
-def schedule_of(algo: Algorithm, rank: int, size: int, count: int, options: tuple,
-                nodes: tuple):
-    """The schedule, and how many elements it sends to ranks on other nodes (for the traffic
-    counters: counted once per schedule, not per message)."""
-    kwargs = dict(options, **({"nodes": nodes} if algo.has("node-layout") else {}))
-    sched = algo.schedule(rank, size, count, **kwargs)
-    return sched, internode_elements(sched, rank, nodes)
-
-
-def internode_elements(sched, rank: int, nodes: tuple) -> int:
-    """How many elements ``rank``'s schedule sends to ranks on other nodes."""
-    node_of = {r: j for j, members in enumerate(nodes) for r in members}
-    return sum(hi - lo for _, sends in sched.plan for peer, lo, hi in sends
-               if node_of[peer] != node_of[rank])
-
-
-def _schedule(call: Call, p: Plan):
-    st = call.open()
-    return schedule_of(p.algorithm, call.rank, p.size, p.count,
-                       tuple(p.options.items()), st.nodes())
-
-
-def _warmup(call: Call, op: str, dtype) -> None:
-    """Compile (or load) ``op``'s kernel for ``dtype`` (``kernels.warmup``), before the
-    agreement step, under the call's deadline (``_runtime.loading``)."""
-    loading.load(lambda: kernels.warmup(op, dtype), call.watch)
-
-
-def prepare(call: Call, p: Plan):
-    """What running ``p`` in a blocking or persistent form needs, made before the agreement
-    step: a ``SharedMemory`` runner, or ``(execute, schedule, inter-node elements, op,
-    scratch)``; None for the MPI library's collective or nothing to run."""
-    kind = p.kind
-    if kind == "shared":
-        st = call.open()
-        if p.executor == "shm":
-            return SharedMemory(st, p.dtype, p.op)
-        return SharedMemory(st, p.dtype, p.op, _choose(), p.algorithm, p.options["outer"])
-    if kind != "schedule":
-        return None
-    sched, internode = _schedule(call, p)
-    return prepared_schedule(call, sched, internode, p.op, p.dtype)
-
 
 def schedule_fields() -> dict:
     """The executor's fields of ``Plan.fields`` for a schedule a blocking or persistent call
     runs, which no plan names (``mpicoll.reproducible``'s exchange of values)."""
-    run_by = "compiled" if _choose() is compiled.execute else "python"
+    run_by = _choose().name
     return {"executor": run_by,
             "segments": (_segment_rule() if run_by == "compiled" else "") or None}
 
 
-def prepared_schedule(call: Call, sched, internode: int, op: str | None, dtype):
-    """``prepare``'s tuple for a schedule of ``dtype`` elements (``op`` None: nothing is
-    reduced), also one no plan names (``mpicoll.reproducible``'s exchange of values)."""
-    execute = _choose()
-    op = op or kernels.ops_for(dtype)[0]            # nothing is reduced (allgather, bcast)
-    if execute is not compiled.execute:             # (the compiled loop compiles its own)
-        _warmup(call, op, dtype)
-    scratch = call.open().scratch(dtype, compiled.scratch_elements(execute, sched,
-                                                                   dtype.itemsize))
-    return execute, sched, internode, op, scratch
-
-
-def shm_signature(call: Call) -> tuple:
-    """``shm``'s (signature, mismatch): the hash of the call's arguments, which every rank
-    publishes beside its input in the shared window, and what to do when they differ."""
-    return (call.signature.hashed if call.signature is not None else 0, lambda: call.disagree(
-        "the argument check of the shared-memory all-reduce (the ranks' hashes differ)"))
-
-
-def library_args(p: Plan, layout: Layout) -> tuple:
-    """The arguments of the MPI library's own collective (bfloat16 as uint16 where it only
-    copies: ``kernels.as_storage``)."""
-    if p.collective == "bcast":
-        return (kernels.as_storage(layout.recv),), {"root": p.options["root"]}
-    send = MPI.IN_PLACE if layout.send is None else layout.send
-    if p.collective == "allgather":
-        return (send if layout.send is None else kernels.as_storage(send),
-                kernels.as_storage(layout.recv)), {}
-    return (send, layout.recv), {"op": ops.MPI_OPS[p.op]}
-
-
-def shared_buffers(layout: Layout) -> tuple:
-    """The shared-memory runner's (src, dst): it reads sendbuf itself (recvbuf in place)."""
-    return (layout.recv if layout.send is None else layout.send).reshape(-1), \
-        layout.recv.reshape(-1)
-
-
 # ----------------------------------------------------------------------------- the verbs
-
-def reads_input(prepared, layout: Layout) -> bool:
-    """Whether the schedule of ``prepare``'s tuple runs on ``layout`` reading the input itself
-    where no step wrote yet (``Layout.source``; the compiled executor), not a copy of it."""
-    return layout.source is not None and prepared[0] is compiled.execute
-
 
 def run(call: Call, p: Plan, layout: Layout, key=None):
     """Run ``p`` on ``layout`` now (blocking); returns the result. ``key``: the cache key of
     the call's decisions (``cache``), or None."""
     prepared = prepare(call, p)
     p.agree(call)
-    kind = p.kind
-    if kind == "library":
-        args, kwargs = library_args(p, layout)
-        blocking, nonblocking, _ = LIBRARY[p.collective]
-        call.mpi(blocking, nonblocking, *args, **kwargs)
-        cache.remember(call, key, p, None)
-        return _average(p, layout)
-    progress.finish_deferred(call.open())   # (they share its scratch and window)
-    if kind == "shared":
-        prepared.run(*shared_buffers(layout), call.tag, call.watch, *shm_signature(call))
-    elif prepared is not None:
-        execute, sched, internode, op, scratch = prepared
-        st = call.open()
-        if reads_input(prepared, layout):       # the loop reads the input: no copy in
-            reads = {"src": layout.source, "kept": layout.kept}
-        else:
-            layout.copy_in()
-            reads = {}
-        execute(sched, layout.work, st.comm, op=op, tag=call.tag, scratch=scratch,
-                traffic=st.traffic, watch=call.watch, **reads)
-        st.traffic["internode_bytes"] += internode * p.dtype.itemsize
-        layout.copy_out()
-    else:
-        layout.copy_in()
-        layout.copy_out()
-    cache.remember(call, key, p, prepared)
+    prepared.run(call, layout)
+    cache.remember(call, key, prepared)
     return _average(p, layout)
-
-
-def _average(p: Plan, layout: Layout) -> np.ndarray:
-    """The result, divided by the rank count where ``p.average`` (the sum's own dtype: the
-    same bits on every rank)."""
-    result = layout.result
-    if p.average and p.size > 1:
-        np.divide(result, result.dtype.type(p.size), out=result)
-    return result
-
-
-def request(call: Call, p: Plan, layout: Layout, *, on_done=None) -> Request:
-    """``p`` on ``layout`` as a request, not started (made before the agreement step); its
-    ``on_done`` runs, then the division of ``p.average``."""
-    what = f"{p.collective} {p.algorithm.name}"
-    if p.average and p.size > 1:
-        on_done = _then_average(on_done, p, layout)
-    kind = p.kind
-    if kind == "library":
-        args, kwargs = library_args(p, layout)
-        nonblocking = LIBRARY[p.collective][1]
-        return Request(what, result=layout.result, on_done=on_done,
-                       library=lambda comm: nonblocking(comm, *args, **kwargs))
-    if kind == "none":
-        return Request(what, result=layout.result, on_done=on_done)
-    if kind == "shared":         # (on the tag and signature of the call that starts it)
-        runner, (src, dst) = prepare(call, p), shared_buffers(layout)
-        req = Request(what, result=layout.result, on_done=on_done,
-                      deferred=lambda watch: runner.run(src, dst, req.call.tag, watch,
-                                                        *shm_signature(req.call)))
-        return req
-    sched, internode = _schedule(call, p)
-    op = p.op or kernels.ops_for(p.dtype)[0]
-    _warmup(call, op, p.dtype)
-    if p.codec is not None:
-        compression.warmup()
-    return Request(what, sched, kernels.as_storage(layout.work),
-                   reduce_into=kernels.kernel(op, p.dtype), codec=p.codec,
-                   cuts=cuts(call, p), on_done=on_done, result=layout.result,
-                   internode_bytes=internode * p.dtype.itemsize)
-
-
-def _then_average(on_done, p: Plan, layout: Layout):
-    def done():
-        if on_done is not None:
-            on_done()
-        _average(p, layout)
-    return done
 
 
 def start(call: Call, p: Plan, layout: Layout, error_feedback=None) -> Request:
     """Start ``p`` on ``layout`` (nonblocking); returns the started request."""
-    after = layout.copy_out if layout.after and p.kind != "library" else None
-    return launch(call, p, request(call, p, layout, on_done=after), layout, error_feedback)
+    prepared = prepare(call, p)
+    return launch(call, prepared, prepared.request(call, layout), layout, error_feedback)
 
 
-def launch(call: Call, p, req: Request, layout: Layout, error_feedback=None,
+def launch(call: Call, prepared, req: Request, layout: Layout, error_feedback=None,
            **instead) -> Request:
-    """Start ``req`` (``request``'s for ``p``, or a ``Job``'s: started again each step by
+    """Start ``req`` (``prepared.request``'s, or a ``Job``'s: started again each step by
     ``Buckets``): the agreement step (``instead``: as ``Plan.agree``'s), the input copied in,
-    error feedback's residual added where the plan runs a schedule (compression needs one:
-    ``_check``), then the start."""
-    p.agree(call, **instead)
-    if p.kind != "library":
+    error feedback's residual added (compression needs a schedule: ``_check``), then the
+    start."""
+    prepared.plan.agree(call, **instead)
+    if prepared.copies:
         layout.copy_in()
-        if error_feedback is not None and p.kind == "schedule":
-            error_feedback.apply(p.codec, layout.work, req.cuts)
+        if error_feedback is not None and prepared.feedback:
+            error_feedback.apply(prepared.plan.codec, layout.work, req.cuts)
     return req.start(call, call.open().traffic)
 
-
-def cuts(call: Call, p: Plan):
-    """int8's pieces for ``p`` (``compression.schedule_cuts``): cut at every slice edge of every
-    rank's schedule."""
-    if p.codec is None or p.codec.name != "int8":
-        return None
-    return _cached_cuts(p.algorithm, p.size, p.count, tuple(p.options.items()),
-                        call.open().nodes())
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_cuts(algo: Algorithm, size: int, count: int, options: tuple, nodes):
-    return compression.schedule_cuts(
-        count, [schedule_of(algo, r, size, count, options, nodes)[0] for r in range(size)])
-
-
-def bound(call: Call, p: Plan | None, prepared, flat: np.ndarray, src=None, kept=None):
-    """``run(watch, tag=None)``: the schedule on ``flat``, bound once to everything it uses,
-    with its own scratch (a persistent handle may run in the progress thread beside a blocking
-    call); on ``call``'s tag, or ``tag`` (a later call's: ``Buckets``' reproducible sums).
-    ``prepared``: ``prepare(call, p)``'s, or ``prepared_schedule``'s (p None). ``src``,
-    ``kept``: the input, which the compiled executor reads where no step wrote yet instead of
-    a copy in ``flat`` (``reads_input``), and the part of ``flat`` the call keeps."""
-    execute, sched, internode, op, _ = prepared
-    st = call.open()
-    scratch = np.empty(compiled.scratch_elements(execute, sched, flat.itemsize), flat.dtype)
-    traffic, internode_bytes = st.traffic, internode * flat.itemsize
-    if execute is compiled.execute:
-        bound = compiled.Bound(sched, flat, st.comm, op=op, tag=call.tag, scratch=scratch,
-                               traffic=traffic, src=src, kept=kept).run
-
-        def run_compiled(watch, tag=None):
-            bound(watch, tag)
-            traffic["internode_bytes"] += internode_bytes
-        return run_compiled
-
-    def run_python(watch, tag=None):
-        execute(sched, flat, st.comm, op=op, tag=call.tag if tag is None else tag,
-                scratch=scratch, traffic=traffic, watch=watch)
-        traffic["internode_bytes"] += internode_bytes
-    return run_python

@@ -299,7 +299,7 @@ class Call:
 def agree_library_hash(comm: MPI.Intracomm, collective: str, agreed_on: tuple, hashed: int,
                        before: tuple, watch) -> None:
     """Before the MPI library's own collective under a deadline (a ``Call``'s, or a prepared
-    one's: ``cache.Entry.library``): one small ``MPI_Iallreduce`` (MAX of the call's chained
+    one's: ``plan.Prepared``, kept by the cache): one small ``MPI_Iallreduce`` (MAX of the call's chained
     hash -- its signature's ``hashed`` folded with the history ``before`` it, as ``Call._label``
     folds it -- and of its negation), so every rank learns whether all passed the same
     arguments and made the same calls before; if not, ``disagree`` raises ``ArgumentMismatch``
@@ -324,7 +324,7 @@ def agree_library_hash(comm: MPI.Intracomm, collective: str, agreed_on: tuple, h
 def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool, watch,
              step: str, earlier: tuple | None = None, seen: str = "") -> NoReturn:
     """``Call.disagree`` for a call that agreed on ``agreed_on`` (algorithm, fields) -- also a
-    prepared call's (``cache.Entry``), which keeps them. ``earlier``: (the running hash of the
+    prepared call's (``plan.Prepared``), which keeps them. ``earlier``: (the running hash of the
     calls before this one, the previous call's signature), to tell the ranks apart when their
     arguments agree and their histories don't."""
     algorithm, fields = agreed_on

@@ -47,6 +47,8 @@ import ctypes
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -58,7 +60,7 @@ from ..schedule import Schedule
 from . import python as python_executor
 from . import segments
 
-__all__ = ["execute", "execute_python", "choose", "available", "Bound", "Reusable",
+__all__ = ["Executor", "execute", "execute_python", "choose", "available", "Bound", "Reusable",
            "scratch_elements"]
 
 # ----------------------------------------------------------------------------- libmpi
@@ -254,9 +256,10 @@ def available() -> str | None:
     return _unavailable
 
 
-def choose():
-    """The ``execute`` function to use: ``MPICOLL_EXECUTOR``'s, or the compiled one where it is
-    available (a one-line notice on stderr the first time it is not)."""
+def choose() -> "Executor":
+    """The executor to use (``execute`` or ``execute_python``): ``MPICOLL_EXECUTOR``'s, or the
+    compiled one where it is available (a one-line notice on stderr the first time it is
+    not)."""
     global _notice_given
     forced = settings.get("MPICOLL_EXECUTOR")
     if forced == "python":
@@ -321,11 +324,11 @@ def _buffers(plan: segments.Plan) -> tuple:
     return requests, work
 
 
-def scratch_elements(executor, schedule: Schedule, itemsize: int) -> int:
+def scratch_elements(executor: "Executor", schedule: Schedule, itemsize: int) -> int:
     """The scratch ``executor`` needs for ``schedule``: for the compiled one, its segmented
     plan's (two segments per pipelined receive, ``segments``), else the largest step's."""
     whole = schedule.scratch_elements
-    if executor is not execute or whole * itemsize < 2 * segments.MIN_SEGMENT:
+    if not executor.compiled or whole * itemsize < 2 * segments.MIN_SEGMENT:
         return whole            # (small: never more than the segmented plan needs)
     return segments.plan(schedule, itemsize).scratch
 
@@ -512,9 +515,9 @@ def _count(table: np.ndarray, steps: int, itemsize: int, traffic: dict) -> None:
     _counted(traffic, int(sizes[sends].sum()), int(sizes[~sends].sum()), int(sends.sum()))
 
 
-def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
-            scratch: np.ndarray, traffic: dict, watch=None, src: np.ndarray | None = None,
-            kept: tuple | None = None) -> None:
+def _execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
+             scratch: np.ndarray, traffic: dict, watch=None, src: np.ndarray | None = None,
+             kept: tuple | None = None) -> None:
     """Run ``schedule`` on the flat array ``buf`` over ``comm`` (as ``executors.python.execute``,
     the op by name); add to the ``traffic`` counters. ``src``, ``kept``: out of place, the
     input, which ``buf`` need not hold, and the part of ``buf`` the call keeps
@@ -546,4 +549,40 @@ def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: str, tag
     _counted(traffic, sent * buf.itemsize, received * buf.itemsize, messages)
 
 
-execute_python = python_executor.execute_by_name     # (the name choose() returns)
+def _python_bound(schedule: Schedule, flat: np.ndarray, comm: MPI.Comm, *, op: str, tag: int,
+                  scratch: np.ndarray, traffic: dict, src=None, kept=None):
+    """The Python executor's ``bind``: its ``execute`` on ``flat`` (never reading ``src``)."""
+    def run(watch=None, tag_now: int | None = None) -> None:
+        python_executor.execute_by_name(schedule, flat, comm, op=op,
+                                        tag=tag if tag_now is None else tag_now,
+                                        scratch=scratch, traffic=traffic, watch=watch)
+    return run
+
+
+@dataclass(frozen=True, eq=False)
+class Executor:
+    """An executor of schedules: ``executor(schedule, buf, comm, *, op, tag, scratch, traffic,
+    watch=None)`` runs one; ``name`` is the plan's field (``plan.executor``); ``compiled``:
+    the compiled loop, which loads its own kernels under the call's deadline and reads an
+    out-of-place input itself where no step wrote yet (``src``, ``kept``) instead of a copy;
+    ``bind(schedule, flat, comm, *, op, tag, scratch, traffic, src=None, kept=None)`` returns
+    ``run(watch=None, tag=None)``, the schedule bound once to all it uses; ``reusable``: the
+    class a prepared call reused on new buffers keeps (``Reusable``), None where there is none
+    (the cache then keeps no such call)."""
+
+    name: str
+    run: Callable
+    bind: Callable
+    compiled: bool
+    reusable: type | None
+
+    def __call__(self, schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, **kwargs) -> None:
+        self.run(schedule, buf, comm, **kwargs)
+
+
+def _compiled_bound(schedule: Schedule, flat: np.ndarray, comm: MPI.Comm, **kwargs):
+    return Bound(schedule, flat, comm, **kwargs).run
+
+
+execute = Executor("compiled", _execute, _compiled_bound, True, Reusable)
+execute_python = Executor("python", python_executor.execute_by_name, _python_bound, False, None)

@@ -35,7 +35,7 @@ class SharedMemory:
         self.peers = [members[local] for members in self.nodes]
         self.outer = algo.module.OUTER[outer]
         self.execute = execute
-        if execute is not compiled.execute and len(self.nodes) > 1:
+        if not execute.compiled and len(self.nodes) > 1:
             kernels.warmup(op, dtype)
         self._schedules: dict = {}
 

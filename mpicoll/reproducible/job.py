@@ -137,14 +137,11 @@ class Job:
         self.max_plan = q = plan.make(call, "allreduce", max_algo, whole(self.codes), op="max",
                                       given=max_given, form="persistent", reproducible=k)
         call.open().last_plan = p
-        phases = (p, q) if g is None else (p, q, g)
-        prepared = {id(x): plan.prepare(call, x) for x in phases if x.kind == "schedule"}
+        prepared = [plan.prepare(call, x) for x in (p, q, g) if x is not None]
         p.agree(call, dtype=self.dtype, count=block)
-        self._max = None if q.kind != "schedule" else plan.bound(call, q, prepared[id(q)],
-                                                                 self.codes)
-        self._sum = None if p.kind != "schedule" else plan.bound(call, p, prepared[id(p)], sums)
-        self._gather = None if g is None or g.kind != "schedule" else plan.bound(
-            call, g, prepared[id(g)], self.floats)
+        bufs = (sums, self.codes, self.floats)
+        self._sum, self._max, *gather = [x.bind(call, whole(a)) for x, a in zip(prepared, bufs)]
+        self._gather = gather[0] if gather else None
 
     def _init_exchange(self, call) -> None:
         """The exchange path's pieces: the pairwise exchange of values (a schedule no plan
@@ -160,7 +157,7 @@ class Job:
                           form="persistent", reproducible=self.k)
         sched, internode = _exchange_schedule(rank, size, blk, call.open().nodes())
         exchange = plan.prepared_schedule(call, sched, internode, None, self.values.dtype)
-        prepared = plan.prepare(call, g) if g is not None and g.kind == "schedule" else None
+        prepared = plan.prepare(call, g) if g is not None else None
         if g is not None:
             call.open().last_plan = self.plan = g
             fields = g.fields()
@@ -168,8 +165,9 @@ class Job:
             self.plan = _Described(f"exchange reproducible={self.k}")
             fields = {"reproducible": self.k, **plan.schedule_fields()}
         call.agree("exchange", **{**fields, "op": "sum", "dtype": self.dtype, "count": self.n})
-        self._exchange = plan.bound(call, None, exchange, self.values)
-        self._gather = None if prepared is None else plan.bound(call, g, prepared, self.floats)
+        self._exchange = exchange.bind(call, self.values)
+        self._gather = None if prepared is None else prepared.bind(
+            call, Layout(self.floats, (), (), self.floats, None, self.floats, self.floats.size))
 
     def _init_window(self, call) -> None:
         """The one-node path (``_on_window``): no schedule, ``shm``'s window; one agreement,
@@ -177,7 +175,7 @@ class Job:
         shm.warmup(self.dtype)
         _check_terms(self.size)
         call.open().last_plan = self.plan = _Described(
-            f"window reproducible={self.k}", "shared", "window", reproducible=self.k,
+            f"window reproducible={self.k}", "window", reproducible=self.k,
             executor="shm", op="sum", dtype=self.dtype, count=self.n)
         self.plan.agree(call)
         self._call, self.window = call, True
@@ -210,13 +208,24 @@ class Job:
             rows[rank * blk:(rank + 1) * blk] = own
             rounded_rows(rows, size, k, out, codes=self.codes, limbs=self.sums)
         if self._gather is not None:
-            self._gather(watch, tag)
+            self._gather.once(watch, tag)
         if self.floats is not None and not self.direct:
             np.copyto(self.recv.reshape(-1), self.floats[:self.n])
 
     @property
     def result(self):
         return self.recv
+
+    # as a ``plan.Prepared`` bound to its buffers, for ``persistent.Persistent`` and
+    # ``plan.launch`` (``Buckets``): it reads and writes recvbuf itself
+    copies = feedback = False
+    nonblocking = None
+
+    def once(self, watch, tag=None) -> None:
+        self.run(watch)
+
+    def free(self) -> None:
+        pass
 
     def release(self, pool: dict) -> None:
         """Give the job's buffers to ``pool`` (a blocking call's or a request's, done): the next
@@ -243,8 +252,7 @@ class Job:
         else:
             mb, eb, view = _format(src.dtype)
             _codes_into(src.reshape(-1).view(view), mb, eb, top)
-        if self._max is not None:
-            self._max(watch, tag)
+        self._max.once(watch, tag)
         if self.split:
             stride, blk, rank = self.stride, self.blk, self.rank
             sums[stride - 1::stride] = _terms(src)
@@ -252,31 +260,28 @@ class Job:
                 held = min(max(n - r * blk, 0), blk)
                 sums[r * stride:r * stride + k * blk].reshape(k, blk)[:, held:] = 0
             _local_slices(src, top, k, out=sums, block=blk, stride=stride)
-            if self._sum is not None:
-                self._sum(watch, tag)
+            self._sum.once(watch, tag)
             mine = sums[rank * stride:(rank + 1) * stride]
             _check_terms(int(mine[-1]))
             lo, hi = min(rank * blk, n), min((rank + 1) * blk, n)
             rounded(mine, top[lo:hi], k, self.dtype, block=blk,
                     out=self.floats[rank * blk:rank * blk + hi - lo])
             if self._gather is not None:
-                self._gather(watch, tag)
+                self._gather.once(watch, tag)
             if not self.direct:
                 np.copyto(self.recv.reshape(-1), self.floats[:n])
             return
         if self.collective == "allreduce":
             _local_slices(src, top, k, out=sums[:n * k])
             sums[-1] = _terms(src)
-            if self._sum is not None:
-                self._sum(watch, tag)
+            self._sum.once(watch, tag)
             _check_terms(int(sums[-1]))
             rounded(sums, top, k, self.dtype, out=self.recv.reshape(-1))
             return
         stride, lo = self.stride, self.rank * self.n
         sums[stride - 1::stride] = _terms(src)
         _local_slices(src, top, k, out=sums, block=n or 1, stride=stride)
-        if self._sum is not None:
-            self._sum(watch, tag)
+        self._sum.once(watch, tag)
         mine = sums[self.rank * stride:(self.rank + 1) * stride]
         _check_terms(int(mine[-1]))
         rounded(mine, top[lo:lo + n], k, self.dtype, out=self.out)
@@ -305,12 +310,12 @@ def _exchange_schedule(rank: int, size: int, count: int, nodes: tuple) -> tuple:
 
 
 class _Described:
-    """What a ``Job`` runs, where no plan names it, for ``describe()`` (requests, handles),
-    ``kind`` (a plan's: ``"schedule"``, or ``"shared"`` for the window) and, given the
-    algorithm and fields every rank must agree on, ``agree(call)`` (``Buckets``, each launch)."""
+    """What a ``Job`` runs, where no plan names it, for ``describe()`` (requests, handles)
+    and, given the algorithm and fields every rank must agree on, ``agree(call)``
+    (``Buckets``, each launch)."""
 
-    def __init__(self, text: str, kind: str = "schedule", algorithm: str = "", **fields):
-        self.text, self.kind, self._agreed = text, kind, (algorithm, fields)
+    def __init__(self, text: str, algorithm: str = "", **fields):
+        self.text, self._agreed = text, (algorithm, fields)
 
     def agree(self, call, **instead) -> None:
         algorithm, fields = self._agreed

@@ -12,7 +12,7 @@ the polling of a step that must wait (``jobs/experiments/reliability_cost.py``).
 quotes it.
 
 The second line of each size times the same step as a prepared plain call runs it
-(``compiled.Reusable``, kept by ``cache.Entry``): blocking, and under a deadline kept in
+(``compiled.Reusable``, kept by the cache's ``plan.Prepared``): blocking, and under a deadline kept in
 ``MPI_Wtime``'s clock, with the ``Watch`` made only if the step outlasts the loop's spin (here
 never), the per-call closure that would make it included.
 

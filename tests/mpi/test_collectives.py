@@ -363,7 +363,7 @@ def test_hierarchical_shm_node_phases(comm, ranks_per_node, single_copy):
             out = mpicoll.allreduce(inputs[comm.rank], algorithm="hierarchical", inner="shm",
                                     comm=comm)
             again = mpicoll.allreduce(inputs[comm.rank], algorithm="hierarchical", inner="shm",
-                                      comm=comm)        # a prepared call (cache.Entry)
+                                      comm=comm)        # a prepared call (cache)
             if again.tobytes() != out.tobytes():
                 problems.append(f"n={n}: the prepared call gave other bits")
             inplace = inputs[comm.rank].copy()

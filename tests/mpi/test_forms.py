@@ -91,7 +91,7 @@ def _forms(collective, algorithm, comm, in_place=False):
             b = mpicoll.Buckets([grads], average=False, **kw)
             b.ready(0)
             b.wait()
-            return grads, b._plans[0]
+            return grads, b._prepared[0].plan
         forms["Buckets"] = run_buckets
     return forms
 

@@ -297,7 +297,7 @@ def test_absent_rank_is_named(comm, prepared):
     mpicoll.allreduce(np.ones(1000), algorithm="shm", comm=comm,     # the window exists
                       **({"timeout": 1.0} if prepared else {}))
     if prepared:
-        agree(comm, any(e.shared_memory is not None and e.shared_memory.op == "sum"
+        agree(comm, any(e.plan.kind == "shared" and e.runner.op == "sum"
                   for e in state(comm).cached.values()),
               "the first call left no prepared shm call")
     world = MPI.COMM_WORLD
@@ -341,7 +341,7 @@ def test_mismatched_counts_raise_at_once(comm, timeout):
 
 def test_prepared_calls_run_shm(comm):
     """A call with the same arguments as an earlier one runs shm by its prepared decisions
-    (``cache.Entry``): in and out of place, into a given recvbuf or a new one, the right sums,
+    (``plan.Prepared``, kept by ``cache``): in and out of place, into a given recvbuf or a new one, the right sums,
     the input untouched, the counters counting every call."""
     if comm.size == 1:
         pytest.skip("one rank: shm has nothing to run")
@@ -365,7 +365,7 @@ def test_prepared_calls_run_shm(comm):
     if not np.array_equal(x, np.arange(n, dtype=np.float64) * (comm.rank + 1)):
         problems.append("sendbuf was modified")
     shm_entries = [e for e in st.cached.values()
-                   if e.shared_memory is not None and e.shared_memory.op == "sum"]
+                   if e.plan.kind == "shared" and e.runner.op == "sum"]
     if len(shm_entries) != 3:
         problems.append(f"{len(shm_entries)} prepared shm calls, expected 3 (new recvbuf, "
                         "recvbuf, in place)")

@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import plan, settings
+from mpicoll import plan, prepared, settings
 from mpicoll.executors import compiled
 from mpicoll.schedule import TABLE_KINDS
 from mpicoll.testing import environment
@@ -84,7 +84,7 @@ def test_executor_setting():
         with pytest.raises(ValueError, match="MPICOLL_EXECUTOR must be 'python' or 'compiled', "
                                              "got 'numba'"):
             settings.get("MPICOLL_EXECUTOR")
-    assert plan._execute is None        # settings.reload() made the plan choose again
+    assert prepared._execute is None    # settings.reload() made the plan choose again
 
 
 def test_schedule_table_lists_the_plan():
