@@ -72,7 +72,7 @@ class Call:
         if not isinstance(comm, MPI.Intracomm):
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
         self.collective, self.comm = collective, comm
-        # (read now: a call started in the background (setup.py) may run after comm.Free())
+        # (read now: a call started in the background (executors/background.py) may run after comm.Free())
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.alone = self.size == 1
         self._st = attach(comm)

@@ -31,7 +31,6 @@ from mpi4py import MPI
 
 from .. import settings
 from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
-from ..executors.python import new_traffic
 from ..topology import virtual_nodes
 from . import detector, notice, stragglers
 from .stragglers import RECENT_ENTRIES
@@ -40,6 +39,14 @@ from .watch import roll_call_tag
 
 __all__ = ["state", "attach", "known", "CommState", "node_layout", "enter", "leave", "exclusive",
            "concurrent"]
+
+def new_traffic() -> dict:
+    """Counters of what the executors sent and received (kept per communicator, in its
+    state); ``shared_bytes``: what ``allreduce_shm`` wrote into its shared-memory window (no
+    network)."""
+    return {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0, "internode_bytes": 0,
+            "shared_bytes": 0}
+
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
@@ -68,7 +75,7 @@ class CommState:
         self.failed_here: set = set()           # calls (absolute numbers) that failed on this rank
         self.outbox: list = []                  # (message, request) of the notices this rank sent
         self.lock = threading.RLock()           # held by the thread in a call on it (enter)
-        self.background = None                  # first nonblocking calls being started (setup.py)
+        self.background = None                  # first nonblocking calls being started (executors/background.py)
         self.freed = False                      # the user freed the communicator (free)
         self.watched = None                     # its part of the failure detector (detector.py)
         self.failed: frozenset = frozenset()    # the ranks agreed dead (detector.py)
@@ -249,7 +256,7 @@ class CommState:
         tag = roll_call_tag()
         background = self.background
         if background is not None:
-            # The set-up is under way on the background thread (setup.py): comm.Free() is
+            # The set-up is under way on the background thread (executors/background.py): comm.Free() is
             # local, so it must not wait for the other ranks' set-up. The background thread
             # frees the duplicate once its calls started. MPICH defers this call until the
             # set-up's requests on the communicator complete, then makes it from inside that
@@ -267,7 +274,7 @@ class CommState:
     def free_duplicate(self) -> None:
         """The duplicate's part of ``free``: the requests in flight on it completed, its stray
         messages dropped, its shared memory and itself freed. Once, by whichever thread comes
-        first (``free``, or the background thread of a set-up the user freed: setup.py)."""
+        first (``free``, or the background thread of a set-up the user freed: executors/background.py)."""
         with _freeing:
             if self._duplicate_freed:
                 return
@@ -448,7 +455,7 @@ def post_presence(comm: MPI.Intracomm) -> tuple:
 
 def wait_posted(requests: list, peers: list, watch, step: str) -> None:
     """Complete ``requests`` posted on a communicator the user may free meanwhile (the
-    background set-up, setup.py), never touching that communicator: under Open MPI a probe
+    background set-up, executors/background.py), never touching that communicator: under Open MPI a probe
     of a freed one crashes the process. Past ``watch``'s deadline (if any), cancel what is
     unfinished and raise ``CollectiveTimeout`` naming the ranks (``peers``: each request's)
     whose requests did not complete."""

@@ -52,6 +52,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from ..errors import CommunicatorBroken, ProcessFailed
 from ..shm import probe
 from .tags import tag_ub
 
@@ -387,7 +388,7 @@ def enabled() -> bool:
 
 def prepare() -> None:
     """On the caller's thread, before a set-up that a background thread finishes
-    (``_runtime/setup.py``): what ``watch`` can do only from the main thread."""
+    (``executors/background.py``): what ``watch`` can do only from the main thread."""
     if enabled():
         _keep_hydra_from_ending_survivors()
 
@@ -521,7 +522,6 @@ def failure(state, what: str, seen: frozenset | None = None, wait: bool = True):
     if w is None:
         return None
     if w.revoked_by is not None and not w.known:
-        from ..errors import CommunicatorBroken
         return CommunicatorBroken(f"{what}: rank {w.revoked_by} revoked this communicator "
                                   "(Comm.Revoke); mpicoll will not use it again")
     if not w.known:
@@ -558,7 +558,6 @@ def settle(w, cover: frozenset | None = None, limit: float = DECISION_SECONDS) -
 
 
 def _error(w, what: str, failed: frozenset):
-    from ..errors import ProcessFailed
     return ProcessFailed(
         f"{what}: {describe(failed, w.idents)} failed (the process died); mpicoll will not use "
         "this communicator again: mpicoll.shrink(comm) on every survivor gives a communicator "

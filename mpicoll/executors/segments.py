@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import settings
+from ..model import default_profile
 from ..schedule import Recv, Schedule, Send, block_displs, recv_kind
 
 __all__ = ["MIN_SEGMENT", "MAX_SEGMENT", "SegmentRule", "rule", "Plan", "plan", "COLUMNS"]
@@ -114,7 +115,6 @@ def rule() -> SegmentRule:
         if fixed is not None:
             _rule = SegmentRule(fixed)
         else:
-            from ..model import default_profile     # model imports the registry: not at import
             profile = default_profile()
             _rule = SegmentRule(None, profile.alpha, profile.beta, profile.gamma)
     return _rule

@@ -59,6 +59,8 @@ died or gave up ends the call at once with ``CommunicatorBroken``; with a deadli
 docs/reliability.md ("Shared memory"), docs/performance.md.
 """
 
+import importlib
+
 # name -> the submodule that defines it, imported on first use: ``select`` and ``api`` ask the
 # policy on every call, while the compiled kernels, the window and the transport load only when
 # shm runs (the first call of a job that never picks shm doesn't pay for them).
@@ -78,7 +80,6 @@ __all__ = ["allreduce", "check", "supports", "usable", "check_node_phases",
 
 
 def __getattr__(name: str):
-    import importlib
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:

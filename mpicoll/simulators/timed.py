@@ -42,7 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
+from ..registry import bus_factor, lookup
+from .allranks import waves
 from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
 
 __all__ = ["Result", "run", "simulate", "call_count", "maxmin"]
@@ -56,11 +59,6 @@ def call_count(collective: str, nbytes: int, size: int, itemsize: int) -> int:
     if collective in ("reduce_scatter_block", "allgather"):
         count = max(size, count // size * size)
     return count
-
-
-def _bus_factor(collective: str, n: int) -> float:
-    from ..registry import bus_factor
-    return bus_factor(collective, n)
 
 
 @dataclass
@@ -91,7 +89,7 @@ class Result:
 
     @property
     def busbw(self) -> float:
-        return self.algbw * _bus_factor(self.collective, self.size)
+        return self.algbw * bus_factor(self.collective, self.size)
 
     @property
     def internode_bytes(self) -> float:
@@ -386,9 +384,8 @@ _K: dict = {}
 
 
 def _kernel(name):
-    """The compiled kernel ``name`` (numba is imported on the first call, not at import)."""
+    """The compiled kernel ``name`` (compiled, or loaded from numba's cache, on the first call)."""
     if not _K:
-        from numba import njit
         global _fill_one
         _fill_one = njit(cache=True)(_fill)           # what the compiled _maxmin_py calls
         _K["advance"] = njit(cache=True)(_advance_py)
@@ -755,9 +752,6 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     ``pipeline``: ``hierarchical`` only, each channel's part cut into that many chunks whose
     node and network phases overlap (``allranks.pipeline_waves``); 1: the phases in series.
     """
-    from ..registry import lookup
-    from .allranks import waves
-
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")

@@ -58,7 +58,7 @@ import torch.distributed.distributed_c10d as c10d
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import ops, registry
+from mpicoll import dtypes, ops, registry
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 
 __all__ = ["NAME", "Options", "ProcessGroupMpicoll", "Work", "register", "tensor_view"]
@@ -139,8 +139,7 @@ def tensor_view(t, what: str = "tensor", *, read_only: bool = False) -> np.ndarr
                              f"t.resolve_{lazy}() (a copy) and copy the result back")
         t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:       # numpy has no bfloat16: its int16 bits, as ml_dtypes'
-        import ml_dtypes
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.view(torch.int16).numpy().view(dtypes.bfloat16)     # (imports ml_dtypes)
     try:
         return t.numpy()
     except (TypeError, RuntimeError) as exc:

@@ -46,8 +46,11 @@ import functools
 import threading
 from collections import deque
 
+from mpi4py import MPI
+
 from .. import settings
-from .call import Call
+from .._runtime.call import Call
+from . import progress
 
 __all__ = ["ready_now", "later"]
 
@@ -61,8 +64,7 @@ def ready_now(call: Call) -> bool:
     st = call._st
     if st.made and st.background is None:
         return True
-    from ..executors import progress         # (thread mode needs MPI_THREAD_MULTIPLE)
-    return progress.mode() != "thread"
+    return progress.mode() != "thread"         # (thread mode needs MPI_THREAD_MULTIPLE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,14 +76,12 @@ def _library_allows() -> bool:
     this check lifted, Open MPI 5 at 2 ranks: tests/mpi/test_first_start.py's start-then-Ssend
     passed for all 8 starts, 20 runs each, then ``Free`` with the set-up pending ended in a
     segmentation fault in ``wait_posted``'s ``Testall`` of the ``Idup``)."""
-    from mpi4py import MPI
     return "MPICH" in MPI.Get_library_version()
 
 
 def later(call: Call, go, what: str, result):
     """``go()`` (the call's plan and start; returns the started request) on the
     communicator's background thread; returns the request that follows it, in flight now."""
-    from ..executors import progress
     st = call._st
     st.start()          # the Idup, here: in its place among this rank's collectives on comm
     follower = progress.Request.following(what, st, result)
