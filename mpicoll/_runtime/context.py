@@ -186,7 +186,7 @@ class CommState:
         if self.notices:                        # another rank failed in a later call: now?
             error = notice.judge(self, self.calls, "mpicoll")
             if error is not None:
-                self.broken = f"PeerError: {error}"
+                self.mark_broken(f"PeerError: {error}", replace=True)
                 raise error
         number = self.calls % self.tags.calls
         self.recent[number & RECENT_MASK] = -1      # until label gives it a tag
@@ -216,9 +216,99 @@ class CommState:
         watch.history = self.history
         watch.previous = "" if self.before is None else self.before.text
 
+    def history_mark(self) -> tuple:
+        """What ``rewind`` restores: the running hash and the last two signatures."""
+        return self.history, self.before, self.last
+
+    def rewind(self, mark: tuple) -> None:
+        """Forget the call labelled since ``history_mark`` gave ``mark``: it failed before
+        communicating, on every rank alike (as if not called), so the histories stay equal."""
+        self.history, self.before, self.last = mark
+
+    def take_number(self) -> int:
+        """Number a call that fails before it is numbered (no tag, no communication): its
+        notice names it (``Call._tell``)."""
+        self.calls += 1
+        return self.calls
+
     def absolute(self, number: int) -> int:
         """The absolute number (``calls`` at its start) of the recent call ``number``."""
         return self.calls - (self.calls - number) % self.tags.calls
+
+    # ------------------------------------------------------------ failures
+
+    def mark_broken(self, reason: str, *, replace: bool = False) -> bool:
+        """Break the communicator: ``check`` raises from now on, naming ``reason``; an earlier
+        reason stays unless ``replace``. Returns whether it was not broken before."""
+        first = not self.broken
+        if first or replace:
+            self.broken = reason
+        return first
+
+    def ranks_failed(self, failed: frozenset, why: str) -> None:
+        """The failure detector agreed ``failed`` dead: ``why`` breaks the communicator, over
+        any earlier reason but a death's."""
+        self.failed = failed
+        if not (self.broken or "").startswith("ProcessFailed"):
+            self.broken = why
+
+    def abandon(self, requests) -> None:
+        """Keep a failed call's ``requests`` (and their buffers) alive until the communicator
+        is freed (``free_duplicate`` completes or cancels them)."""
+        self.abandoned += list(requests)
+
+    def watched_by(self, watched) -> None:
+        """The failure detector watches this communicator through ``watched``."""
+        self.watched = watched
+
+    # ------------------------------------------------------------ notices (notice.py)
+
+    def add_notices(self, notices: list) -> None:
+        """Other ranks' notices, received: judged by ``notice.judge``."""
+        self.notices += notices
+
+    def keep_notices(self, notices: list) -> None:
+        """The notices ``notice.judge`` keeps for later calls."""
+        self.notices = notices
+
+    def sent(self, messages: list) -> None:
+        """``(message, request)`` of the notices this rank sent, kept alive until they
+        complete (the completed ones are dropped once there are more than 256)."""
+        if len(self.outbox) > 256:
+            self.outbox = [(m, r) for m, r in self.outbox if not r.Test()]
+        self.outbox += messages
+
+    # ------------------------------------------------------------ what calls keep here
+
+    def start_background(self, queue) -> None:
+        """``queue`` (``executors.background.Background``) starts the first nonblocking calls;
+        ``ready`` waits for it."""
+        self.background = queue
+
+    def end_background(self, queue) -> None:
+        """``queue`` has started its calls (or stopped)."""
+        if self.background is queue:
+            self.background = None
+
+    def window(self, nodes=None):
+        """mpicoll.shm's window of this communicator (``nodes``: of this rank's node in that
+        node layout), or None."""
+        return self.shared if nodes is None else self.node_shared.get(nodes)
+
+    def set_window(self, nodes, window) -> None:
+        """Keep ``window`` as ``window(nodes)``'s (None: forget it)."""
+        if nodes is not None:
+            self.node_shared.pop(nodes, None)
+            if window is not None:
+                self.node_shared[nodes] = window
+        else:
+            self.shared = window
+
+    def remember_cached(self, key, entry) -> None:
+        """``cache``'s most recently used plan: ``(key, entry)``, replaced whole (thread-safe)."""
+        self.last_cached = key, entry
+
+    # ------------------------------------------------------------ buffers and layout
 
     def scratch(self, dtype: np.dtype, n: int) -> np.ndarray:
         """A scratch array of ``n`` elements, reused across calls (grown when too small)."""
@@ -346,8 +436,7 @@ def concurrent(state: CommState, what: str):
         "serialise the calls; mpicoll will not use this communicator again")
     # the threads may enter in another order on other ranks, pairing calls of different
     # threads: broken here, and the others told (their next wait raises PeerError)
-    if not state.broken:
-        state.broken = f"ConcurrentCall: {error}"
+    if state.mark_broken(f"ConcurrentCall: {error}"):
         if state.made:
             try:
                 notice.post(state, state.calls + 1, notice.BROKEN, f"ConcurrentCall: {error}")

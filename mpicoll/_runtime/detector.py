@@ -339,10 +339,7 @@ class Watched:
                 self._send(msg, r, self.tags[1])
         st = self.state()
         if st is not None:
-            st.failed = failed
-            why = f"ProcessFailed: {describe(failed, self.idents)} failed"
-            if not st.broken or not st.broken.startswith("ProcessFailed"):
-                st.broken = why
+            st.ranks_failed(failed, f"ProcessFailed: {describe(failed, self.idents)} failed")
         with _decided:
             _decided.notify_all()
 
@@ -367,8 +364,8 @@ class Watched:
         if self.revoked_by is None:
             self.revoked_by = rank
             st = self.state()
-            if st is not None and not st.broken:
-                st.broken = f"Revoked: rank {rank} revoked the communicator (Comm.Revoke)"
+            if st is not None:
+                st.mark_broken(f"Revoked: rank {rank} revoked the communicator (Comm.Revoke)")
 
 
 # ----------------------------------------------------------------------------- the thread
@@ -401,7 +398,7 @@ def watch(state, idents: list) -> None:
     _keep_hydra_from_ending_survivors()
     with _lock:
         _watched.append(w)
-    state.watched = w
+    state.watched_by(w)
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE and settings.get("MPICOLL_PROGRESS") != "caller":
         _ensure_thread()
 

@@ -88,7 +88,8 @@ def later(call: Call, go, what: str, result):
     with _lock:
         queue = st.background
         if queue is None:
-            queue = st.background = Background(st)
+            queue = Background(st)
+            st.start_background(queue)
         queue.jobs.append((call, go, follower))
         if not queue.thread.is_alive() and not queue.started:
             queue.started = True
@@ -112,8 +113,7 @@ class Background:
             self._run()
         finally:                    # never leave a caller waiting for a thread that is gone
             with _lock:
-                if self.st.background is self:
-                    self.st.background = None
+                self.st.end_background(self)
                 pending, self.jobs = list(self.jobs), deque()
             for _, _, follower in pending:
                 follower.refuse(RuntimeError("mpicoll: the thread that starts a "
@@ -124,7 +124,7 @@ class Background:
         while True:
             with _lock:
                 if not self.jobs:
-                    self.st.background = None
+                    self.st.end_background(self)
                     self.empty.set()
                     break
                 call, go, follower = self.jobs.popleft()

@@ -178,22 +178,19 @@ def window_for(st, nbytes: int, tag: int, get_watch, nodes=None):
     ``st.node_shared[nodes]``), made or remade (``window.make``) when it is missing or smaller
     than ``nbytes``' size class -- at the same call on every rank: the ranks pass the same
     count (or their signatures differ, which the make's messages or the flags then show)."""
-    old = st.shared if nodes is None else st.node_shared.get(nodes)
+    old = st.window(nodes)
     if old is not None and (nbytes == 0 or old.capacity >= _window.size_class(nbytes)):
         return old                          # (0: any window; the single copy's flags only)
     capacity = _window.size_class(nbytes)
     if old is not None:                     # local: the others drop theirs at the same call
         old.free()
-        _forget(st, nodes)
+        st.set_window(nodes, None)
     members = tuple(range(st.comm.Get_size())) if nodes is None else _my_node(st, nodes)
     sharing = next(len(r) for r in st.real_nodes if st.comm.Get_rank() in r)
     wanted = single_copy_expected(max(len(members), sharing))
     made = _window.make(st.comm, members, capacity, tag, wanted, get_watch,
                         _Overdue(st, get_watch, members))
-    if nodes is None:
-        st.shared = made
-    else:
-        st.node_shared[nodes] = made
+    st.set_window(nodes, made)
     return made
 
 
@@ -209,13 +206,6 @@ class _Overdue:
             _late(self.st, window, self.get_watch, which, seq, j, step, 0)
         elif self.get_watch() is not None:          # not mapped: only the deadline
             self.get_watch().overdue(step, 0, [self.members[j]])
-
-
-def _forget(st, nodes) -> None:
-    if nodes is None:
-        st.shared = None
-    else:
-        st.node_shared.pop(nodes, None)
 
 
 def _my_node(st, nodes) -> tuple:
@@ -293,7 +283,7 @@ def _died(st, window, ranks) -> None:
 def _broken(st, window, reason: str):
     """End the call: the communicator broken (later calls raise at once), the node told."""
     _abort(window)
-    st.broken = f"allreduce shm: {reason}"
+    st.mark_broken(f"allreduce shm: {reason}", replace=True)
     raise CommunicatorBroken(f"allreduce shm: {reason}; the communicator is broken: mpicoll "
                              "will not use it again (comm.Dup() on every rank to go on; "
                              "mpicoll.shrink(comm) on every survivor if a rank died)")
