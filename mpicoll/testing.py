@@ -169,7 +169,7 @@ def exit_in_next_call(shared: bool) -> None:
     watch.Watch.wait = dying_wait
 
 
-class Layout:
+class NodeLayout:
     """A stand-in for a communicator's state (``CommState``) as ``select.decide`` reads it: the
     node layout ``nodes`` (tuples of ranks) and the real nodes (default: the same), for tests of
     the decision table without MPI."""

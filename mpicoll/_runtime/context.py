@@ -34,7 +34,7 @@ from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
 from ..topology import virtual_nodes
 from . import detector, notice, stragglers
 from .stragglers import RECENT_ENTRIES
-from .tags import layout
+from .tags import tag_space
 from .watch import roll_call_tag
 
 __all__ = ["state", "attach", "known", "CommState", "node_layout", "enter", "leave", "exclusive",
@@ -56,7 +56,7 @@ class CommState:
         self._duplicate_freed = False           # (free_duplicate: once)
         self.made = False
         self.calls = 0
-        self.tags = layout(roll_call_tag())     # call numbers x argument hashes (tags.py)
+        self.tags = tag_space(roll_call_tag())     # call numbers x argument hashes (tags.py)
         self.broken: str | None = None
         self.abandoned: list = []               # requests of failed calls, kept alive (watch.py)
         self._scratch: dict = {}

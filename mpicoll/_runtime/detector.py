@@ -18,7 +18,7 @@ seconds:
   is dead. When a predecessor dies, the next living one is watched.
 
 Heartbeats and the agreement's messages travel on mpicoll's duplicate of the communicator, with
-tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.layout``).
+tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.tag_space``).
 
 **Agreement.** A rank that learns of a death -- its own look, or another rank's message --
 starts rounds: in round k it sends every rank it believes alive its set of failed ranks, and

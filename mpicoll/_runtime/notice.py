@@ -4,7 +4,7 @@ A collective is one call on every rank, so an error on one rank -- its own check
 ``TypeError`` for a list, a bad count, a bad setting), or it gave up on the call -- would leave
 the others waiting for its messages until their deadline. Instead the failing rank posts a
 *notice* to every other rank: one small nonblocking message on mpicoll's duplicate of the
-communicator, with the tag ``MPI_TAG_UB - 2`` that calls never use (``tags.layout``), holding
+communicator, with the tag ``MPI_TAG_UB - 2`` that calls never use (``tags.tag_space``), holding
 
     [call, broken] (int64)  +  "TypeError: sendbuf must be an array, got list"
 

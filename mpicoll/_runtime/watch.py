@@ -49,7 +49,7 @@ _RESERVED = 5               # tags TAG_UB - 4 .. TAG_UB: the detector's agreemen
 
 
 def roll_call_tag() -> int:
-    """``MPI_TAG_UB``, which calls never use (``tags.layout``)."""
+    """``MPI_TAG_UB``, which calls never use (``tags.tag_space``)."""
     return tag_ub()
 
 

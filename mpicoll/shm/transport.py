@@ -1,7 +1,7 @@
 """The all-reduce through the shared window: the Python side of ``kernels.window_copy`` and
 ``kernels.single_copy`` -- which window, which path, the deadline, the failures.
 
-``allreduce`` is what both users call: the ``shm`` algorithm (every rank of the communicator
+``window_allreduce`` is what both users call: the ``shm`` algorithm (every rank of the communicator
 in one window) and ``hierarchical``'s shared-memory node phases (``nodes``: one window per node
 of the layout, and ``between``, the inter-node all-reduce of this rank's reduced slice).
 
@@ -30,7 +30,7 @@ from .kernels import (ABORTED, ARRIVED, BETWEEN, DONE, FLAGS, GATHERED, LINE, MI
                       REDUCED, UNREADABLE, slice_of)
 from .policy import single_copy_expected
 
-__all__ = ["allreduce", "window_for", "window_rank", "SINGLE_COPY_MIN_BYTES", "PIECE_BYTES",
+__all__ = ["window_allreduce", "window_for", "window_rank", "SINGLE_COPY_MIN_BYTES", "PIECE_BYTES",
            "WHOLE_MAX_BYTES"]
 
 SINGLE_COPY_MIN_BYTES = 16 << 10    # single copy from this size (when the node allows it)
@@ -38,7 +38,7 @@ PIECE_BYTES = 256 << 10     # single copy: scratch for the other ranks' pieces o
 WHOLE_MAX_BYTES = 256 << 10     # single copy, 2 ranks: each reduces the whole vector up to this
 
 
-def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signature: int = 0,
+def window_allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signature: int = 0,
               mismatch=None, *, tag: int = 0, nodes=None, between=None, rows=None) -> None:
     """All-reduce ``src`` (flat; may be ``dst``) into ``dst`` on ``st``'s communicator
     (``policy.check`` passed on every rank). ``watch``: the call's deadline, or a function that
@@ -85,8 +85,8 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
 
 def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
                  between, rows=None) -> None:
-    """``allreduce`` through the window's segments, chunk by chunk (``rows``: as
-    ``allreduce``'s, with ``entry`` ``(ROWS, 0)``; ``entry``: ``kernels.entry_points``)."""
+    """``window_allreduce`` through the window's segments, chunk by chunk (``rows``: as
+    ``window_allreduce``'s, with ``entry`` ``(ROWS, 0)``; ``entry``: ``kernels.entry_points``)."""
     data, acc = window.views(dst.dtype)
     size, chunk, rank = window.size, data.shape[2], window.rank
     nchunks = -(-dst.size // chunk)
@@ -129,7 +129,7 @@ def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
 
 def _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
                  between) -> None:
-    """``allreduce`` by ``kernels.single_copy``: one sequence number, three flag waits."""
+    """``window_allreduce`` by ``kernels.single_copy``: one sequence number, three flag waits."""
     size, rank = window.size, window.rank
     acc = window.views(dst.dtype)[1]
     scratch, piece = window.scratch(dst.dtype, dst.size, PIECE_BYTES)

@@ -17,7 +17,7 @@ wave) over a ``fabric.Fabric``, and keeps one clock per rank:
 So on a contention-free flat fabric a step takes alpha + beta.max(sent, received) + gamma.reduced,
 the in-process executor's clock and the model of every ``cost()`` formula.
 
-``simulate(...)`` returns a ``Result``: each rank's finish, the time (the last finish), algbw and
+``simulate(...)`` returns a ``Timing``: each rank's finish, the time (the last finish), algbw and
 busbw, bytes per path and per link class, the bottleneck link (the one that held messages back
 longest), inter-node and cross-rail hops (distinct rank pairs) and messages, the slowest message
 rate, the protocol and channel count used, and the critical path of the last rank to finish split
@@ -48,7 +48,7 @@ from ..registry import bus_factor, lookup
 from .allranks import waves
 from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
 
-__all__ = ["Result", "run", "simulate", "call_count", "maxmin"]
+__all__ = ["Timing", "run", "simulate", "call_count", "maxmin"]
 
 CRITICAL = ("delay", "latency", "transfer", "reduction", "messages")
 
@@ -62,7 +62,7 @@ def call_count(collective: str, nbytes: int, size: int, itemsize: int) -> int:
 
 
 @dataclass
-class Result:
+class Timing:
     fabric: str
     size: int
     nbytes: int
@@ -648,7 +648,7 @@ class _Totals:
 ROUTES_HELD = 1 << 19
 
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
-        collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Result:
+        collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Timing:
     """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
 
     ``general=True`` takes no shortcut: every wave is max-min solved at the ranks' own clocks.
@@ -729,7 +729,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
     t, comp = clocks.finish()
     last = int(t.argmax()) if N else 0
     top, top_bytes, top_time = totals.top()
-    return Result(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
+    return Timing(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
                   totals.path_messages, totals.class_bytes(), top_bytes,
                   routes.name(top) if top_time > 0 else "(none)",
                   len(totals.internode), len(totals.cross), totals.rate,
@@ -740,7 +740,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
 def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, itemsize: int = 4,
              delay=None, direct: bool = True, root: int = 0, channels: int | None = None,
              protocol: str | None = None, general: bool = False, pipeline: int = 1,
-             **options) -> Result:
+             **options) -> Timing:
     """Time one call of ``algorithm`` (a name in ``mpicoll.registry``) on ``fabric``.
 
     ``options`` are the algorithm's declared ones (``order=``, ``inner=``, ...), checked by the
@@ -748,7 +748,7 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     waves from every rank's ``schedule()`` (slow at scale; the tests compare both).
     ``channels``: split the call over that many rings or trees, each on its own NIC (default:
     the fabric's, ``Fabric.nchannels``). On a fabric with ``protocols`` the call is timed with
-    each (``protocol=`` picks one) and the fastest is returned, its name in ``Result.protocol``.
+    each (``protocol=`` picks one) and the fastest is returned, its name in ``Timing.protocol``.
     ``pipeline``: ``hierarchical`` only, each channel's part cut into that many chunks whose
     node and network phases overlap (``allranks.pipeline_waves``); 1: the phases in series.
     """
