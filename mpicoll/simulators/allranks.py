@@ -42,7 +42,6 @@ import numpy as np
 
 from ..algorithms import allreduce_double_binary_tree, allreduce_hierarchical, allreduce_ring
 from ..schedule import Recv, Send, block_displs
-from .inprocess import Deadlock, _link
 
 __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
            "has_direct_form", "tree_waves", "pipeline_waves", "ring_channel_order",
@@ -83,6 +82,7 @@ def _full(value, n):
 
 def from_schedules(scheds) -> list[Wave]:
     """The waves of one schedule per rank (checked as the in-process executor checks them)."""
+    from .inprocess import Deadlock, _link   # (it loads the kernels: not at import, see timed)
     size = len(scheds)
     links = _link(scheds)            # raises ScheduleMismatch naming the message
     nsteps = [len(s.steps) for s in scheds]
