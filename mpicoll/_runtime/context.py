@@ -66,6 +66,7 @@ class CommState:
         self.node_shared: dict = {}             # the same per node layout (hierarchical's)
         self.cached = OrderedDict()             # cache.Entry: plain calls' plans, LRU
         self.last_cached = (None, None)         # the most recently used: (key, entry)
+        self.last_plan = None                   # the last call's plan (plan.last: what auto chose)
         # fail fast, never diverge (docs/reliability.md)
         self.history = 0                        # running hash of the calls' signatures (tags.chain)
         self.recent = np.full(RECENT, -1, np.int64)  # call n's tag at [n % RECENT] (no int kept)
@@ -303,6 +304,10 @@ class CommState:
                 self.node_shared[nodes] = window
         else:
             self.shared = window
+
+    def remember_plan(self, plan) -> None:
+        """The plan of the last call made here (``plan.last``: what ``auto`` chose)."""
+        self.last_plan = plan
 
     def remember_cached(self, key, entry) -> None:
         """``cache``'s most recently used plan: ``(key, entry)``, replaced whole (thread-safe)."""
