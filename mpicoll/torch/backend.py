@@ -31,8 +31,9 @@ caller computes, and the returned ``Work``'s future completes when the request d
 completion thread waits on the requests in order; mpicoll's ``Request`` has no callback).
 ``async_op=False`` runs mpicoll's blocking call (its fast paths: persistent plans, the
 compiled executor, ``shm``) and returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE``
-(no progress thread) every call is blocking. ``algorithm="shm"`` has no nonblocking form: its
-calls are blocking too.
+(no progress thread) every call is blocking. So are the calls of an algorithm whose nonblocking
+form would only defer it (``registry.Algorithm.deferred``: ``shm``, which the progress engine
+runs whole).
 
 Errors: bad arguments raise at the call, before any communication (``TypeError`` /
 ``ValueError``, as Gloo's). A collective that fails -- ``CollectiveTimeout`` naming the ranks
