@@ -30,6 +30,8 @@ straggler (``mpicoll.recovery``, docs/reliability.md). ``mpicoll.elastic.run(tra
 trains on through such deaths, from a state committed in memory (docs/elastic.md).
 """
 
+import importlib
+
 from .errors import (ArgumentMismatch, CollectiveTimeout, CommunicatorBroken, ConcurrentCall,
                      PeerError, ProcessFailed)
 
@@ -51,10 +53,8 @@ __all__ = list(_LAZY) + ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorB
 
 def __getattr__(name: str):
     if name in ("reproducible", "elastic"):    # submodules: mpicoll.reproducible.sum(...),
-        import importlib                        # mpicoll.elastic.run(...)
         return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
-        import importlib
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value
         return value

@@ -16,7 +16,13 @@ Only bench and calibrate initialise MPI; the other commands (and -h, --version) 
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
+
+import mpi4py
+
+from . import __version__
 
 COMMANDS = {name: f"mpicoll.tools.{name}"
             for name in ("bench", "calibrate", "model", "tune", "plot", "report", "trace",
@@ -27,7 +33,6 @@ NEEDS_MPI = ("bench", "calibrate")
 def _without_mpi() -> None:
     """Let mpi4py.MPI be imported (the library does) without initialising or finalising MPI: on
     a login node a site MPI can be slow to start or refuse to. No effect once it is loaded."""
-    import mpi4py
     if "mpi4py.MPI" not in sys.modules:
         mpi4py.rc.initialize = False
         mpi4py.rc.finalize = False
@@ -47,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip())
         return 0
     if command == "--version":
-        from . import __version__
         print(f"mpicoll {__version__}")
         return 0
     if command not in COMMANDS:
@@ -55,12 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mpicoll: {problem}; expected one of: {', '.join(COMMANDS)} "
               "(mpicoll --help says what each does)", file=sys.stderr)
         return 2
-    import importlib
     try:
         return importlib.import_module(COMMANDS[command]).main(argv[1:]) or 0
     except BrokenPipeError:
         # the reader left (mpicoll report R.json | head): stop quietly, as a killed writer
-        import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141          # 128 + SIGPIPE, what a shell reports for such a writer
 

@@ -49,6 +49,8 @@ import math
 import numpy as np
 from numba import njit
 
+from . import kernels
+
 __all__ = ["CODECS", "CHUNK", "Codec", "codec", "check_feedback", "cuts", "schedule_cuts",
            "ErrorFeedback",
            "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode",
@@ -341,7 +343,6 @@ def warmup() -> None:
     global _warm
     if _warm:
         return
-    from . import kernels
     x, wire = np.ones(4, np.float32), np.zeros(32, np.uint8)
     with kernels.file_lock("the compression codecs' kernels"):
         for c in CODECS.values():

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import cache, compression, kernels, model, ops, select, settings, shm
-from ._runtime import setup
+from .executors import background
 from ._runtime.call import Call
 from .buffers import Layout
 from .executors import segments
@@ -166,15 +166,15 @@ def begin(call: Call, collective: str, algorithm, layout: Layout, *, op=None, ro
     """A nonblocking call: ``make`` then ``start``, returning the started request. Never
     waits for other ranks: on a communicator mpicoll has not set up yet (its first call) this
     rank's checks raise here and the rest goes to the communicator's background thread
-    (``_runtime.setup``); the request returned follows it."""
+    (``executors.background``); the request returned follows it."""
     checked = _check(collective, algorithm, layout, op, given, compress, average)
 
     def go() -> Request:
         return start(call, _decide(call, checked, layout, root, "nonblocking",
                                    feedback=error_feedback is not None), layout, error_feedback)
-    if setup.ready_now(call):
+    if background.ready_now(call):
         return go()
-    return setup.later(call, go, f"{collective} {algorithm}", layout.result)
+    return background.later(call, go, f"{collective} {algorithm}", layout.result)
 
 
 def _check(collective: str, algorithm, layout: Layout, op, given, compress,

@@ -116,8 +116,7 @@ def revoke(comm) -> None:
     (``CommunicatorBroken`` naming this rank) -- here at once, elsewhere within a heartbeat."""
     comm = _mpi(comm)
     st = context.attach(comm)
-    if not st.broken:
-        st.broken = f"Revoked: rank {comm.Get_rank()} revoked the communicator (Comm.Revoke)"
+    st.mark_broken(f"Revoked: rank {comm.Get_rank()} revoked the communicator (Comm.Revoke)")
     detector.revoke(st)
 
 

@@ -15,6 +15,7 @@ Adding an algorithm is one module in ``algorithms/`` plus one entry here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
@@ -29,7 +30,7 @@ from .algorithms import (allgather_recursive_doubling, allgather_ring, allreduce
                          reduce_scatter_ring)
 
 __all__ = ["Option", "Algorithm", "TOKENS", "ALLREDUCE", "REDUCE_SCATTER_BLOCK", "ALLGATHER",
-           "BCAST", "COLLECTIVES", "lookup", "bus_factor"]
+           "BCAST", "COLLECTIVES", "lookup", "per_collective", "algorithm_for", "bus_factor"]
 
 TOKENS = {
     "any-size": "any number of ranks, any count",
@@ -107,6 +108,13 @@ class Algorithm:
 
     def has(self, token: str) -> bool:
         return token in self.restrictions
+
+    @property
+    def deferred(self) -> bool:
+        """Its nonblocking form only defers it: the progress engine runs the whole collective
+        at once (``shared-memory``), so nothing overlaps the caller's work; a caller that may
+        choose (the torch backend) runs it blocking."""
+        return self.has("shared-memory")
 
     @property
     def schedule(self):
@@ -229,3 +237,61 @@ def lookup(collective: str, name: str) -> Algorithm:
     except (KeyError, TypeError):       # TypeError: not hashable, so not a name
         raise ValueError(f"unknown {collective} algorithm {name!r}; expected 'auto' or one of "
                          f"{list(table)}") from None
+
+
+def per_collective(algorithm, who: str = "algorithm") -> dict[str, str]:
+    """``{collective: name}`` for an algorithm setting: the one meaning of ``mpicoll.Comm``'s
+    ``algorithm`` and the torch backend's ``Options.algorithm``.
+
+    A name applies to every collective that has an algorithm of that name (or alias), ``auto``
+    to the others; a name no collective has is a ``ValueError``. A mapping ``{collective:
+    name}`` names some collectives, those left out run ``auto``; a collective that is not one,
+    or a name its collective doesn't have, is a ``ValueError``. ``who`` begins the message."""
+    return dict(_chosen(algorithm, who))
+
+
+def algorithm_for(algorithm, collective: str, who: str = "algorithm") -> str:
+    """``per_collective(algorithm, who)[collective]``, without the copy (a name's map is made
+    once)."""
+    return _chosen(algorithm, who)[collective]
+
+
+_NAMED: dict[str, dict[str, str]] = {}      # a name's per_collective, made once
+
+
+def _chosen(algorithm, who: str) -> dict[str, str]:
+    if isinstance(algorithm, str):
+        chosen = _NAMED.get(algorithm)
+        if chosen is None:
+            chosen = _NAMED[algorithm] = _for_name(algorithm, who)
+        return chosen
+    if isinstance(algorithm, Mapping):
+        unknown = set(algorithm) - set(COLLECTIVES)
+        if unknown:
+            raise ValueError(f"{who}: algorithm maps {sorted(unknown)}, not collectives; "
+                             f"the collectives are {', '.join(COLLECTIVES)}")
+        chosen = dict.fromkeys(COLLECTIVES, "auto")
+        for collective, name in algorithm.items():
+            if name != "auto":
+                lookup(collective, name)       # its error names the known ones
+            chosen[collective] = name
+        return chosen
+    raise TypeError(f"{who}: algorithm is a name or a {{collective: name}} mapping, got "
+                    f"{type(algorithm).__name__}")
+
+
+def _for_name(name: str, who: str) -> dict[str, str]:
+    if name == "auto":
+        return dict.fromkeys(COLLECTIVES, "auto")
+    chosen = {}
+    for collective in COLLECTIVES:
+        try:
+            lookup(collective, name)
+            chosen[collective] = name
+        except ValueError:
+            chosen[collective] = "auto"
+    if set(chosen.values()) == {"auto"}:
+        known = sorted({a.name for t in COLLECTIVES.values() for a in t.values()})
+        raise ValueError(f"{who}: unknown algorithm {name!r} (no collective has it); known: "
+                         f"auto, {', '.join(known)}")
+    return chosen

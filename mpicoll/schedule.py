@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Sequence, Union
 
+import numpy as np
+
 __all__ = [
     "Send", "Recv", "Schedule", "block_displs", "make_schedule", "check_step",
     "pof2_fold", "fold_real_rank", "virtual_blocks", "check_into_next", "recv_kind",
@@ -156,7 +158,6 @@ class Schedule:
         """The plan as one int64 array, for the compiled executor: a row per transfer,
         ``(step, peer, lo, hi, kind, scratch_lo)`` with ``kind`` one of ``TABLE_KINDS``; rows in
         step order, each step's receives before its sends (the order ``plan`` posts them)."""
-        import numpy as np
         rows = []
         for index, (recvs, sends) in enumerate(self.plan):
             for peer, lo, hi, reduce, left, at, into in recvs:

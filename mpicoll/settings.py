@@ -17,8 +17,11 @@ from both.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -353,7 +356,6 @@ def problems() -> list[str]:
 def unknown_names(environ=None) -> list[tuple[str, str | None]]:
     """``(name, closest known name or None)`` for each ``MPICOLL_*`` variable in ``environ``
     (default ``os.environ``) that no table here declares: most likely a misspelling."""
-    import difflib
     known = [s.name for s in LIBRARY + SCRIPTS]
     environ = os.environ if environ is None else environ
     tails = {name[8:]: name for name in known}          # compared without MPICOLL_
@@ -374,7 +376,6 @@ def _warn_unknown() -> None:
                                          "SLURM_PROCID") if os.environ.get(v, "").isdigit()), "0")
     if rank != "0":
         return
-    import sys
     for name, close in unknown_names():
         hint = (f"; did you mean {close}?" if close else
                 " (docs/reference/settings.md lists them)")
@@ -416,7 +417,6 @@ def markdown_table(settings=LIBRARY) -> str:
 
 def update_markdown(path) -> None:
     """Rewrite the ``<!-- settings: library|scripts -->`` blocks of a markdown file (docs/reference/settings.md)."""
-    import re
     text = Path(path).read_text()
     for which, table in (("library", LIBRARY), ("scripts", SCRIPTS)):
         text = re.sub(rf"(<!-- settings: {which} -->\n).*?(<!-- end settings -->)",

@@ -12,8 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
+import time
+
+import numpy as np
+
+from . import kernels
+from .settings import reload
 
 __all__ = ["agree", "raises_everywhere", "environment", "every_case", "SWEEP_RANKS", "MPIEXEC",
            "nodes", "traffic", "exit_in_next_call", "ddp_train", "background_paused"]
@@ -49,7 +56,6 @@ def raises_everywhere(comm, exception, fn, /, *args, match: str | None = None, *
 
     Returns the exception raised on this rank.
     """
-    import re
     try:
         fn(*args, **kwargs)
     except exception as exc:
@@ -65,7 +71,6 @@ def raises_everywhere(comm, exception, fn, /, *args, match: str | None = None, *
 def environment(**variables):
     """Set ``MPICOLL_*`` variables (None: unset) for the calls inside, which read them once
     (``mpicoll.settings``); restored, and read again, on the way out."""
-    from .settings import reload
     def put(values):
         for name, value in values.items():
             if value is None:
@@ -89,7 +94,6 @@ def exact_input(rank: int, count: int, dtype, op: str):
     Small integers (also as floats): sums stay far below 2^24, products are of +-1 and 2, so
     every algorithm, whatever its order, must give exactly ``exact_result``.
     """
-    import numpy as np
     i = np.arange(count, dtype=np.int64)
     if op == "prod":        # -1 at every 4th element; a 2 at one in 32, so products stay small
         k = (i + rank) % 4
@@ -104,8 +108,6 @@ def exact_input(rank: int, count: int, dtype, op: str):
 
 def exact_result(size: int, count: int, dtype, op: str):
     """What ``op`` over ``exact_input`` of ranks 0..size-1 must give."""
-    import numpy as np
-    from . import kernels
     ufunc = kernels.numpy_kernel(op, dtype)
     acc = exact_input(0, count, dtype, op)
     with np.errstate(over="ignore"):
@@ -119,7 +121,7 @@ def background_paused():
     """No failure detector's thread for the block (``_runtime/detector.py``: a look every
     0.2 s, which makes a few objects): an allocation test traces every thread, and measures the
     calls'. Deaths are not looked for meanwhile."""
-    from ._runtime import detector
+    from ._runtime import detector     # (the private runtime imports mpi4py.MPI: see _state)
     with detector.paused():
         yield
 
@@ -128,8 +130,7 @@ def nodes(comm, real: bool = False) -> tuple:
     """The node layout mpicoll uses on ``comm``: a tuple of nodes, each the tuple of its ranks
     (``MPICOLL_RANKS_PER_NODE=k`` makes virtual nodes of k ranks); ``real``: the MPI library's
     (``COMM_TYPE_SHARED``), whatever that setting says. Collective on first use."""
-    from ._runtime.context import state
-    st = state(comm)
+    st = _state(comm)
     return st.real_nodes if real else st.nodes()
 
 
@@ -137,19 +138,27 @@ def traffic(comm) -> dict:
     """The MPI executor's live byte counters on ``comm`` (``bytes_sent``, ``bytes_received``,
     ``messages_sent``, ``internode_bytes``, ``shared_bytes``): read them before and after a
     call. Collective on first use."""
+    return _state(comm).traffic
+
+
+def _state(comm):
+    """mpicoll's state of ``comm`` (``_runtime.context.state``). The private runtime is
+    imported here, at the first use, not with this module: it imports ``mpi4py.MPI``, which
+    initialises MPI, and the launcher tests import ``MPIEXEC`` from here in a process that
+    only starts ``mpiexec`` jobs."""
     from ._runtime.context import state
-    return state(comm).traffic
+    return state(comm)
 
 
 def exit_in_next_call(shared: bool) -> None:
     """Fault injection: this process exits (``os._exit(0)``) in its next collective call, mid
     transfer. ``shared`` (the call runs ``shm``): as its copy loop starts, its window ready and
     the others waiting for its flag; else in its first wait mid-schedule."""
-    if shared:
+    if shared:                  # (shm's kernels load when shm runs: tests/unit/test_lazy_imports)
         from .shm import kernels as shm_kernels
         shm_kernels.window_copy = shm_kernels.single_copy = lambda *args: os._exit(0)
         return
-    from ._runtime import watch
+    from ._runtime import watch        # (see _state)
     real = watch.Watch.wait
 
     def dying_wait(self, requests, step, nsteps=0, *args, **kwargs):
@@ -160,7 +169,7 @@ def exit_in_next_call(shared: bool) -> None:
     watch.Watch.wait = dying_wait
 
 
-class Layout:
+class NodeLayout:
     """A stand-in for a communicator's state (``CommState``) as ``select.decide`` reads it: the
     node layout ``nodes`` (tuples of ranks) and the real nodes (default: the same), for tests of
     the decision table without MPI."""
@@ -188,12 +197,9 @@ def ddp_train(group=None, *, steps: int = 50, seed: int = 0, batch: int = 32, lr
     the gradients differ across ranks and DDP must average them. Small buckets (10 KB: three
     of them for the 7k parameters) so several all-reduces are in flight per backward pass.
     """
-    import time
-
-    import torch
+    import torch                        # (an optional dependency: mpicoll[torch])
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    F, DDP = torch.nn.functional, torch.nn.parallel.DistributedDataParallel
     features, hidden, classes = 32, 64, 10
     torch.set_num_threads(1)
     torch.manual_seed(seed)

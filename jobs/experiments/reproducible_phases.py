@@ -63,9 +63,9 @@ def instrument() -> None:
                         ("rounded_rows", "codes, slices, rounding of the block (fused)"),
                         ("rounded_pair", "the two rows' sums of the block (two ranks)")):
         setattr(_calls, name, timed(label, getattr(_calls, name), kernel=True))
-    plain, window = transport.allreduce, timed(
-        "shm's window: copies and waits (the kernel inside)", transport.allreduce)
-    transport.allreduce = lambda *a, **kw: (window if kw.get("rows") else plain)(*a, **kw)
+    plain, window = transport.window_allreduce, timed(
+        "shm's window: copies and waits (the kernel inside)", transport.window_allreduce)
+    transport.window_allreduce = lambda *a, **kw: (window if kw.get("rows") else plain)(*a, **kw)
     made = R.Job.__init__
 
     def init(self, *args, **kwargs):

@@ -31,8 +31,8 @@ from mpicoll.topology import ORDERS, ring_order
 
 def auto_order(nodes) -> str | None:
     """The order of ``auto``'s rings on ``nodes`` (``select``'s order row)."""
-    from mpicoll.testing import Layout
-    return select.auto_ring_order(Layout(nodes))
+    from mpicoll.testing import NodeLayout
+    return select.auto_ring_order(NodeLayout(nodes))
 
 
 def internode_elements(sched, rank, where) -> int:

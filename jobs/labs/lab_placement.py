@@ -60,7 +60,7 @@ CHECKPOINT_S = 29.0 * 60   # the checkpoint interval (lab_checkpoint's T*): T/2 
 
 # ----------------------------------------------------------------------------- part 1: TP
 
-def tp_time(nodes: int, per_node: int, nbytes: int) -> timed.Result:
+def tp_time(nodes: int, per_node: int, nbytes: int) -> timed.Timing:
     return timed.simulate("allreduce", "ring", fabric.preset(FABRIC, nodes, per_node), nbytes)
 
 

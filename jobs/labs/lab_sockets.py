@@ -35,7 +35,7 @@ from lab_common import claim, parser, write_json
 
 from mpicoll import kernels
 from mpicoll.simulators import inprocess
-from mpicoll.executors.sockets import PeerError, SocketComm, execute, open_listeners
+from mpicoll.executors.sockets import PeerFault, SocketComm, execute, open_listeners
 from mpicoll.registry import ALLREDUCE
 
 FLAT = [name for name, a in ALLREDUCE.items()         # one-level algorithms: every rank alike
@@ -68,7 +68,7 @@ def _rank_main(rank, size, listeners, ports, count, algorithms, fail, timeout, r
                          "bytes_sent": comm.traffic["bytes_sent"] - before["bytes_sent"],
                          "bytes_received": comm.traffic["bytes_received"]
                          - before["bytes_received"]})
-    except PeerError as e:
+    except PeerFault as e:
         results.put({"rank": rank, "ok": False, "error": type(e).__name__, "message": str(e),
                      "peers": e.peers, "seconds": time.perf_counter() - t0})
     finally:

@@ -72,7 +72,7 @@ class Call:
         if not isinstance(comm, MPI.Intracomm):
             raise TypeError(f"comm must be an MPI intracommunicator, got {comm!r}")
         self.collective, self.comm = collective, comm
-        # (read now: a call started in the background (setup.py) may run after comm.Free())
+        # (read now: a call started in the background (executors/background.py) may run after comm.Free())
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.alone = self.size == 1
         self._st = attach(comm)
@@ -131,7 +131,7 @@ class Call:
         elif not self.chained:
             self.chained = (sig.hashed ^ self._state.history) or 1
             st = self._state
-            self._unlabel = st.history, st.before, st.last
+            self._unlabel = st.history_mark()
             self.tag = st.label(self.number, sig)
             self._marks = st.history, "" if st.before is None else st.before.text
         if self.watch is not None:
@@ -226,8 +226,7 @@ class Call:
                 if self.chained and not self._state.broken:
                     # failed before communicating (validate's or the hash check's mismatch):
                     # as if not called, on every rank alike, so the histories stay equal
-                    st = self._state
-                    st.history, st.before, st.last = self._unlabel
+                    self._state.rewind(self._unlabel)
                 self._reject(exc)
                 self._tell(exc)
         finally:
@@ -255,8 +254,7 @@ class Call:
         if self._state is not None:         # numbered already
             call = st.calls
         elif st.made:                       # take this call's number (no communication)
-            call = st.calls + 1
-            st.calls = call
+            call = st.take_number()
         else:       # the communicator's first call: told on the caller's communicator (the
             call = st.calls + 1     # others wait in the presence check there), no number
             if st._dup is not None:
@@ -264,7 +262,7 @@ class Call:
         started = self.signature is not None and self._state is not None
         st.failed_here.add(call)
         if started:
-            st.broken = st.broken or f"{type(exc).__name__}: {exc}"
+            st.mark_broken(f"{type(exc).__name__}: {exc}")
         notice.post(st, call, notice.BROKEN if started else notice.OWN,
                     f"{type(exc).__name__}: {exc}")
 
@@ -389,10 +387,9 @@ def failed(state: CommState | None, watch, on_timeout: str, comm: MPI.Comm,
     completed the call learns of it in its next one); ``MPI_Abort`` with
     ``on_timeout="abort"``."""
     if state is not None:
-        first = not state.broken
-        state.broken = f"{type(exc).__name__}: {exc}"
+        first = state.mark_broken(f"{type(exc).__name__}: {exc}", replace=True)
         if watch is not None:
-            state.abandoned += watch.abandoned
+            state.abandon(watch.abandoned)
             watch.abandoned = []
         if isinstance(exc, ProcessFailed):      # every survivor knows: no notice
             pass

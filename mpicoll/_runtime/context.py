@@ -31,15 +31,22 @@ from mpi4py import MPI
 
 from .. import settings
 from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
-from ..executors.python import new_traffic
 from ..topology import virtual_nodes
 from . import detector, notice, stragglers
 from .stragglers import RECENT_ENTRIES
-from .tags import layout
+from .tags import tag_space
 from .watch import roll_call_tag
 
 __all__ = ["state", "attach", "known", "CommState", "node_layout", "enter", "leave", "exclusive",
            "concurrent"]
+
+def new_traffic() -> dict:
+    """Counters of what the executors sent and received (kept per communicator, in its
+    state); ``shared_bytes``: what ``allreduce_shm`` wrote into its shared-memory window (no
+    network)."""
+    return {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0, "internode_bytes": 0,
+            "shared_bytes": 0}
+
 
 class CommState:
     def __init__(self, comm: MPI.Intracomm):
@@ -49,7 +56,7 @@ class CommState:
         self._duplicate_freed = False           # (free_duplicate: once)
         self.made = False
         self.calls = 0
-        self.tags = layout(roll_call_tag())     # call numbers x argument hashes (tags.py)
+        self.tags = tag_space(roll_call_tag())     # call numbers x argument hashes (tags.py)
         self.broken: str | None = None
         self.abandoned: list = []               # requests of failed calls, kept alive (watch.py)
         self._scratch: dict = {}
@@ -59,6 +66,7 @@ class CommState:
         self.node_shared: dict = {}             # the same per node layout (hierarchical's)
         self.cached = OrderedDict()             # cache.Entry: plain calls' plans, LRU
         self.last_cached = (None, None)         # the most recently used: (key, entry)
+        self.last_plan = None                   # the last call's plan (plan.last: what auto chose)
         # fail fast, never diverge (docs/reliability.md)
         self.history = 0                        # running hash of the calls' signatures (tags.chain)
         self.recent = np.full(RECENT, -1, np.int64)  # call n's tag at [n % RECENT] (no int kept)
@@ -68,7 +76,7 @@ class CommState:
         self.failed_here: set = set()           # calls (absolute numbers) that failed on this rank
         self.outbox: list = []                  # (message, request) of the notices this rank sent
         self.lock = threading.RLock()           # held by the thread in a call on it (enter)
-        self.background = None                  # first nonblocking calls being started (setup.py)
+        self.background = None                  # first nonblocking calls being started (executors/background.py)
         self.freed = False                      # the user freed the communicator (free)
         self.watched = None                     # its part of the failure detector (detector.py)
         self.failed: frozenset = frozenset()    # the ranks agreed dead (detector.py)
@@ -179,7 +187,7 @@ class CommState:
         if self.notices:                        # another rank failed in a later call: now?
             error = notice.judge(self, self.calls, "mpicoll")
             if error is not None:
-                self.broken = f"PeerError: {error}"
+                self.mark_broken(f"PeerError: {error}", replace=True)
                 raise error
         number = self.calls % self.tags.calls
         self.recent[number & RECENT_MASK] = -1      # until label gives it a tag
@@ -209,9 +217,103 @@ class CommState:
         watch.history = self.history
         watch.previous = "" if self.before is None else self.before.text
 
+    def history_mark(self) -> tuple:
+        """What ``rewind`` restores: the running hash and the last two signatures."""
+        return self.history, self.before, self.last
+
+    def rewind(self, mark: tuple) -> None:
+        """Forget the call labelled since ``history_mark`` gave ``mark``: it failed before
+        communicating, on every rank alike (as if not called), so the histories stay equal."""
+        self.history, self.before, self.last = mark
+
+    def take_number(self) -> int:
+        """Number a call that fails before it is numbered (no tag, no communication): its
+        notice names it (``Call._tell``)."""
+        self.calls += 1
+        return self.calls
+
     def absolute(self, number: int) -> int:
         """The absolute number (``calls`` at its start) of the recent call ``number``."""
         return self.calls - (self.calls - number) % self.tags.calls
+
+    # ------------------------------------------------------------ failures
+
+    def mark_broken(self, reason: str, *, replace: bool = False) -> bool:
+        """Break the communicator: ``check`` raises from now on, naming ``reason``; an earlier
+        reason stays unless ``replace``. Returns whether it was not broken before."""
+        first = not self.broken
+        if first or replace:
+            self.broken = reason
+        return first
+
+    def ranks_failed(self, failed: frozenset, why: str) -> None:
+        """The failure detector agreed ``failed`` dead: ``why`` breaks the communicator, over
+        any earlier reason but a death's."""
+        self.failed = failed
+        if not (self.broken or "").startswith("ProcessFailed"):
+            self.broken = why
+
+    def abandon(self, requests) -> None:
+        """Keep a failed call's ``requests`` (and their buffers) alive until the communicator
+        is freed (``free_duplicate`` completes or cancels them)."""
+        self.abandoned += list(requests)
+
+    def watched_by(self, watched) -> None:
+        """The failure detector watches this communicator through ``watched``."""
+        self.watched = watched
+
+    # ------------------------------------------------------------ notices (notice.py)
+
+    def add_notices(self, notices: list) -> None:
+        """Other ranks' notices, received: judged by ``notice.judge``."""
+        self.notices += notices
+
+    def keep_notices(self, notices: list) -> None:
+        """The notices ``notice.judge`` keeps for later calls."""
+        self.notices = notices
+
+    def sent(self, messages: list) -> None:
+        """``(message, request)`` of the notices this rank sent, kept alive until they
+        complete (the completed ones are dropped once there are more than 256)."""
+        if len(self.outbox) > 256:
+            self.outbox = [(m, r) for m, r in self.outbox if not r.Test()]
+        self.outbox += messages
+
+    # ------------------------------------------------------------ what calls keep here
+
+    def start_background(self, queue) -> None:
+        """``queue`` (``executors.background.Background``) starts the first nonblocking calls;
+        ``ready`` waits for it."""
+        self.background = queue
+
+    def end_background(self, queue) -> None:
+        """``queue`` has started its calls (or stopped)."""
+        if self.background is queue:
+            self.background = None
+
+    def window(self, nodes=None):
+        """mpicoll.shm's window of this communicator (``nodes``: of this rank's node in that
+        node layout), or None."""
+        return self.shared if nodes is None else self.node_shared.get(nodes)
+
+    def set_window(self, nodes, window) -> None:
+        """Keep ``window`` as ``window(nodes)``'s (None: forget it)."""
+        if nodes is not None:
+            self.node_shared.pop(nodes, None)
+            if window is not None:
+                self.node_shared[nodes] = window
+        else:
+            self.shared = window
+
+    def remember_plan(self, plan) -> None:
+        """The plan of the last call made here (``plan.last``: what ``auto`` chose)."""
+        self.last_plan = plan
+
+    def remember_cached(self, key, entry) -> None:
+        """``cache``'s most recently used plan: ``(key, entry)``, replaced whole (thread-safe)."""
+        self.last_cached = key, entry
+
+    # ------------------------------------------------------------ buffers and layout
 
     def scratch(self, dtype: np.dtype, n: int) -> np.ndarray:
         """A scratch array of ``n`` elements, reused across calls (grown when too small)."""
@@ -249,7 +351,7 @@ class CommState:
         tag = roll_call_tag()
         background = self.background
         if background is not None:
-            # The set-up is under way on the background thread (setup.py): comm.Free() is
+            # The set-up is under way on the background thread (executors/background.py): comm.Free() is
             # local, so it must not wait for the other ranks' set-up. The background thread
             # frees the duplicate once its calls started. MPICH defers this call until the
             # set-up's requests on the communicator complete, then makes it from inside that
@@ -267,7 +369,7 @@ class CommState:
     def free_duplicate(self) -> None:
         """The duplicate's part of ``free``: the requests in flight on it completed, its stray
         messages dropped, its shared memory and itself freed. Once, by whichever thread comes
-        first (``free``, or the background thread of a set-up the user freed: setup.py)."""
+        first (``free``, or the background thread of a set-up the user freed: executors/background.py)."""
         with _freeing:
             if self._duplicate_freed:
                 return
@@ -339,8 +441,7 @@ def concurrent(state: CommState, what: str):
         "serialise the calls; mpicoll will not use this communicator again")
     # the threads may enter in another order on other ranks, pairing calls of different
     # threads: broken here, and the others told (their next wait raises PeerError)
-    if not state.broken:
-        state.broken = f"ConcurrentCall: {error}"
+    if state.mark_broken(f"ConcurrentCall: {error}"):
         if state.made:
             try:
                 notice.post(state, state.calls + 1, notice.BROKEN, f"ConcurrentCall: {error}")
@@ -448,7 +549,7 @@ def post_presence(comm: MPI.Intracomm) -> tuple:
 
 def wait_posted(requests: list, peers: list, watch, step: str) -> None:
     """Complete ``requests`` posted on a communicator the user may free meanwhile (the
-    background set-up, setup.py), never touching that communicator: under Open MPI a probe
+    background set-up, executors/background.py), never touching that communicator: under Open MPI a probe
     of a freed one crashes the process. Past ``watch``'s deadline (if any), cancel what is
     unfinished and raise ``CollectiveTimeout`` naming the ranks (``peers``: each request's)
     whose requests did not complete."""

@@ -18,7 +18,7 @@ seconds:
   is dead. When a predecessor dies, the next living one is watched.
 
 Heartbeats and the agreement's messages travel on mpicoll's duplicate of the communicator, with
-tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.layout``).
+tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.tag_space``).
 
 **Agreement.** A rank that learns of a death -- its own look, or another rank's message --
 starts rounds: in round k it sends every rank it believes alive its set of failed ranks, and
@@ -52,6 +52,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from ..errors import CommunicatorBroken, ProcessFailed
 from ..shm import probe
 from .tags import tag_ub
 
@@ -338,10 +339,7 @@ class Watched:
                 self._send(msg, r, self.tags[1])
         st = self.state()
         if st is not None:
-            st.failed = failed
-            why = f"ProcessFailed: {describe(failed, self.idents)} failed"
-            if not st.broken or not st.broken.startswith("ProcessFailed"):
-                st.broken = why
+            st.ranks_failed(failed, f"ProcessFailed: {describe(failed, self.idents)} failed")
         with _decided:
             _decided.notify_all()
 
@@ -366,8 +364,8 @@ class Watched:
         if self.revoked_by is None:
             self.revoked_by = rank
             st = self.state()
-            if st is not None and not st.broken:
-                st.broken = f"Revoked: rank {rank} revoked the communicator (Comm.Revoke)"
+            if st is not None:
+                st.mark_broken(f"Revoked: rank {rank} revoked the communicator (Comm.Revoke)")
 
 
 # ----------------------------------------------------------------------------- the thread
@@ -387,7 +385,7 @@ def enabled() -> bool:
 
 def prepare() -> None:
     """On the caller's thread, before a set-up that a background thread finishes
-    (``_runtime/setup.py``): what ``watch`` can do only from the main thread."""
+    (``executors/background.py``): what ``watch`` can do only from the main thread."""
     if enabled():
         _keep_hydra_from_ending_survivors()
 
@@ -400,7 +398,7 @@ def watch(state, idents: list) -> None:
     _keep_hydra_from_ending_survivors()
     with _lock:
         _watched.append(w)
-    state.watched = w
+    state.watched_by(w)
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE and settings.get("MPICOLL_PROGRESS") != "caller":
         _ensure_thread()
 
@@ -521,7 +519,6 @@ def failure(state, what: str, seen: frozenset | None = None, wait: bool = True):
     if w is None:
         return None
     if w.revoked_by is not None and not w.known:
-        from ..errors import CommunicatorBroken
         return CommunicatorBroken(f"{what}: rank {w.revoked_by} revoked this communicator "
                                   "(Comm.Revoke); mpicoll will not use it again")
     if not w.known:
@@ -558,7 +555,6 @@ def settle(w, cover: frozenset | None = None, limit: float = DECISION_SECONDS) -
 
 
 def _error(w, what: str, failed: frozenset):
-    from ..errors import ProcessFailed
     return ProcessFailed(
         f"{what}: {describe(failed, w.idents)} failed (the process died); mpicoll will not use "
         "this communicator again: mpicoll.shrink(comm) on every survivor gives a communicator "

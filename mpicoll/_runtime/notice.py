@@ -4,7 +4,7 @@ A collective is one call on every rank, so an error on one rank -- its own check
 ``TypeError`` for a list, a bad count, a bad setting), or it gave up on the call -- would leave
 the others waiting for its messages until their deadline. Instead the failing rank posts a
 *notice* to every other rank: one small nonblocking message on mpicoll's duplicate of the
-communicator, with the tag ``MPI_TAG_UB - 2`` that calls never use (``tags.layout``), holding
+communicator, with the tag ``MPI_TAG_UB - 2`` that calls never use (``tags.tag_space``), holding
 
     [call, broken] (int64)  +  "TypeError: sendbuf must be an array, got list"
 
@@ -78,9 +78,7 @@ def post(state, call: int, broken: int, text: str) -> None:
     msg = np.concatenate([np.array([call, int(broken)], np.int64).view(np.uint8),
                           np.frombuffer(text.encode(errors="replace")[:4000], np.uint8)])
     tag = notice_tag()
-    if len(state.outbox) > 256:         # drop the completed ones (with their messages)
-        state.outbox = [(m, r) for m, r in state.outbox if not r.Test()]
-    state.outbox += [(msg, comm.Isend(msg, peer, tag)) for peer in range(size) if peer != me]
+    state.sent([(msg, comm.Isend(msg, peer, tag)) for peer in range(size) if peer != me])
 
 
 def collect(comm: MPI.Comm) -> list:
@@ -108,7 +106,7 @@ def judge(state, current: int, what: str) -> PeerError | None:
             fatal.append((rank, call, broken, text))
         elif call > current:
             keep.append((rank, call, broken, text))
-    state.notices = keep
+    state.keep_notices(keep)
     if not fatal:
         return None
     first_hand = [n for n in fatal if n[2] != RELAYED]

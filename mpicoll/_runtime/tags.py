@@ -15,7 +15,7 @@ roll call (``watch.py``), which carries each rank's signature, raises ``Argument
 every rank naming who passed what.
 
 The layout comes from ``MPI_TAG_UB`` (an attribute of ``COMM_WORLD``, valid for every
-communicator; ``layout``): tags ``TAG_UB``, ``TAG_UB - 1`` and ``TAG_UB - 2`` are the roll
+communicator; ``tag_space``): tags ``TAG_UB``, ``TAG_UB - 1`` and ``TAG_UB - 2`` are the roll
 call's, the presence check's and the notices' (``notice.py``), ``TAG_UB - 3`` and ``TAG_UB - 4`` the
 failure detector's (``detector.py``), so calls use 0 .. TAG_UB - 5. ``CALLS`` is 2**13 where the tag space allows
 (MPICH: TAG_UB = 2**29 - 1, so HASHES = 65535: two mismatched calls share a tag with
@@ -44,7 +44,7 @@ from mpi4py import MPI
 
 from ..registry import COLLECTIVES
 
-__all__ = ["Layout", "layout", "Signature", "signature", "fields", "tag_ub", "chain"]
+__all__ = ["TagSpace", "tag_space", "Signature", "signature", "fields", "tag_ub", "chain"]
 
 _MAX_CALL_BITS = 13
 
@@ -60,7 +60,7 @@ def tag_ub() -> int:
     return _tag_ub
 
 
-class Layout(NamedTuple):
+class TagSpace(NamedTuple):
     calls: int          # distinct call numbers
     hashes: int         # distinct hash values
 
@@ -69,22 +69,22 @@ class Layout(NamedTuple):
 
 
 @functools.lru_cache(maxsize=8)
-def layout(tag_ub: int) -> Layout:
+def tag_space(tag_ub: int) -> TagSpace:
     """The tag layout for a communicator whose ``MPI_TAG_UB`` is ``tag_ub``."""
     usable = tag_ub - 4                     # tags 0 .. tag_ub - 5 (watch._RESERVED)
     bits = usable.bit_length() - 1          # 2**bits <= usable
     calls = 1 << min(_MAX_CALL_BITS, bits // 2)
     hashes = usable // calls
     if hashes < 2 or calls < 64:
-        return Layout(usable, 1)            # too small to share: call numbers only
-    return Layout(calls, hashes)
+        return TagSpace(usable, 1)            # too small to share: call numbers only
+    return TagSpace(calls, hashes)
 
 
 class Signature(NamedTuple):
     text: str           # "allreduce ring count=10 dtype=float64 op=sum"
     hashed: int         # zlib.crc32(text)
     library: bool       # the MPI library's own collective (no tags: see call.Call.agree)
-    offset: int         # what the hash adds to the call's number: layout(TAG_UB).tag(0, hashed)
+    offset: int         # what the hash adds to the call's number: tag_space(TAG_UB).tag(0, hashed)
 
 
 _cache: dict = {}
@@ -108,7 +108,7 @@ def signature(collective: str, algorithm: str, fields: dict) -> Signature:
             if value is not None]
         text = " ".join(parts)
         hashed = zlib.crc32(text.encode())
-        sig = _cache[key] = Signature(text, hashed, library, layout(tag_ub()).tag(0, hashed))
+        sig = _cache[key] = Signature(text, hashed, library, tag_space(tag_ub()).tag(0, hashed))
     return sig
 
 

@@ -49,7 +49,7 @@ _RESERVED = 5               # tags TAG_UB - 4 .. TAG_UB: the detector's agreemen
 
 
 def roll_call_tag() -> int:
-    """``MPI_TAG_UB``, which calls never use (``tags.layout``)."""
+    """``MPI_TAG_UB``, which calls never use (``tags.tag_space``)."""
     return tag_ub()
 
 
@@ -180,7 +180,7 @@ class Watch:
                     self.abandoned += list(requests)
                     raise error
         if comm.Iprobe(MPI.ANY_SOURCE, notice.notice_tag()):
-            state.notices += notice.collect(comm)
+            state.add_notices(notice.collect(comm))
         if state.notices:
             numbered = self.number >= 0     # else: the first call's presence check, Idup
             error = notice.judge(state, state.absolute(self.number) if numbered

@@ -54,7 +54,7 @@ def bytes_sent(rank: int, p: int, n: float) -> float:
 _ALIASES = {"OPS": "OPS", "DTYPES": "DTYPES", "CHUNK_BYTES": "CHUNK_BYTES",
             "MIN_BYTES": "MIN_BYTES", "SINGLE_COPY_MIN_BYTES": "SINGLE_COPY_MIN_BYTES",
             "PIECE_BYTES": "PIECE_BYTES", "WHOLE_MAX_BYTES": "WHOLE_MAX_BYTES",
-            "allreduce": "allreduce", "check": "check", "supports": "supports",
+            "check": "check", "supports": "supports",
             "warmup": "warmup", "single_copy_expected": "single_copy_expected",
             "window_rank": "window_rank", "size_class": "size_class"}
 

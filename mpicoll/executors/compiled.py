@@ -312,7 +312,7 @@ _mine = threading.local()
 _STATUS_WORDS = -(-MPI._sizeof(MPI.Status) // 8)       # int64 words per MPI_Status
 
 
-def _buffers(plan: segments.Plan) -> tuple:
+def _buffers(plan: segments.SegmentTable) -> tuple:
     """The request handles (``plan.requests``) and the Testall flag + statuses (``plan.width``)
     ``plan`` needs, reused across this thread's calls (grown to the widest table seen)."""
     mine = _mine.__dict__
@@ -492,7 +492,7 @@ def _run_watched(schedule, watch, traffic, buf, src, scratch, table, requests, w
             raise
 
 
-def _check_scratch(scratch: np.ndarray, plan: segments.Plan) -> None:
+def _check_scratch(scratch: np.ndarray, plan: segments.SegmentTable) -> None:
     """The loop receives into scratch through raw pointers: it must be large enough."""
     if scratch.size < plan.scratch:
         raise ValueError(f"scratch of {scratch.size} elements, the plan needs {plan.scratch} "

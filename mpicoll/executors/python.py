@@ -15,23 +15,18 @@ from mpi4py import MPI
 
 from .. import kernels
 from .._runtime import loading
+from .._runtime.context import new_traffic   # (the counters execute adds to)
 from ..schedule import Schedule
 from .step import reduce_received
 
 __all__ = ["execute", "execute_by_name", "new_traffic"]
 
 
-def new_traffic() -> dict:
-    """Counters of what ``execute`` sent and received (kept per communicator, in its state);
-    ``shared_bytes``: what ``allreduce_shm`` wrote into its shared-memory window (no network)."""
-    return {"bytes_sent": 0, "bytes_received": 0, "messages_sent": 0, "internode_bytes": 0,
-            "shared_bytes": 0}
-
-
 def execute(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, reduce_into, tag: int,
             scratch: np.ndarray, traffic: dict, watch=None) -> None:
     """Run ``schedule`` on the flat array ``buf`` over ``comm``; add to the ``traffic`` counters
-    (``internode_bytes`` is the caller's: it counts them once per schedule).
+    (``_runtime.context.new_traffic``; ``internode_bytes`` is the caller's: it counts them
+    once per schedule).
 
     With a ``watch`` (``mpicoll._runtime.watch.Watch``) every wait is polled under its deadline;
     past it the call raises ``CollectiveTimeout`` naming the step and the missing ranks. A step of

@@ -63,14 +63,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import settings
+from ..model import default_profile
 from ..schedule import Recv, Schedule, Send, block_displs, recv_kind
 
-__all__ = ["MIN_SEGMENT", "MAX_SEGMENT", "SegmentRule", "rule", "Plan", "plan", "COLUMNS"]
+__all__ = ["MIN_SEGMENT", "MAX_SEGMENT", "SegmentRule", "rule", "SegmentTable", "plan",
+           "COLUMNS"]
 
 MIN_SEGMENT = 1 << 20       # bytes: a smaller segment costs more per round than it saves (measured)
 MAX_SEGMENT = 4 << 20       # bytes: a larger one keeps too much of the step unpipelined
 
-# the columns of Plan.table: Schedule.table's six, then the round of the step whose wait
+# the columns of SegmentTable.table: Schedule.table's six, then the round of the step whose wait
 # completes the row, its request slot, when it is posted (``_Piece``), where a reduced
 # segment is reduced into: -1 the buffer, else the scratch of the next receive's same segment
 # (``Recv.into_next``; kinds 4 and 5), and whether the row may read the input, out of place
@@ -114,7 +116,6 @@ def rule() -> SegmentRule:
         if fixed is not None:
             _rule = SegmentRule(fixed)
         else:
-            from ..model import default_profile     # model imports the registry: not at import
             profile = default_profile()
             _rule = SegmentRule(None, profile.alpha, profile.beta, profile.gamma)
     return _rule
@@ -127,7 +128,7 @@ def _forget_rule() -> None:
 
 
 @dataclass(frozen=True)
-class Plan:
+class SegmentTable:
     """A schedule split into segments for one item size: ``table`` (int64, a row per segment,
     ``COLUMNS``), the scratch elements it needs, the request slots (``requests``) and the most
     rows posted or waited for at once (``width``, the statuses needed)."""
@@ -138,7 +139,7 @@ class Plan:
     width: int
 
 
-def plan(schedule: Schedule, itemsize: int) -> Plan:
+def plan(schedule: Schedule, itemsize: int) -> SegmentTable:
     """``schedule`` split by the rule in force for elements of ``itemsize`` bytes (cached on the
     schedule until the rule changes: two lookups per call)."""
     cached = schedule.derived.get(itemsize)
@@ -149,7 +150,7 @@ def plan(schedule: Schedule, itemsize: int) -> Plan:
     return cached[1]
 
 
-def segmented(schedule: Schedule, itemsize: int, rule: SegmentRule) -> Plan:
+def segmented(schedule: Schedule, itemsize: int, rule: SegmentRule) -> SegmentTable:
     """The segmented plan of ``schedule`` (not cached: ``plan`` caches)."""
     steps = [_step(recvs, sends, itemsize, rule, _fresh(step, fresh))
              for (recvs, sends), step, fresh in zip(schedule.plan, schedule.steps,
@@ -187,7 +188,7 @@ def segmented(schedule: Schedule, itemsize: int, rule: SegmentRule) -> Plan:
             statuses = max(statuses, sum(1 for row in step_rows if row[6] == r))
         rows += step_rows
     table = np.array(rows, np.int64).reshape(-1, len(COLUMNS))
-    return Plan(table, scratch, requests, statuses)
+    return SegmentTable(table, scratch, requests, statuses)
 
 
 @dataclass(frozen=True)

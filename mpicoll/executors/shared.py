@@ -42,9 +42,9 @@ class SharedMemory:
     def run(self, src: np.ndarray, dst: np.ndarray, tag: int, watch, signature: int,
             mismatch) -> None:
         """``watch``: the call's ``Watch`` (or None), or a function that makes it (a cached
-        call's); ``signature``, ``mismatch``: ``shm.allreduce``'s."""
+        call's); ``signature``, ``mismatch``: ``shm.window_allreduce``'s."""
         if self.nodes is None:
-            shm.allreduce(self.st, src, dst, self.op, watch, signature, mismatch, tag=tag)
+            shm.window_allreduce(self.st, src, dst, self.op, watch, signature, mismatch, tag=tag)
             return
         st = self.st
 
@@ -58,5 +58,5 @@ class SharedMemory:
             self.execute(sched, part, st.comm, op=self.op, tag=tag, scratch=scratch,
                          traffic=st.traffic, watch=watch() if callable(watch) else watch)
             st.traffic["internode_bytes"] += sched.totals[0] * part.itemsize  # all off-node
-        shm.allreduce(st, src, dst, self.op, watch, signature, mismatch, tag=tag,
+        shm.window_allreduce(st, src, dst, self.op, watch, signature, mismatch, tag=tag,
                       nodes=self.nodes, between=between if len(self.nodes) > 1 else None)

@@ -32,13 +32,13 @@ from .. import kernels
 from ..schedule import Schedule
 from .step import reduce_received
 
-__all__ = ["PeerError", "PeerLost", "PeerTimeout", "SocketComm", "open_listeners", "execute"]
+__all__ = ["PeerFault", "PeerLost", "PeerTimeout", "SocketComm", "open_listeners", "execute"]
 
 _HEADER = struct.Struct("!Q")        # message length in bytes
 _HELLO = struct.Struct("!I")         # a connecting rank says who it is
 
 
-class PeerError(RuntimeError):
+class PeerFault(RuntimeError):
     """A peer failed during a step; ``peers`` are the ranks concerned."""
 
     def __init__(self, message: str, rank: int, step: int, peers: list[int]):
@@ -46,11 +46,11 @@ class PeerError(RuntimeError):
         self.rank, self.step, self.peers = rank, step, peers
 
 
-class PeerLost(PeerError):
+class PeerLost(PeerFault):
     """A peer closed its connection (its process died)."""
 
 
-class PeerTimeout(PeerError):
+class PeerTimeout(PeerFault):
     """A step made no progress with some peers for ``timeout`` seconds."""
 
 
@@ -192,7 +192,7 @@ def _progress(comm: SocketComm, queues: dict, index: int, nsteps: int,
                         if t.done == _HEADER.size:
                             length = _HEADER.unpack(t.header)[0]
                             if length != len(t.view):
-                                raise PeerError(f"{where}: rank {peer} sent {length} bytes, "
+                                raise PeerFault(f"{where}: rank {peer} sent {length} bytes, "
                                                 f"the schedule expects {len(t.view)}",
                                                 comm.rank, index, [peer])
                         if t.done == t.total:

@@ -188,8 +188,8 @@ class Job:
 
         def rows(x, stride, out):
             rounded_rows(x, size, k, out, stride=stride)
-        transport.allreduce(call.open(), self.src.reshape(-1), self.recv.reshape(-1), "sum",
-                            watch, *plan.shm_signature(call), tag=call.tag, rows=rows)
+        transport.window_allreduce(call.open(), self.src.reshape(-1), self.recv.reshape(-1), "sum",
+                                   watch, *plan.shm_signature(call), tag=call.tag, rows=rows)
 
     def _run_exchange(self, watch, tag=None) -> None:
         """The exchange path (``__init__``): values out by blocks, this rank's block's sum

@@ -17,7 +17,7 @@ Modules, bottom up:
 * ``policy``    -- when it can run (``check``, ``supports``, ``usable``, ``check_node_phases``)
                    and when it is chosen by default (``single_copy_expected``,
                    ``node_phases_by_default``): what ``api`` and ``select`` ask;
-* ``transport`` -- ``allreduce``: which window, which path, the deadline and the failures.
+* ``transport`` -- ``window_allreduce``: which window, which path, the deadline and the failures.
 
 The protocol (p ranks, rank r owns slice r of ``schedule.block_displs``; ``seq`` a sequence
 number every rank counts alike, one per chunk of the window copy, one per single-copy call):
@@ -59,6 +59,8 @@ died or gave up ends the call at once with ``CommunicatorBroken``; with a deadli
 docs/reliability.md ("Shared memory"), docs/performance.md.
 """
 
+import importlib
+
 # name -> the submodule that defines it, imported on first use: ``select`` and ``api`` ask the
 # policy on every call, while the compiled kernels, the window and the transport load only when
 # shm runs (the first call of a job that never picks shm doesn't pay for them).
@@ -67,18 +69,17 @@ _LAZY = {"warmup": "kernels", "Window": "window", "CHUNK_BYTES": "window", "MIN_
          **dict.fromkeys(("DTYPES", "OPS", "check", "check_node_phases", "node_phases_by_default",
                           "outside_real_nodes", "single_copy_expected", "supports", "usable"),
                          "policy"),
-         **dict.fromkeys(("PIECE_BYTES", "SINGLE_COPY_MIN_BYTES", "WHOLE_MAX_BYTES", "allreduce",
+         **dict.fromkeys(("PIECE_BYTES", "SINGLE_COPY_MIN_BYTES", "WHOLE_MAX_BYTES", "window_allreduce",
                           "window_rank"), "transport")}
 _SUBMODULES = ("kernels", "policy", "probe", "transport", "window")
 
-__all__ = ["allreduce", "check", "supports", "usable", "check_node_phases",
+__all__ = ["window_allreduce", "check", "supports", "usable", "check_node_phases",
            "node_phases_by_default", "outside_real_nodes", "single_copy_expected", "warmup",
            "window_rank", "Window", "size_class", "OPS", "DTYPES", "CHUNK_BYTES", "MIN_BYTES",
            "SINGLE_COPY_MIN_BYTES", "PIECE_BYTES", "WHOLE_MAX_BYTES"]
 
 
 def __getattr__(name: str):
-    import importlib
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:

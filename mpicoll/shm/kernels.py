@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 
+import llvmlite.binding as llvm
 import numpy as np
 from mpi4py import MPI
 
@@ -59,7 +60,6 @@ def _register() -> None:
     """Make libc's ``sched_yield`` and ``process_vm_readv`` and libmpi's ``MPI_Wtime`` callable
     from compiled code by name (as ``executors.compiled`` does: the same names, the same
     addresses), so numba's disk cache holds no address."""
-    import llvmlite.binding as llvm
     llvm.add_symbol("mpicoll_sched_yield", ctypes.cast(LIBC.sched_yield, ctypes.c_void_p).value)
     llvm.add_symbol("mpicoll_process_vm_readv",
                     ctypes.cast(READV, ctypes.c_void_p).value if HAVE_READV else 0)

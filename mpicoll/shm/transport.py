@@ -1,7 +1,7 @@
 """The all-reduce through the shared window: the Python side of ``kernels.window_copy`` and
 ``kernels.single_copy`` -- which window, which path, the deadline, the failures.
 
-``allreduce`` is what both users call: the ``shm`` algorithm (every rank of the communicator
+``window_allreduce`` is what both users call: the ``shm`` algorithm (every rank of the communicator
 in one window) and ``hierarchical``'s shared-memory node phases (``nodes``: one window per node
 of the layout, and ``between``, the inter-node all-reduce of this rank's reduced slice).
 
@@ -30,7 +30,7 @@ from .kernels import (ABORTED, ARRIVED, BETWEEN, DONE, FLAGS, GATHERED, LINE, MI
                       REDUCED, UNREADABLE, slice_of)
 from .policy import single_copy_expected
 
-__all__ = ["allreduce", "window_for", "window_rank", "SINGLE_COPY_MIN_BYTES", "PIECE_BYTES",
+__all__ = ["window_allreduce", "window_for", "window_rank", "SINGLE_COPY_MIN_BYTES", "PIECE_BYTES",
            "WHOLE_MAX_BYTES"]
 
 SINGLE_COPY_MIN_BYTES = 16 << 10    # single copy from this size (when the node allows it)
@@ -38,7 +38,7 @@ PIECE_BYTES = 256 << 10     # single copy: scratch for the other ranks' pieces o
 WHOLE_MAX_BYTES = 256 << 10     # single copy, 2 ranks: each reduces the whole vector up to this
 
 
-def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signature: int = 0,
+def window_allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signature: int = 0,
               mismatch=None, *, tag: int = 0, nodes=None, between=None, rows=None) -> None:
     """All-reduce ``src`` (flat; may be ``dst``) into ``dst`` on ``st``'s communicator
     (``policy.check`` passed on every rank). ``watch``: the call's deadline, or a function that
@@ -85,8 +85,8 @@ def allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, signatu
 
 def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
                  between, rows=None) -> None:
-    """``allreduce`` through the window's segments, chunk by chunk (``rows``: as
-    ``allreduce``'s, with ``entry`` ``(ROWS, 0)``; ``entry``: ``kernels.entry_points``)."""
+    """``window_allreduce`` through the window's segments, chunk by chunk (``rows``: as
+    ``window_allreduce``'s, with ``entry`` ``(ROWS, 0)``; ``entry``: ``kernels.entry_points``)."""
     data, acc = window.views(dst.dtype)
     size, chunk, rank = window.size, data.shape[2], window.rank
     nchunks = -(-dst.size // chunk)
@@ -129,7 +129,7 @@ def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
 
 def _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
                  between) -> None:
-    """``allreduce`` by ``kernels.single_copy``: one sequence number, three flag waits."""
+    """``window_allreduce`` by ``kernels.single_copy``: one sequence number, three flag waits."""
     size, rank = window.size, window.rank
     acc = window.views(dst.dtype)[1]
     scratch, piece = window.scratch(dst.dtype, dst.size, PIECE_BYTES)
@@ -178,22 +178,19 @@ def window_for(st, nbytes: int, tag: int, get_watch, nodes=None):
     ``st.node_shared[nodes]``), made or remade (``window.make``) when it is missing or smaller
     than ``nbytes``' size class -- at the same call on every rank: the ranks pass the same
     count (or their signatures differ, which the make's messages or the flags then show)."""
-    old = st.shared if nodes is None else st.node_shared.get(nodes)
+    old = st.window(nodes)
     if old is not None and (nbytes == 0 or old.capacity >= _window.size_class(nbytes)):
         return old                          # (0: any window; the single copy's flags only)
     capacity = _window.size_class(nbytes)
     if old is not None:                     # local: the others drop theirs at the same call
         old.free()
-        _forget(st, nodes)
+        st.set_window(nodes, None)
     members = tuple(range(st.comm.Get_size())) if nodes is None else _my_node(st, nodes)
     sharing = next(len(r) for r in st.real_nodes if st.comm.Get_rank() in r)
     wanted = single_copy_expected(max(len(members), sharing))
     made = _window.make(st.comm, members, capacity, tag, wanted, get_watch,
                         _Overdue(st, get_watch, members))
-    if nodes is None:
-        st.shared = made
-    else:
-        st.node_shared[nodes] = made
+    st.set_window(nodes, made)
     return made
 
 
@@ -209,13 +206,6 @@ class _Overdue:
             _late(self.st, window, self.get_watch, which, seq, j, step, 0)
         elif self.get_watch() is not None:          # not mapped: only the deadline
             self.get_watch().overdue(step, 0, [self.members[j]])
-
-
-def _forget(st, nodes) -> None:
-    if nodes is None:
-        st.shared = None
-    else:
-        st.node_shared.pop(nodes, None)
 
 
 def _my_node(st, nodes) -> tuple:
@@ -293,7 +283,7 @@ def _died(st, window, ranks) -> None:
 def _broken(st, window, reason: str):
     """End the call: the communicator broken (later calls raise at once), the node told."""
     _abort(window)
-    st.broken = f"allreduce shm: {reason}"
+    st.mark_broken(f"allreduce shm: {reason}", replace=True)
     raise CommunicatorBroken(f"allreduce shm: {reason}; the communicator is broken: mpicoll "
                              "will not use it again (comm.Dup() on every rank to go on; "
                              "mpicoll.shrink(comm) on every survivor if a rank died)")

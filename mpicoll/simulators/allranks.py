@@ -34,6 +34,8 @@ algorithm and its options, else ``from_schedules``.
 
 from __future__ import annotations
 
+import hashlib
+from itertools import chain, repeat, zip_longest
 from typing import Iterable
 
 import numpy as np
@@ -80,7 +82,7 @@ def _full(value, n):
 
 def from_schedules(scheds) -> list[Wave]:
     """The waves of one schedule per rank (checked as the in-process executor checks them)."""
-    from .inprocess import _link
+    from .inprocess import Deadlock, _link   # (it loads the kernels: not at import, see timed)
     size = len(scheds)
     links = _link(scheds)            # raises ScheduleMismatch naming the message
     nsteps = [len(s.steps) for s in scheds]
@@ -103,7 +105,6 @@ def from_schedules(scheds) -> list[Wave]:
             progress = True
     stuck = [r for r in range(size) if pc[r] < nsteps[r]]
     if stuck:
-        from .inprocess import Deadlock
         raise Deadlock(f"no rank can progress: ranks {stuck[:8]} wait forever")
     recv_of = {links[(r, s, i)][0]: op for r, sched in enumerate(scheds)
                for s, step in enumerate(sched.steps) for i, op in enumerate(step)
@@ -302,7 +303,6 @@ def tree_waves(size: int, count: int, *, nodes, chunks: int | None = None):
     A wave's ``route`` and ``key`` are digests of its arrays, so the pipeline's full-flow
     rounds (the same ranks, the same chunk sizes) are routed and timed once.
     """
-    import hashlib
     dbt = allreduce_double_binary_tree
     if size < 2:
         return
@@ -384,7 +384,6 @@ def channel_waves(parts: list, perms: list, offsets: list, lags=None):
     """Channels run in lockstep: wave k of every channel's waves (``parts``, on logical ranks
     mapped by ``perms``, slices moved by ``offsets``) make wave k of the call; with ``lags``,
     part i's wave k makes wave k + lags[i] (a pipeline's later chunks start later)."""
-    from itertools import chain, repeat, zip_longest
     if lags is not None:
         parts = [chain(repeat(None, lag), part) for part, lag in zip(parts, lags)]
     last = (None, None, None)        # the last route and its (src, dst): a ring's is kept

@@ -327,7 +327,7 @@ def _seed_lab(nodes, per_node, gamma=0.0, **_):
 
 def _this_machine(nodes, per_node, profile=None, **_):
     """From a ``mpicoll calibrate`` profile: intra = (alpha, 1/beta), inter = the _inter pair."""
-    from ..model import load_profile
+    from ..model import load_profile    # (the model loads the registry: not at import, see timed)
     p = load_profile(profile)
     a_out, b_out = p.link(True)
     intra = LinkClass(p.alpha, 1 / p.beta)

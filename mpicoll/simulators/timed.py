@@ -17,7 +17,7 @@ wave) over a ``fabric.Fabric``, and keeps one clock per rank:
 So on a contention-free flat fabric a step takes alpha + beta.max(sent, received) + gamma.reduced,
 the in-process executor's clock and the model of every ``cost()`` formula.
 
-``simulate(...)`` returns a ``Result``: each rank's finish, the time (the last finish), algbw and
+``simulate(...)`` returns a ``Timing``: each rank's finish, the time (the last finish), algbw and
 busbw, bytes per path and per link class, the bottleneck link (the one that held messages back
 longest), inter-node and cross-rail hops (distinct rank pairs) and messages, the slowest message
 rate, the protocol and channel count used, and the critical path of the last rank to finish split
@@ -34,7 +34,9 @@ equal start times (cached) while all clocks are equal, else re-solved with the r
 ``general=True`` skips every shortcut (the tests compare both). The max-min solve works on each
 connected group of flows apart and, at each flow start or end, fills again only the moving
 flows connected to it. Hop statistics are streamed and at most ``ROUTES_HELD`` messages of
-routes are kept: memory is linear in the ranks. numba is loaded on the first call, not at import.
+routes are kept: memory is linear in the ranks. The compiled loops are in ``maxmin``. Importing
+this module loads neither numba nor the registry (tests/unit/test_sim_sharing.py): they load at
+the first simulation.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .allranks import waves
 from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
+from .maxmin import kernel, maxmin
 
-__all__ = ["Result", "run", "simulate", "call_count", "maxmin"]
+__all__ = ["Timing", "run", "simulate", "call_count", "maxmin"]
 
 CRITICAL = ("delay", "latency", "transfer", "reduction", "messages")
 
@@ -58,13 +62,8 @@ def call_count(collective: str, nbytes: int, size: int, itemsize: int) -> int:
     return count
 
 
-def _bus_factor(collective: str, n: int) -> float:
-    from ..registry import bus_factor
-    return bus_factor(collective, n)
-
-
 @dataclass
-class Result:
+class Timing:
     fabric: str
     size: int
     nbytes: int
@@ -91,7 +90,8 @@ class Result:
 
     @property
     def busbw(self) -> float:
-        return self.algbw * _bus_factor(self.collective, self.size)
+        from ..registry import bus_factor      # (not at import: see the module's doc)
+        return self.algbw * bus_factor(self.collective, self.size)
 
     @property
     def internode_bytes(self) -> float:
@@ -105,311 +105,6 @@ class Result:
         c = self.critical
         parts = ", ".join(f"{k} {c[k] * 1e6:.1f} us" for k in CRITICAL[:4] if c[k] > 0)
         return f"{int(c['messages'])} messages: {parts or '0'}"
-
-
-# ----------------------------------------------------------------------------- kernels
-
-def _advance_py(t, comp, src, dst, alpha, drain, red, overlap, t2, c2, fin, win, pre,
-                redt):  # pragma: no cover (compiled)
-    """One wave on per-rank clocks ``t``; ``comp`` holds each rank's critical path parts.
-    Writes the new clocks into ``t2``, ``c2`` (``fin`` .. ``redt``: work space, one per rank)."""
-    n = t.shape[0]
-    for r in range(n):
-        fin[r] = -np.inf
-        win[r] = -1
-        redt[r] = 0.0
-    for f in range(src.shape[0]):
-        a, b = src[f], dst[f]
-        if t[a] >= t[b]:
-            start, p = t[a], a
-        else:
-            start, p = t[b], b
-        end = start + alpha[f] + drain[f]
-        if end > fin[a]:
-            fin[a], win[a], pre[a] = end, f, p
-        if end > fin[b]:
-            fin[b], win[b], pre[b] = end, f, p
-        redt[b] += red[f]
-    m = comp.shape[1]
-    for r in range(n):
-        f = win[r]
-        if f < 0:
-            t2[r] = t[r]
-            for j in range(m):
-                c2[r, j] = comp[r, j]
-            continue
-        if overlap:
-            end = max(fin[r], t[r] + redt[r])
-        else:
-            end = fin[r] + redt[r]
-        t2[r] = end
-        q = pre[r]
-        for j in range(m):
-            c2[r, j] = comp[q, j]
-        c2[r, 1] += alpha[f]
-        c2[r, 2] += drain[f]
-        c2[r, 3] += end - fin[r]
-        c2[r, 4] += 1.0
-
-
-def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cover (compiled)
-    """Fluid max-min sharing (progressive filling), re-solved whenever a flow starts or ends.
-
-    Flow f starts moving at ``release[f]`` with ``size[f]`` bytes on the links ``links[f]``
-    (``pad``: none), never faster than ``flowcap[f]``; returns each flow's end time.
-    Flows that share no finite link (directly or through others) do not affect each other, so
-    each connected group is solved on its own, with its own events: a wave of many small groups
-    (the ports of one node, say) costs its flows, not its flows squared.
-    """
-    n = release.shape[0]
-    width = links.shape[1]
-    # union-find over flows: two flows that use one finite link are in one group
-    parent = np.arange(n)
-    owner = np.full(capacity.shape[0], -1, np.int64)
-    for f in range(n):
-        for j in range(width):
-            lk = links[f, j]
-            if lk == pad or capacity[lk] == np.inf:
-                continue
-            g = owner[lk]
-            if g < 0:
-                owner[lk] = f
-                continue
-            a = f
-            while parent[a] != a:
-                a = parent[a]
-            while parent[g] != g:
-                g = parent[g]
-            if a != g:
-                parent[max(a, g)] = min(a, g)
-    group = np.empty(n, np.int64)
-    for f in range(n):
-        a = f
-        while parent[a] != a:
-            a = parent[a]
-        group[f] = a
-        parent[f] = a
-    # flows by group, then by release: each group's flows are one run of ``order``
-    order = np.argsort(release, kind="mergesort")
-    order = order[np.argsort(group[order], kind="mergesort")]
-    # the flows of each finite link (CSR): an event re-solves only the moving flows it reaches
-    lptr = np.zeros(capacity.shape[0] + 1, np.int64)
-    for f in range(n):
-        for j in range(width):
-            lk = links[f, j]
-            if lk != pad and capacity[lk] != np.inf:
-                lptr[lk + 1] += 1
-    for lk in range(capacity.shape[0]):
-        lptr[lk + 1] += lptr[lk]
-    lflows = np.empty(lptr[-1], np.int64)
-    fill = lptr[:-1].copy()
-    for f in range(n):
-        for j in range(width):
-            lk = links[f, j]
-            if lk != pad and capacity[lk] != np.inf:
-                lflows[fill[lk]] = f
-                fill[lk] += 1
-    end = np.empty(n)
-    work = (size.copy(), np.zeros(n), np.empty(n, np.int64), np.empty(n, np.int64),
-            np.zeros(n, np.bool_), capacity.copy(), np.zeros(capacity.shape[0], np.int64),
-            np.zeros(n, np.bool_), np.zeros(n, np.int64), np.empty(n, np.int64),
-            np.empty(n, np.int64))
-    lo = 0
-    while lo < n:
-        hi = lo + 1
-        while hi < n and group[order[hi]] == group[order[lo]]:
-            hi += 1
-        _fill_one(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows,
-                  end, work)
-        lo = hi
-    return end
-
-
-def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows, end,
-          work):  # pragma: no cover (compiled)
-    """``_maxmin_py`` on the flows ``order[lo:hi]`` (sorted by release): writes their ``end``.
-
-    At each event (flows start, flows end) progressive filling runs again only on the moving
-    flows connected, through links, to the ones that started or ended: the others' rates stay
-    max-min fair (a max-min allocation is one per connected set of flows), as SimGrid's
-    selective update does."""
-    rem, rate, act, mark, frozen, remcap, cnt, moving, stamp, queue, gone = work
-    n = hi - lo
-    nact = 0
-    ngone = 0
-    nxt = lo
-    done = 0
-    event = 0
-    t = release[order[lo]]
-    while done < n:
-        event += 1
-        nq = 0
-        while nxt < hi and release[order[nxt]] <= t:
-            f = order[nxt]
-            nxt += 1
-            if rem[f] <= 0.0:
-                end[f] = t
-                done += 1
-            else:
-                act[nact] = f
-                nact += 1
-                moving[f] = True
-                stamp[f] = event
-                queue[nq] = f
-                nq += 1
-        for i in range(ngone):          # the moving neighbours of the flows that ended
-            f = gone[i]
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk == pad or capacity[lk] == np.inf:
-                    continue
-                for k in range(lptr[lk], lptr[lk + 1]):
-                    g = lflows[k]
-                    if moving[g] and stamp[g] != event:
-                        stamp[g] = event
-                        queue[nq] = g
-                        nq += 1
-        ngone = 0
-        if nact == 0:
-            t = release[order[nxt]]
-            continue
-        head = 0                        # every moving flow connected to those
-        while head < nq:
-            f = queue[head]
-            head += 1
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk == pad or capacity[lk] == np.inf:
-                    continue
-                for k in range(lptr[lk], lptr[lk + 1]):
-                    g = lflows[k]
-                    if moving[g] and stamp[g] != event:
-                        stamp[g] = event
-                        queue[nq] = g
-                        nq += 1
-        # progressive filling over those flows
-        for i in range(nq):
-            f = queue[i]
-            frozen[f] = False
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk != pad:
-                    remcap[lk] = capacity[lk]
-                    cnt[lk] = 0
-        for i in range(nq):
-            f = queue[i]
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk != pad:
-                    cnt[lk] += 1
-        left = nq
-        while left > 0:
-            level = np.inf
-            for i in range(nq):
-                f = queue[i]
-                if frozen[f]:
-                    continue
-                if flowcap[f] < level:
-                    level = flowcap[f]
-                for j in range(links.shape[1]):
-                    lk = links[f, j]
-                    if lk != pad:
-                        s = remcap[lk] / cnt[lk]
-                        if s < level:
-                            level = s
-            tol = level * (1.0 + 1e-12)
-            nfz = 0
-            for i in range(nq):
-                f = queue[i]
-                if frozen[f]:
-                    continue
-                hit = flowcap[f] <= tol
-                if not hit:
-                    for j in range(links.shape[1]):
-                        lk = links[f, j]
-                        if lk != pad and remcap[lk] / cnt[lk] <= tol:
-                            hit = True
-                            break
-                if hit:
-                    mark[nfz] = f
-                    nfz += 1
-            for k in range(nfz):
-                f = mark[k]
-                frozen[f] = True
-                rate[f] = level
-                left -= 1
-                for j in range(links.shape[1]):
-                    lk = links[f, j]
-                    if lk != pad:
-                        remcap[lk] -= level
-                        cnt[lk] -= 1
-        # the next event: a flow ends or one starts
-        dt = np.inf
-        for i in range(nact):
-            f = act[i]
-            d = rem[f] / rate[f]
-            if d < dt:
-                dt = d
-        by_end = True
-        tn = t + dt
-        if nxt < hi and release[order[nxt]] < tn:
-            tn = release[order[nxt]]
-            by_end = False
-        step = tn - t
-        k = 0
-        for i in range(nact):
-            f = act[i]
-            d = rem[f] / rate[f]
-            if (by_end and d <= dt * (1.0 + 1e-9)) or d <= step * 1e-12:
-                end[f] = tn if not by_end else t + d
-                rem[f] = 0.0
-                done += 1
-            else:
-                rem[f] -= rate[f] * step
-                if rem[f] <= size[f] * 1e-12:
-                    end[f] = tn
-                    rem[f] = 0.0
-                    done += 1
-                else:
-                    act[k] = f
-                    k += 1
-                    continue
-            moving[f] = False
-            gone[ngone] = f
-            ngone += 1
-        nact = k
-        t = tn
-
-
-_fill_one = _fill
-_K: dict = {}
-
-
-def _kernel(name):
-    """The compiled kernel ``name`` (numba is imported on the first call, not at import)."""
-    if not _K:
-        from numba import njit
-        global _fill_one
-        _fill_one = njit(cache=True)(_fill)           # what the compiled _maxmin_py calls
-        _K["advance"] = njit(cache=True)(_advance_py)
-        _K["maxmin"] = njit(cache=True)(_maxmin_py)
-    return _K[name]
-
-
-def maxmin(release, size, links, capacity, flowcap=None) -> np.ndarray:
-    """End times of flows under max-min sharing, re-solved at every start and end (SimGrid's
-    model): ``release`` (s) and ``size`` (bytes) per flow, ``links`` a list of link-id lists,
-    ``capacity`` bytes/s per link, ``flowcap`` an optional per-flow rate cap."""
-    n = len(release)
-    width = max([len(x) for x in links] + [1])
-    pad = len(capacity)
-    lk = np.full((n, width), pad, dtype=np.int64)
-    for f, path in enumerate(links):
-        lk[f, :len(path)] = path
-    cap = np.append(np.asarray(capacity, dtype=np.float64), np.inf)
-    fc = np.full(n, np.inf) if flowcap is None else np.asarray(flowcap, dtype=np.float64)
-    return _kernel("maxmin")(np.asarray(release, dtype=np.float64),
-                             np.asarray(size, dtype=np.float64), lk, cap, fc, pad)
 
 
 # ----------------------------------------------------------------------------- routes and shapes
@@ -458,7 +153,7 @@ class _Route:
     def solve(self, routes: Routes, start, b) -> np.ndarray:
         """Each message's transfer time when the messages start at ``start`` (max-min)."""
         release = start + self.alpha
-        end = _kernel("maxmin")(release, b, self.links, routes.capacity, self.flowcap,
+        end = kernel("maxmin")(release, b, self.links, routes.capacity, self.flowcap,
                                 routes.pad)
         return end - release
 
@@ -546,7 +241,7 @@ class _Clocks:
             self._work = (np.empty(n), np.empty_like(self.comp), np.empty(n),
                           np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n))
         t2, c2, *work = self._work
-        _kernel("advance")(self.t, self.comp, src, dst, alpha, drain, red, self.overlap, t2, c2,
+        kernel("advance")(self.t, self.comp, src, dst, alpha, drain, red, self.overlap, t2, c2,
                            *work)
         self._work = (self.t, self.comp, *work)
         self.t, self.comp = t2, c2
@@ -651,7 +346,7 @@ class _Totals:
 ROUTES_HELD = 1 << 19
 
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
-        collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Result:
+        collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Timing:
     """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
 
     ``general=True`` takes no shortcut: every wave is max-min solved at the ranks' own clocks.
@@ -732,7 +427,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
     t, comp = clocks.finish()
     last = int(t.argmax()) if N else 0
     top, top_bytes, top_time = totals.top()
-    return Result(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
+    return Timing(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
                   totals.path_messages, totals.class_bytes(), top_bytes,
                   routes.name(top) if top_time > 0 else "(none)",
                   len(totals.internode), len(totals.cross), totals.rate,
@@ -743,7 +438,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
 def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, itemsize: int = 4,
              delay=None, direct: bool = True, root: int = 0, channels: int | None = None,
              protocol: str | None = None, general: bool = False, pipeline: int = 1,
-             **options) -> Result:
+             **options) -> Timing:
     """Time one call of ``algorithm`` (a name in ``mpicoll.registry``) on ``fabric``.
 
     ``options`` are the algorithm's declared ones (``order=``, ``inner=``, ...), checked by the
@@ -751,13 +446,11 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     waves from every rank's ``schedule()`` (slow at scale; the tests compare both).
     ``channels``: split the call over that many rings or trees, each on its own NIC (default:
     the fabric's, ``Fabric.nchannels``). On a fabric with ``protocols`` the call is timed with
-    each (``protocol=`` picks one) and the fastest is returned, its name in ``Result.protocol``.
+    each (``protocol=`` picks one) and the fastest is returned, its name in ``Timing.protocol``.
     ``pipeline``: ``hierarchical`` only, each channel's part cut into that many chunks whose
     node and network phases overlap (``allranks.pipeline_waves``); 1: the phases in series.
     """
     from ..registry import lookup
-    from .allranks import waves
-
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")

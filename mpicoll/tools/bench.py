@@ -58,11 +58,21 @@ import socket
 import sys
 import time
 
+import mpi4py
+import numba
 import numpy as np
+from mpi4py import MPI
 
-from .. import settings
-from ..model import load_profile, predict
-from ..registry import bus_factor, lookup
+import mpicoll
+
+from .. import __version__, kernels, settings
+from .._runtime.context import state
+from ..kernels import as_storage, check
+from ..model import ProfileError, load_profile, predict
+from ..ops import library_has
+from ..plan import last as last_plan
+from ..registry import COLLECTIVES, bus_factor, lookup
+from ..testing import exact_input, exact_result
 from .cli import (Parser, check_settings, nonnegative_int, positive_int, prepare_output,
                   seconds_arg, step_factor)
 from .sizes import parse_size, size_arg, sizes_from, too_many_sizes
@@ -77,15 +87,13 @@ OPS = ("sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor"
 
 def _dtype(name: str) -> np.dtype:
     if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
+        return kernels.bfloat16        # (imports ml_dtypes)
     return np.dtype(name)
 
 
 def _reference(collective: str, dtype: np.dtype) -> bool:
     """Whether the MPI library can run the collective on ``dtype`` (``mpi``, the reference):
     it reduces only types it has a datatype for (not bfloat16); it moves any type's bytes."""
-    from ..ops import library_has
     return collective not in ("allreduce", "reduce_scatter_block") or library_has(dtype)
 VOLUME = 64 << 20
 
@@ -95,8 +103,6 @@ BUS_FACTOR = bus_factor          # nccl-tests' bus bandwidth factor (mpicoll.reg
 
 def parse_args(argv):
     """The options, checked: a bad one is a one-line usage error (exit 2) before any measuring."""
-    from ..model import ProfileError
-    from ..registry import COLLECTIVES
     ap = Parser("mpicoll bench", __doc__)
     ap.add_argument("-b", "--minbytes", type=size_arg, default="8", help="smallest size")
     ap.add_argument("-e", "--maxbytes", type=size_arg, default="4M", help="largest size")
@@ -156,7 +162,6 @@ def parse_args(argv):
     if not sizes_from(args.minbytes, args.maxbytes, args.stepfactor):
         ap.error(f"empty size range: the smallest size ({args.minbytes} B) is above the largest "
                  f"({args.maxbytes} B)")
-    from ..kernels import check
     reduces = args.collective in ("allreduce", "reduce_scatter_block")
     try:
         if reduces:
@@ -183,10 +188,6 @@ def parse_args(argv):
 
 
 def preamble(comm, args, nodes) -> dict:
-    from mpi4py import MPI
-    import mpi4py
-    import numba
-    from .. import __version__
     hosts = comm.allgather(socket.gethostname())
     sizes = [len(n) for n in nodes]
     return {
@@ -212,7 +213,6 @@ class Case:
     """Buffers, call and answer of one collective at one size: built once, run many times."""
 
     def __init__(self, collective, comm, nbytes, dtype, op, inplace):
-        from ..testing import exact_input, exact_result
         self.collective, self.comm, self.op, self.inplace = collective, comm, op, inplace
         self.handles = {}
         size, rank = comm.Get_size(), comm.Get_rank()
@@ -267,8 +267,6 @@ class Case:
 
     def call(self, algorithm, timeout=None):
         """One call; with ``timeout``, a hang aborts the job (``on_timeout="abort"``)."""
-        import mpicoll
-        from mpi4py import MPI
         c = self.collective
         send = MPI.IN_PLACE if self.inplace else self.input
         kw = dict(algorithm=algorithm, comm=self.comm)
@@ -292,8 +290,6 @@ class Case:
         (collective: every rank asks in the same order)."""
         h = self.handles.get(algorithm)
         if h is None:
-            import mpicoll
-            from mpi4py import MPI
             c = self.collective
             send = MPI.IN_PLACE if self.inplace else self.input
             kw = dict(algorithm=algorithm, comm=self.comm)
@@ -310,9 +306,7 @@ class Case:
 
     def mpi_call(self, send):
         """The MPI library's own collective, called straight through mpi4py."""
-        from mpi4py import MPI
         c, comm, out = self.collective, self.comm, self.out
-        from ..kernels import as_storage
         op = getattr(MPI, self.op.upper())          # MPI.SUM ... MPI.BXOR
         send = send if send is MPI.IN_PLACE else as_storage(send)     # bfloat16: as uint16
         out = as_storage(out)
@@ -336,7 +330,6 @@ def to_run(args, real_nodes: int) -> tuple[list[str], dict]:
     """The algorithms to run, in order, and ``{algorithm: why}`` for each one left out: the
     default list or ``-a``'s, with ``mpi`` (vs_mpi's reference) added, less what can't run here
     (a ``# not run:`` line each)."""
-    from ..registry import COLLECTIVES
     table = COLLECTIVES[args.collective]
     dtype = _dtype(args.dtype)
     algorithms = (args.algorithms.split(",") if args.algorithms
@@ -447,12 +440,6 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
 
     Returns the preamble, the records and the number of wrong elements (the same on all ranks).
     """
-    from mpi4py import MPI
-
-    from .. import kernels
-    from .._runtime.context import state
-    from ..plan import last as last_plan
-
     rank, size = comm.Get_rank(), comm.Get_size()
     reduces = args.collective in ("allreduce", "reduce_scatter_block")
     dtype = _dtype(args.dtype)
@@ -603,7 +590,6 @@ def run(comm, args) -> tuple[dict, list[dict], int]:
 
 def main(argv=None, comm=None) -> int:
     """``mpicoll bench``; on ``comm`` (default: a duplicate of COMM_WORLD)."""
-    from mpi4py import MPI
     args = parse_args(argv if argv is not None else sys.argv[1:])
     own = comm is None
     comm = MPI.COMM_WORLD.Dup() if own else comm

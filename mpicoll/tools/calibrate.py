@@ -22,7 +22,11 @@ import sys
 import time
 
 import numpy as np
+from mpi4py import MPI
 
+import mpicoll
+
+from ..kernels import sum_into, warmup
 from ..model import Profile
 from .cli import Parser, check_settings, positive_int, prepare_output
 from .sizes import size_arg
@@ -35,7 +39,6 @@ FIT_POINTS = 3          # ... and needs at least this many of them
 
 def pingpong(comm, a: int, b: int, nbytes: int, iters: int) -> float | None:
     """Median one-way time between ranks a and b (None on the other ranks)."""
-    from mpi4py import MPI
     rank = comm.Get_rank()
     buf = np.zeros(max(nbytes, 1), np.uint8)
     times = []
@@ -53,7 +56,6 @@ def pingpong(comm, a: int, b: int, nbytes: int, iters: int) -> float | None:
 
 def kernel_gamma() -> float:
     """Seconds per byte of the float32 SUM kernel (best of several runs at 1..16 MiB)."""
-    from ..kernels import sum_into, warmup
     warmup("sum", np.float32)
     rates = []
     for mib in (1, 4, 16):
@@ -67,8 +69,6 @@ def kernel_gamma() -> float:
 def call_overhead() -> float:
     """Seconds of one call through mpicoll's Python layer: a 1-element all-reduce on
     COMM_SELF (argument checks, state and schedule lookup; no messages)."""
-    import mpicoll
-    from mpi4py import MPI
     x, out = np.ones(1, np.float32), np.empty(1, np.float32)
     times = []
     for _ in range(7):
@@ -134,7 +134,6 @@ def main(argv=None) -> int:
         ap.error(f"-e {args.maxbytes} B leaves too few sizes to fit beta: it needs at least "
                  f"{FIT_POINTS} sizes >= 64K, so -e {need // (1 << 20)}M or more")
 
-    from mpi4py import MPI
     world = MPI.COMM_WORLD
     if world.Get_size() < 2:
         ap.error("needs at least 2 ranks (mpiexec -n 2 mpicoll calibrate), got 1")

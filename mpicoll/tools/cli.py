@@ -11,6 +11,8 @@ import re
 import sys
 from pathlib import Path
 
+from ..settings import problems, seconds_of
+
 __all__ = ["Parser", "plain", "positive_int", "nonnegative_int", "nonnegative_float",
            "step_factor", "seconds_arg", "read_bench_json", "prepare_output", "check_settings"]
 
@@ -87,7 +89,6 @@ step_factor = _number(float, lambda v: 1 <= v < float("inf"), "a number >= 1")
 def seconds_arg(text: str) -> float:
     """Seconds >= 0 as the environment takes them (``300``, ``10m``, ``1h``, ``500ms``;
     ``mpicoll.settings.seconds_of``)."""
-    from ..settings import seconds_of
     try:
         return seconds_of(text)
     except ValueError as e:
@@ -100,7 +101,6 @@ seconds_arg.__name__ = "a time"
 def check_settings(ap: Parser) -> None:
     """A one-line usage error for the first bad ``MPICOLL_*`` value (commands that run
     collectives check them before starting, not inside the first call on every rank)."""
-    from ..settings import problems
     found = problems()
     if found:
         ap.error(found[0])

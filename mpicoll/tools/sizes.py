@@ -4,6 +4,7 @@ nccl-tests and OSU), and the geometric ranges of ``-b MIN -e MAX -f FACTOR``, MA
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..settings import bytes_of
 
@@ -53,7 +54,6 @@ def too_many_sizes(minbytes: int, maxbytes: int, factor: float, limit: int = MAX
     if maxbytes < lo:
         return None
     if factor > 1:
-        import math
         count = int(math.log(maxbytes / lo, factor) + 1e-9) + 1
         count += lo * factor ** (count - 1) < maxbytes      # and maxbytes, a shorter step
     else:

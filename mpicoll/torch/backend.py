@@ -31,8 +31,9 @@ caller computes, and the returned ``Work``'s future completes when the request d
 completion thread waits on the requests in order; mpicoll's ``Request`` has no callback).
 ``async_op=False`` runs mpicoll's blocking call (its fast paths: persistent plans, the
 compiled executor, ``shm``) and returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE``
-(no progress thread) every call is blocking. ``algorithm="shm"`` has no nonblocking form: its
-calls are blocking too.
+(no progress thread) every call is blocking. So are the calls of an algorithm whose nonblocking
+form would only defer it (``registry.Algorithm.deferred``: ``shm``, which the progress engine
+runs whole).
 
 Errors: bad arguments raise at the call, before any communication (``TypeError`` /
 ``ValueError``, as Gloo's). A collective that fails -- ``CollectiveTimeout`` naming the ranks
@@ -55,9 +56,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from mpi4py import MPI
 
 import mpicoll
-from mpicoll import ops
+from mpicoll import dtypes, ops, registry
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
 
 __all__ = ["NAME", "Options", "ProcessGroupMpicoll", "Work", "register", "tensor_view"]
@@ -72,7 +74,6 @@ _BOOL_OPS = {int(k): v for k, v in {
     _RED.SUM: "lor", _RED.MAX: "lor", _RED.BOR: "lor", _RED.PRODUCT: "land",
     _RED.MIN: "land", _RED.BAND: "land", _RED.BXOR: "lxor"}.items()}
 _AVG = int(_RED.AVG)
-_BLOCKING_ONLY = {"shm"}            # all-reduce algorithms without a nonblocking form
 _FAILURES = (CollectiveTimeout, CommunicatorBroken, ArgumentMismatch)
 _SUPPORTED = ("all_reduce, all_reduce_coalesced, reduce_scatter_tensor, reduce_scatter, "
               "all_gather_into_tensor, all_gather, broadcast, barrier")
@@ -82,9 +83,12 @@ _SUPPORTED = ("all_reduce, all_reduce_coalesced, reduce_scatter_tensor, reduce_s
 class Options:
     """What ``init_process_group("mpicoll", pg_options=Options(...))`` (or ``new_group``) sets.
 
-    ``algorithm``: the all-reduce algorithm (one of ``mpicoll.ALGORITHMS`` or ``"auto"``), or a
-    dict ``{collective: algorithm}`` over ``"allreduce"``, ``"reduce_scatter_block"``,
-    ``"allgather"``, ``"bcast"`` (missing ones: ``"auto"``). ``timeout``: seconds, overriding
+    ``algorithm``: as ``mpicoll.Comm``'s (``mpicoll.registry.per_collective``): a name applies
+    to every collective that has an algorithm of that name, the others run ``"auto"``
+    (``"recursive_doubling"``: all_reduce and the all-gathers); a dict ``{collective:
+    algorithm}`` over ``"allreduce"``, ``"reduce_scatter_block"``, ``"allgather"``, ``"bcast"``
+    names them one by one (missing ones: ``"auto"``). A name no collective has, or a collective
+    that is not one, raises ``ValueError`` at the next call. ``timeout``: seconds, overriding
     ``init_process_group(timeout=)``'s for every call of the group. ``reproducible``: True (or
     K, the slices per value) makes every floating-point SUM and AVG of ``all_reduce`` (and its
     coalesced form) and of the reduce-scatters give the same bits whatever the world size,
@@ -103,15 +107,8 @@ class Options:
         return ops.reproducible_for(value, view.dtype, op, "Options")
 
     def algorithm_for(self, collective: str) -> str:
-        if isinstance(self.algorithm, dict):
-            unknown = set(self.algorithm) - {"allreduce", "reduce_scatter_block", "allgather",
-                                             "bcast"}
-            if unknown:
-                raise ValueError(f"Options.algorithm names unknown collective(s) "
-                                 f"{sorted(unknown)}; use allreduce, reduce_scatter_block, "
-                                 f"allgather, bcast")
-            return self.algorithm.get(collective, "auto")
-        return self.algorithm if collective == "allreduce" else "auto"
+        """The algorithm ``collective`` (``"allreduce"`` ...) runs with."""
+        return registry.algorithm_for(self.algorithm, collective, "Options")
 
 
 # ----------------------------------------------------------------------------- tensors
@@ -143,8 +140,7 @@ def tensor_view(t, what: str = "tensor", *, read_only: bool = False) -> np.ndarr
                              f"t.resolve_{lazy}() (a copy) and copy the result back")
         t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:       # numpy has no bfloat16: its int16 bits, as ml_dtypes'
-        import ml_dtypes
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.view(torch.int16).numpy().view(dtypes.bfloat16)     # (imports ml_dtypes)
     try:
         return t.numpy()
     except (TypeError, RuntimeError) as exc:
@@ -345,7 +341,6 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
     def __init__(self, comm, rank: int, size: int, timeout: float | None,
                  options: Options | None = None):
         super().__init__(rank, size)
-        from mpi4py import MPI
         self.comm = comm
         self._size = size
         self.options = options if options is not None else Options()
@@ -367,11 +362,12 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
             return per_call
         return self.options.timeout if self.options.timeout is not None else self.timeout
 
-    def _submit(self, what: str, calls, result, opts, *, after=None, algorithm="auto") -> Work:
+    def _submit(self, what: str, calls, result, opts, *, after=None, deferred=False) -> Work:
         """Run ``calls`` -- each ``call(blocking)`` runs one mpicoll collective and returns its
-        Request (or None when blocking) -- and wrap them in a Work."""
-        blocking = (not getattr(opts, "asyncOp", True) or not self.threaded
-                    or algorithm in _BLOCKING_ONLY)
+        Request (or None when blocking) -- and wrap them in a Work; blocking when torch asks
+        for it, without a progress thread, or for an algorithm whose nonblocking form is only
+        ``deferred`` (``registry.Algorithm.deferred``: ``shm``)."""
+        blocking = not getattr(opts, "asyncOp", True) or not self.threaded or deferred
         if blocking:
             try:
                 for call in calls:
@@ -396,6 +392,12 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         return {"algorithm": self.options.algorithm_for(collective), "comm": self.comm,
                 "timeout": self._timeout(opts)}
 
+    @staticmethod
+    def _deferred(collective: str, kw: dict) -> bool:
+        """Whether ``kw``'s algorithm is one whose nonblocking form is only deferred."""
+        algorithm = kw["algorithm"]
+        return algorithm != "auto" and registry.lookup(collective, algorithm).deferred
+
     # ---------------------------------------------------------------- collectives
 
     def allreduce(self, tensors, opts=None):
@@ -403,7 +405,6 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         return self._allreduce("all_reduce", tensors, tensors, opts)
 
     def _allreduce(self, what: str, tensors, result, opts, after=None):
-        from mpi4py import MPI
         kw = self._kwargs("allreduce", opts)
         calls, averaged = [], []
         for t in tensors:
@@ -429,7 +430,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
                 after()
         return self._submit(what, calls, result, opts,
                             after=finish if averaged or after is not None else None,
-                            algorithm=kw["algorithm"])
+                            deferred=self._deferred("allreduce", kw))
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = dist.AllreduceCoalescedOptions() if opts is None else opts
@@ -464,7 +465,8 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
                     return None
                 return mpicoll.ibcast(view, root, **kw)
             calls.append(call)
-        return self._submit("broadcast", calls, tensors, opts)
+        return self._submit("broadcast", calls, tensors, opts,
+                            deferred=self._deferred("bcast", kw))
 
     def barrier(self, opts=None):
         opts = dist.BarrierOptions() if opts is None else opts
@@ -495,13 +497,15 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
                 mpicoll.allgather(src, dst, **kw)
                 return None
             return mpicoll.iallgather(src, dst, **kw)
-        return self._submit("all_gather_into_tensor", [call], [output], opts)
+        return self._submit("all_gather_into_tensor", [call], [output], opts,
+                            deferred=self._deferred("allgather", kw))
 
     _allgather_base = all_gather_single
 
     def allgather(self, output_lists, inputs, opts=None):
         calls, copies = [], []
         size = self.size()
+        kw = self._kwargs("allgather", opts)
         for outputs, t in zip(output_lists, inputs):
             src = tensor_view(t, "all_gather input", read_only=True)
             if len(outputs) != size:
@@ -516,9 +520,8 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
             gathered = torch.empty(size * t.numel(), dtype=t.dtype)
             dst = tensor_view(gathered)
             copies.append((outputs, gathered, t.numel()))
-            kw = self._kwargs("allgather", opts)
 
-            def call(blocking, src=src, dst=dst, kw=kw):
+            def call(blocking, src=src, dst=dst):
                 if blocking:
                     mpicoll.allgather(src, dst, **kw)
                     return None
@@ -529,7 +532,8 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
             for outputs, gathered, n in copies:
                 for r, o in enumerate(outputs):
                     o.copy_(gathered[r * n:(r + 1) * n].view_as(o))
-        return self._submit("all_gather", calls, output_lists, opts, after=unpack)
+        return self._submit("all_gather", calls, output_lists, opts, after=unpack,
+                            deferred=self._deferred("allgather", kw))
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = dist.ReduceScatterOptions() if opts is None else opts
@@ -584,7 +588,8 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         def finish():
             for t in averaged:
                 t.div_(size)
-        return self._submit(what, calls, result, opts, after=finish)
+        return self._submit(what, calls, result, opts, after=finish,
+                            deferred=self._deferred("reduce_scatter_block", kw))
 
     # ---------------------------------------------------------------- the rest
 
@@ -616,7 +621,6 @@ for _method, _torch_name in {
 
 def _create(backend_options, options):
     """The backend's creator (torch's extended API): the group's MPI communicator."""
-    from mpi4py import MPI
     if options is not None and not isinstance(options, Options):
         raise TypeError(f"pg_options for the mpicoll backend must be mpicoll.torch.Options, got "
                         f"{type(options).__name__}")

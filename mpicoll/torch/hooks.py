@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from mpi4py import MPI
 
 import mpicoll
+from mpicoll import registry
+
+from .backend import ProcessGroupMpicoll, Work, _completer, tensor_view
 
 __all__ = ["compress_hook"]
 
@@ -29,13 +33,11 @@ _MODES = ("bf16", "fp16", "int8")
 def compress_hook(compress: str = "bf16", *, error_feedback: bool = True):
     """A DDP comm hook ``hook(state, bucket) -> Future[Tensor]`` sending ``compress`` on the
     wire (``"bf16"``, ``"fp16"`` or ``"int8"``), with per-bucket error feedback if asked."""
-    from .backend import ProcessGroupMpicoll, Work, _completer, tensor_view
     if compress not in _MODES:
         raise ValueError(f"compress_hook: compress must be one of {_MODES}, got {compress!r}")
     residuals: dict = {}
 
     def hook(state, bucket):
-        from mpi4py import MPI
         group = state if state is not None else dist.group.WORLD
         if not isinstance(group, ProcessGroupMpicoll):
             raise TypeError(f"mpicoll.torch.compress_hook needs a process group of the mpicoll "
@@ -44,8 +46,8 @@ def compress_hook(compress: str = "bf16", *, error_feedback: bool = True):
         grad = bucket.buffer()
         view = tensor_view(grad, "gradient bucket")
         algorithm = group.options.algorithm_for("allreduce")
-        if algorithm in ("mpi", "shm"):
-            algorithm = "auto"
+        if algorithm != "auto" and not registry.lookup("allreduce", algorithm).scheduled:
+            algorithm = "auto"          # (compression runs a schedule: not mpi's, not shm's)
         kw = {"algorithm": algorithm, "comm": group.comm, "timeout": group._timeout()}
         if grad.dtype == torch.float32:
             ef = None

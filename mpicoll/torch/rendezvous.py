@@ -27,8 +27,15 @@ from __future__ import annotations
 
 import os
 import socket
+from importlib import import_module
 from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
+
+from mpi4py import MPI
+from torch.distributed import TCPStore
+
+# the module torch.distributed.rendezvous (an import by that name gives torch's function)
+rdzv = import_module("torch.distributed.rendezvous")
 
 __all__ = ["install", "mpi_rendezvous", "store_from_mpi"]
 
@@ -36,8 +43,6 @@ __all__ = ["install", "mpi_rendezvous", "store_from_mpi"]
 def store_from_mpi(comm=None, timeout: timedelta = timedelta(minutes=30)):
     """A ``TCPStore`` shared by the ranks of ``comm`` (default ``COMM_WORLD``): rank 0 serves
     it on a free port, the others learn the address through MPI. Collective over ``comm``."""
-    from mpi4py import MPI
-    from torch.distributed import TCPStore
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
@@ -63,7 +68,6 @@ def store_from_mpi(comm=None, timeout: timedelta = timedelta(minutes=30)):
 
 def mpi_rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs):
     """The ``mpi://`` rendezvous: ``(store, rank, world_size)`` from ``COMM_WORLD``."""
-    from mpi4py import MPI
     world = MPI.COMM_WORLD
     query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
     for name, mpi_value in (("rank", world.Get_rank()), ("world_size", world.Get_size())):
@@ -78,8 +82,6 @@ def mpi_rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwarg
 
 def install() -> None:
     """Register ``mpi://`` and wrap ``env://`` (once; see the module's doc)."""
-    import importlib
-    rdzv = importlib.import_module("torch.distributed.rendezvous")   # the module, not the function
     handlers = rdzv._rendezvous_handlers
     if "mpi" not in handlers:
         rdzv.register_rendezvous_handler("mpi", mpi_rendezvous)

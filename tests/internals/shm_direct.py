@@ -5,7 +5,7 @@
 
 Times, call by call and taking turns, MPI's own ``comm.Allreduce``, the plain
 ``mpicoll.allreduce(..., algorithm="shm")``, ``shm``'s core called directly
-(``allreduce_shm.allreduce``: no argument checks, no algorithm lookup) and one local
+(``shm.window_allreduce``: no argument checks, no algorithm lookup) and one local
 ``np.copyto`` of the vector (a memory-bandwidth yardstick), on ``COMM_WORLD``, float32 sum. A
 barrier precedes each timed collective, so every form starts with the ranks together. Rank 0
 prints each form's median in microseconds. The gap between ``shm`` and ``shm direct`` is the
@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll._runtime.context import state  # (the private state shm's core takes)
-from mpicoll.algorithms import allreduce_shm
+from mpicoll import shm
 
 SIZES = (8, 4096, 65536, 262144, 1 << 20, 4 << 20)
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
         forms = {
             "mpi": lambda: comm.Allreduce(x, y),
             "shm": lambda: mpicoll.allreduce(x, y, algorithm="shm"),
-            "direct": lambda: allreduce_shm.allreduce(st, x, y, "sum"),
+            "direct": lambda: shm.window_allreduce(st, x, y, "sum"),
         }
         for form in forms.values():      # warm-up: the window, the compiled code
             form()

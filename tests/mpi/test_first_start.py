@@ -1,5 +1,5 @@
 """A start never blocks (issue #40, item 9): every ``I*`` collective on a communicator mpicoll
-has never seen returns at once with ``MPICOLL_BACKGROUND_START=1`` (``_runtime/setup.py``; not
+has never seen returns at once with ``MPICOLL_BACKGROUND_START=1`` (``executors/background.py``; not
 the default: one CI run hung at 3 ranks with it, docs/reliability.md).
 
 The program of the issue -- rank 0 starts, then ``Ssend``s to rank 1, which ``Recv``s before it
@@ -17,7 +17,7 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll._runtime import setup
+from mpicoll.executors import background
 from mpicoll._runtime.context import known
 from mpicoll.executors import progress
 from mpicoll.testing import agree, environment
@@ -42,7 +42,7 @@ def _needs_background(comm) -> None:
         pytest.skip("needs two ranks")
     if progress.mode() != "thread":
         pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
-    if not setup._library_allows():
+    if not background._library_allows():
         pytest.skip("the background start is off under this MPI library (docs/reliability.md)")
 
 

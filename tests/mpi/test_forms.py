@@ -214,7 +214,7 @@ def test_start_then_ssend_completes_through_the_drop_in(comm):
                                         "ibcast", "Comm.Iallreduce", "two in a row"])
 def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
     """The same program on a communicator mpicoll has never seen: the first nonblocking call
-    sets the communicator up in the background (_runtime/setup.py) and returns at once. A
+    sets the communicator up in the background (executors/background.py) and returns at once. A
     second call right behind it keeps its place; a blocking call after them waits for them."""
     if comm.size < 2:
         pytest.skip("needs two ranks")
@@ -222,8 +222,8 @@ def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
     from mpicoll.executors import progress
     if progress.mode() != "thread":
         pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
-    from mpicoll._runtime import setup
-    if not setup._library_allows():
+    from mpicoll.executors import background
+    if not background._library_allows():
         pytest.skip("the background start is off under this MPI library (docs/reliability.md)")
     n, size = 12, comm.size
     from mpicoll.testing import environment

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 import mpicoll
 import mpicoll.torch
+from mpicoll import registry
 from mpicoll.testing import agree, ddp_train
 
 pytestmark = pytest.mark.mpi
@@ -211,6 +212,30 @@ def test_options_reach_mpicoll(world):
     with pytest.raises(ValueError, match="no_such_algorithm"):
         dist.all_reduce(x, group=group)
     agree(world, torch.all(x == world.Get_size()), "sum")
+
+
+def test_options_algorithm_means_what_comm_s_means(world):
+    """Options.algorithm reads as mpicoll.Comm's (registry.per_collective): a name applies to
+    every collective that has it, a dict names them one by one; an algorithm whose nonblocking
+    form is only deferred (shm: Algorithm.deferred) runs blocking, async_op or not."""
+    seen = []
+    for setting in ("ring", "recursive_doubling", "binomial", "shm",
+                    {"bcast": "binomial", "allgather": "ring"}):
+        options, comm = mpicoll.torch.Options(algorithm=setting), mpicoll.Comm(world, setting)
+        seen += [(setting, c, options.algorithm_for(c), comm.algorithm_for(c))
+                 for c in registry.COLLECTIVES]
+    differ = [s for s in seen if s[2] != s[3]]
+    rd = {c: a for s, c, a, _ in seen if s == "recursive_doubling"}
+    group = dist.new_group(backend="mpicoll", pg_options=mpicoll.torch.Options(algorithm="shm"))
+    x = torch.ones(10)
+    work = dist.all_reduce(x, group=group, async_op=True)
+    finished_at_return = work.is_completed()
+    work.wait()
+    agree(world, not differ and rd == {"allreduce": "recursive_doubling", "allgather":
+                                       "recursive_doubling", "reduce_scatter_block": "auto",
+                                       "bcast": "auto"}
+          and finished_at_return and torch.all(x == world.Get_size()),
+          f"{differ} {rd} {finished_at_return} {x[:3]}")
 
 
 def test_reproducible_option(world):

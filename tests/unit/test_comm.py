@@ -10,7 +10,8 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll.comm import Prequest, Request, _message
+from mpicoll.buffer_specs import message as _message
+from mpicoll.comm import Prequest, Request
 
 COMM = MPI.COMM_SELF
 
@@ -228,14 +229,14 @@ def test_requests_are_mpi_requests():
 def test_request_errors_are_raised_by_wait(monkeypatch):
     """A request whose collective fails raises mpicoll's error from Wait, and MPI's Waitall
     reports it (MPI_ERR_OTHER) instead of hanging."""
-    from mpicoll import comm as comm_module
+    from mpicoll import buffer_specs
     mc = mpicoll.Comm(COMM)
     x, out = np.arange(3.0), np.zeros(3)
-    real = comm_module._Args.after
+    real = buffer_specs.Args.after
 
     def failing_after(self):
         raise RuntimeError("unpacking failed")
-    monkeypatch.setattr(comm_module._Args, "after", failing_after)
+    monkeypatch.setattr(buffer_specs.Args, "after", failing_after)
     request = mc.Iallreduce(x, out)
     with pytest.raises(RuntimeError, match="unpacking failed"):
         request.Wait()
@@ -243,23 +244,23 @@ def test_request_errors_are_raised_by_wait(monkeypatch):
     request = mc.Iallreduce(x, out)
     with pytest.raises(MPI.Exception):
         MPI.Request.Waitall([request])
-    monkeypatch.setattr(comm_module._Args, "after", real)
+    monkeypatch.setattr(buffer_specs.Args, "after", real)
 
 
 def test_persistent_request_errors_are_raised_by_wait(monkeypatch):
     """A persistent request whose collective fails raises mpicoll's error from Wait and Test,
     and MPI's Waitall reports it (its receive is truncated) instead of returning success; the
     request is inactive after, and starts again."""
-    from mpicoll import comm as comm_module
+    from mpicoll import buffer_specs
     from mpicoll.executors import progress
     mc = mpicoll.Comm(COMM)
     x, out = np.arange(3.0), np.zeros(3)
-    real = comm_module._Args.after
+    real = buffer_specs.Args.after
 
     def failing_after(self):
         raise RuntimeError("unpacking failed")
     handle = mc.Allreduce_init(x, out)
-    monkeypatch.setattr(comm_module._Args, "after", failing_after)
+    monkeypatch.setattr(buffer_specs.Args, "after", failing_after)
     if progress.mode() == "thread":
         handle.Start()
         with pytest.raises(RuntimeError, match="unpacking failed"):
@@ -274,7 +275,7 @@ def test_persistent_request_errors_are_raised_by_wait(monkeypatch):
     else:                       # caller progress: Start() runs the collective, and raises
         with pytest.raises(RuntimeError, match="unpacking failed"):
             handle.Start()
-    monkeypatch.setattr(comm_module._Args, "after", real)
+    monkeypatch.setattr(buffer_specs.Args, "after", real)
     x[:] = 2
     handle.Start()
     assert handle.Wait() is True and out.tolist() == [2.0] * 3

@@ -176,7 +176,7 @@ def test_socket_executor_names_a_wrong_length():
     """A schedule mismatch raises on the rank that sees it, naming the peer."""
     import multiprocessing as mp
 
-    from mpicoll.executors.sockets import PeerError, SocketComm, execute, open_listeners
+    from mpicoll.executors.sockets import PeerFault, SocketComm, execute, open_listeners
     from mpicoll.schedule import Recv, Send, make_schedule
 
     listeners, ports = open_listeners(2)
@@ -190,7 +190,7 @@ def test_socket_executor_names_a_wrong_length():
     p = ctx.Process(target=sender)
     p.start()
     comm = SocketComm.connect(0, 2, listeners[0], ports)
-    with pytest.raises(PeerError, match="rank 1 sent 24 bytes, the schedule expects 16"):
+    with pytest.raises(PeerFault, match="rank 1 sent 24 bytes, the schedule expects 16"):
         execute(make_schedule([[Recv(1, 0, 2, reduce=False)]]), np.zeros(2), comm, timeout=5)
     comm.close()
     p.join(10)

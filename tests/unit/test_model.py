@@ -109,9 +109,9 @@ def test_the_model_row_chooses_hierarchicals_outer_unless_a_setting_does(tmp_pat
     (2n) and every flat algorithm, so auto runs hierarchical with that outer;
     MPICOLL_HIER_OUTER set by the user has the last word."""
     from mpicoll.registry import ALLREDUCE
-    from mpicoll.testing import Layout
+    from mpicoll.testing import NodeLayout
     profile().to_json(tmp_path / "profile.json")
-    st = Layout(virtual_nodes(8, 2))
+    st = NodeLayout(virtual_nodes(8, 2))
     n = 16 << 20
 
     def decide():

@@ -140,7 +140,7 @@ def test_tag_layout(tag_ub, calls, hashes):
     """Tags stay within 0 .. TAG_UB - 5 (TAG_UB, TAG_UB - 1 and TAG_UB - 2 are the roll
     call's, the presence check's and the notices', TAG_UB - 3 and TAG_UB - 4 the failure
     detector's), call numbers and hashes each get their share."""
-    layout = tags.layout(tag_ub)
+    layout = tags.tag_space(tag_ub)
     assert (layout.calls, layout.hashes) == (calls, hashes)
     assert layout.tag(calls - 1, hashes - 1) <= tag_ub - 5 and layout.tag(0, 0) == 0
     assert layout.tag(calls + 5, 2**32 - 1) == layout.tag(5, 2**32 - 1)     # wraps

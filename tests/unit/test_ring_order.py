@@ -146,13 +146,13 @@ def test_node_order_sends_fewer_bytes_across_nodes():
 def test_auto_runs_node_order_across_nodes(monkeypatch):
     """``select.decide``'s order row: auto's ring in node order when the ranks span nodes."""
     from mpicoll import select
-    from mpicoll.testing import Layout, environment
+    from mpicoll.testing import NodeLayout, environment
     monkeypatch.setattr(select, "_from_table", lambda *args: "ring")
 
     def order(nodes, algorithm="auto"):
         algo, extra = select.decide("allgather", algorithm, nbytes=1 << 20, count=1 << 17,
                                     size=4, dtype=np.dtype(np.float64), op=None,
-                                    st=Layout(nodes), given={})
+                                    st=NodeLayout(nodes), given={})
         assert algo.name == "ring"
         return extra.get("order")
     with environment(MPICOLL_RING_ORDER=None):

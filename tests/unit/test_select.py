@@ -7,7 +7,7 @@ import pytest
 
 from mpicoll import kernels, select
 from mpicoll.shm import policy, probe
-from mpicoll.testing import Layout, environment
+from mpicoll.testing import NodeLayout, environment
 from mpicoll.topology import virtual_nodes
 
 F64 = np.dtype(np.float64)
@@ -30,7 +30,7 @@ def test_shm_wins_from_min_bytes_and_past_max_bytes_only_oversubscribed():
     assert select.shm_wins(hi + 1, 3, 2) and select.shm_wins(1 << 30, 8, 2)
     assert not select.shm_wins(1 << 20, 1, 1)          # one rank: nothing to share
     with environment(MPICOLL_SHM_SINGLE_COPY="off"):
-        name, _ = decide(nbytes=hi + 1, size=4, st=Layout([range(4)]))
+        name, _ = decide(nbytes=hi + 1, size=4, st=NodeLayout([range(4)]))
         assert name == ("shm" if 4 > (os.cpu_count() or 1) else
                         select.choose("allreduce", hi + 1, 4, (hi + 1) // 8))
 
@@ -46,7 +46,7 @@ def test_shm_in_place_only_where_it_copies_through_its_window():
         assert select.shm_wins(nbytes, 3, 2, in_place=True)         # ranks outnumber cores
     assert select.shm_wins(hi, 2, 2, in_place=True)                 # the window, a core each
     assert not select.shm_wins(lo - 1, 3, 2, in_place=True)
-    one_node = Layout([range(2)])
+    one_node = NodeLayout([range(2)])
     for setting in ("on", "off"):
         with environment(MPICOLL_SHM_SINGLE_COPY=setting):
             copies = policy.single_copy_expected(2)     # (on: where libc can read)
@@ -61,10 +61,10 @@ def test_shm_in_place_only_where_it_copies_through_its_window():
 
 def test_the_shm_row_needs_one_real_node_an_op_shm_reduces_and_no_schedule():
     with environment(MPICOLL_SHM_SINGLE_COPY="off"):
-        one_node = Layout([range(4)])
+        one_node = NodeLayout([range(4)])
         assert decide(nbytes=64 << 10, size=4, st=one_node)[0] == "shm"
         assert decide(nbytes=64 << 10, size=4, st=one_node, scheduled=True)[0] != "shm"
-        two_nodes = Layout(virtual_nodes(4, 2), real_nodes=virtual_nodes(4, 2))
+        two_nodes = NodeLayout(virtual_nodes(4, 2), real_nodes=virtual_nodes(4, 2))
         assert decide(nbytes=64 << 10, size=4, st=two_nodes)[0] != "shm"
         assert decide(nbytes=1 << 10, size=4, st=one_node)[0] != "shm"     # below the band
 
@@ -75,18 +75,18 @@ def test_shm_wins_at_every_size_when_it_reads_in_place():
     assert not select.shm_wins(lo - 1, 2, 2, single_copy=True)
     assert all(select.shm_wins(n, 2, 2, single_copy=True) for n in (lo, 1 << 20, 1 << 30))
     with environment(MPICOLL_SHM_SINGLE_COPY="on"):
-        name, _ = decide(nbytes=1 << 24, size=2, st=Layout([range(2)]))
+        name, _ = decide(nbytes=1 << 24, size=2, st=NodeLayout([range(2)]))
         assert (name == "shm") == allreduce_shm.single_copy_expected(2, 2)
 
 
 def test_the_order_row_runs_auto_rings_in_node_order_across_nodes():
     with environment(MPICOLL_RING_ORDER=None, MPICOLL_TUNING=None):
-        spread = Layout(virtual_nodes(8, 2))
+        spread = NodeLayout(virtual_nodes(8, 2))
         name, extra = decide("allgather", nbytes=1 << 24, size=8, st=spread)
         assert name != "ring" or extra == {"order": "node"}
         name, extra = decide("allgather", "ring", nbytes=1 << 24, size=8, st=spread)
         assert extra == {}                              # only auto's rings
-        name, extra = decide("allgather", nbytes=1 << 24, size=8, st=Layout([range(8)]))
+        name, extra = decide("allgather", nbytes=1 << 24, size=8, st=NodeLayout([range(8)]))
         assert "order" not in extra                     # one node
     with environment(MPICOLL_RING_ORDER="rail"):        # the variable decides
         assert "order" not in decide("allgather", nbytes=1 << 24, size=8, st=spread)[1]
@@ -108,9 +108,9 @@ def test_the_tuned_row_serves_only_its_layout_with_its_options(tmp_path):
     path.write_text(json.dumps(table))
     with environment(MPICOLL_TUNING=str(path), MPICOLL_RING_ORDER=None, MPICOLL_HIER_INNER=None,
                      MPICOLL_HIER_OUTER=None, MPICOLL_SHM_SINGLE_COPY="off"):
-        one = Layout([range(8)])
+        one = NodeLayout([range(8)])
         assert decide(nbytes=1024, size=8, st=one) == ("binomial", {})
-        four = Layout(virtual_nodes(8, 2))                  # 4 nodes x 2 (the shaped fabric)
+        four = NodeLayout(virtual_nodes(8, 2))                  # 4 nodes x 2 (the shaped fabric)
         assert decide(nbytes=1024, size=8, st=four) == ("ring", {"order": "rank"})
         assert decide(nbytes=8, size=8, st=four) == ("mpi", {})
         assert decide(nbytes=1 << 20, size=8, st=four) == ("hierarchical", {"inner": "shm"})
@@ -121,9 +121,9 @@ def test_the_tuned_row_serves_only_its_layout_with_its_options(tmp_path):
                                                                           {"outer": "ring"})
         assert decide(nbytes=1 << 24, size=8, st=four,
                       given={"inner": "ring"}) == ("hierarchical", {"outer": "ring"})
-        apart = Layout(virtual_nodes(8, 2), real_nodes=[(r,) for r in range(8)])  # no sharing
+        apart = NodeLayout(virtual_nodes(8, 2), real_nodes=[(r,) for r in range(8)])  # no sharing
         assert decide(nbytes=1 << 24, size=8, st=apart) == ("hierarchical", {"outer": "ring"})
-        two = Layout(virtual_nodes(8, 4))                   # "8/4": no row, the model's choice
+        two = NodeLayout(virtual_nodes(8, 4))                   # "8/4": no row, the model's choice
         assert decide(nbytes=1024, size=8, st=two)[0] == select._from_model("allreduce", 1024,
                                                                             8, 4)
     with environment(MPICOLL_TUNING=str(path), MPICOLL_RING_ORDER="rail"):
@@ -135,7 +135,7 @@ def test_the_tuned_row_serves_only_its_layout_with_its_options(tmp_path):
 
 def test_the_lib_row_keeps_types_the_library_lacks_on_mpicolls_schedules(monkeypatch):
     monkeypatch.setattr(select, "choose", lambda *args, **kwargs: "mpi")
-    st = Layout(virtual_nodes(4, 2))
+    st = NodeLayout(virtual_nodes(4, 2))
     assert decide(nbytes=4096, size=4, st=st, dtype=F64)[0] == "mpi"
     assert decide(nbytes=4096, size=4, st=st, dtype=kernels.bfloat16)[0] == "recursive_doubling"
     assert decide(nbytes=1 << 20, size=4, st=st, scheduled=True)[0] == "recursive_halving"
@@ -143,7 +143,7 @@ def test_the_lib_row_keeps_types_the_library_lacks_on_mpicolls_schedules(monkeyp
 
 def test_the_inner_row_puts_hierarchicals_node_phases_in_shared_memory():
     nodes = virtual_nodes(4, 2)
-    real = Layout(nodes, real_nodes=[range(4)])     # two virtual nodes inside one real one
+    real = NodeLayout(nodes, real_nodes=[range(4)])     # two virtual nodes inside one real one
     with environment(MPICOLL_SHM_SINGLE_COPY="off", MPICOLL_HIER_INNER=None):
         assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=real)[1] == {
             "inner": "shm"}
@@ -151,7 +151,7 @@ def test_the_inner_row_puts_hierarchicals_node_phases_in_shared_memory():
                       given={"inner": "ring"})[1] == {}
         assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=real,
                       scheduled=True)[1] == {}
-        spans = Layout([range(4)], real_nodes=nodes)    # a layout node across real nodes
+        spans = NodeLayout([range(4)], real_nodes=nodes)    # a layout node across real nodes
         assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=spans)[1] == {}
     with environment(MPICOLL_HIER_INNER="ring"):
         assert decide(algorithm="hierarchical", nbytes=64 << 10, size=4, st=real)[1] == {}

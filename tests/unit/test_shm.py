@@ -28,6 +28,7 @@ from numba import njit, types
 
 from mpicoll import kernels as K
 from mpicoll import shm
+from mpicoll._runtime.context import CommState
 from mpicoll.algorithms import allreduce_shm
 from mpicoll.errors import CommunicatorBroken
 from mpicoll.shm import kernels as core
@@ -275,8 +276,13 @@ def fake_window(pid_of_peer: int, capacity: int = window.MIN_BYTES):
     return w
 
 
+class _FakeState(pytypes.SimpleNamespace):
+    """What shm's transport reads and changes of a communicator's state (``CommState``)."""
+    mark_broken = CommState.mark_broken
+
+
 def fake_state():
-    return pytypes.SimpleNamespace(broken=None, traffic={"shared_bytes": 0})
+    return _FakeState(broken=None, traffic={"shared_bytes": 0})
 
 
 def dead_pid() -> int:

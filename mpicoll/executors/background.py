@@ -46,8 +46,11 @@ import functools
 import threading
 from collections import deque
 
+from mpi4py import MPI
+
 from .. import settings
-from .call import Call
+from .._runtime.call import Call
+from . import progress
 
 __all__ = ["ready_now", "later"]
 
@@ -61,8 +64,7 @@ def ready_now(call: Call) -> bool:
     st = call._st
     if st.made and st.background is None:
         return True
-    from ..executors import progress         # (thread mode needs MPI_THREAD_MULTIPLE)
-    return progress.mode() != "thread"
+    return progress.mode() != "thread"         # (thread mode needs MPI_THREAD_MULTIPLE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,21 +76,20 @@ def _library_allows() -> bool:
     this check lifted, Open MPI 5 at 2 ranks: tests/mpi/test_first_start.py's start-then-Ssend
     passed for all 8 starts, 20 runs each, then ``Free`` with the set-up pending ended in a
     segmentation fault in ``wait_posted``'s ``Testall`` of the ``Idup``)."""
-    from mpi4py import MPI
     return "MPICH" in MPI.Get_library_version()
 
 
 def later(call: Call, go, what: str, result):
     """``go()`` (the call's plan and start; returns the started request) on the
     communicator's background thread; returns the request that follows it, in flight now."""
-    from ..executors import progress
     st = call._st
     st.start()          # the Idup, here: in its place among this rank's collectives on comm
     follower = progress.Request.following(what, st, result)
     with _lock:
         queue = st.background
         if queue is None:
-            queue = st.background = Background(st)
+            queue = Background(st)
+            st.start_background(queue)
         queue.jobs.append((call, go, follower))
         if not queue.thread.is_alive() and not queue.started:
             queue.started = True
@@ -112,8 +113,7 @@ class Background:
             self._run()
         finally:                    # never leave a caller waiting for a thread that is gone
             with _lock:
-                if self.st.background is self:
-                    self.st.background = None
+                self.st.end_background(self)
                 pending, self.jobs = list(self.jobs), deque()
             for _, _, follower in pending:
                 follower.refuse(RuntimeError("mpicoll: the thread that starts a "
@@ -124,7 +124,7 @@ class Background:
         while True:
             with _lock:
                 if not self.jobs:
-                    self.st.background = None
+                    self.st.end_background(self)
                     self.empty.set()
                     break
                 call, go, follower = self.jobs.popleft()
