@@ -44,7 +44,7 @@ def remember(call: Call, key, prepared) -> None:
     st = context.attach(call.comm)
     table = st.cached
     table[key] = prepared
-    st.last_cached = key, prepared
+    st.remember_cached(key, prepared)
     if len(table) > PER_COMM:
         table.popitem(last=False)
 
@@ -85,7 +85,7 @@ def _entry(comm, key):
             st.cached.move_to_end(key)
         except KeyError:                    # another thread dropped it meanwhile
             pass
-        st.last_cached = key, entry
+        st.remember_cached(key, entry)
     return st, entry
 
 

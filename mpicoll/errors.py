@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["CollectiveTimeout", "ArgumentMismatch", "CommunicatorBroken", "ProcessFailed",
-           "PeerError", "ConcurrentCall"]
+           "PeerError", "ReportedMismatch", "ConcurrentCall"]
 
 
 class CollectiveTimeout(TimeoutError):
@@ -91,6 +91,19 @@ class PeerError(RuntimeError):
         self.ranks, self.errors, self.call = sorted(ranks), dict(errors or {}), call
         self.in_flight = in_flight
         super().__init__(message)
+
+
+class ReportedMismatch(ArgumentMismatch, PeerError):
+    """Another rank found that the ranks' arguments differ, and told this one before it found
+    it itself (``shm``'s window, where one rank compares the hashes first): the call's
+    ``ArgumentMismatch`` on this rank too, so every rank of the call raises the same kind.
+    Also a ``PeerError``: ``ranks`` and ``errors`` are the reporting ranks and their messages
+    (which name the differing fields); ``fields`` is empty here."""
+
+    def __init__(self, message: str, ranks=(), errors=None, call: int = 0, *,
+                 in_flight: bool = True):
+        PeerError.__init__(self, message, ranks, errors, call, in_flight=in_flight)
+        self.fields = {}
 
 
 class ConcurrentCall(RuntimeError):

@@ -243,9 +243,10 @@ def _decide(call: Call, checked: tuple, layout: Layout, root, form: str,
     if options.get("inner") == "shm" and size > 1:
         shm.check_node_phases(st, opname, dtype)
     rule = _segment_rule() if run_by == "compiled" else ""
-    st.last_plan = p = Plan(collective, algo, options, opname, dtype, layout.work.size,
-                            layout.block, run_by, rule, codec, nodes, size, reproducible,
-                            in_place if size > 1 else None, average, feedback, group)
+    p = Plan(collective, algo, options, opname, dtype, layout.work.size, layout.block, run_by,
+             rule, codec, nodes, size, reproducible, in_place if size > 1 else None, average,
+             feedback, group)
+    st.remember_plan(p)
     return p
 
 

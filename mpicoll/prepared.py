@@ -372,7 +372,7 @@ class _Library(Prepared):
         if st.broken:
             st.check(self.collective)
         number = st.next_number()
-        before = st.history, st.before, st.last
+        before = st.history_mark()
         tag = st.label(number, self.sig)
         comm, watch = st.comm, None
         try:
@@ -385,7 +385,7 @@ class _Library(Prepared):
                                    watch)
             except ArgumentMismatch:
                 if not st.broken:           # before any transfer: as if not called (Call's)
-                    st.history, st.before, st.last = before
+                    st.rewind(before)
                 raise
             watch.wait([comm.Iallreduce(sendbuf, recvbuf, op=self.mpi_op)], "MPI_Iallreduce")
         except BaseException as exc:

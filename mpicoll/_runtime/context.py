@@ -64,7 +64,7 @@ class CommState:
         self.traffic = new_traffic()             # what the MPI executor sent on this communicator
         self.shared = None                      # mpicoll.shm's window of this communicator
         self.node_shared: dict = {}             # the same per node layout (hierarchical's)
-        self.cached = OrderedDict()             # cache.Entry: plain calls' plans, LRU
+        self.cached = OrderedDict()             # plan.Prepared: plain calls' prepared calls, LRU
         self.last_cached = (None, None)         # the most recently used: (key, entry)
         self.last_plan = None                   # the last call's plan (plan.last: what auto chose)
         # fail fast, never diverge (docs/reliability.md)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import PeerError
+from ..errors import ArgumentMismatch, PeerError, ReportedMismatch
 from .tags import tag_ub
 
 __all__ = ["notice_tag", "post", "collect", "judge", "register", "lookup", "NOTICE_TAG_OFFSET"]
@@ -120,5 +120,8 @@ def judge(state, current: int, what: str) -> PeerError | None:
     for rank, (call, broken, text) in sorted(errors.items()):
         where = "this call" if call == current else f"an earlier call (#{call}, which completed here)"
         parts.append(f"rank {rank} failed in {where}: {text}")
-    return PeerError(f"{what}: " + "; ".join(parts) + " -- so this call cannot complete",
-                     errors, {r: t for r, (_, _, t) in errors.items()}, first)
+    mismatch = all(text.startswith(ArgumentMismatch.__name__ + ":")
+                   for _, _, text in errors.values())
+    kind = ReportedMismatch if mismatch else PeerError     # (the call's own kind, everywhere)
+    return kind(f"{what}: " + "; ".join(parts) + " -- so this call cannot complete",
+                errors, {r: t for r, (_, _, t) in errors.items()}, first)

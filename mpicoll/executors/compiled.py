@@ -380,7 +380,7 @@ class Bound:
 class Reusable:
     """One schedule bound to everything but its buffer and tag -- the op, the scratch, the
     communicator, the request and status arrays -- for a plain call that comes again with the
-    same arguments (``cache.Entry`` keeps one): ``run`` is then the loop and the counters.
+    same arguments (``plan.Prepared`` keeps one): ``run`` is then the loop and the counters.
 
     Under a deadline (``timeout`` seconds from the call) no ``Watch`` is made unless a round
     outlasts the loop's spin: the deadline is a time of ``MPI_Wtime``'s clock, read once, and

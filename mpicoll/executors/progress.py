@@ -208,11 +208,11 @@ class Request:
             fn(self._error)
     # --- end of mpicoll.Comm's hunk
 
-    # --- a communicator's first call, started by another thread (_runtime/setup.py)
+    # --- a communicator's first call, started by another thread (executors/background.py)
     @classmethod
     def following(cls, what: str, state, result=None) -> "Request":
         """A request in flight at once, for a call whose start another thread does (the first
-        nonblocking call on a communicator: ``_runtime.setup``); it completes with the request
+        nonblocking call on a communicator: ``executors.background``); it completes with the request
         that thread hands it (``adopt``), or fails with the error it met (``refuse``)."""
         req = cls(what, result=result)
         req._following, req._inner, req._state, req._nsteps = True, None, state, 1
@@ -433,7 +433,7 @@ class Request:
         self._finished.set()
         state = self._state
         if self._pending:
-            state.abandoned += self._pending    # keep their buffers alive
+            state.abandon(self._pending)        # keep their buffers alive
         self._pending = []
         if isinstance(exc, CommunicatorBroken) and not raw:
             return

@@ -136,7 +136,7 @@ class Job:
         max_given = given if collective == "allreduce" and not split else {}
         self.max_plan = q = plan.make(call, "allreduce", max_algo, whole(self.codes), op="max",
                                       given=max_given, form="persistent", reproducible=k)
-        call.open().last_plan = p
+        call.open().remember_plan(p)
         prepared = [plan.prepare(call, x) for x in (p, q, g) if x is not None]
         p.agree(call, dtype=self.dtype, count=block)
         bufs = (sums, self.codes, self.floats)
@@ -159,7 +159,8 @@ class Job:
         exchange = plan.prepared_schedule(call, sched, internode, None, self.values.dtype)
         prepared = plan.prepare(call, g) if g is not None else None
         if g is not None:
-            call.open().last_plan = self.plan = g
+            self.plan = g
+            call.open().remember_plan(g)
             fields = g.fields()
         else:
             self.plan = _Described(f"exchange reproducible={self.k}")
@@ -174,9 +175,9 @@ class Job:
         algorithm ``window`` (its hash also goes beside each rank's values in the window)."""
         shm.warmup(self.dtype)
         _check_terms(self.size)
-        call.open().last_plan = self.plan = _Described(
-            f"window reproducible={self.k}", "window", reproducible=self.k,
-            executor="shm", op="sum", dtype=self.dtype, count=self.n)
+        self.plan = _Described(f"window reproducible={self.k}", "window", reproducible=self.k,
+                               executor="shm", op="sum", dtype=self.dtype, count=self.n)
+        call.open().remember_plan(self.plan)
         self.plan.agree(call)
         self._call, self.window = call, True
 
