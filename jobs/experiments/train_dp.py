@@ -152,7 +152,9 @@ def train(comm=None, *, steps: int, batch: int, width: int = 512, lr: float = 0.
         grads = buckets.grads
     else:
         one = mode == "blocking"
-        buckets = mpicoll.Buckets(params, (1 << 62) if one else bucket_bytes, average=True,
+        whole = 1 << 62                 # blocking: one bucket, the first too
+        buckets = mpicoll.Buckets(params, whole if one else bucket_bytes, average=True,
+                                  first_bucket_bytes=whole if one else bucket_bytes,
                                   comm=comm, compress=compress, error_feedback=error_feedback,
                                   gradient_as_bucket_view=True)
         grads = buckets.grads
