@@ -8,16 +8,16 @@
     b = mpicoll.Buckets(params, gradient_as_bucket_view=True)     # or: in place, no copies
     ...write gradient i into b.grads[i] (a view into its bucket), then b.ready(i)
 
-PyTorch DDP's design (``torch.nn.parallel.DistributedDataParallel``): the arrays are assigned
-to buckets in *reverse* order (the backward pass produces the last layer's gradients first),
-one dtype per bucket, each bucket one flat, persistent buffer, of up to ``bucket_bytes`` (small
+PyTorch DDP's design (``torch.nn.parallel.DistributedDataParallel``): the arrays are assigned to
+buckets in *reverse* order (the backward pass produces the last layer's gradients first), one
+dtype per bucket, each bucket one flat, persistent buffer, of up to ``bucket_bytes`` (small
 arrays fused) -- the first bucket only up to ``first_bucket_bytes`` (1 MiB, DDP's
 ``_DEFAULT_FIRST_BUCKET_BYTES``), so the first gradients leave while the backward pass has most
 of its work ahead (an array larger than the cap is a bucket of its own). When every array of a
-bucket is ready its all-reduce starts in the progress engine, and it runs while the caller computes the
-next gradients. Buckets start in bucket order on every rank even if gradients become ready in
-another order (a finished bucket waits for the earlier ones), because every rank must start the
-same collectives in the same order.
+bucket is ready its all-reduce starts in the progress engine, and it runs while the caller
+computes the next gradients. Buckets start in bucket order on every rank even if gradients
+become ready in another order (a finished bucket waits for the earlier ones), because every rank
+must start the same collectives in the same order.
 
 The arrays given are the gradients: ``ready(i)`` copies array i into its bucket, ``wait()``
 copies the result back into it. ``b.grads`` is a read-only tuple of views into the buckets

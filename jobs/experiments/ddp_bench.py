@@ -215,7 +215,8 @@ def main() -> None:
         say(f"{name:<12} {mine['parameters'] / 1e6:6.2f} M params: compute "
             f"{slowest['compute']:7.1f} ms, mpicoll {slowest['mpicoll']:7.1f} ms, gloo "
             f"{slowest['gloo']:7.1f} ms, gloo/mpicoll {slowest['gloo'] / slowest['mpicoll']:.2f}"
-            f", bf16 hook {slowest['bf16']:7.1f} ms; mpicoll threads' CPU {slowest['mpicoll_threads_cpu']:.1f} ms/step")
+            f", bf16 hook {slowest['bf16']:7.1f} ms; mpicoll threads' CPU "
+            f"{slowest['mpicoll_threads_cpu']:.1f} ms/step")
     if rank == 0:
         path = outdir(args.outdir) / f"ddp-np{size}.json"
         write_json(path, {"ranks": size, "torch": torch.__version__, "batch": args.batch,
