@@ -8,13 +8,16 @@
     b = mpicoll.Buckets(params, gradient_as_bucket_view=True)     # or: in place, no copies
     ...write gradient i into b.grads[i] (a view into its bucket), then b.ready(i)
 
-PyTorch DDP's design (``torch.nn.parallel.DistributedDataParallel``): the arrays are assigned
-to buckets in *reverse* order (the backward pass produces the last layer's gradients first),
-one dtype per bucket, each bucket one flat, persistent buffer. When every array of a bucket is
-ready its all-reduce starts in the progress engine, and it runs while the caller computes the
-next gradients. Buckets start in bucket order on every rank even if gradients become ready in
-another order (a finished bucket waits for the earlier ones), because every rank must start the
-same collectives in the same order.
+PyTorch DDP's design (``torch.nn.parallel.DistributedDataParallel``): the arrays are assigned to
+buckets in *reverse* order (the backward pass produces the last layer's gradients first), one
+dtype per bucket, each bucket one flat, persistent buffer, of up to ``bucket_bytes`` (small
+arrays fused) -- the first bucket only up to ``first_bucket_bytes`` (1 MiB, DDP's
+``_DEFAULT_FIRST_BUCKET_BYTES``), so the first gradients leave while the backward pass has most
+of its work ahead (an array larger than the cap is a bucket of its own). When every array of a
+bucket is ready its all-reduce starts in the progress engine, and it runs while the caller
+computes the next gradients. Buckets start in bucket order on every rank even if gradients
+become ready in another order (a finished bucket waits for the earlier ones), because every rank
+must start the same collectives in the same order.
 
 The arrays given are the gradients: ``ready(i)`` copies array i into its bucket, ``wait()``
 copies the result back into it. ``b.grads`` is a read-only tuple of views into the buckets
@@ -69,13 +72,16 @@ class Buckets:
     def __init__(self, arrays, bucket_bytes: int = 25 << 20, *, op="sum", average=True,
                  comm=None, algorithm="auto", compress=None, error_feedback=False,
                  timeout=None, on_timeout=None, validate=None,
-                 gradient_as_bucket_view: bool = False, reproducible=False):
+                 gradient_as_bucket_view: bool = False, reproducible=False,
+                 first_bucket_bytes: int = 1 << 20):
         arrays = [buffers.array(a, f"arrays[{i}]", writable=True)
                   for i, a in enumerate(_sequence(arrays))]
         if not arrays:
             raise ValueError("Buckets needs at least one array")
-        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
-            raise ValueError(f"bucket_bytes must be a positive int, got {bucket_bytes!r}")
+        for name, value in (("bucket_bytes", bucket_bytes), ("first_bucket_bytes",
+                                                               first_bucket_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.op = ops.name(op)
         if error_feedback and compress is None:
             raise ValueError("error_feedback=True needs a compress= mode")
@@ -92,7 +98,8 @@ class Buckets:
         for i in reversed(range(len(arrays))):
             dtype = arrays[i].dtype
             members, nbytes = open_bucket.get(dtype, ([], 0))
-            if members and nbytes + arrays[i].nbytes > bucket_bytes:
+            cap = bucket_bytes if self.buckets else min(bucket_bytes, first_bucket_bytes)
+            if members and nbytes + arrays[i].nbytes > cap:
                 self.buckets.append(tuple(members))
                 members, nbytes = [], 0
             open_bucket[dtype] = (members + [i], nbytes + arrays[i].nbytes)

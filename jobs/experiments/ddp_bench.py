@@ -7,8 +7,9 @@ Models (``--models``; seeded, the same on every rank and backend): MLPs of about
 10 M and 50 M parameters (``mlp-50M`` is not in the default list: it is slow here) and one
 transformer encoder layer from ``torch.nn`` (d_model 256, 4 heads, 1024 wide; sequences of 32).
 Each model is wrapped twice, ``DistributedDataParallel(model, process_group=g)`` for g =
-mpicoll's default group and a Gloo group (DDP's default bucket cap, 25 MB), and a third copy
-runs under ``no_sync()`` (no all-reduce: the *compute* of a step). The three take turns step by
+mpicoll's default group and a Gloo group (DDP's default bucket cap, 25 MB), a third copy
+runs under ``no_sync()`` (no all-reduce: the *compute* of a step), and a fourth on mpicoll with
+``mpicoll.torch.compress_hook("bf16")`` (bf16 on the wire). The four take turns step by
 step (SGD, batch ``--batch`` per rank, each rank its own data), ``--steps`` timed steps each
 after 3 warm-up steps. Per step: its wall time, the exposed communication (step time - the
 median no-sync step time), the main thread's CPU time, and the CPU seconds of each of
@@ -39,7 +40,8 @@ MODELS = {   # name: (layer widths of an MLP, or None for the transformer layer)
     "mlp-50M": (2048, 4096, 4096, 4096, 2048, 10),
     "transformer": None,
 }
-KINDS = ("mpicoll", "gloo", "compute")      # compute: the mpicoll model under no_sync()
+KINDS = ("mpicoll", "gloo", "compute", "bf16")     # compute: the mpicoll model under no_sync();
+#                                                     bf16: mpicoll with compress_hook("bf16")
 
 
 def build(name: str, seed: int = 0):
@@ -66,11 +68,15 @@ def build(name: str, seed: int = 0):
 def bench(name: str, groups: dict, steps: int, batch: int, rank: int) -> dict:
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import mpicoll.torch
     from wait_cost import thread_cpu
     runs, gen = {}, torch.Generator().manual_seed(1000 + rank)
     for kind in KINDS:
         model, make_batch, loss_fn = build(name)
-        ddp = DDP(model, process_group=groups["mpicoll" if kind == "compute" else kind])
+        ddp = DDP(model, process_group=groups["gloo" if kind == "gloo" else "mpicoll"])
+        if kind == "bf16":
+            ddp.register_comm_hook(None, mpicoll.torch.compress_hook("bf16"))
         runs[kind] = (ddp, torch.optim.SGD(ddp.parameters(), lr=1e-3), [])
     params = sum(p.numel() for p in runs["gloo"][0].parameters())
     for i in range(3 + steps):
@@ -110,20 +116,32 @@ def table(paths) -> str:
         data = json.loads(open(path).read())
         out.append(f"**N = {data['ranks']}** (torch {data['torch']}, batch {data['batch']} per "
                    f"rank, median of {data['steps']} steps taken in turn, slowest rank; load "
-                   f"average {data['load_average']:.1f} on 2 cores)\n")
+                   f"average {load_of(data)} on 2 cores)\n")
+        bf16 = all("bf16" in row["slowest"] for row in data["models"].values())
         out.append("| model | parameters | compute ms | mpicoll step ms | gloo step ms | "
                    "gloo / mpicoll | exposed comm. ms, mpicoll / gloo | "
-                   "mpicoll threads' CPU ms per step |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+                   "mpicoll threads' CPU ms per step |" +
+                   (" bf16 hook step ms | gloo / bf16 hook |" if bf16 else ""))
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if bf16 else ""))
         for name, row in data["models"].items():
             slow = row["slowest"]
             out.append(f"| {name} | {row['parameters'] / 1e6:.2f} M | {slow['compute']:.1f} | "
                        f"{slow['mpicoll']:.1f} | {slow['gloo']:.1f} | "
                        f"{slow['gloo'] / slow['mpicoll']:.2f} | "
                        f"{slow['mpicoll_exposed']:.1f} / {slow['gloo_exposed']:.1f} | "
-                       f"{slow['mpicoll_threads_cpu']:.1f} |")
+                       f"{slow['mpicoll_threads_cpu']:.1f} |" +
+                       (f" {slow['bf16']:.1f} | {slow['gloo'] / slow['bf16']:.2f} |"
+                        if bf16 else ""))
         out.append("")
     return "\n".join(out)
+
+
+def load_of(data: dict) -> str:
+    """The 1-minute load average at the start and the end of the run (the end only in older
+    runs)."""
+    end = f"{data['load_average']:.1f}"
+    return f"{data['load_average_start']:.1f} at the start, {end} at the end" \
+        if "load_average_start" in data else end
 
 
 def plot(data: dict, path) -> None:
@@ -179,8 +197,9 @@ def main() -> None:
     dist.init_process_group("mpicoll", timeout=timedelta(minutes=10))
     groups = {"mpicoll": None, "gloo": dist.new_group(backend="gloo")}
     comm, rank, size = MPI.COMM_WORLD, dist.get_rank(), dist.get_world_size()
+    load_start = os.getloadavg()[0]
     say(f"# N={size}, torch {torch.__version__}, batch {args.batch}, {args.steps} steps, "
-        f"load average {os.getloadavg()[0]:.1f}")
+        f"load average {load_start:.1f}")
     models = {}
     for name in args.models.split(","):
         mine = bench(name, groups, args.steps, args.batch, rank)
@@ -189,17 +208,20 @@ def main() -> None:
         slowest = {kind: worst(lambda r: r[kind]["step_ms"]) for kind in KINDS}
         slowest["mpicoll_exposed"] = worst(lambda r: r["mpicoll"]["exposed_comm_ms"])
         slowest["gloo_exposed"] = worst(lambda r: r["gloo"]["exposed_comm_ms"])
+        slowest["bf16_exposed"] = worst(lambda r: r["bf16"]["exposed_comm_ms"])
         slowest["mpicoll_threads_cpu"] = worst(
             lambda r: sum(r["mpicoll"]["threads_cpu_ms"].values()))
         models[name] = {"parameters": mine["parameters"], "slowest": slowest, "ranks": every}
         say(f"{name:<12} {mine['parameters'] / 1e6:6.2f} M params: compute "
             f"{slowest['compute']:7.1f} ms, mpicoll {slowest['mpicoll']:7.1f} ms, gloo "
             f"{slowest['gloo']:7.1f} ms, gloo/mpicoll {slowest['gloo'] / slowest['mpicoll']:.2f}"
-            f"; mpicoll threads' CPU {slowest['mpicoll_threads_cpu']:.1f} ms/step")
+            f", bf16 hook {slowest['bf16']:7.1f} ms; mpicoll threads' CPU "
+            f"{slowest['mpicoll_threads_cpu']:.1f} ms/step")
     if rank == 0:
         path = outdir(args.outdir) / f"ddp-np{size}.json"
         write_json(path, {"ranks": size, "torch": torch.__version__, "batch": args.batch,
                           "steps": args.steps, "load_average": os.getloadavg()[0],
+                          "load_average_start": load_start,
                           "models": models})
         print(table([path]))
         plot(json.loads(path.read_text()), path.with_suffix(".png"))

@@ -17,11 +17,14 @@ Who looks (``MPICOLL_PROGRESS``):
   holds the GIL only between MPI calls (mpi4py releases it inside them) and the numba kernels
   are ``nogil``, so numpy or numba compute in the caller's thread overlaps it. When nothing
   moved it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 1 ms,
-  from which a newly started request wakes it at once. A request whose peer is late then
-  costs ~1000 looks a second (a few % of a core; docs/training.md, "What waiting costs"),
-  not a core, and a step that waited over ~1 ms is seen up to 1 ms late. ``wait()`` does not
-  poll in this mode: it sleeps on the request's event, which the thread sets (a caller's
-  thread that waits -- torch's completer thread, a user's -- takes no CPU). Needs
+  from which a newly started request wakes it at once -- except while a step moves more than
+  ``PIPELINED`` (64 KiB), which MPICH sends through shared memory in pieces, each copied inside
+  a look of both ranks: then it keeps yielding (a thread ready to run gets the core) for up to
+  ``SPIN`` (2 ms) after the last step completed. A request whose peer is late then costs ~1000
+  looks a second (a few % of a core; docs/training.md, "What waiting costs"), not a core, and
+  a step that waited over ~1 ms is seen up to 1 ms late. ``wait()`` does not poll in this
+  mode: it sleeps on the request's event, which the thread sets (a caller's thread that waits
+  -- torch's completer thread, a user's -- takes no CPU). Needs
   ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls, its own) while
   the thread does.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
@@ -56,6 +59,8 @@ __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
 
 _ALIGN = 8                      # wire slots start at multiples of 8 bytes
 _YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
+PIPELINED = 64 << 10            # a step moving more bytes than this ...
+SPIN = 2e-3                     # ... keeps the thread yielding this long after a step completed
 _SLEEP_MIN, _SLEEP_MAX = 1e-5, 1e-3
 _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is alive this often
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
@@ -362,6 +367,14 @@ class Request:
         traffic["bytes_received"] += received
         traffic["messages_sent"] += len(sends)
 
+    def _step_bytes(self) -> int:
+        """The bytes the current step sends and receives (0 for a library or deferred one)."""
+        if self._library is not None or self._deferred is not None or \
+                self._index >= len(self._steps):
+            return 0
+        step = self._steps[self._index]
+        return step[2] + step[3]
+
     def _finish_step(self) -> None:
         if self._library is not None:
             return
@@ -546,27 +559,33 @@ def _progress() -> bool:
 
 
 def _loop() -> None:
-    pause, looks = _SLEEP_MIN, 0
+    pause, looks, moved_at = _SLEEP_MIN, 0, time.monotonic()
     while True:
         with _lock:
             while not _active and not _stopping:
                 _wake.wait()
+                moved_at = time.monotonic()
             if _stopping:
                 return
             moved = _progress()
             active = len(_active)
-        give_way_until = time.monotonic() + GIVE_WAY
+            pipelined = any(r._step_bytes() > PIPELINED for r in _active)
+        now = time.monotonic()
+        give_way_until = now + GIVE_WAY
         while _callers and time.monotonic() < give_way_until:   # a caller works: let it
             time.sleep(_SLEEP_MIN)
         if moved:
-            pause, looks = _SLEEP_MIN, 0
-        elif looks < _YIELDS:
+            pause, looks, moved_at = _SLEEP_MIN, 0, now
+        elif looks < _YIELDS or pipelined and now - moved_at < SPIN:
             looks += 1
             os.sched_yield()
         else:
             with _lock:                 # a request started meanwhile wakes it (start: notify)
                 woken = len(_active) != active or _stopping or _wake.wait(pause)
-            pause = _SLEEP_MIN if woken else min(2 * pause, _SLEEP_MAX)
+            if woken:
+                pause, looks, moved_at = _SLEEP_MIN, 0, time.monotonic()
+            else:
+                pause = min(2 * pause, _SLEEP_MAX)
 
 
 def _ensure_thread() -> None:

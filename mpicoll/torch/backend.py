@@ -28,7 +28,9 @@ xor (NCCL's reading).
 Asynchrony: torch passes ``opts.asyncOp``. ``async_op=True`` -- and every call DDP makes --
 starts mpicoll's nonblocking call (``iallreduce``...); the progress thread runs it while the
 caller computes, and the returned ``Work``'s future completes when the request does (a
-completion thread waits on the requests in order; mpicoll's ``Request`` has no callback).
+completion thread waits on the requests in order, sleeping, for each ``Work`` whose future was
+asked for, as DDP asks; ``Work.wait()`` waits in the caller's thread and hands nothing to
+that thread).
 ``async_op=False`` runs mpicoll's blocking call (its fast paths: persistent plans, the
 compiled executor, ``shm``) and returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE``
 (no progress thread) every call is blocking. So are the calls of an algorithm whose nonblocking
@@ -276,15 +278,24 @@ class Work(dist._Work):
             ended = self._done.is_set()
         if made and ended:              # (else _finish completes it)
             self._settle(future)
+        elif made:                      # someone must complete it: the completer thread
+            _completer.add(self)
         return future
 
-    def is_completed(self) -> bool:
+    def _poll(self) -> bool:
+        """Whether the Work has ended; finishes it here if its requests have."""
+        if not self._done.is_set() and all(r.done for r in self._requests):
+            self._complete()
         return self._done.is_set()
 
+    def is_completed(self) -> bool:
+        return self._poll()
+
     def is_success(self) -> bool:
-        return self._done.is_set() and self._error is None
+        return self._poll() and self._error is None
 
     def exception(self):
+        self._poll()
         return self._error
 
     def result(self):
@@ -292,13 +303,29 @@ class Work(dist._Work):
 
 
 class _Completer:
-    """One daemon thread per process: waits on in-flight ``Work`` in order of start and
-    completes their futures (what DDP waits on), so no caller has to call ``Work.wait()``."""
+    """One daemon thread per process: waits (sleeping) on the in-flight ``Work`` whose future
+    was asked for, in order of start, and completes their futures (what DDP waits on), so no
+    caller has to call ``Work.wait()``. It also keeps every ``Work`` in flight (``track``), for
+    ``drain``."""
 
     def __init__(self):
         self._queue: collections.deque = collections.deque()
+        self._flight: collections.deque = collections.deque()
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
+
+    def track(self, work: Work) -> None:
+        """``work`` is in flight (for ``drain``); forget those at the front that have ended."""
+        with self._ready:
+            flight = self._flight
+            head = flight[0] if flight else None
+        while head is not None and head._poll():    # (outside the lock: it may finish it)
+            with self._ready:
+                if flight and flight[0] is head:
+                    flight.popleft()
+                head = flight[0] if flight else None
+        with self._ready:
+            self._flight.append(work)
 
     def add(self, work: Work) -> None:
         with self._ready:
@@ -320,11 +347,11 @@ class _Completer:
                 self._queue.popleft()
 
     def drain(self) -> None:
-        """Wait until every Work added so far has finished."""
+        """Finish every Work in flight so far (waiting for it in this thread)."""
         with self._ready:
-            pending = list(self._queue)
+            pending, self._flight = list(self._flight), collections.deque()
         for work in pending:
-            work._done.wait()
+            work._complete()
 
 
 _completer = _Completer()
@@ -384,8 +411,8 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         work = Work(what, requests, result, after)
         if all(r.done for r in requests):      # one rank, empty tensors: nothing in flight
             work._complete()
-        else:
-            _completer.add(work)
+        else:                   # get_future hands it to the completer; wait() waits here
+            _completer.track(work)
         return work
 
     def _kwargs(self, collective: str, opts) -> dict:

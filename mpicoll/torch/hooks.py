@@ -62,8 +62,8 @@ def compress_hook(compress: str = "bf16", *, error_feedback: bool = True):
         size = group.size()
         work = Work(f"compress_hook({compress!r})", [request], grad,
                     after=lambda: grad.div_(size))
-        if group.threaded:
-            _completer.add(work)
+        if group.threaded:              # get_future hands it to the completer thread
+            _completer.track(work)
         else:                           # no progress thread: finish here (docs/torch.md)
             work._complete()
         return work.get_future()

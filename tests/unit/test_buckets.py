@@ -20,6 +20,7 @@ COMM = MPI.COMM_SELF
     ({"arrays": [np.zeros(3, bool)], "average": False}, TypeError, "bool"),
     ({"arrays": [np.zeros(3)], "algorithm": "butterfly"}, ValueError, "unknown allreduce"),
     ({"arrays": [np.zeros(3)], "bucket_bytes": 0}, ValueError, "bucket_bytes"),
+    ({"arrays": [np.zeros(3)], "first_bucket_bytes": 1.5}, ValueError, "first_bucket_bytes"),
     ({"arrays": [np.zeros(3)], "compress": "bf16"}, ValueError, "float32"),
     ({"arrays": [np.zeros(3)], "error_feedback": True}, ValueError, "needs a compress= mode"),
     ({"arrays": [np.zeros(3)[::2]]}, ValueError, "C-contiguous"),
@@ -97,3 +98,13 @@ def test_a_step_that_raised_in_ready_leaves_the_buckets_usable(monkeypatch):
     b.ready(0)
     b.wait()
     assert len(b.flat) == 2 and (g[1] == 5.0).all() and (g[0] == 1.0).all()
+
+
+def test_first_bucket_is_small_the_rest_fused():
+    """DDP's layout: the last arrays first, the first bucket capped at first_bucket_bytes
+    (1 MiB) so its all-reduce starts early, the rest fused up to bucket_bytes."""
+    arrays = [np.zeros(150_000, np.float32) for _ in range(4)]      # 600 kB each
+    assert mpicoll.Buckets(arrays, comm=COMM).buckets == [(3,), (2, 1, 0)]
+    assert mpicoll.Buckets(arrays, comm=COMM, first_bucket_bytes=4 << 20).buckets == \
+        [(3, 2, 1, 0)]
+    assert mpicoll.Buckets(arrays, 700_000, comm=COMM).buckets == [(3,), (2,), (1,), (0,)]

@@ -267,9 +267,17 @@ CHEAP = {
         "python jobs/experiments/wait_cost.py --table "
         "docs/results/wait_cost-np2-{before1,after1,before2,after2,before3,after3}.json",
     "python jobs/experiments/ddp_bench.py --table docs/results/ddp-np2.json "
-    "docs/results/ddp-np4.json docs/results/ddp-np2-run2.json":
+    "docs/results/ddp-np2-run2.json docs/results/ddp-np4.json docs/results/ddp-np4-run2.json":
         "python jobs/experiments/ddp_bench.py --table docs/results/ddp-np2.json "
-        "docs/results/ddp-np4.json docs/results/ddp-np2-run2.json",
+        "docs/results/ddp-np2-run2.json docs/results/ddp-np4.json docs/results/ddp-np4-run2.json",
+    "python jobs/experiments/wait_cost.py --table docs/results/wait_cost-np2.json "
+    "docs/results/wait_cost-np4.json":
+        "python jobs/experiments/wait_cost.py --table docs/results/wait_cost-np2.json "
+        "docs/results/wait_cost-np4.json",
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/wait_cost.py --rounds 5 --algorithms "
+    "auto,ring --outdir results/wait":
+        "mpiexec -n 2 python -m mpi4py jobs/experiments/wait_cost.py --rounds 1 --late 0.02 "
+        "--bytes 64K --algorithms ring --outdir results/wait",
     "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json docs/torch/ddp-np2.png":
         "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json ddp-np2.png",
 }
