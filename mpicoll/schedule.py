@@ -1,8 +1,8 @@
 """Schedules: the steps one rank performs in a collective, as plain data.
 
 A schedule is what an algorithm *is*: a pure function of (rank, size, count) returns one, and an
-executor (``mpicoll.executor`` over MPI, ``mpicoll.simulators.inprocess`` in-process) runs it. The
-vocabulary is closed and small:
+executor (``mpicoll.executors.python`` over MPI, ``mpicoll.simulators.inprocess`` in-process)
+runs it. The vocabulary is closed and small:
 
 * ``Send(peer, lo, hi)``          -- send elements ``buf[lo:hi]`` to ``peer``;
 * ``Recv(peer, lo, hi, reduce)``  -- receive ``hi - lo`` elements from ``peer`` and either
