@@ -28,10 +28,22 @@ that dies during the recovery is found the same way, and the recovery starts aga
 from __future__ import annotations
 
 import copy
+import io
+import json
+import os
 import pickle
+import shutil
+import threading
+import time
+import zlib
 from collections.abc import Mapping
 
 import numpy as np
+from mpi4py import MPI
+
+from .api import allreduce, bcast
+from .errors import ProcessFailed
+from .recovery import _watched, shrink
 
 __all__ = ["State", "run", "microbatches"]
 
@@ -163,11 +175,11 @@ class State:
         if not asynchronous:
             _write(str(path), arrays, plain, self.commits)
             return
-        import threading
         box: list = []
 
         def write() -> None:
             try:
+                _yield_cpu()
                 _write(str(path), arrays, plain, self.commits)
             except BaseException as exc:    # noqa: BLE001 - raised by wait_saved
                 box.append(exc)
@@ -192,10 +204,6 @@ class State:
         the state is replicated) and checked against the manifest's CRC-32 (``ValueError``
         naming the file that differs). Its arrays are numpy arrays (copy them into a model with
         ``np.copyto``); it is committed once, so ``run`` can start from it."""
-        import io
-        import json
-        import os
-        import zlib
         path = str(path)
         with open(os.path.join(path, "manifest.json")) as f:
             manifest = json.load(f)
@@ -226,29 +234,26 @@ class State:
 
     def sync(self, comm, root: int = 0) -> None:
         """Collective: every rank takes ``root``'s arrays and plain values (broadcast)."""
-        import mpicoll
         for _, a in self._flat():
             if a.flags.c_contiguous:
-                mpicoll.bcast(a, root, comm=comm)
+                bcast(a, root, comm=comm)
             else:
                 b = np.ascontiguousarray(a)
-                mpicoll.bcast(b, root, comm=comm)
+                bcast(b, root, comm=comm)
                 np.copyto(a, b)
         data = pickle.dumps(getattr(self, _PLAIN)) if comm.Get_rank() == root else b""
-        length = mpicoll.bcast(np.array([len(data)], np.int64), root, comm=comm)
+        length = bcast(np.array([len(data)], np.int64), root, comm=comm)
         raw = np.frombuffer(data, np.uint8).copy() if data else np.empty(int(length[0]),
                                                                              np.uint8)
-        mpicoll.bcast(raw, root, comm=comm)
+        bcast(raw, root, comm=comm)
         object.__setattr__(self, _PLAIN, pickle.loads(raw.tobytes()))
 
     def _recover(self, comm) -> None:
         """Collective on the survivors: all restore the same commit -- the newest every one of
         them holds -- and take the lowest rank's copy of it."""
-        import mpicoll
-        from mpi4py import MPI
         none = np.iinfo(np.int64).max           # a spare that joins holds no commit
         mine = self._kept[-1][0] if self._kept else none
-        agreed = int(mpicoll.allreduce(np.array([mine], np.int64), op=MPI.MIN, comm=comm)[0])
+        agreed = int(allreduce(np.array([mine], np.int64), op=MPI.MIN, comm=comm)[0])
         if agreed == none:
             raise RuntimeError("elastic.run: no surviving rank holds a commit (the training "
                                "ranks all died)")
@@ -262,14 +267,18 @@ class State:
             fn(comm)
 
 
+def _yield_cpu() -> None:
+    """The calling thread (the background writer) at the lowest CPU priority (Linux: a thread's
+    nice value is its own), so the training's threads get the cores first."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):       # not Linux: the writer competes as it is
+        pass
+
+
 def _write(path: str, arrays: dict, plain: bytes, commits: int) -> None:
     """``State.save``'s files into ``path`` (through ``path.tmp`` and a rename): each array's
     ``.npy`` header then its bytes, straight from the array, CRC-32 taken on the way."""
-    import io
-    import json
-    import os
-    import shutil
-    import zlib
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -298,7 +307,6 @@ def _write(path: str, arrays: dict, plain: bytes, commits: int) -> None:
 
 
 def _mpi(comm):
-    from mpi4py import MPI
     return MPI.COMM_WORLD if comm is None else getattr(comm, "comm", comm)
 
 
@@ -315,7 +323,6 @@ def run(train, state: State, comm=None, min_ranks: int = 1, spares: int = 0):
     N - S ranks of the survivors again, so the lowest spares join it and receive the committed
     state from the lowest surviving rank. With no spare left, the job shrinks. A spare that
     never joins returns None when the training ranks are done."""
-    from .errors import ProcessFailed
     if not isinstance(state, State):
         raise TypeError(f"state must be a mpicoll.elastic.State, got {type(state).__name__}")
     if isinstance(min_ranks, bool) or not isinstance(min_ranks, int) or min_ranks < 1:
@@ -383,7 +390,6 @@ def _training(world, wanted: int):
 
 
 def _known_dead(world) -> frozenset:
-    from .recovery import _watched
     w = _watched(world)
     return frozenset() if w is None else frozenset(w.known)
 
@@ -391,9 +397,6 @@ def _known_dead(world) -> frozenset:
 def _idle(world, control, training_size: int) -> bool:
     """A spare's wait: True when the training is over, False when a training rank died (a
     spare's death is left for the next shrink)."""
-    import time
-
-    from mpi4py import MPI
     while True:
         if control.Iprobe(source=MPI.ANY_SOURCE, tag=_DONE):
             control.recv(source=MPI.ANY_SOURCE, tag=_DONE)
@@ -406,15 +409,11 @@ def _idle(world, control, training_size: int) -> bool:
 def _shrink(world):
     """``mpicoll.shrink(world)`` once its detector knows of the death (a training rank hears
     of it on the training communicator first), set up so that its detector watches it."""
-    import time
-
-    import mpicoll
-    from .recovery import shrink
     end = time.monotonic() + 5.0
     while not _known_dead(world) and time.monotonic() < end:
         time.sleep(1e-3)
     world = shrink(world)
-    mpicoll.allreduce(np.zeros(1), comm=world)  # set up: watched from now on
+    allreduce(np.zeros(1), comm=world)  # set up: watched from now on
     return world
 
 
