@@ -303,6 +303,8 @@ ELSEWHERE = {
         ("tests/jobs/test_elastic.py", '"--reproducible", "--kill", "2@37"'),
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python tests/torch/elastic_ddp.py "
     "OUTDIR --reproducible --kill 2@37": ("tests/torch/test_jobs.py", "elastic_ddp.py"),
+    "python jobs/labs/lab_elastic.py --png docs/elastic-goodput.png":
+        ("tests/unit/test_labs.py", "lab_elastic.py"),
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python train.py":
         ("tests/jobs/test_elastic.py", '"survive", sys.executable, str(SCRIPT)'),
     "mpiexec -n 4 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":
