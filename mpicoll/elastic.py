@@ -43,11 +43,34 @@ from mpi4py import MPI
 
 from .api import allreduce, bcast
 from .errors import ProcessFailed
+from .schedule import block_displs
 from .recovery import _watched, shrink
 
-__all__ = ["State", "run", "microbatches"]
+__all__ = ["State", "Shard", "shard_bounds", "run", "microbatches"]
 
-_PLAIN, _ARRAYS = "_plain", "_arrays"
+_PLAIN, _ARRAYS, _SHARDS = "_plain", "_arrays", "_shards"
+SAVE_TIMEOUT = 600.0        # seconds rank 0's writer waits for the other ranks' shards
+
+
+class Shard:
+    """This rank's block of a 1-D array of ``total`` elements cut over the ranks as
+    ``schedule.block_displs(total, size)`` does (a ZeRO-style optimizer state): put it in a
+    ``State`` (``State(m=Shard(block, total))``; ``state.m`` is then the block itself).
+    ``commit`` keeps it locally; ``save`` writes every rank's block and ``load`` cuts the array
+    again for the loading rank count. ``run`` cannot restore it after a death -- the dead
+    rank's block died with it -- and says so: resume from a checkpoint instead."""
+
+    def __init__(self, block, total: int):
+        self.block = np.asarray(block)
+        if self.block.ndim != 1:
+            raise ValueError(f"a Shard is a 1-D block, got shape {self.block.shape}")
+        self.total = int(total)
+
+
+def shard_bounds(total: int, size: int, rank: int) -> tuple[int, int]:
+    """[lo, hi): rank ``rank``'s block of ``total`` elements over ``size`` ranks."""
+    displs = block_displs(total, size)
+    return displs[rank], displs[rank + 1]
 
 
 def _as_array(value):
@@ -75,6 +98,7 @@ class State:
     def __init__(self, **values):
         object.__setattr__(self, _ARRAYS, {})      # name -> array (or mapping name -> array)
         object.__setattr__(self, _PLAIN, {})
+        object.__setattr__(self, _SHARDS, {})      # name -> (this rank's block, total)
         object.__setattr__(self, "commits", 0)     # how many commits this rank made
         object.__setattr__(self, "_kept", [])      # [(commit number, arrays copy, plain copy)]
         object.__setattr__(self, "_callbacks", [])
@@ -83,10 +107,13 @@ class State:
 
     # -- access
     def __setitem__(self, name: str, value) -> None:
-        arrays, plain = getattr(self, _ARRAYS), getattr(self, _PLAIN)
+        arrays, plain, shards = (getattr(self, k) for k in (_ARRAYS, _PLAIN, _SHARDS))
         arrays.pop(name, None)
         plain.pop(name, None)
-        if _as_array(value) is not None or (isinstance(value, Mapping) and value and all(
+        shards.pop(name, None)
+        if isinstance(value, Shard):
+            shards[name] = (value.block, value.total)
+        elif _as_array(value) is not None or (isinstance(value, Mapping) and value and all(
                 _as_array(v) is not None for v in value.values())):
             arrays[name] = value
         else:
@@ -96,6 +123,8 @@ class State:
         for where in (getattr(self, _ARRAYS), getattr(self, _PLAIN)):
             if name in where:
                 return where[name]
+        if name in getattr(self, _SHARDS):
+            return getattr(self, _SHARDS)[name][0]
         raise KeyError(name)
 
     def __getattr__(self, name: str):
@@ -108,22 +137,25 @@ class State:
         self[name] = value
 
     def __contains__(self, name: str) -> bool:
-        return name in getattr(self, _ARRAYS) or name in getattr(self, _PLAIN)
+        return any(name in getattr(self, k) for k in (_ARRAYS, _PLAIN, _SHARDS))
 
     def keys(self) -> list[str]:
-        return list(getattr(self, _ARRAYS)) + list(getattr(self, _PLAIN))
+        return [*getattr(self, _ARRAYS), *getattr(self, _SHARDS), *getattr(self, _PLAIN)]
 
     def __repr__(self) -> str:
         return f"<State {self.keys()}, {self.commits} commits>"
 
-    def _flat(self) -> list[tuple[str, np.ndarray]]:
-        """Every array as (dotted name, numpy view), in a fixed order."""
+    def _flat(self, shards: bool = True) -> list[tuple[str, np.ndarray]]:
+        """Every array as (dotted name, numpy view), in a fixed order: the replicated ones, then
+        (``shards``) this rank's blocks."""
         out = []
         for name, value in getattr(self, _ARRAYS).items():
             if isinstance(value, Mapping):
                 out += [(f"{name}.{k}", _as_array(v)) for k, v in value.items()]
             else:
                 out.append((name, _as_array(value)))
+        if shards:
+            out += [(name, block) for name, (block, _) in getattr(self, _SHARDS).items()]
         return out
 
     # -- commit and restore
@@ -161,26 +193,42 @@ class State:
 
     # -- checkpoints on disk
     def save(self, path, comm=None, *, asynchronous: bool = False) -> None:
-        """Called by every rank of ``comm`` (default ``COMM_WORLD``): rank 0 writes the state
-        -- replicated, so once -- into the directory ``path``: one ``.npy`` per array, the plain
-        values pickled, and ``manifest.json`` with every file's CRC-32 (written to
-        ``path.tmp``, then renamed: a crash never leaves half a checkpoint under ``path``).
-        ``asynchronous=True`` writes from a background thread, from a copy taken now; a later
-        ``commit``, ``save`` or ``wait_saved`` waits for it (and raises its error)."""
+        """Called by every rank of ``comm`` (default ``COMM_WORLD``). Rank 0 writes the
+        replicated state once into the directory ``path``: one ``.npy`` per array, the plain
+        values pickled; every rank writes its ``Shard`` blocks (``NAME.rank<r>.npy``); rank 0
+        then writes ``manifest.json`` with every file's CRC-32 and each shard's blocks. All of
+        it goes to ``path.tmp``, renamed to ``path`` once complete: a crash never leaves half a
+        checkpoint under ``path``. ``asynchronous=True`` writes from a background thread (at
+        the lowest CPU priority), from a copy taken now; a later ``commit``, ``save`` or
+        ``wait_saved`` waits for it (and raises its error)."""
         self.wait_saved()
-        if _mpi(comm).Get_rank() != 0:
+        comm = _mpi(comm)
+        rank, size = comm.Get_rank(), comm.Get_size()
+        path = str(path)
+        shards = {name: (np.array(block), total)            # snapshots
+                  for name, (block, total) in getattr(self, _SHARDS).items()}
+        if rank == 0:
+            shutil.rmtree(path + ".tmp", ignore_errors=True)
+            os.makedirs(path + ".tmp")
+        if shards:
+            allreduce(np.zeros(1), comm=comm)               # path.tmp exists before they write
+        elif rank != 0:
             return
-        arrays = {name: np.array(a, order="C") for name, a in self._flat()}   # a snapshot
-        plain = pickle.dumps(getattr(self, _PLAIN))
+        if rank == 0:
+            arrays = {name: np.array(a, order="C") for name, a in self._flat(shards=False)}
+            plain = pickle.dumps(getattr(self, _PLAIN))
+            job = lambda: _write(path, arrays, plain, self.commits, shards, size)  # noqa: E731
+        else:
+            job = lambda: _write_shards(path, shards, rank, size)  # noqa: E731
         if not asynchronous:
-            _write(str(path), arrays, plain, self.commits)
+            job()
             return
         box: list = []
 
         def write() -> None:
             try:
                 _yield_cpu()
-                _write(str(path), arrays, plain, self.commits)
+                job()
             except BaseException as exc:    # noqa: BLE001 - raised by wait_saved
                 box.append(exc)
         thread = threading.Thread(target=write, name="mpicoll-save", daemon=True)
@@ -200,27 +248,51 @@ class State:
 
     @classmethod
     def load(cls, path, comm=None) -> "State":
-        """A ``State`` of what ``save`` wrote to ``path``, read on every rank (any rank count:
-        the state is replicated) and checked against the manifest's CRC-32 (``ValueError``
-        naming the file that differs). Its arrays are numpy arrays (copy them into a model with
-        ``np.copyto``); it is committed once, so ``run`` can start from it."""
+        """A ``State`` of what ``save`` wrote to ``path``, read on every rank of ``comm``, at
+        any rank count: the replicated arrays whole, each ``Shard`` cut again for this rank
+        (``shard_bounds``) from the saved blocks it overlaps. Every file read is checked
+        against the manifest's CRC-32 (``ValueError`` naming the file that differs). Its arrays
+        are numpy arrays (copy them into a model with ``np.copyto``); it is committed once, so
+        ``run`` can start from it."""
         path = str(path)
+        comm = _mpi(comm)
         with open(os.path.join(path, "manifest.json")) as f:
             manifest = json.load(f)
 
-        def read(name: str) -> bytes:
+        def read(name: str) -> np.ndarray:
             with open(os.path.join(path, name), "rb") as f:
                 data = f.read()
             if zlib.crc32(data) != manifest["crc32"][name]:
                 raise ValueError(f"State.load: {os.path.join(path, name)} does not match its "
                                  f"checksum in manifest.json (a damaged checkpoint)")
             return data
-        state = cls(**{name: np.load(io.BytesIO(read(name + ".npy")))
-                       for name in manifest["arrays"]})
-        for name, value in pickle.loads(read("plain.pkl")).items():
-            state[name] = value
+        try:
+            state = cls._read(read, manifest, comm)
+            error = ""
+        except ValueError as exc:
+            error = str(exc)
+        errors = [e for e in comm.allgather(error) if e]    # every rank raises, together
+        if errors:
+            raise ValueError("; ".join(dict.fromkeys(errors)))
         object.__setattr__(state, "commits", manifest["commits"] - 1)
         state.commit()
+        return state
+
+    @classmethod
+    def _read(cls, read, manifest: dict, comm) -> "State":
+        state = cls(**{name: np.load(io.BytesIO(read(name + ".npy")))
+                       for name in manifest["arrays"]})
+        for name, saved in manifest.get("shards", {}).items():
+            lo, hi = shard_bounds(saved["total"], comm.Get_size(), comm.Get_rank())
+            block = np.empty(hi - lo, np.dtype(saved["dtype"]))
+            for file, start, end in saved["parts"]:
+                if start < hi and end > lo:         # this saved block overlaps ours
+                    part = np.load(io.BytesIO(read(file)))
+                    a, b = max(start, lo), min(end, hi)
+                    block[a - lo:b - lo] = part[a - start:b - start]
+            state[name] = Shard(block, saved["total"])
+        for name, value in pickle.loads(read("plain.pkl")).items():
+            state[name] = value
         return state
 
     def register_reset_callbacks(self, *callbacks) -> None:
@@ -234,7 +306,7 @@ class State:
 
     def sync(self, comm, root: int = 0) -> None:
         """Collective: every rank takes ``root``'s arrays and plain values (broadcast)."""
-        for _, a in self._flat():
+        for _, a in self._flat(shards=False):     # (a Shard is this rank's own)
             if a.flags.c_contiguous:
                 bcast(a, root, comm=comm)
             else:
@@ -251,6 +323,10 @@ class State:
     def _recover(self, comm) -> None:
         """Collective on the survivors: all restore the same commit -- the newest every one of
         them holds -- and take the lowest rank's copy of it."""
+        if getattr(self, _SHARDS):
+            raise RuntimeError(f"elastic.run: the State holds sharded arrays "
+                               f"({sorted(getattr(self, _SHARDS))}): a dead rank's block died "
+                               f"with it; resume from a checkpoint (State.save, State.load)")
         none = np.iinfo(np.int64).max           # a spare that joins holds no commit
         mine = self._kept[-1][0] if self._kept else none
         agreed = int(allreduce(np.array([mine], np.int64), op=MPI.MIN, comm=comm)[0])
@@ -276,32 +352,69 @@ def _yield_cpu() -> None:
         pass
 
 
-def _write(path: str, arrays: dict, plain: bytes, commits: int) -> None:
-    """``State.save``'s files into ``path`` (through ``path.tmp`` and a rename): each array's
-    ``.npy`` header then its bytes, straight from the array, CRC-32 taken on the way."""
+def _put(path: str, name: str, *parts) -> int:
+    """Write ``parts`` (bytes-like) to the file ``path/name``, fsynced; their CRC-32."""
+    crc = 0
+    with open(os.path.join(path, name), "wb") as f:
+        for part in parts:
+            f.write(part)
+            crc = zlib.crc32(part, crc)
+        f.flush()
+        os.fsync(f.fileno())
+    return crc
+
+
+def _put_array(path: str, name: str, a: np.ndarray) -> int:
+    """An ``.npy`` file: its header, then the array's bytes straight from its memory."""
+    head = io.BytesIO()
+    fmt = np.lib.format
+    fmt.write_array_header_1_0(head, fmt.header_data_from_array_1_0(a))
+    return _put(path, name, head.getvalue(), a.reshape(-1).view(np.uint8).data)
+
+
+def _write_shards(path: str, shards: dict, rank: int, size: int) -> dict:
+    """This rank's blocks into ``path.tmp``, then ``done.rank<r>.json`` (their CRC-32s and
+    bounds; written last, through a rename: rank 0 takes it as the blocks' arrival)."""
     tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    sums = {}
+    done = {"crc32": {}, "parts": {}}
+    for name, (block, total) in shards.items():
+        file = f"{name}.rank{rank}.npy"
+        done["crc32"][file] = _put_array(tmp, file, block)
+        done["parts"][name] = [file, *shard_bounds(total, size, rank)]
+    with open(os.path.join(tmp, f".done.rank{rank}"), "w") as f:
+        json.dump(done, f)
+    os.rename(os.path.join(tmp, f".done.rank{rank}"), os.path.join(tmp, f"done.rank{rank}.json"))
+    return done
 
-    def put(name: str, *parts) -> None:
-        crc = 0
-        with open(os.path.join(tmp, name), "wb") as f:
-            for part in parts:
-                f.write(part)
-                crc = zlib.crc32(part, crc)
-            f.flush()
-            os.fsync(f.fileno())
-        sums[name] = crc
 
-    for name, a in arrays.items():
-        head = io.BytesIO()
-        fmt = np.lib.format
-        fmt.write_array_header_1_0(head, fmt.header_data_from_array_1_0(a))
-        put(name + ".npy", head.getvalue(), a.reshape(-1).view(np.uint8).data)
-    put("plain.pkl", plain)
+def _write(path: str, arrays: dict, plain: bytes, commits: int, shards: dict,
+           size: int) -> None:
+    """Rank 0's part of ``State.save``: the replicated arrays and the plain values, its own
+    blocks, then -- once every rank's ``done.rank<r>.json`` is there -- the manifest, and the
+    rename of ``path.tmp`` to ``path``."""
+    tmp = path + ".tmp"
+    sums = {name + ".npy": _put_array(tmp, name + ".npy", a) for name, a in arrays.items()}
+    sums["plain.pkl"] = _put(tmp, "plain.pkl", plain)
+    saved = {name: {"total": total, "dtype": block.dtype.str, "parts": []}
+             for name, (block, total) in shards.items()}
+    if shards:
+        _write_shards(path, shards, 0, size)
+        end = time.monotonic() + SAVE_TIMEOUT
+        for r in range(size):
+            done = os.path.join(tmp, f"done.rank{r}.json")
+            while not os.path.exists(done):
+                if time.monotonic() > end:
+                    raise RuntimeError(f"State.save: rank {r}'s blocks did not reach {tmp} "
+                                       f"within {SAVE_TIMEOUT:g} s")
+                time.sleep(0.01)
+            with open(done) as f:
+                part = json.load(f)
+            sums.update(part["crc32"])
+            for name, bounds in part["parts"].items():
+                saved[name]["parts"].append(bounds)
     with open(os.path.join(tmp, "manifest.json"), "w") as f:
-        json.dump({"arrays": list(arrays), "commits": commits, "crc32": sums}, f, indent=1)
+        json.dump({"arrays": list(arrays), "shards": saved, "commits": commits,
+                   "crc32": sums}, f, indent=1)
     shutil.rmtree(path, ignore_errors=True)
     os.rename(tmp, path)
 
