@@ -444,7 +444,7 @@ def elastic_main(args, data) -> None:
               f"{row['commit_ms_median']:.3f} ms (median) for {row['state_bytes']} bytes",
               flush=True)
         print(f"weights sha256 {row['weights_sha256']}", flush=True)
-    if died:
+    if died or r["recovered_at"]:   # (a rank found dead, killed here or not: it may live on)
         os._exit(0)         # MPI_Finalize would wait for the dead ranks (docs/elastic.md)
 
 
