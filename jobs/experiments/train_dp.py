@@ -37,7 +37,8 @@ Elastic (docs/elastic.md): ``--elastic``, ``--spares S`` (the last S ranks wait 
 ``reproducible=True``: the same bits at any N) run one configuration under ``mpicoll.elastic.run``,
 committing every step, with a global batch of 24 micro-batches of ``--micro`` samples; the job
 prints ``weights sha256 <hex>``. ``--checkpoint DIR`` saves the state (``State.save``) every
-``--checkpoint-every`` steps, ``--resume DIR`` starts from it, at any rank count:
+``--checkpoint-every`` steps, ``--resume DIR`` starts from it, at any rank count;
+``--momentum BETA`` adds SGD momentum whose buffer is sharded over the ranks (``elastic.Shard``):
 
     mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive \
         python jobs/experiments/train_dp.py --reproducible --kill 2@37 [--micro 16]

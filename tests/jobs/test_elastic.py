@@ -135,3 +135,17 @@ def test_sharded_momentum_is_resharded_at_two_and_three(tmp_path):
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode != 0 and "velocity.rank2.npy does not match its checksum" in \
         proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.timeout(1200)
+def test_fault_matrix_elastic_section_has_no_fail(tmp_path):
+    """fault_matrix.py --elastic: every kind of death (one, rank 0, two in turn, two at once,
+    a spare joining, then a shrink, a death during asynchronous checkpoints, fp32 Buckets):
+    every row ok."""
+    out = tmp_path / "matrix.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "jobs/experiments/fault_matrix.py"),
+                           "--elastic", "--json", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1100, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 8 and all(r["verdict"] == "ok" for r in rows), proc.stdout[-3000:]
+    assert proc.returncode == 0 and "# 8 rows, 0 FAIL" in proc.stdout, proc.stdout[-2000:]

@@ -303,6 +303,9 @@ ELSEWHERE = {
         ("tests/jobs/test_elastic.py", '"--reproducible", "--kill", "2@37"'),
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python tests/torch/elastic_ddp.py "
     "OUTDIR --reproducible --kill 2@37": ("tests/torch/test_jobs.py", "elastic_ddp.py"),
+    "python jobs/experiments/fault_matrix.py --elastic --markdown docs/elastic.md":
+        ("tests/jobs/test_elastic.py", "--elastic"),
+    "sbatch slurm/elastic.sbatch": ("tests/slurm/conftest.py", "elastic.sbatch"),
     "python jobs/labs/lab_elastic.py --png docs/elastic-goodput.png":
         ("tests/unit/test_labs.py", "lab_elastic.py"),
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python train.py":
