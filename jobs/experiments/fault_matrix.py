@@ -731,7 +731,7 @@ def elastic_matrix(reps: int, markdown: str | None, json_path: str | None) -> in
     import tempfile
     base = tempfile.mkdtemp(prefix="mpicoll-elastic-matrix-")
     print(f"# elastic fault matrix: {len(ELASTIC)} cases x {reps}, train_dp.py "
-          f"{' '.join(SMALL_TRAINING)}, load average {os.getloadavg()[0]:.1f}; in {base}",
+          f"{' '.join(SMALL_TRAINING)}, load average {os.getloadavg()[0]:.1f}",
           flush=True)
     plain = {flag: elastic_launch(4, ("--reproducible",) if flag else ("--elastic",),
                                   os.path.join(base, f"plain-{flag}"))
@@ -759,6 +759,8 @@ def elastic_matrix(reps: int, markdown: str | None, json_path: str | None) -> in
         if worst != "ok":
             print(f"       {worst[:400]}", flush=True)
     print(f"# {len(results)} rows, {failed} FAIL", flush=True)
+    import shutil
+    shutil.rmtree(base, ignore_errors=True)         # the jobs' outputs (the rows keep theirs)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"reps": reps, "rows": results}, f, indent=1)
