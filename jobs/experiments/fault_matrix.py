@@ -53,8 +53,10 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -728,7 +730,6 @@ def elastic_verdict(run: dict, plain: dict, killed: set, ranks_end: int,
 
 def elastic_matrix(reps: int, markdown: str | None, json_path: str | None) -> int:
     """``--elastic``: every case of ``ELASTIC``, ``reps`` times (the worst verdict)."""
-    import tempfile
     base = tempfile.mkdtemp(prefix="mpicoll-elastic-matrix-")
     print(f"# elastic fault matrix: {len(ELASTIC)} cases x {reps}, train_dp.py "
           f"{' '.join(SMALL_TRAINING)}, load average {os.getloadavg()[0]:.1f}",
@@ -759,7 +760,6 @@ def elastic_matrix(reps: int, markdown: str | None, json_path: str | None) -> in
         if worst != "ok":
             print(f"       {worst[:400]}", flush=True)
     print(f"# {len(results)} rows, {failed} FAIL", flush=True)
-    import shutil
     shutil.rmtree(base, ignore_errors=True)         # the jobs' outputs (the rows keep theirs)
     if json_path:
         with open(json_path, "w") as f:
