@@ -30,6 +30,17 @@ with Hydra's clean-up off, or the launcher kills the survivors first:
 
     mpiexec -disable-auto-cleanup -n 3 python -m mpi4py jobs/experiments/fault_matrix.py --death shm
 
+``--elastic`` (run it without mpiexec: it launches its own jobs) is issue 42's section instead:
+training that survives deaths. Each case launches ``jobs/experiments/train_dp.py`` (every rank
+under ``mpicoll survive``, ``-disable-auto-cleanup``) with ranks killed at given steps, and
+judges what the survivors wrote: ``ok`` when every survivor ends with the expected rank count
+and the uninterrupted run's weights -- bit for bit with ``--reproducible``, within 1e-6
+relative without -- and each recovery (death to the first step on the new communicator) took
+under ``RECOVERY`` seconds; else ``FAIL``, saying why. ``--markdown FILE`` rewrites the table
+between ``<!-- fault-matrix elastic -->`` and ``<!-- /fault-matrix elastic -->``:
+
+    python jobs/experiments/fault_matrix.py --elastic --reps 2 --markdown docs/elastic.md
+
 ``--markdown FILE`` rewrites the table between ``<!-- fault-matrix -->`` and
 ``<!-- /fault-matrix -->`` in FILE (docs/reliability.md's), ``--json FILE`` writes every
 record, ``--reps K`` repeats every case K times (the verdict is the worst). (What the checks
@@ -42,8 +53,10 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -467,9 +480,14 @@ def main(argv=None) -> int:
     ap.add_argument("--death", default=None, metavar="ALGO",
                     help="last, a rank's death in a call of ALGO (needs mpiexec "
                          "-disable-auto-cleanup; the job then ends without MPI_Finalize)")
+    ap.add_argument("--elastic", action="store_true",
+                    help="issue 42's section instead: training through deaths (launches its "
+                         "own mpiexec jobs of train_dp.py; run it without mpiexec)")
     args = ap.parse_args(argv)
     if args.reps is None:
         args.reps = 1
+    if args.elastic:
+        return elastic_matrix(args.reps, args.markdown, args.json)
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     t = args.timeout
@@ -634,10 +652,141 @@ def table(results: list, size: int, t: float, reps: int) -> str:
     return "\n".join(lines)
 
 
-def update_markdown(path: str, text: str, size: int) -> None:
+# ----------------------------------------------------------------------------- --elastic
+
+RECOVERY = 3.0      # seconds from a death to the first step on the survivors (issue 42), N <= 5
+TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_dp.py")
+SMALL_TRAINING = ("--steps", "50", "--width", "32")
+# name -> (ranks launched, train_dp.py options, ranks training at the end, reproducible)
+ELASTIC = {
+    "one death, 4 -> 3": (4, ("--kill", "2@37"), 3, True),
+    "rank 0 dies": (4, ("--kill", "0@20"), 3, True),
+    "two deaths, 4 -> 3 -> 2": (4, ("--kill", "2@37", "--kill", "1@43"), 2, True),
+    "two deaths in one step, 4 -> 2": (4, ("--kill", "1@30", "--kill", "2@30"), 2, True),
+    "a spare joins, 4 + 1 -> 4": (5, ("--spares", "1", "--kill", "2@37"), 4, True),
+    "a spare joins, then 4 -> 3": (5, ("--spares", "1", "--kill", "2@37", "--kill", "1@43"), 3,
+                                   True),
+    "a death during async checkpoints": (4, ("--checkpoint", "{out}/ckpt", "--checkpoint-every",
+                                             "5", "--kill", "3@27"), 3, True),
+    "one death, fp32 Buckets (1e-6)": (4, ("--kill", "3@10"), 3, False),
+}
+
+
+def elastic_launch(ranks: int, options, out: str) -> dict:
+    """One train_dp.py job; {world rank: the survivor's row} and its weights (lowest rank)."""
+    os.makedirs(out, exist_ok=True)
+    options = [o.format(out=out) for o in options]
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    started = time.monotonic()
+    proc = subprocess.run([mpiexec if os.path.exists(mpiexec) else "mpiexec",
+                           "-disable-auto-cleanup", "-n", str(ranks), sys.executable, "-m",
+                           "mpicoll", "survive", sys.executable, TRAINER, *SMALL_TRAINING,
+                           "--outdir", out, *options],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, MPIEXEC_TIMEOUT="240"))
+    rows = {}
+    for r in range(ranks):
+        path = os.path.join(out, f"train_dp_elastic.rank{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                row = json.load(f)
+            if not row.get("spare"):
+                rows[r] = row
+    weights = os.path.join(out, "weights.npz")
+    params = None
+    if os.path.exists(weights):
+        with np.load(weights) as z:
+            params = np.concatenate([z[k].reshape(-1) for k in sorted(z.files,
+                                                                          key=lambda k: int(k[4:]))])
+    return {"rows": rows, "weights": params, "seconds": time.monotonic() - started,
+            "tail": (proc.stdout + proc.stderr)[-600:]}
+
+
+def elastic_verdict(run: dict, plain: dict, killed: set, ranks_end: int,
+                    reproducible: bool) -> str:
+    rows = run["rows"]
+    if not rows:
+        return f"FAIL: no survivor wrote its result ({run['tail']!r})"
+    ends = {row["ranks_end"] for row in rows.values()}
+    if ends != {ranks_end}:
+        return f"FAIL: the survivors end with {sorted(ends)} ranks, not {ranks_end}"
+    digests = {row["weights_sha256"] for row in rows.values()}
+    want = next(iter(plain["rows"].values()))["weights_sha256"]
+    if reproducible and digests != {want}:
+        return f"FAIL: weights {sorted(d[:12] for d in digests)}, not {want[:12]}"
+    if not reproducible:
+        if len(digests) != 1 or run["weights"] is None:
+            return f"FAIL: the survivors hold {len(digests)} different weights"
+        rel = float(np.abs(run["weights"] - plain["weights"]).max()
+                    / np.abs(plain["weights"]).max())
+        if rel > 1e-6:
+            return f"FAIL: weights {rel:.2e} relative from the uninterrupted run's"
+    recovery = [s for row in rows.values() for s in row["recovery_seconds"]]
+    deaths = len({step for step in killed})
+    if killed and (not recovery or max(recovery) >= RECOVERY):
+        return f"FAIL: recovery {recovery} s (bound {RECOVERY:g} s, {deaths} death steps)"
+    return "ok"
+
+
+def elastic_matrix(reps: int, markdown: str | None, json_path: str | None) -> int:
+    """``--elastic``: every case of ``ELASTIC``, ``reps`` times (the worst verdict)."""
+    base = tempfile.mkdtemp(prefix="mpicoll-elastic-matrix-")
+    print(f"# elastic fault matrix: {len(ELASTIC)} cases x {reps}, train_dp.py "
+          f"{' '.join(SMALL_TRAINING)}, load average {os.getloadavg()[0]:.1f}",
+          flush=True)
+    plain = {flag: elastic_launch(4, ("--reproducible",) if flag else ("--elastic",),
+                                  os.path.join(base, f"plain-{flag}"))
+             for flag in (True, False)}
+    results, failed = [], 0
+    for case, (ranks, options, end, reproducible) in ELASTIC.items():
+        verdicts, recovery, seconds = [], [], []
+        killed = {o for o in options if "@" in o}
+        for rep in range(reps):
+            out = os.path.join(base, f"{len(results)}-{rep}")
+            run = elastic_launch(ranks, (*options, "--reproducible") if reproducible else
+                                 options, out)
+            verdicts.append(elastic_verdict(run, plain[reproducible], killed, end,
+                                            reproducible))
+            recovery += [s for row in run["rows"].values() for s in row["recovery_seconds"]]
+            seconds.append(run["seconds"])
+        worst = next((v for v in verdicts if v != "ok"), "ok")
+        failed += worst != "ok"
+        row = {"case": case, "ranks": ranks, "options": list(options), "ranks_end": end,
+               "reproducible": reproducible, "verdict": worst, "verdicts": verdicts,
+               "recovery_seconds": recovery, "job_seconds": seconds}
+        results.append(row)
+        shown = f"{min(recovery):.2f}-{max(recovery):.2f} s" if recovery else "-"
+        print(f"{worst.split(':')[0]:<6} {case:<34} recovery {shown}", flush=True)
+        if worst != "ok":
+            print(f"       {worst[:400]}", flush=True)
+    print(f"# {len(results)} rows, {failed} FAIL", flush=True)
+    shutil.rmtree(base, ignore_errors=True)         # the jobs' outputs (the rows keep theirs)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"reps": reps, "rows": results}, f, indent=1)
+    if markdown:
+        lines = [f"{reps} repetition(s) of each case (`python jobs/experiments/fault_matrix.py "
+                 f"--elastic{f' --reps {reps}' if reps > 1 else ''} --markdown docs/elastic.md`"
+                 f"; `train_dp.py {' '.join(SMALL_TRAINING)}`, N = 4 on one node): the verdict "
+                 f"(weights as the uninterrupted run's, the rank count at the end, each recovery "
+                 f"under {RECOVERY:g} s) and every recovery measured.", "",
+                 "| case | launch | ranks at the end | weights against the uninterrupted run "
+                 "| verdict | recovery (s) |", "|---|---|---|---|---|---|"]
+        for r in results:
+            launch = f"-n {r['ranks']} {' '.join(r['options']).replace('{out}/', '')}"
+            lines.append(f"| {r['case']} | `{launch}` | {r['ranks_end']} | "
+                         f"{'same sha256' if r['reproducible'] else 'within 1e-6'} | "
+                         f"{r['verdict'].split(':')[0]} | "
+                         f"{', '.join(f'{s:.2f}' for s in r['recovery_seconds']) or '-'} |")
+        update_markdown(markdown, "\n".join(lines), "elastic")
+    return 1 if failed else 0
+
+
+def update_markdown(path: str, text: str, size) -> None:
     with open(path) as f:
         doc = f.read()
-    start, end = f"<!-- fault-matrix N={size} -->", f"<!-- /fault-matrix N={size} -->"
+    tag = size if size == "elastic" else f"N={size}"
+    start, end = f"<!-- fault-matrix {tag} -->", f"<!-- /fault-matrix {tag} -->"
     block = f"{start}\n{text}\n{end}"
     if start in doc:
         doc = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, doc,

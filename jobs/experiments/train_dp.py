@@ -40,7 +40,8 @@ Elastic (docs/elastic.md): ``--elastic``, ``--spares S`` (the last S ranks wait 
 ``reproducible=True``: the same bits at any N) run one configuration under ``mpicoll.elastic.run``,
 committing every step, with a global batch of 24 micro-batches of ``--micro`` samples; the job
 prints ``weights sha256 <hex>``. ``--checkpoint DIR`` saves the state (``State.save``) every
-``--checkpoint-every`` steps, ``--resume DIR`` starts from it, at any rank count:
+``--checkpoint-every`` steps, ``--resume DIR`` starts from it, at any rank count;
+``--momentum BETA`` adds SGD momentum whose buffer is sharded over the ranks (``elastic.Shard``):
 
     mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive \
         python jobs/experiments/train_dp.py --reproducible --kill 2@37 [--micro 16]
@@ -296,7 +297,8 @@ def digest(params: list) -> str:
 def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
                   bucket_bytes: int, reproducible: bool, kills: dict, out: Path,
                   spares: int = 0, checkpoint: Path | None = None, every: int = 0,
-                  resume: Path | None = None, seed: int = 0, data=None) -> dict:
+                  resume: Path | None = None, seed: int = 0, data=None,
+                  momentum: float = 0.0) -> dict:
     """Train under ``mpicoll.elastic.run`` on COMM_WORLD, committing after every step: a rank
     named in ``kills`` calls ``os._exit`` at the start of that step (writing the time to
     ``out/killed.rank<r>.json`` first), and the survivors go on from the last commit.
@@ -310,7 +312,10 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
     ``average=True``) average the gradients, rebuilt on the survivors' communicator by a reset
     callback. ``spares``: the last ranks wait as hot spares (``elastic.run``). ``checkpoint``:
     ``state.save`` there (asynchronous) after every ``every``-th step; ``resume``: start from
-    the ``State.load`` of that directory (saved at any rank count). Returns this
+    the ``State.load`` of that directory (saved at any rank count). ``momentum``: SGD with
+    momentum, its buffer sharded over the ranks (ZeRO-1: rank r keeps and applies block r of
+    the flattened parameters, ``elastic.Shard``; the blocks are then broadcast by their owners),
+    so a checkpoint saved at N is cut again at the resuming N. Returns this
     rank's {"params", "ranks_end", "recovered_at" (wall clock of the first step completed after
     each recovery), "commit_seconds" (per commit)}; on a spare that never trained, the CPU and
     wall seconds of its wait."""
@@ -318,21 +323,30 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
     from mpi4py import MPI
 
     from mpicoll import elastic
+    from mpicoll.schedule import block_displs
 
     world_rank = MPI.COMM_WORLD.Get_rank()
     X, y = make_data(seed) if data is None else data
     params = init_params(width, seed + 1)
+    sizes = [p.size for p in params]
+    offsets = np.cumsum([0] + sizes)
+    flat = np.concatenate([p.reshape(-1) for p in params])          # the params: views of it
+    params = [flat[offsets[i]:offsets[i + 1]].reshape(p.shape) for i, p in enumerate(params)]
+    world = MPI.COMM_WORLD
+    lo, hi = elastic.shard_bounds(flat.size, world.Get_size(), world.Get_rank())
+    velocity = np.zeros(hi - lo, np.float32)                # this rank's block (momentum)
     order = np.random.default_rng(seed + 2).permutation(SAMPLES)
     start = 0
     if resume is not None:
-        saved = elastic.State.load(resume, MPI.COMM_WORLD)
+        saved = elastic.State.load(resume, world)
         for i, p in enumerate(params):
             np.copyto(p, saved[f"p{i}"])
+        if momentum:
+            np.copyto(velocity, saved["velocity"])
         start = saved.step
-    state = elastic.State(**{f"p{i}": p for i, p in enumerate(params)}, step=start)
+    extra = {"velocity": elastic.Shard(velocity, flat.size)} if momentum else {}
+    state = elastic.State(**{f"p{i}": p for i, p in enumerate(params)}, **extra, step=start)
     count = batch // micro                                  # micro-batches per step
-    sizes = [p.size for p in params]
-    offsets = np.cumsum([0] + sizes)
     buckets: dict = {}
     recovered_at: list[float] = []
     commit_seconds: list[float] = []
@@ -376,8 +390,17 @@ def train_elastic(*, steps: int, batch: int, micro: int, width: int, lr: float,
                 forward_backward(params, X[idx], y[idx], b.grads, b.ready)
                 b.wait()
                 grads = b.grads
-            for p, g in zip(params, grads):
-                p -= np.float32(lr) * g
+            if momentum:            # ZeRO-1: update my block, then every block from its owner
+                g = np.concatenate([g.reshape(-1) for g in grads])[lo:hi]
+                np.multiply(velocity, np.float32(momentum), out=velocity)
+                np.add(velocity, g, out=velocity)
+                flat[lo:hi] -= np.float32(lr) * velocity
+                bounds = block_displs(flat.size, comm.Get_size())
+                for r in range(comm.Get_size()):
+                    mpicoll.bcast(flat[bounds[r]:bounds[r + 1]], r, comm=comm)
+            else:
+                for p, g in zip(params, grads):
+                    p -= np.float32(lr) * g
             state.step = step + 1
             t = time.perf_counter()
             state.commit()
@@ -425,7 +448,8 @@ def elastic_main(args, data) -> None:
                       lr=args.lr, bucket_bytes=args.bucket_kib << 10,
                       reproducible=args.reproducible, kills=kills, out=out,
                       spares=args.spares, checkpoint=args.checkpoint,
-                      every=args.checkpoint_every, resume=args.resume, data=data)
+                      every=args.checkpoint_every, resume=args.resume, data=data,
+                      momentum=args.momentum)
     died = any(out.glob("killed.rank*.json"))
     if "spare_cpu_seconds" in r:            # a spare the training did not need
         (out / f"train_dp_elastic.rank{world.Get_rank()}.json").write_text(
@@ -457,7 +481,7 @@ def elastic_main(args, data) -> None:
               f"{row['commit_ms_median']:.3f} ms (median) for {row['state_bytes']} bytes",
               flush=True)
         print(f"weights sha256 {row['weights_sha256']}", flush=True)
-    if died:
+    if died or r["recovered_at"]:   # (a rank found dead, killed here or not: it may live on)
         os._exit(0)         # MPI_Finalize would wait for the dead ranks (docs/elastic.md)
 
 
@@ -524,12 +548,18 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=25, metavar="K")
     ap.add_argument("--resume", type=Path, default=None, metavar="DIR",
                     help="start from State.load(DIR), saved at any rank count")
+    ap.add_argument("--momentum", type=float, default=0.0, metavar="BETA",
+                    help="SGD momentum, its buffer sharded over the ranks (ZeRO-1; "
+                         "checkpoints re-shard it; a death can't be recovered in memory)")
     ap.add_argument("--elastic", action="store_true",
                     help="run under mpicoll.elastic.run (as --kill and --reproducible do): "
                          "one configuration, bucketed, the weights' sha256")
     args = ap.parse_args()
+    if args.momentum and (args.kill or args.spares):
+        raise SystemExit("train_dp.py: --momentum (a sharded state) with --kill or --spares: "
+                         "a dead rank's block can't be restored in memory")
     if args.elastic or args.kill or args.reproducible or args.spares or args.checkpoint or \
-            args.resume:
+            args.resume or args.momentum:
         return elastic_main(args, make_data(0))
     args.batch = args.batch or 512
     comm = MPI.COMM_WORLD

@@ -646,12 +646,16 @@ for _method, _torch_name in {
 
 # ----------------------------------------------------------------------------- registration
 
+WORLD = None    # the default group's MPI communicator (None: COMM_WORLD; mpicoll.torch.elastic
+                # sets it to the survivors' communicator before init_process_group)
+
+
 def _create(backend_options, options):
     """The backend's creator (torch's extended API): the group's MPI communicator."""
     if options is not None and not isinstance(options, Options):
         raise TypeError(f"pg_options for the mpicoll backend must be mpicoll.torch.Options, got "
                         f"{type(options).__name__}")
-    world = MPI.COMM_WORLD
+    world = MPI.COMM_WORLD if WORLD is None else WORLD
     rank, size = backend_options.group_rank, backend_options.group_size
     ranks = list(backend_options.global_ranks_in_group)
     if not ranks:                                   # the default group: all of COMM_WORLD

@@ -107,3 +107,45 @@ def test_checkpoint_at_four_resumes_at_two_and_three(tmp_path):
     for ranks in (2, 3):
         row = one(train(tmp_path / f"r{ranks}", ranks, "--reproducible", "--resume", str(saved)))
         assert row["weights_sha256"] == plain["weights_sha256"], (ranks, row)
+
+
+@pytest.mark.timeout(400)
+def test_sharded_momentum_is_resharded_at_two_and_three(tmp_path):
+    """--momentum 0.9: the SGD momentum buffer is sharded over the ranks (elastic.Shard, one
+    file per rank). Saved at N = 4 (step 25, asynchronous), loaded at N = 2 and 3 -- each rank
+    takes its new block from the saved blocks it overlaps -- the 50-step weights of the
+    uninterrupted N = 4 run, bit for bit."""
+    options = ("--reproducible", "--momentum", "0.9")
+    plain = one(train(tmp_path / "n4", 4, *options))
+    saved = tmp_path / "checkpoint"
+    train(tmp_path / "s", 4, *options, "--checkpoint", str(saved), "--steps", "25")
+    manifest = json.loads((saved / "manifest.json").read_text())
+    parts = manifest["shards"]["velocity"]["parts"]
+    assert [p[0] for p in parts] == [f"velocity.rank{r}.npy" for r in range(4)], parts
+    assert [p[1] for p in parts] + [parts[-1][2]] == \
+        [0, *(p[2] for p in parts)][:4] + [manifest["shards"]["velocity"]["total"]], parts
+    for ranks in (2, 3):
+        row = one(train(tmp_path / f"r{ranks}", ranks, *options, "--resume", str(saved)))
+        assert row["weights_sha256"] == plain["weights_sha256"], (ranks, row)
+    damaged = saved / "velocity.rank2.npy"                  # a damaged block is named
+    damaged.write_bytes(damaged.read_bytes()[:-4] + b"\0\0\0\1")
+    proc = subprocess.run([MPIEXEC, "-n", "3", sys.executable, str(SCRIPT), *SMALL, *options,
+                           "--outdir", str(tmp_path / "bad"), "--resume", str(saved)],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0 and "velocity.rank2.npy does not match its checksum" in \
+        proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.timeout(1200)
+def test_fault_matrix_elastic_section_has_no_fail(tmp_path):
+    """fault_matrix.py --elastic: every kind of death (one, rank 0, two in turn, two at once,
+    a spare joining, then a shrink, a death during asynchronous checkpoints, fp32 Buckets):
+    every row ok."""
+    out = tmp_path / "matrix.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "jobs/experiments/fault_matrix.py"),
+                           "--elastic", "--json", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1100, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 8 and all(r["verdict"] == "ok" for r in rows), proc.stdout[-3000:]
+    assert proc.returncode == 0 and "# 8 rows, 0 FAIL" in proc.stdout, proc.stdout[-2000:]

@@ -68,6 +68,9 @@ JOBS = {
     # heartbeats, as between machines: the emulated nodes share this machine's pids), shrink and
     # compute right.
     "deaths": ("deaths.sbatch", TWO_NODES, {"MPICOLL_HEARTBEAT_ONLY": "1"}, []),
+    # Issue 42: train_dp.py --reproducible, uninterrupted and with the second node's ranks killed
+    # at step 37 (found by heartbeats, as deaths): the first node finishes with the same bits.
+    "elastic": ("elastic.sbatch", TWO_NODES, {"MPICOLL_HEARTBEAT_ONLY": "1"}, []),
     # The documented fallback: the MPI library's mpiexec inside the allocation, the Python
     # named by MPICOLL_VENV (not on PATH), results under MPICOLL_RESULTS.
     "mpiexec": ("bench.sbatch", TWO_NODES,

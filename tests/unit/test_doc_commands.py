@@ -309,6 +309,13 @@ ELSEWHERE = {
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python jobs/experiments/train_dp.py "
     "--reproducible --steps 50 --width 32 --kill 2@37 --outdir results":
         ("tests/jobs/test_elastic.py", '"--reproducible", "--kill", "2@37"'),
+    "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python tests/torch/elastic_ddp.py "
+    "OUTDIR --reproducible --kill 2@37": ("tests/torch/test_jobs.py", "elastic_ddp.py"),
+    "python jobs/experiments/fault_matrix.py --elastic --markdown docs/elastic.md":
+        ("tests/jobs/test_elastic.py", "--elastic"),
+    "sbatch slurm/elastic.sbatch": ("tests/slurm/conftest.py", "elastic.sbatch"),
+    "python jobs/labs/lab_elastic.py --png docs/elastic-goodput.png":
+        ("tests/unit/test_labs.py", "lab_elastic.py"),
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python train.py":
         ("tests/jobs/test_elastic.py", '"survive", sys.executable, str(SCRIPT)'),
     "mpiexec -n 4 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":

@@ -170,3 +170,45 @@ def test_load_finds_a_damaged_file(tmp_path):
     (tmp_path / "c" / "w.npy").write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="w.npy does not match its checksum"):
         elastic.State.load(tmp_path / "c", MPI.COMM_SELF)
+
+
+@pytest.mark.parametrize("total", [0, 1, 7, 100])
+def test_shard_bounds_partition_every_rank_count(total):
+    for size in range(1, 6):
+        bounds = [elastic.shard_bounds(total, size, r) for r in range(size)]
+        assert bounds[0][0] == 0 and bounds[-1][1] == total
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+        assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_shard_is_committed_saved_and_loaded(tmp_path, asynchronous):
+    """A Shard: the block is the state's item, committed and restored in place; save writes it
+    as velocity.rank0.npy with its bounds in the manifest; load gives the block back."""
+    block = np.arange(5, dtype=np.float32)
+    state = elastic.State(w=np.ones(2), velocity=elastic.Shard(block, 5), step=3)
+    assert state.velocity is block and "velocity" in state.keys()
+    state.commit()
+    block[:] = -1
+    state.restore()
+    assert np.array_equal(block, np.arange(5))
+    state.save(tmp_path / "c", MPI.COMM_SELF, asynchronous=asynchronous)
+    state.wait_saved()
+    import json
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert manifest["shards"]["velocity"] == {"total": 5, "dtype": "<f4",
+                                              "parts": [["velocity.rank0.npy", 0, 5]]}
+    loaded = elastic.State.load(tmp_path / "c", MPI.COMM_SELF)
+    assert np.array_equal(loaded.velocity, np.arange(5)) and loaded.step == 3
+    with pytest.raises(ValueError, match="1-D"):
+        elastic.Shard(np.zeros((2, 2)), 4)
+
+
+def test_run_refuses_to_recover_a_sharded_state():
+    state = elastic.State(v=elastic.Shard(np.zeros(3), 3), step=0)
+
+    def train(state, comm):
+        raise mpicoll.ProcessFailed("rank 1 died (by hand)", [1])
+
+    with pytest.raises(RuntimeError, match="sharded arrays .*'v'.*State.load"):
+        elastic.run(train, state, MPI.COMM_SELF)
