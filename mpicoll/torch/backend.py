@@ -28,10 +28,8 @@ xor (NCCL's reading).
 Asynchrony: torch passes ``opts.asyncOp``. ``async_op=True`` -- and every call DDP makes --
 starts mpicoll's nonblocking call (``iallreduce``...); the progress thread runs it while the
 caller computes, and the returned ``Work``'s future completes when the request does (a
-completion thread waits on the requests in order, sleeping, for each ``Work`` whose future was
-asked for, as DDP asks; ``Work.wait()`` waits in the caller's thread and hands nothing to
-that thread).
-``async_op=False`` runs mpicoll's blocking call (its fast paths: persistent plans, the
+completion thread waits, sleeping, for each ``Work`` whose future was asked for, as DDP asks;
+``Work.wait()`` waits in the caller's thread). ``async_op=False`` runs mpicoll's blocking call (its fast paths: persistent plans, the
 compiled executor, ``shm``) and returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE``
 (no progress thread) every call is blocking. So are the calls of an algorithm whose nonblocking
 form would only defer it (``registry.Algorithm.deferred``: ``shm``, which the progress engine
@@ -646,8 +644,7 @@ for _method, _torch_name in {
 
 # ----------------------------------------------------------------------------- registration
 
-WORLD = None    # the default group's MPI communicator (None: COMM_WORLD; mpicoll.torch.elastic
-                # sets it to the survivors' communicator before init_process_group)
+WORLD = None    # the default group's communicator (None: COMM_WORLD; torch.elastic: survivors')
 
 
 def _create(backend_options, options):
