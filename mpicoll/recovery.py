@@ -53,6 +53,8 @@ def shrink(comm=None, *, timeout: float | None = None) -> MPI.Intracomm:
     ``MPICOLL_TIMEOUT``)."""
     comm = _mpi(comm)
     w = _watched(comm)
+    if w is not None and w.excluded is not None:    # the others went on without this rank
+        raise detector.failure(context.known(comm), "shrink")
     end = _deadline(timeout)
     while True:
         failed = detector.settle(w) if w is not None else frozenset()

@@ -143,6 +143,7 @@ class Watched:
         self.round, self.stable, self.active = 0, 0, False
         self.sent: frozenset = frozenset()  # the set this rank sent in its current round
         self.adopt = None                   # a set another rank decided on (DECIDED)
+        self.excluded = None                # (rank, set): the larger side declared this one dead
         self.inbox: dict = {}               # round -> {rank: set}
         self.heard: dict = {}               # rank -> when its last heartbeat came
         self.watching, self.since = None, time.monotonic()
@@ -157,12 +158,16 @@ class Watched:
     # ------------------------------------------------------------------------- one step
 
     def step(self, now: float, period: float, timeout: float) -> None:
+        if self.excluded is not None:       # out of the communicator: silent from now on
+            return
         try:
             self._receive(now)
         except MPI.Exception as exc:
             if exc.Get_error_class() not in PROC_FAILED:
                 raise
             self._library_knows()
+        if self.excluded is not None:
+            return
         # the rounds the messages received complete first, then a look: a rank that decided
         # and left (its program ended) sent all this rank needs before it went
         self._agree_if_needed()
@@ -184,11 +189,16 @@ class Watched:
             src = status.Get_source()
             msg = np.empty(1 + self.words, np.int64)
             comm.Recv(msg, src, agree)
+            if src in self.known:           # fail-stop: a rank agreed or found dead here is
+                continue                    # not heard (a late one must not split the living)
             got = self._members(msg[1:])
             number = int(msg[0])
             if number == REVOKE:
                 self._revoked(src)
                 continue
+            if self.me in got and self._outnumbered(got):
+                self._exclude(src, got)
+                return
             self._learn(got)
             if number == DECIDED:
                 self.adopt = frozenset(got)
@@ -196,6 +206,27 @@ class Watched:
             if number >= self.round:
                 self.inbox.setdefault(number, {})[src] = frozenset(got)
             self.heard[src] = now           # (any message says the sender lives)
+
+    def _outnumbered(self, got) -> bool:
+        """Whether the ranks alive by ``got`` (another rank's failed set, this one in it) are
+        more than those on this rank's side (alive here, and not of theirs: they count this
+        one dead), or as many with a lower first rank: that side goes on."""
+        theirs = [r for r in range(self.size) if r not in got]
+        mine = [r for r in range(self.size) if r not in self.known and r in got]
+        return (len(theirs), -theirs[0]) > (len(mine), -mine[0])
+
+    def _exclude(self, src: int, got) -> None:
+        """The larger side of the communicator counts this rank dead (its heartbeats came
+        late): it is out (fail-stop, as ULFM's), so two sides never both go on alone."""
+        self.excluded = (src, frozenset(got))
+        self.active = False
+        self.known = set(range(self.size)) - {self.me}  # (so every wait looks, and raises)
+        st = self.state()
+        if st is not None:
+            st.ranks_failed(frozenset({self.me}), f"ProcessFailed: rank {self.me} was declared "
+                            f"dead by rank {src} and the ranks alive with it")
+        with _decided:
+            _decided.notify_all()
 
     def _library_knows(self) -> None:
         """An MPI library with ULFM (Open MPI's ``mpirun --with-ft ulfm``) found a death
@@ -335,8 +366,9 @@ class Watched:
         msg[0] = DECIDED
         self._bits(msg[1:], failed)
         for r in range(self.size):          # (so one that lags decides the same, even if
-            if r != self.me and r not in self.known:    # this rank ends meanwhile)
-                self._send(msg, r, self.tags[1])
+            if r != self.me and (r not in self.known    # this rank ends meanwhile; and a rank
+                                 or r in failed and not self.seen[r]):  # only heartbeats named
+                self._send(msg, r, self.tags[1])    # dead hears it: if alive, it stops)
         st = self.state()
         if st is not None:
             st.ranks_failed(failed, f"ProcessFailed: {describe(failed, self.idents)} failed")
@@ -518,6 +550,15 @@ def failure(state, what: str, seen: frozenset | None = None, wait: bool = True):
     w = getattr(state, "watched", None)
     if w is None:
         return None
+    if w.excluded is not None:
+        src, got = w.excluded
+        alive = [r for r in range(w.size) if r not in got]
+        return ProcessFailed(
+            f"{what}: this rank (rank {w.me}) was declared dead by the others (rank {src} told "
+            f"it; alive with it: ranks {alive}): its heartbeats came later than "
+            "MPICOLL_HEARTBEAT_TIMEOUT (a stalled or overloaded process?). The survivors go on "
+            "without it (mpicoll.shrink); this rank cannot rejoin them: end this process",
+            [w.me], {w.me: w.idents[w.me][0]})
     if w.revoked_by is not None and not w.known:
         return CommunicatorBroken(f"{what}: rank {w.revoked_by} revoked this communicator "
                                   "(Comm.Revoke); mpicoll will not use it again")

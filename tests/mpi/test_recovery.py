@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll.registry import ALLREDUCE
-from mpicoll.testing import agree
+from mpicoll.testing import agree, background_paused, environment
 
 pytestmark = pytest.mark.mpi
 
@@ -113,3 +113,38 @@ def test_stats_without_a_straggler(comm):
           f"{result}")
     agree(comm, result["straggler"] is None or
           result["ranks"][result["straggler"]]["mean"] >= 50e-6, f"{result}")
+
+
+@pytest.mark.rank_counts(3)
+def test_a_live_rank_declared_dead_stops(comm):
+    """Heartbeats only; the last rank's detector stalls 4 s (a stopped or starved process), so
+    the others declare it dead, raise ProcessFailed naming it and shrink to two ranks. The live
+    rank they named is told: its next call raises ProcessFailed naming itself, and its shrink
+    refuses (fail-stop: never two groups that each go on alone; the split a loaded Slurm run
+    showed before, one rank alone and three together)."""
+    rank, last = comm.Get_rank(), comm.Get_size() - 1
+    with environment(MPICOLL_HEARTBEAT_ONLY="1", MPICOLL_HEARTBEAT_TIMEOUT="1.0"):
+        mpicoll.allreduce(np.ones(4), comm=comm)        # (set up and watched, heartbeats only)
+        got, shrunk = None, None
+        if rank == last:
+            with background_paused():
+                time.sleep(4.0)
+            time.sleep(1.0)                             # (its detector hears the decision)
+        try:
+            mpicoll.allreduce(np.ones(4), comm=comm, timeout=30)
+        except mpicoll.ProcessFailed as exc:
+            got = exc
+        if rank == last:
+            try:
+                mpicoll.shrink(comm, timeout=10)
+                refused = None
+            except mpicoll.ProcessFailed as exc:
+                refused = exc
+            agree(comm, got is not None and got.ranks == [last] and "declared dead" in str(got)
+                  and refused is not None, f"{got!r}, shrink: {refused!r}")
+        else:
+            shrunk = mpicoll.shrink(comm, timeout=10)
+            y = mpicoll.allreduce(np.ones(4), comm=shrunk)
+            agree(comm, got is not None and got.ranks == [last] and shrunk.Get_size() == last
+                  and (y == last).all(), f"{got!r}, {y}")
+            shrunk.Free()
