@@ -133,6 +133,7 @@ class Fabric:
     nodes_per_host: int = 1                # nodes sharing one host (and its stack)
     stack_per_flow: float | None = None    # bytes/s of one inter-node message (None: no cap)
     copy: float | None = None              # bytes/s of intra-node messages a host copies
+    pipelined: bool = False                # event-driven steps, static link shares (NCCL-like)
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -186,6 +187,7 @@ class Fabric:
                 + (f", {self.nchannels} channel(s)" if self.nchannels > 1 else "")
                 + (f", protocols {'/'.join(self.protocols)}" if self.protocols else "")
                 + (", reduction overlapped" if self.overlap else "")
+                + (", event-driven steps" if self.pipelined else "")
                 + (f", stack {self.stack / 1e9:g}GB/s per host"
                    + (f" of {self.nodes_per_host} nodes" if self.nodes_per_host > 1 else "")
                    if self.stack else "")
@@ -361,7 +363,7 @@ def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, **_):
     return Fabric(name, nodes, per_node, intra=LinkClass(0.0, nvlink), nic=LinkClass(0.0, nic),
                   spine=LinkClass(0.0, nic), gamma=1e-12 if gamma is None else gamma,
                   leaf="rail", nodes_per_leaf=32, channels=0, protocols=nccl_protocols(),
-                  overlap=True)
+                  overlap=True, pipelined=True)
 
 
 def _dgx_h100_nccl(nodes, per_node, **kw):

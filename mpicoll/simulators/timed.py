@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
+from .sharing import kernel, maxmin
 
 __all__ = ["Result", "run", "simulate", "call_count", "maxmin"]
 
@@ -84,6 +85,7 @@ class Result:
     max_link_time: float = 0.0              # seconds the bottleneck held messages back
     protocol: str | None = None             # the protocol picked (fabrics that declare some)
     channels: int = 1
+    rounded: int = 0                        # elements added to time unequal ring blocks as equal
 
     @property
     def algbw(self) -> float:
@@ -107,326 +109,33 @@ class Result:
         return f"{int(c['messages'])} messages: {parts or '0'}"
 
 
-# ----------------------------------------------------------------------------- kernels
-
-def _advance_py(t, comp, src, dst, alpha, drain, red, overlap, t2, c2, fin, win, pre,
-                redt):  # pragma: no cover (compiled)
-    """One wave on per-rank clocks ``t``; ``comp`` holds each rank's critical path parts.
-    Writes the new clocks into ``t2``, ``c2`` (``fin`` .. ``redt``: work space, one per rank)."""
-    n = t.shape[0]
-    for r in range(n):
-        fin[r] = -np.inf
-        win[r] = -1
-        redt[r] = 0.0
-    for f in range(src.shape[0]):
-        a, b = src[f], dst[f]
-        if t[a] >= t[b]:
-            start, p = t[a], a
-        else:
-            start, p = t[b], b
-        end = start + alpha[f] + drain[f]
-        if end > fin[a]:
-            fin[a], win[a], pre[a] = end, f, p
-        if end > fin[b]:
-            fin[b], win[b], pre[b] = end, f, p
-        redt[b] += red[f]
-    m = comp.shape[1]
-    for r in range(n):
-        f = win[r]
-        if f < 0:
-            t2[r] = t[r]
-            for j in range(m):
-                c2[r, j] = comp[r, j]
-            continue
-        if overlap:
-            end = max(fin[r], t[r] + redt[r])
-        else:
-            end = fin[r] + redt[r]
-        t2[r] = end
-        q = pre[r]
-        for j in range(m):
-            c2[r, j] = comp[q, j]
-        c2[r, 1] += alpha[f]
-        c2[r, 2] += drain[f]
-        c2[r, 3] += end - fin[r]
-        c2[r, 4] += 1.0
-
-
-def _maxmin_py(release, size, links, capacity, flowcap, pad):  # pragma: no cover (compiled)
-    """Fluid max-min sharing (progressive filling), re-solved whenever a flow starts or ends.
-
-    Flow f starts moving at ``release[f]`` with ``size[f]`` bytes on the links ``links[f]``
-    (``pad``: none), never faster than ``flowcap[f]``; returns each flow's end time.
-    Flows that share no finite link (directly or through others) do not affect each other, so
-    each connected group is solved on its own, with its own events: a wave of many small groups
-    (the ports of one node, say) costs its flows, not its flows squared.
-    """
-    n = release.shape[0]
-    width = links.shape[1]
-    # union-find over flows: two flows that use one finite link are in one group
-    parent = np.arange(n)
-    owner = np.full(capacity.shape[0], -1, np.int64)
-    for f in range(n):
-        for j in range(width):
-            lk = links[f, j]
-            if lk == pad or capacity[lk] == np.inf:
-                continue
-            g = owner[lk]
-            if g < 0:
-                owner[lk] = f
-                continue
-            a = f
-            while parent[a] != a:
-                a = parent[a]
-            while parent[g] != g:
-                g = parent[g]
-            if a != g:
-                parent[max(a, g)] = min(a, g)
-    group = np.empty(n, np.int64)
-    for f in range(n):
-        a = f
-        while parent[a] != a:
-            a = parent[a]
-        group[f] = a
-        parent[f] = a
-    # flows by group, then by release: each group's flows are one run of ``order``
-    order = np.argsort(release, kind="mergesort")
-    order = order[np.argsort(group[order], kind="mergesort")]
-    # the flows of each finite link (CSR): an event re-solves only the moving flows it reaches
-    lptr = np.zeros(capacity.shape[0] + 1, np.int64)
-    for f in range(n):
-        for j in range(width):
-            lk = links[f, j]
-            if lk != pad and capacity[lk] != np.inf:
-                lptr[lk + 1] += 1
-    for lk in range(capacity.shape[0]):
-        lptr[lk + 1] += lptr[lk]
-    lflows = np.empty(lptr[-1], np.int64)
-    fill = lptr[:-1].copy()
-    for f in range(n):
-        for j in range(width):
-            lk = links[f, j]
-            if lk != pad and capacity[lk] != np.inf:
-                lflows[fill[lk]] = f
-                fill[lk] += 1
-    end = np.empty(n)
-    work = (size.copy(), np.zeros(n), np.empty(n, np.int64), np.empty(n, np.int64),
-            np.zeros(n, np.bool_), capacity.copy(), np.zeros(capacity.shape[0], np.int64),
-            np.zeros(n, np.bool_), np.zeros(n, np.int64), np.empty(n, np.int64),
-            np.empty(n, np.int64))
-    lo = 0
-    while lo < n:
-        hi = lo + 1
-        while hi < n and group[order[hi]] == group[order[lo]]:
-            hi += 1
-        _fill_one(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows,
-                  end, work)
-        lo = hi
-    return end
-
-
-def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lflows, end,
-          work):  # pragma: no cover (compiled)
-    """``_maxmin_py`` on the flows ``order[lo:hi]`` (sorted by release): writes their ``end``.
-
-    At each event (flows start, flows end) progressive filling runs again only on the moving
-    flows connected, through links, to the ones that started or ended: the others' rates stay
-    max-min fair (a max-min allocation is one per connected set of flows), as SimGrid's
-    selective update does."""
-    rem, rate, act, mark, frozen, remcap, cnt, moving, stamp, queue, gone = work
-    n = hi - lo
-    nact = 0
-    ngone = 0
-    nxt = lo
-    done = 0
-    event = 0
-    t = release[order[lo]]
-    while done < n:
-        event += 1
-        nq = 0
-        while nxt < hi and release[order[nxt]] <= t:
-            f = order[nxt]
-            nxt += 1
-            if rem[f] <= 0.0:
-                end[f] = t
-                done += 1
-            else:
-                act[nact] = f
-                nact += 1
-                moving[f] = True
-                stamp[f] = event
-                queue[nq] = f
-                nq += 1
-        for i in range(ngone):          # the moving neighbours of the flows that ended
-            f = gone[i]
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk == pad or capacity[lk] == np.inf:
-                    continue
-                for k in range(lptr[lk], lptr[lk + 1]):
-                    g = lflows[k]
-                    if moving[g] and stamp[g] != event:
-                        stamp[g] = event
-                        queue[nq] = g
-                        nq += 1
-        ngone = 0
-        if nact == 0:
-            t = release[order[nxt]]
-            continue
-        head = 0                        # every moving flow connected to those
-        while head < nq:
-            f = queue[head]
-            head += 1
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk == pad or capacity[lk] == np.inf:
-                    continue
-                for k in range(lptr[lk], lptr[lk + 1]):
-                    g = lflows[k]
-                    if moving[g] and stamp[g] != event:
-                        stamp[g] = event
-                        queue[nq] = g
-                        nq += 1
-        # progressive filling over those flows
-        for i in range(nq):
-            f = queue[i]
-            frozen[f] = False
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk != pad:
-                    remcap[lk] = capacity[lk]
-                    cnt[lk] = 0
-        for i in range(nq):
-            f = queue[i]
-            for j in range(links.shape[1]):
-                lk = links[f, j]
-                if lk != pad:
-                    cnt[lk] += 1
-        left = nq
-        while left > 0:
-            level = np.inf
-            for i in range(nq):
-                f = queue[i]
-                if frozen[f]:
-                    continue
-                if flowcap[f] < level:
-                    level = flowcap[f]
-                for j in range(links.shape[1]):
-                    lk = links[f, j]
-                    if lk != pad:
-                        s = remcap[lk] / cnt[lk]
-                        if s < level:
-                            level = s
-            tol = level * (1.0 + 1e-12)
-            nfz = 0
-            for i in range(nq):
-                f = queue[i]
-                if frozen[f]:
-                    continue
-                hit = flowcap[f] <= tol
-                if not hit:
-                    for j in range(links.shape[1]):
-                        lk = links[f, j]
-                        if lk != pad and remcap[lk] / cnt[lk] <= tol:
-                            hit = True
-                            break
-                if hit:
-                    mark[nfz] = f
-                    nfz += 1
-            for k in range(nfz):
-                f = mark[k]
-                frozen[f] = True
-                rate[f] = level
-                left -= 1
-                for j in range(links.shape[1]):
-                    lk = links[f, j]
-                    if lk != pad:
-                        remcap[lk] -= level
-                        cnt[lk] -= 1
-        # the next event: a flow ends or one starts
-        dt = np.inf
-        for i in range(nact):
-            f = act[i]
-            d = rem[f] / rate[f]
-            if d < dt:
-                dt = d
-        by_end = True
-        tn = t + dt
-        if nxt < hi and release[order[nxt]] < tn:
-            tn = release[order[nxt]]
-            by_end = False
-        step = tn - t
-        k = 0
-        for i in range(nact):
-            f = act[i]
-            d = rem[f] / rate[f]
-            if (by_end and d <= dt * (1.0 + 1e-9)) or d <= step * 1e-12:
-                end[f] = tn if not by_end else t + d
-                rem[f] = 0.0
-                done += 1
-            else:
-                rem[f] -= rate[f] * step
-                if rem[f] <= size[f] * 1e-12:
-                    end[f] = tn
-                    rem[f] = 0.0
-                    done += 1
-                else:
-                    act[k] = f
-                    k += 1
-                    continue
-            moving[f] = False
-            gone[ngone] = f
-            ngone += 1
-        nact = k
-        t = tn
-
-
-_fill_one = _fill
-_K: dict = {}
-
-
-def _kernel(name):
-    """The compiled kernel ``name`` (numba is imported on the first call, not at import)."""
-    if not _K:
-        from numba import njit
-        global _fill_one
-        _fill_one = njit(cache=True)(_fill)           # what the compiled _maxmin_py calls
-        _K["advance"] = njit(cache=True)(_advance_py)
-        _K["maxmin"] = njit(cache=True)(_maxmin_py)
-    return _K[name]
-
-
-def maxmin(release, size, links, capacity, flowcap=None) -> np.ndarray:
-    """End times of flows under max-min sharing, re-solved at every start and end (SimGrid's
-    model): ``release`` (s) and ``size`` (bytes) per flow, ``links`` a list of link-id lists,
-    ``capacity`` bytes/s per link, ``flowcap`` an optional per-flow rate cap."""
-    n = len(release)
-    width = max([len(x) for x in links] + [1])
-    pad = len(capacity)
-    lk = np.full((n, width), pad, dtype=np.int64)
-    for f, path in enumerate(links):
-        lk[f, :len(path)] = path
-    cap = np.append(np.asarray(capacity, dtype=np.float64), np.inf)
-    fc = np.full(n, np.inf) if flowcap is None else np.asarray(flowcap, dtype=np.float64)
-    return _kernel("maxmin")(np.asarray(release, dtype=np.float64),
-                             np.asarray(size, dtype=np.float64), lk, cap, fc, pad)
-
-
 # ----------------------------------------------------------------------------- routes and shapes
 
 class _Route:
     """A wave's paths (``src`` -> ``dst``): kinds, link ids, alpha and rate cap per message, the
-    link that limits each, whether the wave is contention-free; accumulates what it carried."""
+    link that limits each, whether the wave is contention-free; accumulates what it carried.
+    ``csrc``, ``cdst``: the clocks of its ends, rank x ``lanes`` + the message's ``lane`` (its
+    channel, on an event-driven fabric: one clock per rank and channel)."""
 
-    def __init__(self, routes: Routes, src, dst):
+    def __init__(self, routes: Routes, src, dst, lane=None, lanes: int = 1):
         n = len(src)
         N = routes.size
         self.src, self.dst = src, dst
+        self.lanes = lanes
+        if lanes > 1:
+            slane, dlane = lane if isinstance(lane, tuple) else (lane, lane)
+            self.csrc = src * lanes + (0 if slane is None else slane)
+            self.cdst = dst * lanes + (0 if dlane is None else dlane)
+        else:
+            self.csrc, self.cdst = src, dst
         kind = self.kind = routes.kind(src, dst)
         links = self.links = routes.links(src, dst, kind)
         self.alpha = routes.alpha[kind]
         capl = routes.capacity[links]
         self.flowcap = np.minimum(capl.min(axis=1), routes.cap[kind])
+        self.static = routes.fabric.pipelined
+        if self.static:             # each flow its max-min share of the wave, all moving at once
+            self.flowcap = kernel("rates")(links, routes.capacity, self.flowcap, routes.pad)
         use = np.bincount(links.ravel(), weights=np.repeat(self.flowcap, links.shape[1]),
                           minlength=routes.nlinks)
         self.free = bool((use[:-1] <= routes.capacity[:-1] * (1 + 1e-12)).all())
@@ -442,7 +151,8 @@ class _Route:
         if stack and routes.nhosts:
             held = (kind != INTRA) & (stack <= capl.min(axis=1))
             self.limit[held] = links[held, 4]
-        self.perm = bool(n == N and n and _is_perm(src, N) and _is_perm(dst, N))
+        NL = N * lanes
+        self.perm = bool(n == NL and n and _is_perm(self.csrc, NL) and _is_perm(self.cdst, NL))
         g = routes.fabric.per_node
         net = kind != INTRA
         cross = net & (src % g != dst % g)                  # one rail when g == 1
@@ -458,7 +168,7 @@ class _Route:
     def solve(self, routes: Routes, start, b) -> np.ndarray:
         """Each message's transfer time when the messages start at ``start`` (max-min)."""
         release = start + self.alpha
-        end = _kernel("maxmin")(release, b, self.links, routes.capacity, self.flowcap,
+        end = kernel("maxmin")(release, b, self.links, routes.capacity, self.flowcap,
                                 routes.pad)
         return end - release
 
@@ -483,22 +193,29 @@ class _Shape:
             self.drain, self.rate = None, np.inf
             return
         self.rate = _rate(b, self.drain)
-        src, dst, N = route.src, route.dst, routes.size
+        src, dst, N = route.csrc, route.cdst, routes.size * route.lanes
         if n < N:
             return
         dur = route.alpha + self.drain
         fin = np.full(N, -np.inf)
-        np.maximum.at(fin, src, dur)
+        sent = np.full(N, -np.inf)            # event-driven: each rank's longest send
+        if route.static:
+            np.maximum.at(sent, src, self.drain)
+        else:
+            np.maximum.at(fin, src, dur)
         np.maximum.at(fin, dst, dur)
         received = np.bincount(dst, minlength=N)
         # every rank ends at once and reduces as many messages (one per channel, say)
-        if np.ptp(fin) == 0 and (received == received[0]).all():
-            mine = np.flatnonzero((src == 0) | (dst == 0))
+        if (np.isfinite(fin[0]) and (fin == fin[0]).all() and (sent == sent[0]).all()
+                and (received == received[0]).all()):
+            mine = np.flatnonzero(dst == 0) if route.static else np.flatnonzero(
+                (src == 0) | (dst == 0))
             f = int(mine[np.argmax(dur[mine])])
-            self.uniform = (float(route.alpha[f]), float(self.drain[f]), int(received[0]))
+            self.uniform = (float(route.alpha[f]), float(self.drain[f]), int(received[0]),
+                            float(sent[0]))
         if not route.perm:
             return
-        P = routes.period
+        P = routes.period * route.lanes
         if P < N and route.free:
             rows = N // P
             order = np.argsort(src)
@@ -521,35 +238,69 @@ def _is_perm(a, n) -> bool:
 class _Clocks:
     """Every rank's clock and critical-path parts, stored as compactly as the symmetry allows:
     one value for all ranks (``uniform``), one per rank of a period of the fabric
-    (``periodic``: rank r stands for r, r + P, r + 2P, ...), or one per rank (``full``)."""
+    (``periodic``: rank r stands for r, r + P, r + 2P, ...), or one per rank (``full``).
+    ``pipelined`` (event-driven steps): ``t`` is when a rank has its inputs, ``lf`` when its
+    send link is free (``sharing.advance_pipelined``); else ``t`` is a lockstep clock."""
 
-    def __init__(self, delay: np.ndarray, period: int, overlap: bool, general: bool):
+    def __init__(self, delay: np.ndarray, period: int, overlap: bool, general: bool,
+                 pipelined: bool = False):
         self.size, self.period, self.overlap = len(delay), period, overlap
-        self.general = general
+        self.general, self.pipelined = general, pipelined
         self._work = None
         self.t = delay.copy()
+        self.lf = delay.copy()
         self.comp = np.zeros((len(delay), len(CRITICAL)))
         self.comp[:, 0] = delay
         self.mode = "full"
         if len(delay) and (delay == delay[0]).all() and not general:
-            self.mode, self.t, self.comp = "uniform", self.t[:1], self.comp[:1]
+            self.mode, self.t, self.lf, self.comp = ("uniform", self.t[:1], self.lf[:1],
+                                                     self.comp[:1])
 
     def expand(self, mode: str) -> None:
         n = {"periodic": self.period, "full": self.size}[mode]
         reps = n // len(self.t)
-        self.t, self.comp = np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
+        self.t, self.lf = np.tile(self.t, reps), np.tile(self.lf, reps)
+        self.comp = np.tile(self.comp, (reps, 1))
         self.mode = mode
 
     def _step(self, src, dst, alpha, drain, red):
         n = len(self.t)
+        if self.pipelined:
+            m = len(src)
+            if self._work is None or len(self._work[0]) != n:
+                self._work = (np.full(n, -np.inf), np.full(n, -1, np.int64), np.empty(n),
+                              np.zeros(n), np.empty(0), np.empty(0, np.int64),
+                              np.empty((0, self.comp.shape[1])))
+            fin, win, gap, redt, begin, who, rows = self._work
+            if len(begin) < m:
+                begin, who, rows = np.empty(m), np.empty(m, np.int64), np.empty((m, rows.shape[1]))
+                self._work = (fin, win, gap, redt, begin, who, rows)
+            kernel("advance_pipelined")(self.t, self.lf, self.comp, src, dst, alpha, drain, red,
+                                        self.overlap, fin, win, gap, redt, begin, who, rows)
+            return
         if self._work is None or len(self._work[0]) != n:
             self._work = (np.empty(n), np.empty_like(self.comp), np.empty(n),
                           np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n))
         t2, c2, *work = self._work
-        _kernel("advance")(self.t, self.comp, src, dst, alpha, drain, red, self.overlap, t2, c2,
-                           *work)
+        kernel("advance")(self.t, self.comp, src, dst, alpha, drain, red, self.overlap, t2, c2,
+                          *work)
         self._work = (self.t, self.comp, *work)
         self.t, self.comp = t2, c2
+
+    def _uniform(self, a, dr, received, sent, red):
+        """A wave that moves every rank alike, on the one clock."""
+        r = red * received
+        if self.pipelined:
+            start = max(self.t[0], self.lf[0])
+            gap = start - self.t[0]
+            extra = max(0.0, r - gap - a - dr) if self.overlap else r
+            self.t = self.t + (gap + a + dr + extra)
+            self.comp = self.comp + (0.0, a, dr + gap, extra, 1.0)
+            self.lf = np.maximum(self.lf, start + sent)
+            return
+        extra = max(0.0, r - a - dr) if self.overlap else r
+        self.t = self.t + (a + dr + extra)
+        self.comp = self.comp + (0.0, a, dr, extra, 1.0)
 
     def advance(self, routes: Routes, shape: _Shape | None, route: _Route, b, red):
         """One wave; ``red``: seconds of reduction per message (one value if all alike).
@@ -557,11 +308,7 @@ class _Clocks:
         alike = np.ndim(red) == 0
         if shape is not None:
             if self.mode == "uniform" and shape.uniform is not None and alike:
-                a, dr, received = shape.uniform
-                r = float(red) * received
-                extra = max(0.0, r - a - dr) if self.overlap else r
-                self.t = self.t + (a + dr + extra)
-                self.comp = self.comp + (0.0, a, dr, extra, 1.0)
+                self._uniform(*shape.uniform, float(red))
                 return None
             if self.mode != "full" and shape.periodic is not None and alike:
                 if self.mode == "uniform":
@@ -569,6 +316,7 @@ class _Clocks:
                 s, d, a, dr = shape.periodic
                 self._step(s, d, a, dr, np.full(len(s), float(red)))
                 return None
+        src, dst = route.csrc, route.cdst
         if self.mode != "full":
             uniform_start = self.mode == "uniform"
             self.expand("full")
@@ -576,18 +324,25 @@ class _Clocks:
             uniform_start = False
         red = np.ascontiguousarray(np.broadcast_to(red, (len(route.src),)), dtype=np.float64)
         if shape is not None and (route.free or uniform_start):
-            self._step(route.src, route.dst, route.alpha, shape.drain, red)
+            self._step(src, dst, route.alpha, shape.drain, red)
             return None
-        if route.free and not self.general:
-            self._step(route.src, route.dst, route.alpha, b / route.flowcap, red)
+        if route.free and (route.static or not self.general):
+            self._step(src, dst, route.alpha, b / route.flowcap, red)
             return None
-        drain = route.solve(routes, np.maximum(self.t[route.src], self.t[route.dst]), b)
-        self._step(route.src, route.dst, route.alpha, drain, red)
+        drain = route.solve(routes, np.maximum(self.t[src], self.t[dst]), b)
+        self._step(src, dst, route.alpha, drain, red)
         return drain
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each rank's finish (its last arrival, or its last send leaving) and its critical path
+        (a send still leaving at the end counts as transfer)."""
         reps = self.size // len(self.t) if len(self.t) else 0
-        return np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
+        t, comp = np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
+        if self.pipelined and reps:
+            lf = np.tile(self.lf, reps)
+            comp[:, 2] += np.maximum(0.0, lf - t)
+            t = np.maximum(t, lf)
+        return t, comp
 
 
 class _Totals:
@@ -649,13 +404,22 @@ class _Totals:
 # Messages of the routes ``run`` keeps for reuse (least recently used dropped first): a ring's
 # one route is always kept, a tree's rounds (each a new route) do not pile up.
 ROUTES_HELD = 1 << 19
+# A ring all-reduce with unequal blocks has no two waves alike: 2P(P-1) messages per channel to
+# time one by one (1e10 at 25,000 ranks x 8 channels). Beyond this many it is timed with every
+# block at the larger size (count rounded up to a multiple of ranks x channels): an upper bound,
+# above the exact time by at most 2(P-1) x one element's transfer per step (tests check it),
+# and the bytes reported are the call's own.
+EXACT_RING_MESSAGES = 1 << 24
 
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
-        collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Result:
+        collective: str = "allreduce", general: bool = False, base: float = 0.0,
+        lanes: int = 1) -> Result:
     """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
 
     ``general=True`` takes no shortcut: every wave is max-min solved at the ranks' own clocks.
     ``base``: seconds added to every rank's start (a protocol's per-call latency).
+    ``lanes``: on an event-driven fabric, the channels whose messages carry ``Wave.lane``: each
+    rank keeps one clock per channel, and finishes with its last channel.
     """
     routes = fabric.routes()
     N = fabric.size
@@ -663,7 +427,9 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
     if d.shape != (N,) or not (d >= 0).all():
         raise ValueError(f"delay must be {N} non-negative seconds (one per rank), got "
                          f"{d.shape[0] if d.ndim == 1 else d.shape} values")
-    clocks = _Clocks(d + base, routes.period, fabric.overlap, general)
+    L = lanes if fabric.pipelined else 1
+    clocks = _Clocks(np.repeat(d + base, L), routes.period * L, fabric.overlap, general,
+                     fabric.pipelined)
     route_cache: dict = {}          # least recently used first
     held = 0                        # messages of the routes kept
     shapes: dict = {}
@@ -687,7 +453,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
         route = route_cache.pop(rkey, None) if rkey is not None else None
         if route is None:
             route = _Route(routes, np.asarray(w.src, dtype=np.int64),
-                           np.asarray(w.dst, dtype=np.int64))
+                           np.asarray(w.dst, dtype=np.int64), w.lane, L)
             totals.seen(route)
             held += len(route.src) if rkey is not None else 0
         if rkey is not None:
@@ -731,6 +497,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
         retire(route)
     t, comp = clocks.finish()
     last = int(t.argmax()) if N else 0
+    t = t.reshape(N, L).max(axis=1)           # a rank ends with its last channel
     top, top_bytes, top_time = totals.top()
     return Result(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
                   totals.path_messages, totals.class_bytes(), top_bytes,
@@ -756,7 +523,7 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     node and network phases overlap (``allranks.pipeline_waves``); 1: the phases in series.
     """
     from ..registry import lookup
-    from .allranks import waves
+    from .allranks import has_direct_form, lanes_of, waves
 
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
@@ -798,14 +565,94 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
         link = fabric.nic if fabric.nodes > 1 else fabric.intra
         kwargs.update(algo.pick(size, -(-count // nch), kwargs["nodes"], link.alpha,
                                 1 / link.bandwidth, fabric.gamma))
-    key = (algo.name, count, nch, pipeline, repr(sorted(kwargs.items())))
+    timed_count = count
+    ring = (direct and has_direct_form(algo, kwargs) and algo.name == "ring"
+            and collective == "allreduce" and size > 1)
+    if (ring and count % (size * nch)
+            and 2 * size * (size - 1) * nch > EXACT_RING_MESSAGES):
+        timed_count = -(-count // (size * nch)) * size * nch      # equal blocks, the larger
+    r = None
+    if (ring and fabric.pipelined and not general and timed_count % (size * nch) == 0
+            and (delay is None or np.ptp(np.asarray(delay, dtype=np.float64)) == 0)):
+        start = base + (float(np.asarray(delay).ravel()[0]) if delay is not None else 0.0)
+        w0 = next(iter(waves(algo, size, timed_count, channels=nch, per_node=fabric.per_node)))
+        r = _ring_pipelined(w0, fabric, itemsize, start, count * itemsize, nch)
+    if r is not None:
+        r.channels = nch
+        return _rounded(r, count, timed_count)
+    key = (algo.name, timed_count, nch, pipeline, repr(sorted(kwargs.items())))
     wl = cache.get(key) if cache is not None else None
     if wl is None:
-        wl = waves(algo, size, count, direct=direct, channels=nch, per_node=fabric.per_node,
-                   pipeline=pipeline, **kwargs)
+        wl = waves(algo, size, timed_count, direct=direct, channels=nch,
+                   per_node=fabric.per_node, pipeline=pipeline, **kwargs)
         if cache is not None and isinstance(wl, list):
             cache[key] = wl
     r = run(wl, fabric, itemsize=itemsize, delay=delay, nbytes=count * itemsize,
-            collective=collective, general=general, base=base)
+            collective=collective, general=general, base=base,
+            lanes=nch * lanes_of(algo, kwargs.get("nodes"), direct))
     r.channels = nch
+    return _rounded(r, count, timed_count)
+
+
+def _rounded(r: Result, count: int, timed_count: int) -> Result:
+    """``r`` timed at ``timed_count`` elements, with the bytes of the call's ``count``."""
+    if timed_count != count:
+        f = count / timed_count
+        r.path_bytes = {k: v * f for k, v in r.path_bytes.items()}
+        r.class_bytes = {k: v * f for k, v in r.class_bytes.items()}
+        r.max_link_bytes *= f
+        r.rounded = timed_count - count
     return r
+
+
+def _ring_pipelined(w0, fabric: Fabric, itemsize: int, start: float, nbytes: int,
+                    lanes: int) -> Result | None:
+    """The ring all-reduce with equal blocks on an event-driven fabric, from its first wave
+    ``w0`` alone (every wave has its route and sizes): None when that does not hold exactly.
+
+    Each channel's ring is a cycle of hops h (into ring position h) of cost c_h = alpha +
+    transfer (+ reduction when not overlapped). A rank's clock after step S is the longest
+    path of S steps into it, each step a hop or a wait (a send link still busy: at most the
+    largest transfer d; or a reduction). When every hop costs at least every wait, the longest
+    path is the S hops that end at it: with S = 2(P-1), all hops of the ring twice but the
+    two just after it, i.e. position i ends at (C_rs - c_rs[i+2]) + (C_ag - c_ag[i+1]). Exact
+    (tests/unit/test_sim_sharing.py compares the wave-by-wave replay); O(P) instead of O(P^2).
+    """
+    routes = fabric.routes()
+    N, S = fabric.size, 2 * (fabric.size - 1)
+    route = _Route(routes, np.asarray(w0.src, np.int64), np.asarray(w0.dst, np.int64),
+                   w0.lane, lanes)
+    b = np.broadcast_to(np.asarray(w0.elements, np.float64) * itemsize, route.src.shape)
+    a, d = route.alpha, b / route.flowcap
+    red = fabric.gamma * b
+    hop = a + d
+    wait = max(float(d.max()), float(red.max()))
+    if not route.perm or (fabric.overlap and hop.min() < wait) or hop.min() < float(d.max()):
+        return None
+    rs = hop if fabric.overlap else hop + red
+    nv = N * lanes
+    into = np.empty(nv, np.int64)             # the message into each clock
+    into[route.cdst] = np.arange(len(route.cdst))
+    nxt = np.empty(nv, np.int64)
+    nxt[route.csrc] = route.cdst
+    lane = np.arange(nv) % lanes
+    c_rs = np.bincount(lane[route.cdst], weights=rs, minlength=lanes)
+    c_ag = np.bincount(lane[route.cdst], weights=hop, minlength=lanes)
+    skip_rs, skip_ag = into[nxt[nxt]], into[nxt]
+    finish = start + (c_rs[lane] - rs[skip_rs]) + (c_ag[lane] - hop[skip_ag])
+    last = int(finish.argmax())
+    ln, m1, m2 = lane[last], skip_rs[last], skip_ag[last]
+    total = {k: np.bincount(lane[route.cdst], weights=v, minlength=lanes)[ln]
+             for k, v in (("a", a), ("d", d), ("red", red))}
+    critical = {"delay": start, "latency": 2 * total["a"] - a[m1] - a[m2],
+                "transfer": 2 * total["d"] - d[m1] - d[m2],
+                "reduction": 0.0 if fabric.overlap else total["red"] - red[m1],
+                "messages": float(S)}
+    one = run([w0], fabric, itemsize=itemsize, nbytes=nbytes, lanes=lanes)
+    scale = lambda x: {k: v * S for k, v in x.items()}     # noqa: E731
+    finish = finish.reshape(N, lanes).max(axis=1)
+    return Result(fabric.name, N, nbytes, finish, float(finish.max()), scale(one.path_bytes),
+                  scale(one.path_messages), scale(one.class_bytes), one.max_link_bytes * S,
+                  one.max_link, one.internode_hops, one.cross_rail_hops, one.bottleneck_bw,
+                  {k: float(v) for k, v in critical.items()}, S, one.collective,
+                  one.max_link_time * S)
