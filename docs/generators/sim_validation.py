@@ -99,6 +99,10 @@ SOURCES = {
             "~370 GB/s",
     "model": "NCCL 2.30 src/graph/tuning.cc: tree LL (NCCL's pick at 8 KiB), latency "
              "6.8 + 2((8-1) x 0.6 + lg(nodes) x 5.0) us + bytes / bandwidth",
+    "tuning": "NCCL src/graph/tuning.cc (NVIDIA/nccl 5067397c), its whole all-reduce model with "
+              "the adjustments: mpicoll/simulators/nccl_tuning.py, each constant cited to its "
+              "line; crossover: the smallest power of two from 1 MiB at which the ring (its best "
+              "protocol) is at least as fast as the tree",
 }
 
 
@@ -138,10 +142,58 @@ PUBLISHED = [
 ]
 
 
+def nccl_ring_ll(nodes: int, nbytes: float) -> float:
+    """NCCL's model of its ring LL all-reduce on DGX-H100 nodes, seconds (``nccl_tuning``)."""
+    from mpicoll.simulators import nccl_tuning
+    g = nccl_tuning.graph_of(fabric.preset("dgx-h100-nccl", nodes, 8))
+    return nccl_tuning.time(g, "ring", "LL", nbytes)
+
+
+CROSSOVER_SIZES = [1 << k for k in range(20, 35)]        # 1 MiB .. 16 GiB
+
+
+def crossover(nodes: int, simulated: bool) -> int:
+    """The smallest size (``CROSSOVER_SIZES``) at which the ring all-reduce is at least as fast
+    as the tree on dgx-h100-nccl nodes: simulated, or in NCCL's tuning model (best protocol
+    each); the last size + 1 if never."""
+    from mpicoll.simulators import nccl_tuning
+    fab = fabric.preset("dgx-h100-nccl", nodes, 8)
+    g = nccl_tuning.graph_of(fab)
+    for b in CROSSOVER_SIZES:
+        if simulated:
+            ring = timed.simulate("allreduce", "ring", fab, b).time
+            tree = timed.simulate("allreduce", "double_binary_tree", fab, b).time
+        else:
+            ring, tree = (min(nccl_tuning.time(g, a, p, b) for p in nccl_tuning.PROTOCOLS)
+                          for a in ("ring", "tree"))
+        if ring <= tree:
+            return b
+    return CROSSOVER_SIZES[-1] + 1
+
+
+PUBLISHED += [
+    (f"{k} x DGX-H100, ring all-reduce, 8 KiB, LL (NCCL's model)", "allreduce", "ring",
+     "dgx-h100-nccl", k, 8192, "time", nccl_ring_ll(k, 8192), 0.20, "tuning")
+    for k in (2, 16)
+] + [
+    (f"{k} x DGX-H100, ring/tree crossover (NCCL's model)", "allreduce", "ring",
+     "dgx-h100-nccl", k, None, "crossover", crossover(k, False), 1.0, "tuning")
+    for k in (2, 16, 32)
+]
+
+
 def published_rows(only=None) -> list[dict]:
     rows = []
     for (label, coll, algo, name, nodes, nbytes, metric, anchor, tol, src) in PUBLISHED:
         if only is not None and label not in only:
+            continue
+        if metric == "crossover":
+            ours = crossover(nodes, True)
+            rows.append({"case": label, "collective": coll, "algorithm": "ring/tree",
+                         "fabric": name, "nodes": nodes, "per_node": 8, "bytes": None,
+                         "metric": metric, "anchor": anchor, "ours": ours,
+                         "ratio": ours / anchor, "tolerance": tol, "protocol": "-",
+                         "channels": 8, "max_link": "-", "source": src})
             continue
         fab = fabric.preset(name, nodes, 8)
         # NCCL's tuning-model latency has no channel term: the latency rows run one tree
@@ -155,16 +207,36 @@ def published_rows(only=None) -> list[dict]:
     return rows
 
 
+# Rows known to be out of their band, and why (tests/unit/test_sim_validation.py requires them
+# to be out: a fix must take them off this list).
+KNOWN_OUT = {
+    "16 x DGX-H100, ring/tree crossover (NCCL's model)":
+        "the simulated tree is 4-8 % slower than NCCL's model from 512 MiB to 2 GiB, and NCCL's "
+        "own ring and tree are within 4 % of each other there, so the crossing moves 4x",
+}
+
+
+def in_band(row) -> bool:
+    """Within +-tolerance; a crossover within 2x either way."""
+    if row["metric"] == "crossover":
+        return 0.5 <= row["ratio"] <= 2.0
+    return abs(row["ratio"] - 1) <= row["tolerance"]
+
+
 def render_published(rows) -> str:
     def q(row, v):
+        if row["metric"] == "crossover":
+            return f"{v / 2**20:g} MiB" if v < 2**30 else f"{v / 2**30:g} GiB"
         return f"{v / 1e9:.0f} GB/s" if row["metric"] == "busbw" else f"{v * 1e6:.1f} us"
     lines = ["| case | anchor | ours | ratio | band | protocol, channels | bottleneck | source |",
              "|---|---:|---:|---:|---:|---|---|---|"]
     for row in rows:
-        ok = abs(row["ratio"] - 1) <= row["tolerance"]
+        ok = in_band(row)
+        band = ("x2" if row["metric"] == "crossover"
+                else f"+-{row['tolerance'] * 100:.0f} %")
         lines.append(f"| {row['case']} | {q(row, row['anchor'])} | {q(row, row['ours'])} | "
                      f"{row['ratio']:.2f}{'' if ok else ' (out)'} | "
-                     f"+-{row['tolerance'] * 100:.0f} % | {row['protocol']}, "
+                     f"{band} | {row['protocol']}, "
                      f"{row['channels']} | {row['max_link']} | [{row['source']}] |")
     lines.append("")
     lines += [f"[{k}] {v}" for k, v in SOURCES.items()]

@@ -42,7 +42,9 @@ NCCL-like fabrics also declare ``channels`` (0: one per NIC, i.e. ``per_node``: 
 executor splits a collective over that many rings or trees, each on its own NIC), ``protocols``
 (``Protocol``: per-hop alpha of each link class, bandwidth efficiency and a per-call base, as
 NCCL's LL / LL128 / Simple; the timed executor picks the fastest per call and reports it) and
-``overlap`` (a rank's reduction runs while its messages arrive, as a pipelining executor does).
+``overlap`` (a rank's reduction runs while its messages arrive, as a pipelining executor does),
+``pipelined`` (event-driven steps: ``timed``, ``sharing.advance_pipelined``) and ``gpu``
+("hopper", "ampere": NCCL's tuning model picks the protocol, ``nccl_tuning``).
 
 Presets (``preset(name, ...)``): ``flat``, ``dgx-h100``, ``seed-lab``, ``this-machine``,
 ``dgx-h100-nccl``, ``dgx-a100-nccl``, or a JSON file with the fields of ``Fabric``
@@ -134,6 +136,7 @@ class Fabric:
     stack_per_flow: float | None = None    # bytes/s of one inter-node message (None: no cap)
     copy: float | None = None              # bytes/s of intra-node messages a host copies
     pipelined: bool = False                # event-driven steps, static link shares (NCCL-like)
+    gpu: str | None = None                 # "ampere" / "hopper": NCCL's tuning picks protocols
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -158,11 +161,16 @@ class Fabric:
         """Channels of a call: ``channels``, or one per NIC of a node (0)."""
         return self.channels or self.per_node
 
-    def with_protocol(self, name: str, tree: bool = False) -> "Fabric":
-        """This fabric as protocol ``name`` sees it: its alphas, bandwidths x its efficiency."""
+    def with_protocol(self, name: str, tree: bool = False, *, efficiency: float | None = None,
+                      intra_floor: float = 0.0, scale: float = 1.0) -> "Fabric":
+        """This fabric as protocol ``name`` sees it: its alphas, bandwidths x its efficiency.
+        ``efficiency`` replaces the protocol's; ``intra_floor`` (s) is the least intra-node
+        alpha; ``scale`` multiplies every alpha (NCCL's adjustments, ``nccl_tuning``)."""
         p = self.protocols[name]
-        a = p.alphas(tree)
-        cls = {c: LinkClass(a[c], getattr(self, c).bandwidth * p.efficiency) for c in CLASSES}
+        a = dict(p.alphas(tree))
+        a["intra"] = max(a["intra"], intra_floor)
+        eff = p.efficiency if efficiency is None else efficiency
+        cls = {c: LinkClass(a[c] * scale, getattr(self, c).bandwidth * eff) for c in CLASSES}
         return replace(self, name=f"{self.name}/{name}", protocols=None, **cls)
 
     @property
@@ -356,26 +364,26 @@ def nccl_protocols() -> dict:
             for name, (ring, tree, base, tbase, eff) in _NCCL.items()}
 
 
-def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, **_):
+def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, gpu=None, **_):
     """A DGX on a rail-optimized fat tree as NCCL plans it: NVLink and NIC at the bandwidths
     NCCL's topology search assigns them, one channel per NIC, NCCL's protocols, the reduction
     inside the transfer (NCCL's kernels reduce each slice as it arrives)."""
     return Fabric(name, nodes, per_node, intra=LinkClass(0.0, nvlink), nic=LinkClass(0.0, nic),
                   spine=LinkClass(0.0, nic), gamma=1e-12 if gamma is None else gamma,
                   leaf="rail", nodes_per_leaf=32, channels=0, protocols=nccl_protocols(),
-                  overlap=True, pipelined=True)
+                  overlap=True, pipelined=True, gpu=gpu)
 
 
 def _dgx_h100_nccl(nodes, per_node, **kw):
     """H100: 18 NVLink4 x 20.6 GB/s (topo.h SM90_NVLINK_BW), NDR 400 Gb/s NIC = 50 GB/s, which
     NCCL's ring search runs at 48 GB/s per channel (search.cc sm90SpeedArrayInter)."""
-    return _nccl("dgx-h100-nccl", 18 * 20.6e9, 48e9, nodes, per_node, **kw)
+    return _nccl("dgx-h100-nccl", 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", **kw)
 
 
 def _dgx_a100_nccl(nodes, per_node, **kw):
     """A100: 12 NVLink3 x 20 GB/s (topo.h SM80_NVLINK_BW), HDR 200 Gb/s NIC = 25 GB/s, run at
     24 GB/s per channel (search.cc speedArrayInter)."""
-    return _nccl("dgx-a100-nccl", 12 * 20.0e9, 24e9, nodes, per_node, **kw)
+    return _nccl("dgx-a100-nccl", 12 * 20.0e9, 24e9, nodes, per_node, gpu="ampere", **kw)
 
 
 PRESETS = {"flat": _flat, "dgx-h100": _dgx_h100, "seed-lab": _seed_lab,

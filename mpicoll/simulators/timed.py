@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
+from . import nccl_tuning
 from .sharing import kernel, maxmin
 
 __all__ = ["Result", "run", "simulate", "call_count", "maxmin"]
@@ -117,7 +118,8 @@ class _Route:
     ``csrc``, ``cdst``: the clocks of its ends, rank x ``lanes`` + the message's ``lane`` (its
     channel, on an event-driven fabric: one clock per rank and channel)."""
 
-    def __init__(self, routes: Routes, src, dst, lane=None, lanes: int = 1):
+    def __init__(self, routes: Routes, src, dst, lane=None, lanes: int = 1,
+                 pace: bool = False):
         n = len(src)
         N = routes.size
         self.src, self.dst = src, dst
@@ -134,8 +136,18 @@ class _Route:
         capl = routes.capacity[links]
         self.flowcap = np.minimum(capl.min(axis=1), routes.cap[kind])
         self.static = routes.fabric.pipelined
+        paced = False
         if self.static:             # each flow its max-min share of the wave, all moving at once
             self.flowcap = kernel("rates")(links, routes.capacity, self.flowcap, routes.pad)
+            paced = pace and lanes > 1   # a channel's pipeline at its slowest hop (slices)
+            if paced:
+                flow = self.cdst % lanes
+                pace = np.full(lanes, np.inf)
+                np.minimum.at(pace, flow, self.flowcap)
+                slowest = np.full(lanes, -1)
+                slowest[flow[self.flowcap == pace[flow]]] = np.flatnonzero(
+                    self.flowcap == pace[flow])
+                self.flowcap = pace[flow]
         use = np.bincount(links.ravel(), weights=np.repeat(self.flowcap, links.shape[1]),
                           minlength=routes.nlinks)
         self.free = bool((use[:-1] <= routes.capacity[:-1] * (1 + 1e-12)).all())
@@ -147,6 +159,8 @@ class _Route:
         self.limit = links[np.arange(n), j]
         capped = (kind == SPINE) & (routes.cap[SPINE] < capl.min(axis=1))
         self.limit[capped] = links[capped, 2]
+        if self.static and paced:               # held back by its channel's slowest hop
+            self.limit = self.limit[slowest[flow]]
         stack = routes.fabric.stack_per_flow    # a message held back by its share of a stack
         if stack and routes.nhosts:
             held = (kind != INTRA) & (stack <= capl.min(axis=1))
@@ -413,13 +427,15 @@ EXACT_RING_MESSAGES = 1 << 24
 
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
         collective: str = "allreduce", general: bool = False, base: float = 0.0,
-        lanes: int = 1) -> Result:
+        lanes: int = 1, paced: bool = False) -> Result:
     """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
 
     ``general=True`` takes no shortcut: every wave is max-min solved at the ranks' own clocks.
     ``base``: seconds added to every rank's start (a protocol's per-call latency).
     ``lanes``: on an event-driven fabric, the channels whose messages carry ``Wave.lane``: each
-    rank keeps one clock per channel, and finishes with its last channel.
+    rank keeps one clock per channel, and finishes with its last channel; ``paced``: each
+    channel's (lane's) messages of a wave move at the rate of its slowest (a ring's or a tree's
+    pipeline of slices runs at its slowest hop, as NCCL's model has it).
     """
     routes = fabric.routes()
     N = fabric.size
@@ -453,7 +469,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
         route = route_cache.pop(rkey, None) if rkey is not None else None
         if route is None:
             route = _Route(routes, np.asarray(w.src, dtype=np.int64),
-                           np.asarray(w.dst, dtype=np.int64), w.lane, L)
+                           np.asarray(w.dst, dtype=np.int64), w.lane, L, paced)
             totals.seen(route)
             held += len(route.src) if rkey is not None else 0
         if rkey is not None:
@@ -529,19 +545,24 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")
     if fabric.protocols:
-        names = [protocol] if protocol else list(fabric.protocols)
-        if protocol and protocol not in fabric.protocols:
+        if protocol and protocol != "fastest" and protocol not in fabric.protocols:
             raise ValueError(f"unknown protocol {protocol!r}; {fabric.name} has "
-                             f"{list(fabric.protocols)}")
+                             f"{list(fabric.protocols)} (or 'fastest')")
         tree = algo.name in TREES
+        nccl = _nccl_graph(fabric, collective, algo.name, channels)
+        if protocol and protocol != "fastest":
+            names = [protocol]
+        elif protocol is None and nccl is not None:     # NCCL's own pick (its tuning model)
+            names = [nccl_tuning.choose(nccl, nbytes, ("tree" if tree else "ring",))[1]]
+        else:
+            names = list(fabric.protocols)
         best = None
         cache: dict = {}                 # schedule-built waves, shared by the protocols
         for name in names:
-            fab = fabric.with_protocol(name, tree)
+            fab, base = _as_nccl_runs(fabric, nccl, name, tree, nbytes)
             r = simulate(collective, algorithm, fab, nbytes, itemsize=itemsize, delay=delay,
                          direct=direct, root=root, channels=channels or fabric.nchannels,
-                         general=general, pipeline=pipeline,
-                         _base=fabric.protocols[name].base_of(tree),
+                         general=general, pipeline=pipeline, _base=base,
                          _cache=cache, **options)
             r.protocol, r.fabric = name, fabric.name
             if best is None or r.time < best.time:
@@ -589,9 +610,38 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
             cache[key] = wl
     r = run(wl, fabric, itemsize=itemsize, delay=delay, nbytes=count * itemsize,
             collective=collective, general=general, base=base,
-            lanes=nch * lanes_of(algo, kwargs.get("nodes"), direct))
+            lanes=nch * lanes_of(algo, kwargs.get("nodes"), direct),
+            paced=algo.name in ("ring",) + TREES)
     r.channels = nch
     return _rounded(r, count, timed_count)
+
+
+def _nccl_graph(fabric: Fabric, collective: str, algorithm: str, channels: int | None):
+    """NCCL's tuning graph when NCCL has a model of this call (a ring or tree all-reduce on a
+    fabric that names its GPU), with the call's channels, else None."""
+    if fabric.gpu is None or collective != "allreduce" or algorithm not in ("ring",) + TREES[:1]:
+        return None
+    return nccl_tuning.graph_of(fabric, channels)
+
+
+def _as_nccl_runs(fabric: Fabric, nccl, name: str, tree: bool, nbytes: int):
+    """``fabric`` under protocol ``name`` and its per-call base latency; with NCCL's graph, its
+    adjustments too (``nccl_tuning``): the protocol's bandwidth share (caps and factors), a
+    multi-node ring's intra-node hop no faster than the network overhead, and the multi-node
+    Simple ring's 1.4x latency."""
+    p = fabric.protocols[name]
+    if nccl is None:
+        return fabric.with_protocol(name, tree), p.base_of(tree)
+    kind = "tree" if tree else "ring"
+    floor = scale = 0.0
+    if kind == "ring" and nccl.nodes > 1:
+        floor = nccl_tuning.NET_OVERHEAD * (3 if name == "Simple" else 1) * 1e-6
+        if name == "Simple" and nbytes / (nccl.channels * nccl.nranks) >= 64:
+            scale = nccl_tuning.PLATEAU[nccl.gpu]
+    scale = scale or 1.0
+    eff = min(1.0, nccl_tuning.efficiency(nccl, kind, name, nbytes))
+    return (fabric.with_protocol(name, tree, efficiency=eff, intra_floor=floor, scale=scale),
+            p.base_of(tree) * scale)
 
 
 def _rounded(r: Result, count: int, timed_count: int) -> Result:
@@ -621,7 +671,7 @@ def _ring_pipelined(w0, fabric: Fabric, itemsize: int, start: float, nbytes: int
     routes = fabric.routes()
     N, S = fabric.size, 2 * (fabric.size - 1)
     route = _Route(routes, np.asarray(w0.src, np.int64), np.asarray(w0.dst, np.int64),
-                   w0.lane, lanes)
+                   w0.lane, lanes, True)
     b = np.broadcast_to(np.asarray(w0.elements, np.float64) * itemsize, route.src.shape)
     a, d = route.alpha, b / route.flowcap
     red = fabric.gamma * b
@@ -648,7 +698,7 @@ def _ring_pipelined(w0, fabric: Fabric, itemsize: int, start: float, nbytes: int
                 "transfer": 2 * total["d"] - d[m1] - d[m2],
                 "reduction": 0.0 if fabric.overlap else total["red"] - red[m1],
                 "messages": float(S)}
-    one = run([w0], fabric, itemsize=itemsize, nbytes=nbytes, lanes=lanes)
+    one = run([w0], fabric, itemsize=itemsize, nbytes=nbytes, lanes=lanes, paced=True)
     scale = lambda x: {k: v * S for k, v in x.items()}     # noqa: E731
     finish = finish.reshape(N, lanes).max(axis=1)
     return Result(fabric.name, N, nbytes, finish, float(finish.max()), scale(one.path_bytes),

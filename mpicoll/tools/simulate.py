@@ -95,8 +95,9 @@ def parse_args(argv):
     ap.add_argument("--channels", type=positive_int,
                     help="split each all-reduce over this many rings/trees, one per NIC "
                          "(default: the fabric's)")
-    ap.add_argument("--protocol", help="force one of the fabric's protocols (default: the "
-                                       "fastest per size)")
+    ap.add_argument("--protocol", help="force one of the fabric's protocols, or 'fastest' "
+                                       "(default: NCCL's pick for ring and tree on a fabric "
+                                       "that names its GPU, else the fastest per size)")
     ap.add_argument("--json", metavar="PATH", help="write the results here (bench's keys)")
     args = ap.parse_args(argv)
     if args.fabric not in fabrics.PRESETS and not Path(args.fabric).is_file():
@@ -216,7 +217,7 @@ def main(argv=None) -> int:
         if args.channels:
             options[name]["channels"] = args.channels
         if args.protocol:
-            if not fabric.protocols or args.protocol not in fabric.protocols:
+            if not fabric.protocols or args.protocol not in [*fabric.protocols, "fastest"]:
                 ap.error(f"--protocol {args.protocol}: {fabric.name} declares "
                          f"{list(fabric.protocols or [])}")
             options[name]["protocol"] = args.protocol

@@ -447,9 +447,10 @@ EXEMPT = {
                                         "nodes); tests/jobs/test_cli_jobs.py runs the job",
     "python jobs/experiments/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
     "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
-    "python jobs/experiments/sim_scale.py --case ring:dgx-h100-nccl:512x8:1G --case "
-    "ring:dgx-h100-nccl:256x8:1000000000 --case double_binary_tree:dgx-h100-nccl:512x8:1G "
-    "--case hierarchical:dgx-h100-nccl:512x8:1G": "4,096-rank cases of a minute or more",
+    "python jobs/experiments/sim_scale.py --case ring:dgx-h100-nccl:3125x8:1G --case "
+    "double_binary_tree:dgx-h100-nccl:3125x8:1G --case hierarchical:dgx-h100-nccl:3125x8:1G "
+    "--case ring:dgx-h100-nccl:512x8:1000000000 --case double_binary_tree:dgx-h100-nccl:512x8:1G":
+        "25,000-rank cases of a minute or more of CPU",
 }
 
 

@@ -266,3 +266,48 @@ def test_pipeline_table_in_the_doc_is_the_json_and_today():
     today = sim_validation.pipeline_rows(sim_validation.PIPELINE[:1], ("ring",), (1, 2, 4))
     assert (today[0]["outer"], today[0]["bytes"]) == (rows[0]["outer"], rows[0]["bytes"])
     assert today[0]["time"] == pytest.approx(rows[0]["time"][:3], rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- issue 45
+
+def test_unequal_ring_blocks_at_scale_are_an_upper_bound_with_the_calls_bytes(monkeypatch):
+    """Beyond EXACT_RING_MESSAGES a ring with unequal blocks is timed at equal blocks of the
+    larger size: never below the exact replay, above it by at most 2(P-1) element transfers
+    per channel step, and with the exact bytes in total."""
+    for fab in (_flat(64), fabrics.preset("dgx-h100-nccl", 4, 8)):
+        nbytes = 4 * (64 * 8 * 1000 + 37)                  # unequal blocks on 64 and 32 ranks
+        exact = timed.simulate("allreduce", "ring", fab, nbytes, protocol="Simple"
+                               if fab.protocols else None)
+        monkeypatch.setattr(timed, "EXACT_RING_MESSAGES", 0)
+        bound = timed.simulate("allreduce", "ring", fab, nbytes, protocol="Simple"
+                               if fab.protocols else None)
+        monkeypatch.undo()
+        assert exact.rounded == 0 < bound.rounded
+        P = fab.size
+        slack = 2 * (P - 1) * 4 / min(fab.nic.bandwidth, fab.intra.bandwidth) + 1e-12
+        assert exact.time <= bound.time <= exact.time + slack, (exact.time, bound.time)
+        assert sum(bound.path_bytes.values()) == pytest.approx(sum(exact.path_bytes.values()))
+
+
+def test_nccl_fabric_picks_the_protocol_nccls_tuning_picks():
+    from mpicoll.simulators import nccl_tuning
+    for nodes in (1, 2, 16):
+        fab = fabrics.preset("dgx-h100-nccl", nodes, 8)
+        g = nccl_tuning.graph_of(fab)
+        for nbytes in (8192, 1 << 20, 64 << 20, 1 << 30):
+            for name, kind in (("ring", "ring"), ("double_binary_tree", "tree")):
+                r = timed.simulate("allreduce", name, fab, nbytes)
+                assert r.protocol == nccl_tuning.choose(g, nbytes, (kind,))[1], (nodes, nbytes)
+        fastest = timed.simulate("allreduce", "ring", fab, 1 << 20, protocol="fastest")
+        assert fastest.time <= timed.simulate("allreduce", "ring", fab, 1 << 20).time
+
+
+def test_event_driven_ring_pays_the_network_latency_only_on_its_network_hops():
+    """2 x 8 H100, ring LL, one channel, 8 KiB: the critical path is the 30 hops of the data,
+    26 inside the nodes at max(0.6, NCCL's 1 us net overhead) and 4 across at 2.7 us, after
+    the 6.6 us base -- not 30 x 2.7 us as in lockstep."""
+    fab = fabrics.preset("dgx-h100-nccl", 2, 8)
+    r = timed.simulate("allreduce", "ring", fab, 8192, protocol="LL", channels=1)
+    assert r.critical["messages"] == 30
+    assert r.critical["latency"] == pytest.approx((26 * 1.0 + 4 * 2.7) * 1e-6)
+    assert r.critical["delay"] == pytest.approx(6.6e-6)
