@@ -2,7 +2,7 @@
 
     python docs/generators/sim_validation.py published --json docs/simulator-validation.json  # the table
     python docs/generators/sim_validation.py measured       # 4b: this-machine vs docs/results bench JSON
-    python docs/generators/sim_validation.py nccl           # 4c: dgx-h100 vs NCCL's tuning model
+    python docs/generators/sim_validation.py nccl           # 4c: dgx-h100-textbook vs NCCL's tuning model
     python docs/generators/sim_validation.py nodes -o docs/simulator-nodes.png   # hierarchical vs ring
     python docs/generators/sim_validation.py pipeline --json docs/simulator-pipeline.json  # k chunks
 
@@ -283,12 +283,12 @@ def nccl_model(nodes: int, ppn: int, nbytes: float) -> tuple[float, float]:
 
 
 def nccl(args) -> None:
-    """4c: our ring, double binary tree and hierarchical on dgx-h100 beside NCCL's model."""
+    """4c: our ring, double binary tree and hierarchical on dgx-h100-textbook beside NCCL's model."""
     print("| nodes | ranks | size (B) | NCCL ring | our ring | NCCL tree | our double_binary_tree "
           "| our hierarchical |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for nodes in args.nodes:
-        fab = fabric.preset("dgx-h100", nodes, 8)
+        fab = fabric.preset("dgx-h100-textbook", nodes, 8)
         for nbytes in args.sizes:
             ring_m, tree_m = nccl_model(nodes, 8, nbytes)
             ring = timed.simulate("allreduce", "ring", fab, nbytes).time
@@ -344,11 +344,11 @@ NODE_SIZES = [192 << 10, 12 << 20, 768 << 20]
 
 
 def node_rows(sizes=NODE_SIZES, counts=NODE_COUNTS) -> list[dict]:
-    """Hierarchical vs the rank-order ring on dgx-h100 at each node count of 8 ranks: us."""
+    """Hierarchical vs the rank-order ring on dgx-h100-textbook at each node count of 8 ranks: us."""
     rows = []
     for nbytes in sizes:
         for k in counts:
-            fab = fabric.preset("dgx-h100", k, 8)
+            fab = fabric.preset("dgx-h100-textbook", k, 8)
             rows.append({"bytes": nbytes, "nodes": k, "ranks": k * 8,
                          "ring_us": timed.simulate("allreduce", "ring", fab, nbytes).time * 1e6,
                          "hierarchical_us": timed.simulate("allreduce", "smp", fab,
@@ -366,7 +366,7 @@ def render_nodes(rows) -> str:
 
 
 def nodes(args) -> None:
-    """Hierarchical vs the rank-order ring on dgx-h100, 2 to 3,072 nodes of 8: the table (and
+    """Hierarchical vs the rank-order ring on dgx-h100-textbook, 2 to 3,072 nodes of 8: the table (and
     ``--json``), and the figure (``-o``).
 
     The sizes divide into equal ring blocks at every node count (multiples of 3 x 2^14
@@ -395,7 +395,7 @@ def nodes(args) -> None:
     ax.set_ylabel("simulated all-reduce time (us)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("timed executor, dgx-h100 fabric: hierarchical (ring inside, recursive "
+    ax.set_title("timed executor, dgx-h100-textbook fabric: hierarchical (ring inside, recursive "
                  "doubling across) vs flat ring", fontsize=9)
     fig.tight_layout()
     fig.savefig(args.output, dpi=110, metadata={"Software": None})

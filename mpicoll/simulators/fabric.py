@@ -46,9 +46,11 @@ NCCL's LL / LL128 / Simple; the timed executor picks the fastest per call and re
 ``pipelined`` (event-driven steps: ``timed``, ``sharing.advance_pipelined``) and ``gpu``
 ("hopper", "ampere": NCCL's tuning model picks the protocol, ``nccl_tuning``).
 
-Presets (``preset(name, ...)``): ``flat``, ``dgx-h100``, ``seed-lab``, ``this-machine``,
-``dgx-h100-nccl``, ``dgx-a100-nccl``, or a JSON file with the fields of ``Fabric``
-(``docs/simulator.md`` gives the sources of the numbers).
+Presets (``preset(name, ...)``): ``flat``, ``dgx-a100``, ``dgx-h100``, ``dgx-h200`` (the
+machines as NCCL runs them: 8 channels, NCCL's protocols and tuning, event-driven steps;
+``dgx-h100-nccl`` and ``dgx-a100-nccl`` are their names before issue 45),
+``dgx-h100-textbook`` (one channel, lockstep), ``seed-lab``, ``this-machine``, or a JSON file
+with the fields of ``Fabric`` (``docs/simulator.md`` gives the sources of the numbers).
 """
 
 from __future__ import annotations
@@ -318,9 +320,11 @@ def _flat(nodes, per_node, alpha=2e-6, bandwidth=25e9, gamma=0.0, **_):
     return Fabric("flat", nodes, per_node, c, c, c, gamma, leaf="single")
 
 
-def _dgx_h100(nodes, per_node, gamma=None, **_):
-    """DGX/HGX H100 nodes on a rail-optimized NDR InfiniBand fat tree (sources: docs)."""
-    return Fabric("dgx-h100", nodes, per_node,
+def _dgx_h100_textbook(nodes, per_node, gamma=None, **_):
+    """DGX/HGX H100 nodes on a rail-optimized NDR InfiniBand fat tree, as a textbook fabric: one
+    channel, one alpha per link class, lockstep steps (sources: docs). ``dgx-h100`` is the same
+    machine as NCCL runs it."""
+    return Fabric("dgx-h100-textbook", nodes, per_node,
                   intra=LinkClass(2e-6, 450e9),       # NVLink4 via NVSwitch, per GPU per direction
                   nic=LinkClass(5e-6, 50e9),          # ConnectX-7 NDR 400 Gb/s per GPU
                   spine=LinkClass(6e-6, 50e9),        # one more switch tier, 400 Gb/s links
@@ -374,21 +378,36 @@ def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, gpu=None, **_):
                   overlap=True, pipelined=True, gpu=gpu)
 
 
-def _dgx_h100_nccl(nodes, per_node, **kw):
+def _dgx_h100(nodes, per_node, name="dgx-h100", **kw):
     """H100: 18 NVLink4 x 20.6 GB/s (topo.h SM90_NVLINK_BW), NDR 400 Gb/s NIC = 50 GB/s, which
     NCCL's ring search runs at 48 GB/s per channel (search.cc sm90SpeedArrayInter)."""
-    return _nccl("dgx-h100-nccl", 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", **kw)
+    return _nccl(name, 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", **kw)
 
 
-def _dgx_a100_nccl(nodes, per_node, **kw):
+def _dgx_h200(nodes, per_node, gamma=None, **kw):
+    """H200: the H100's NVLink4 and ConnectX-7 NDR NICs (DGX H200 data sheet), HBM3e at 4.8 TB/s
+    instead of 3.35: the reduction 1.43x faster (gamma 0.7 ps/B)."""
+    return _nccl("dgx-h200", 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper",
+                 gamma=0.7e-12 if gamma is None else gamma, **kw)
+
+
+def _dgx_a100(nodes, per_node, name="dgx-a100", **kw):
     """A100: 12 NVLink3 x 20 GB/s (topo.h SM80_NVLINK_BW), HDR 200 Gb/s NIC = 25 GB/s, run at
     24 GB/s per channel (search.cc speedArrayInter)."""
-    return _nccl("dgx-a100-nccl", 12 * 20.0e9, 24e9, nodes, per_node, gpu="ampere", **kw)
+    return _nccl(name, 12 * 20.0e9, 24e9, nodes, per_node, gpu="ampere", **kw)
 
 
-PRESETS = {"flat": _flat, "dgx-h100": _dgx_h100, "seed-lab": _seed_lab,
-           "this-machine": _this_machine, "dgx-h100-nccl": _dgx_h100_nccl,
-           "dgx-a100-nccl": _dgx_a100_nccl}
+def _named(fn, name):
+    return lambda nodes, per_node, **kw: fn(nodes, per_node, name=name, **kw)
+
+
+# The machines as NCCL runs them (8 channels, protocols, event-driven steps); the textbook
+# fabric is ``dgx-h100-textbook``; ``-nccl`` names are the same machines (their names before
+# issue 45).
+PRESETS = {"flat": _flat, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100, "dgx-h200": _dgx_h200,
+           "dgx-h100-textbook": _dgx_h100_textbook, "seed-lab": _seed_lab,
+           "this-machine": _this_machine, "dgx-h100-nccl": _named(_dgx_h100, "dgx-h100-nccl"),
+           "dgx-a100-nccl": _named(_dgx_a100, "dgx-a100-nccl")}
 
 
 def from_json(path, nodes: int, per_node: int) -> Fabric:

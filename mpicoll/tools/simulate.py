@@ -9,9 +9,11 @@ Columns as ``mpicoll bench``'s (GB = 1e9 B, algbw = size / time, busbw = algbw x
 from the timed executor (``mpicoll.simulators.timed``) instead of a clock, then the protocol and
 channels used, the bottleneck link (the one that held messages back longest) and the bytes it
 carried, the bytes that crossed nodes and the rank pairs that cross rails.
-Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-h100``, ``seed-lab``,
-``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile), ``dgx-h100-nccl``,
-``dgx-a100-nccl`` (channels, NCCL's protocols) or a JSON file (``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
+Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-a100``, ``dgx-h100``,
+``dgx-h200`` (as NCCL runs them: channels, NCCL's protocols and tuning, event-driven steps;
+``--channels 1`` for one ring), ``dgx-h100-textbook`` (one channel, lockstep), ``seed-lab``,
+``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile) or a JSON file
+(``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
 ``mpicoll plot`` draws it. A run longer than a few seconds shows its progress on stderr: a bar on
 a terminal, else a line every 10 s.
 """
@@ -37,8 +39,8 @@ __all__ = ["main", "parse_seconds", "parse_bandwidth"]
 
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
 _RATES = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
-DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "seed-lab": 8, "dgx-h100-nccl": 8,
-                    "dgx-a100-nccl": 8}
+DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "dgx-h100-textbook": 8, "dgx-h200": 8,
+                    "dgx-a100": 8, "seed-lab": 8, "dgx-h100-nccl": 8, "dgx-a100-nccl": 8}
 
 
 def _number_unit(text: str, what: str) -> tuple[float, str]:

@@ -105,11 +105,11 @@ CHEAP = {
     "mpicoll simulate --fabric dgx-h100 --nodes 3072 --per-node 8 -a ring,hierarchical -b 768M "
     "-e 768M": "mpicoll simulate --fabric dgx-h100 --nodes 4 --per-node 8 -a ring,hierarchical "
                "-b 768M -e 768M",
-    "mpicoll simulate --fabric dgx-h100 --nodes 3072 --per-node 8 -a hierarchical -b 768M "
-    "-e 768M --json h.json": "mpicoll simulate --fabric dgx-h100 --nodes 4 --per-node 8 "
+    "mpicoll simulate --fabric dgx-h100-textbook --nodes 3072 --per-node 8 -a hierarchical -b 768M "
+    "-e 768M --json h.json": "mpicoll simulate --fabric dgx-h100-textbook --nodes 4 --per-node 8 "
                              "-a hierarchical -b 768M -e 768M --json h.json",
     "mpicoll plot h.json -o h.png":
-        "mpicoll simulate --fabric dgx-h100 --nodes 4 --per-node 8 -a hierarchical -b 768M "
+        "mpicoll simulate --fabric dgx-h100-textbook --nodes 4 --per-node 8 -a hierarchical -b 768M "
         "-e 768M --json h.json && mpicoll plot h.json -o h.png && test -s h.png",
     "mpicoll simulate --fabric dgx-h100-nccl --nodes 16 -a ring,double_binary_tree -b 8K -e 4G "
     "-f 8": "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a ring,double_binary_tree "
@@ -446,7 +446,7 @@ EXEMPT = {
     "sbatch slurm/fabric.sbatch stack": "needs a shaped fabric's nodes (its pairs must cross "
                                         "nodes); tests/jobs/test_cli_jobs.py runs the job",
     "python jobs/experiments/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
-    "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
+    "hierarchical+outer=ring:dgx-h100-textbook:3072x8:1G": "the two cases the page says take minutes",
     "python jobs/experiments/sim_scale.py --case ring:dgx-h100-nccl:3125x8:1G --case "
     "double_binary_tree:dgx-h100-nccl:3125x8:1G --case hierarchical:dgx-h100-nccl:3125x8:1G "
     "--case ring:dgx-h100-nccl:512x8:1000000000 --case double_binary_tree:dgx-h100-nccl:512x8:1G":

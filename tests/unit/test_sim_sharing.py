@@ -75,10 +75,10 @@ def test_maxmin_gives_a_flow_bottlenecked_elsewhere_its_share():
 # ----------------------------------------------------------------------------- fast == general
 
 CASES = [
-    ("ring", fabrics.preset("dgx-h100", 4, 4), {}),
+    ("ring", fabrics.preset("dgx-h100-textbook", 4, 4), {}),
     ("ring", fabrics.preset("seed-lab", 2, 8), {}),
-    ("hierarchical", fabrics.preset("dgx-h100", 6, 2), {}),
-    ("hierarchical", fabrics.preset("dgx-h100", 4, 4), {"outer": "ring"}),
+    ("hierarchical", fabrics.preset("dgx-h100-textbook", 6, 2), {}),
+    ("hierarchical", fabrics.preset("dgx-h100-textbook", 4, 4), {"outer": "ring"}),
     ("recursive_doubling", fabrics.preset("seed-lab", 2, 4), {}),
     ("ring", fabrics.preset("dgx-h100-nccl", 2, 4), {"protocol": "Simple"}),
     ("double_binary_tree", fabrics.preset("dgx-h100-nccl", 2, 4), {"protocol": "LL"}),
@@ -135,14 +135,14 @@ def test_uneven_ring_memory_is_linear_and_hops_streamed():
 
 
 def test_hierarchical_outer_ring_has_a_direct_form_and_streams():
-    fab = fabrics.preset("dgx-h100", 48, 8)
+    fab = fabrics.preset("dgx-h100-textbook", 48, 8)
     count = 10 ** 6 + 3                           # uneven shards and blocks
     algo = __import__("mpicoll.registry", fromlist=["lookup"]).lookup("allreduce", "hierarchical")
     gen = allranks.waves(algo, fab.size, count, nodes=fab.node_layout(), inner="ring",
                          outer="ring")
     assert not isinstance(gen, list)             # a generator: never all waves at once
     x = timed.simulate("allreduce", "hierarchical", fab, 4 * count, outer="ring")
-    small = fabrics.preset("dgx-h100", 6, 4)
+    small = fabrics.preset("dgx-h100-textbook", 6, 4)
     a = timed.simulate("allreduce", "hierarchical", small, 4 * count, outer="ring")
     b = timed.simulate("allreduce", "hierarchical", small, 4 * count, outer="ring", direct=False)
     np.testing.assert_allclose(a.finish, b.finish, rtol=1e-12)
@@ -242,7 +242,7 @@ def test_hierarchical_pipeline_with_channels_moves_the_same_bytes_sooner():
     assert b.path_bytes == pytest.approx(a.path_bytes)
     assert b.time < 0.9 * a.time
     with pytest.raises(ValueError, match="pipeline= needs hierarchical"):
-        timed.simulate("allreduce", "ring", fabrics.preset("dgx-h100", 2, 4), 1 << 20,
+        timed.simulate("allreduce", "ring", fabrics.preset("dgx-h100-textbook", 2, 4), 1 << 20,
                        pipeline=2)
 
 

@@ -133,7 +133,7 @@ def test_sim_scale_row_is_what_the_simulator_predicts_today():
     """"Speed": the wall, CPU and memory columns are measurements of their run; the predicted
     time, waves and critical path are the simulator's and must be today's. The 3,072 x 8
     hierarchical row is checked here (~6 s of CPU; the 16,384-rank ring row takes ~17 s)."""
-    case = "hierarchical+outer=ring:dgx-h100:3072x8:1G"
+    case = "hierarchical+outer=ring:dgx-h100-textbook:3072x8:1G"
     row = next(line for line in block("sim_scale").splitlines() if f"`{case}`" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
     proc = subprocess.run([sys.executable, str(ROOT / "jobs/experiments/sim_scale.py"), "--case",
