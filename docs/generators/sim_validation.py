@@ -5,6 +5,7 @@
     python docs/generators/sim_validation.py nccl           # 4c: dgx-h100-textbook vs NCCL's tuning model
     python docs/generators/sim_validation.py nodes -o docs/simulator-nodes.png   # hierarchical vs ring
     python docs/generators/sim_validation.py pipeline --json docs/simulator-pipeline.json  # k chunks
+    python docs/generators/sim_validation.py workload --json docs/simulator-workload.json  # a step
 
 ``published`` is the validation table of docs/simulator.md (issue 24): every row a published
 measurement or NCCL's own tuning model, our prediction on the ``dgx-h100-nccl`` /
@@ -257,7 +258,8 @@ def published(args) -> None:
 def render(args) -> None:
     data = json.loads(Path(args.json).read_text())
     print({"published": render_published, "measured": render_measured,
-           "pipeline": render_pipeline, "nodes": render_nodes}[args.what_table](data))
+           "pipeline": render_pipeline, "nodes": render_nodes,
+           "workload": render_workload}[args.what_table](data))
 
 
 def nccl_model(nodes: int, ppn: int, nbytes: float) -> tuple[float, float]:
@@ -339,6 +341,66 @@ def pipeline(args) -> None:
     _emit(pipeline_rows(), render_pipeline, args.json)
 
 
+# A GPT-like layer: 4,096 tokens per micro-batch, bf16, TP = 8, forward FLOPs 24 x tokens x
+# hidden^2 / TP at 400 TFLOP/s per H100 (~40 % of its dense bf16 peak), 12 hidden^2 / TP weights.
+WORKLOAD_TOKENS, WORKLOAD_FLOPS, WORKLOAD_LAYERS = 4096, 400e12, 32
+
+
+def workload_model(hidden: int, bucket: int = 25 << 20):
+    from mpicoll.simulators import workload
+    fwd = 24 * WORKLOAD_TOKENS * hidden * hidden / 8 / WORKLOAD_FLOPS
+    return workload.Model(layers=WORKLOAD_LAYERS, forward=fwd,
+                          activation=WORKLOAD_TOKENS * hidden * 2,
+                          gradient=12 * hidden * hidden * 2 // 8, bucket=bucket)
+
+
+def workload_rows() -> list[dict]:
+    """The seed's "TP across nodes: a step 2-5x slower" (TP = 8, no DP), per hidden size, and
+    the straggler's cost at 25,000 ranks (TP 8 x DP 3,125, one DP rank 1 ms late)."""
+    from mpicoll.simulators import workload
+    fab = fabric.preset("dgx-h100", 1, 8)
+    rows = []
+    for hidden in (8192, 4096, 2048):
+        m = workload_model(hidden)
+        inside = workload.step(m, fab, tp=8, dp=1)
+        across = workload.step(m, fab, tp=8, dp=1, tp_across_nodes=True)
+        rows.append({"case": f"hidden {hidden}, TP 8", "forward_ms": m.forward * 1e3,
+                     "inside_ms": inside.time * 1e3, "across_ms": across.time * 1e3,
+                     "tp_inside_us": inside.parts["tp_allreduce"] * 1e6,
+                     "tp_across_us": across.parts["tp_allreduce"] * 1e6})
+    m = workload_model(4096, bucket=200 << 20)
+    import numpy as np
+    late = np.zeros(3125)
+    late[1234] = 1e-3
+    base = workload.step(m, fab, tp=8, dp=3125, dp_algorithm="double_binary_tree")
+    slow = workload.step(m, fab, tp=8, dp=3125, dp_algorithm="double_binary_tree", delay=late)
+    rows.append({"case": "hidden 4096, TP 8 x DP 3125 = 25,000 ranks, one rank 1 ms late",
+                 "step_ms": base.time * 1e3, "late_step_ms": slow.time * 1e3,
+                 "dp_exposed_ms": base.dp_exposed * 1e3, "buckets": base.buckets})
+    return rows
+
+
+def render_workload(rows) -> str:
+    lines = ["| model | forward per layer (ms) | TP all-reduce inside / across (us) | step, TP "
+             "inside a node (ms) | step, TP across nodes (ms) | across / inside |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows[:-1]:
+        lines.append(f"| {r['case']} | {r['forward_ms']:.3f} | {r['tp_inside_us']:.0f} / "
+                     f"{r['tp_across_us']:.0f} | {r['inside_ms']:.2f} | {r['across_ms']:.2f} | "
+                     f"{r['across_ms'] / r['inside_ms']:.2f}x |")
+    s = rows[-1]
+    lines += ["", f"{s['case']}: step {s['step_ms']:.2f} ms ({s['buckets']} buckets of 200 MiB, "
+                  f"{s['dp_exposed_ms']:.2f} ms of DP all-reduce after the backward pass), "
+                  f"{s['late_step_ms']:.2f} ms with the late rank: it costs "
+                  f"{s['late_step_ms'] - s['step_ms']:.3f} ms."]
+    return "\n".join(lines)
+
+
+def workload(args) -> None:
+    """The training-step table of docs/simulator.md (``mpicoll.simulators.workload``)."""
+    _emit(workload_rows(), render_workload, args.json)
+
+
 NODE_COUNTS = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3072]
 NODE_SIZES = [192 << 10, 12 << 20, 768 << 20]
 
@@ -413,7 +475,8 @@ def main() -> int:
     p = sub.add_parser("published")
     p.add_argument("--json", help="write the rows here")
     r = sub.add_parser("render")
-    r.add_argument("what_table", choices=["published", "measured", "pipeline", "nodes"])
+    r.add_argument("what_table", choices=["published", "measured", "pipeline", "nodes",
+                                          "workload"])
     r.add_argument("json")
     c = sub.add_parser("nccl")
     c.add_argument("--nodes", type=int, nargs="*", default=[1, 5, 25, 125, 625, 3125])
@@ -422,6 +485,8 @@ def main() -> int:
     c.add_argument("--tree-max", type=int, default=125,
                    help="largest node count for double_binary_tree (its all-ranks form; "
                         "contended waves at GB sizes are max-min solved per wave)")
+    w = sub.add_parser("workload")
+    w.add_argument("--json", help="write the rows here")
     q = sub.add_parser("pipeline")
     q.add_argument("--json", help="write the rows here")
     n = sub.add_parser("nodes")
@@ -431,7 +496,7 @@ def main() -> int:
                    help="the figure ('' for none)")
     args = ap.parse_args()
     {"measured": measured, "nccl": nccl, "nodes": nodes, "published": published,
-     "render": render, "pipeline": pipeline}[args.what](args)
+     "render": render, "pipeline": pipeline, "workload": workload}[args.what](args)
     return 0
 
 

@@ -296,6 +296,8 @@ ELSEWHERE = {
     "python -m mpicoll.tools.warm": ("run.sh", "python -m mpicoll.tools.warm"),
     "python docs/generators/sim_validation.py pipeline --json docs/simulator-pipeline.json":
         ("tests/unit/test_sim_sharing.py", "sim_validation pipeline"),
+    "python docs/generators/sim_validation.py workload --json docs/simulator-workload.json":
+        ("tests/unit/test_sim_validation.py", "sim_validation workload"),
     "mpiexec -n 2 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":
         ("tests/jobs/test_doc_examples.py", "jobs/experiments/train_dp.py"),
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python jobs/experiments/train_dp.py "

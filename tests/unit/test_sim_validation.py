@@ -145,3 +145,38 @@ def test_sim_scale_row_is_what_the_simulator_predicts_today():
     stale = "stale: python jobs/experiments/sim_scale.py (docs/simulator.md, Speed)"
     assert (cells[1], cells[5], cells[7], cells[8]) == (new[1], new[5], new[7], new[8]), \
         (stale, row, today)
+
+
+def test_workload_table_is_the_json_and_its_tp_rows_today():
+    """"A training step": the doc's table is ``render workload docs/simulator-workload.json``,
+    and its TP rows (milliseconds of simulation) are today's; the seed's 2-5x holds."""
+    rows = json.loads((ROOT / "docs" / "simulator-workload.json").read_text())
+    assert block("sim_validation workload") == sim_validation.render_workload(rows), \
+        "stale: python docs/generators/sim_validation.py workload --json docs/simulator-workload.json"
+    from mpicoll.simulators import fabric, workload
+    fab = fabric.preset("dgx-h100", 1, 8)
+    for r, hidden in zip(rows[:3], (8192, 4096, 2048)):
+        m = sim_validation.workload_model(hidden)
+        inside = workload.step(m, fab, tp=8, dp=1).time * 1e3
+        across = workload.step(m, fab, tp=8, dp=1, tp_across_nodes=True).time * 1e3
+        assert (inside, across) == pytest.approx((r["inside_ms"], r["across_ms"]), rel=1e-9)
+        assert 2 <= across / inside <= 5
+    # the straggler row: a late rank costs the step its lateness (the all-reduce is a barrier)
+    assert rows[-1]["late_step_ms"] - rows[-1]["step_ms"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_workload_step_by_hand():
+    """2 layers, no TP, DP over 2 ranks of a flat 1 GB/s fabric with alpha 0: forward 1 ms per
+    layer, one bucket per layer of 1 MB (a 2-rank ring moves 1 MB: 1 ms each). Backward ends at
+    2 + 2 x 2 = 6 ms; bucket 1 ready at 4 ms ends at 5, bucket 2 ready at 6 ends at 7."""
+    from mpicoll.simulators import fabric, workload
+    fab = fabric.preset("flat", 1, 1, alpha=0.0, bandwidth=1e9)
+    m = workload.Model(layers=2, forward=1e-3, activation=0, gradient=10 ** 6,
+                       tp_per_layer=0, bucket=10 ** 6)
+    s = workload.step(m, fab, tp=1, dp=2)
+    assert s.buckets == 2 and s.time == pytest.approx(7e-3) and s.compute == pytest.approx(6e-3)
+    assert s.dp_exposed == pytest.approx(1e-3)
+    late = workload.step(m, fab, tp=1, dp=2, delay=[0.0, 0.5e-3])
+    assert late.time == pytest.approx(7.5e-3)
+    with pytest.raises(ValueError, match="delay must be 2"):
+        workload.step(m, fab, tp=1, dp=2, delay=[0.0])
