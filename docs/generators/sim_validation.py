@@ -94,6 +94,8 @@ def measured(args) -> None:
 SOURCES = {
     "212": "nccl-tests #212 (sjeaugey: NVLink line rate 450 GB/s, ~370 GB/s busbw with the "
            "protocol overhead, for ring all-reduce and for the other collectives)",
+    "212nvls": "nccl-tests #212 (sjeaugey: all-reduce on 8 H100 uses NVLink SHARP by default, "
+               "peak busBw ~480 GB/s, algbw ~275 GB/s, at large sizes)",
     "a100": "nccl #812 / nccl-tests #290: DGX-A100, 8 HDR NICs per node, all-reduce busbw "
             "~192 GB/s across nodes (8 x 24 GB/s)",
     "h100": "nccl-tests #290 / #212: DGX-H100, 8 NDR NICs per node, 46-48 GB/s per NIC x 8, "
@@ -123,6 +125,8 @@ PUBLISHED = [
      "busbw", 370e9, 0.20, "212"),
     ("1 x 8 H100, ring all-reduce, 8 GiB", "allreduce", "ring", "dgx-h100-nccl", 1, 8 << 30,
      "busbw", 370e9, 0.20, "212"),
+    ("1 x 8 H100, NVLS all-reduce (NVLink SHARP), 8 GiB", "allreduce", "nvls", "dgx-h100", 1,
+     8 << 30, "busbw", 480e9, 0.20, "212nvls"),
     ("1 x 8 H100, all-gather, 1 GiB", "allgather", "ring", "dgx-h100-nccl", 1, 1 << 30,
      "busbw", 370e9, 0.20, "212"),
     ("1 x 8 H100, reduce-scatter, 1 GiB", "reduce_scatter_block", "ring", "dgx-h100-nccl", 1,

@@ -139,6 +139,7 @@ class Fabric:
     copy: float | None = None              # bytes/s of intra-node messages a host copies
     pipelined: bool = False                # event-driven steps, static link shares (NCCL-like)
     gpu: str | None = None                 # "ampere" / "hopper": NCCL's tuning picks protocols
+    nvls: bool = False                     # NVLink SHARP: the NVSwitch reduces (innetwork)
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -198,6 +199,7 @@ class Fabric:
                 + (f", protocols {'/'.join(self.protocols)}" if self.protocols else "")
                 + (", reduction overlapped" if self.overlap else "")
                 + (", event-driven steps" if self.pipelined else "")
+                + (", NVLink SHARP" if self.nvls else "")
                 + (f", stack {self.stack / 1e9:g}GB/s per host"
                    + (f" of {self.nodes_per_host} nodes" if self.nodes_per_host > 1 else "")
                    if self.stack else "")
@@ -368,26 +370,26 @@ def nccl_protocols() -> dict:
             for name, (ring, tree, base, tbase, eff) in _NCCL.items()}
 
 
-def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, gpu=None, **_):
+def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, gpu=None, nvls=False, **_):
     """A DGX on a rail-optimized fat tree as NCCL plans it: NVLink and NIC at the bandwidths
     NCCL's topology search assigns them, one channel per NIC, NCCL's protocols, the reduction
     inside the transfer (NCCL's kernels reduce each slice as it arrives)."""
     return Fabric(name, nodes, per_node, intra=LinkClass(0.0, nvlink), nic=LinkClass(0.0, nic),
                   spine=LinkClass(0.0, nic), gamma=1e-12 if gamma is None else gamma,
                   leaf="rail", nodes_per_leaf=32, channels=0, protocols=nccl_protocols(),
-                  overlap=True, pipelined=True, gpu=gpu)
+                  overlap=True, pipelined=True, gpu=gpu, nvls=nvls)
 
 
 def _dgx_h100(nodes, per_node, name="dgx-h100", **kw):
     """H100: 18 NVLink4 x 20.6 GB/s (topo.h SM90_NVLINK_BW), NDR 400 Gb/s NIC = 50 GB/s, which
     NCCL's ring search runs at 48 GB/s per channel (search.cc sm90SpeedArrayInter)."""
-    return _nccl(name, 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", **kw)
+    return _nccl(name, 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", nvls=True, **kw)
 
 
 def _dgx_h200(nodes, per_node, gamma=None, **kw):
     """H200: the H100's NVLink4 and ConnectX-7 NDR NICs (DGX H200 data sheet), HBM3e at 4.8 TB/s
     instead of 3.35: the reduction 1.43x faster (gamma 0.7 ps/B)."""
-    return _nccl("dgx-h200", 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper",
+    return _nccl("dgx-h200", 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", nvls=True,
                  gamma=0.7e-12 if gamma is None else gamma, **kw)
 
 

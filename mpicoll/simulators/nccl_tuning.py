@@ -39,7 +39,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Graph", "graph_of", "latency", "bandwidth", "time", "choose", "PROTOCOLS"]
+__all__ = ["Graph", "graph_of", "latency", "bandwidth", "time", "choose", "efficiency",
+           "call_graph", "as_nccl_runs", "PROTOCOLS"]
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}                # tuning.cc:149-154
@@ -147,3 +148,34 @@ def efficiency(g: Graph, algo: str, proto: str, nbytes: float) -> float:
     raw = g.channels * g.bw
     ratio = g.nranks / (2 * (g.nranks - 1)) if algo == "ring" else .5
     return bandwidth(g, algo, proto, nbytes) / (raw * ratio)
+
+
+# ----------------------------------------------------------------------------- the timed executor
+
+def call_graph(fabric, collective: str, algorithm: str, channels: int | None):
+    """NCCL's tuning graph when NCCL has a model of this call (a ring or tree all-reduce on a
+    fabric that names its GPU), with the call's channels, else None."""
+    if (fabric.gpu is None or collective != "allreduce"
+            or algorithm not in ("ring", "double_binary_tree")):
+        return None
+    return graph_of(fabric, channels)
+
+
+def as_nccl_runs(fabric, nccl, name: str, tree: bool, nbytes: int):
+    """``fabric`` under protocol ``name`` and its per-call base latency; with NCCL's graph, its
+    adjustments too (``nccl_tuning``): the protocol's bandwidth share (caps and factors), a
+    multi-node ring's intra-node hop no faster than the network overhead, and the multi-node
+    Simple ring's 1.4x latency."""
+    p = fabric.protocols[name]
+    if nccl is None:
+        return fabric.with_protocol(name, tree), p.base_of(tree)
+    kind = "tree" if tree else "ring"
+    floor = scale = 0.0
+    if kind == "ring" and nccl.nodes > 1:
+        floor = NET_OVERHEAD * (3 if name == "Simple" else 1) * 1e-6
+        if name == "Simple" and nbytes / (nccl.channels * nccl.nranks) >= 64:
+            scale = PLATEAU[nccl.gpu]
+    scale = scale or 1.0
+    eff = min(1.0, efficiency(nccl, kind, name, nbytes))
+    return (fabric.with_protocol(name, tree, efficiency=eff, intra_floor=floor, scale=scale),
+            p.base_of(tree) * scale)

@@ -541,6 +541,9 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     from ..registry import lookup
     from .allranks import has_direct_form, lanes_of, waves
 
+    if algorithm == "nvls" and collective == "allreduce":     # in the switch (innetwork)
+        from .innetwork import nvls
+        return nvls(fabric, nbytes, itemsize=itemsize, delay=delay)
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")
@@ -549,7 +552,7 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
             raise ValueError(f"unknown protocol {protocol!r}; {fabric.name} has "
                              f"{list(fabric.protocols)} (or 'fastest')")
         tree = algo.name in TREES
-        nccl = _nccl_graph(fabric, collective, algo.name, channels)
+        nccl = nccl_tuning.call_graph(fabric, collective, algo.name, channels)
         if protocol and protocol != "fastest":
             names = [protocol]
         elif protocol is None and nccl is not None:     # NCCL's own pick (its tuning model)
@@ -559,7 +562,7 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
         best = None
         cache: dict = {}                 # schedule-built waves, shared by the protocols
         for name in names:
-            fab, base = _as_nccl_runs(fabric, nccl, name, tree, nbytes)
+            fab, base = nccl_tuning.as_nccl_runs(fabric, nccl, name, tree, nbytes)
             r = simulate(collective, algorithm, fab, nbytes, itemsize=itemsize, delay=delay,
                          direct=direct, root=root, channels=channels or fabric.nchannels,
                          general=general, pipeline=pipeline, _base=base,
@@ -614,34 +617,6 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
             paced=algo.name in ("ring",) + TREES)
     r.channels = nch
     return _rounded(r, count, timed_count)
-
-
-def _nccl_graph(fabric: Fabric, collective: str, algorithm: str, channels: int | None):
-    """NCCL's tuning graph when NCCL has a model of this call (a ring or tree all-reduce on a
-    fabric that names its GPU), with the call's channels, else None."""
-    if fabric.gpu is None or collective != "allreduce" or algorithm not in ("ring",) + TREES[:1]:
-        return None
-    return nccl_tuning.graph_of(fabric, channels)
-
-
-def _as_nccl_runs(fabric: Fabric, nccl, name: str, tree: bool, nbytes: int):
-    """``fabric`` under protocol ``name`` and its per-call base latency; with NCCL's graph, its
-    adjustments too (``nccl_tuning``): the protocol's bandwidth share (caps and factors), a
-    multi-node ring's intra-node hop no faster than the network overhead, and the multi-node
-    Simple ring's 1.4x latency."""
-    p = fabric.protocols[name]
-    if nccl is None:
-        return fabric.with_protocol(name, tree), p.base_of(tree)
-    kind = "tree" if tree else "ring"
-    floor = scale = 0.0
-    if kind == "ring" and nccl.nodes > 1:
-        floor = nccl_tuning.NET_OVERHEAD * (3 if name == "Simple" else 1) * 1e-6
-        if name == "Simple" and nbytes / (nccl.channels * nccl.nranks) >= 64:
-            scale = nccl_tuning.PLATEAU[nccl.gpu]
-    scale = scale or 1.0
-    eff = min(1.0, nccl_tuning.efficiency(nccl, kind, name, nbytes))
-    return (fabric.with_protocol(name, tree, efficiency=eff, intra_floor=floor, scale=scale),
-            p.base_of(tree) * scale)
 
 
 def _rounded(r: Result, count: int, timed_count: int) -> Result:

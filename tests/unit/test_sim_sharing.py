@@ -311,3 +311,19 @@ def test_event_driven_ring_pays_the_network_latency_only_on_its_network_hops():
     assert r.critical["messages"] == 30
     assert r.critical["latency"] == pytest.approx((26 * 1.0 + 4 * 2.7) * 1e-6)
     assert r.critical["delay"] == pytest.approx(6.6e-6)
+
+
+def test_nvls_is_the_switch_reducing_by_hand():
+    """NVLS on 8 H100: each port carries n + n/8 each way at 0.85 x 370.8 GB/s after 25 us
+    (NCCL's NVLS latency): 1 GiB in 25 us + 1.125 GiB / 315.18 GB/s; refused across nodes."""
+    fab = fabrics.preset("dgx-h100", 1, 8)
+    n = 1 << 30
+    r = timed.simulate("allreduce", "nvls", fab, n)
+    assert r.time == pytest.approx(25e-6 + n * 1.125 / (0.85 * 18 * 20.6e9), rel=1e-12)
+    assert r.internode_bytes == 0 and r.protocol == "Simple"
+    late = timed.simulate("allreduce", "nvls", fab, n, delay=[0, 1e-3] + [0] * 6)
+    assert late.time == pytest.approx(r.time + 1e-3)
+    with pytest.raises(ValueError, match="nvls needs one node"):
+        timed.simulate("allreduce", "nvls", fabrics.preset("dgx-h100", 2, 8), n)
+    with pytest.raises(ValueError, match="nvls needs one node"):
+        timed.simulate("allreduce", "nvls", fabrics.preset("dgx-a100", 1, 8), n)
