@@ -82,7 +82,8 @@ def parse_args(argv):
     ap.add_argument("-N", "--nranks", type=positive_int, help="ranks (nodes x per-node)")
     ap.add_argument("--nodes", type=positive_int, help="nodes")
     ap.add_argument("--per-node", type=positive_int, help="ranks per node")
-    ap.add_argument("-a", "--algorithms", help="comma list (default: every one with a schedule)")
+    ap.add_argument("-a", "--algorithms", help="comma list (default: every one with a "
+                                               "schedule); nvls: NVLink SHARP, one node")
     ap.add_argument("-b", "--minbytes", type=size_arg, default="8", help="smallest size")
     ap.add_argument("-e", "--maxbytes", type=size_arg, default="64M", help="largest size")
     ap.add_argument("-f", "--stepfactor", type=float, default=4, help="size factor")
@@ -199,9 +200,13 @@ def main(argv=None) -> int:
              else [n for n, a in table.items() if a.scheduled])
     algos = {}
     for name in names:
+        if name == "nvls" and args.collective == "allreduce":    # in the switch, no schedule
+            algos[name] = None
+            continue
         if name not in table and not any(name in a.aliases for a in table.values()):
             ap.error(f"unknown {args.collective} algorithm {name!r}; expected one of "
-                     f"{[n for n, a in table.items() if a.scheduled]}")
+                     f"{[n for n, a in table.items() if a.scheduled]}"
+                     + (" or nvls" if args.collective == "allreduce" else ""))
         algos[name] = algo = next(a for n, a in table.items() if name == n or name in a.aliases)
         if not algo.scheduled:
             ap.error(f"{name!r} has no schedule ({algo.describe()}): nothing to simulate")
@@ -214,7 +219,7 @@ def main(argv=None) -> int:
         ap.error(str(e))
     options = {}
     for name, algo in algos.items():
-        declared = {o.name for o in algo.options}
+        declared = {o.name for o in algo.options} if algo is not None else set()
         options[name] = {"order": args.order} if args.order and "order" in declared else {}
         if args.channels:
             options[name]["channels"] = args.channels

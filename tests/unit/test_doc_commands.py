@@ -85,6 +85,8 @@ _MB = "-b 8 -e 8 -n 3 -w 1"     # a bench at one small size, three timed calls
 # temporary folder holding links to the checkout's jobs/, docs/, mpicoll/ and tests/)
 CHEAP = {
     "mpicoll --version": "mpicoll --version",
+    "mpicoll simulate --fabric dgx-h100 --nodes 1 -a nvls,ring -b 1G -e 8G -f 8":
+        "mpicoll simulate --fabric dgx-h100 --nodes 1 -a nvls,ring -b 1G -e 8G -f 8",
     "mpicoll trace binomial -N 5": "mpicoll trace binomial -N 5",
     "mpicoll trace ring -N 4": "mpicoll trace ring -N 4",
     "mpicoll trace ring -N 4 --values": "mpicoll trace ring -N 4 --values",
