@@ -214,11 +214,7 @@ def published_rows(only=None) -> list[dict]:
 
 # Rows known to be out of their band, and why (tests/unit/test_sim_validation.py requires them
 # to be out: a fix must take them off this list).
-KNOWN_OUT = {
-    "16 x DGX-H100, ring/tree crossover (NCCL's model)":
-        "the simulated tree is 4-8 % slower than NCCL's model from 512 MiB to 2 GiB, and NCCL's "
-        "own ring and tree are within 4 % of each other there, so the crossing moves 4x",
-}
+KNOWN_OUT: dict = {}
 
 
 def in_band(row) -> bool:

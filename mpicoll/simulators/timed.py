@@ -424,6 +424,9 @@ ROUTES_HELD = 1 << 19
 # above the exact time by at most 2(P-1) x one element's transfer per step (tests check it),
 # and the bytes reported are the call's own.
 EXACT_RING_MESSAGES = 1 << 24
+# Most chunks of a double binary tree on an event-driven fabric (fewer beyond 2,048 ranks: the
+# waves are chunks + 2 x height, each over every rank).
+TREE_CHUNKS = 2048
 
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
         collective: str = "allreduce", general: bool = False, base: float = 0.0,
@@ -589,6 +592,12 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
         link = fabric.nic if fabric.nodes > 1 else fabric.intra
         kwargs.update(algo.pick(size, -(-count // nch), kwargs["nodes"], link.alpha,
                                 1 / link.bandwidth, fabric.gamma))
+        if fabric.pipelined and "chunks" in kwargs and "chunks" not in options:
+            # event-driven, a chunk pays no latency per round, only the pipeline's fill: as
+            # many chunks as a wave budget allows (NCCL cuts by size, not by a cost model)
+            half = -(-count // nch) // 2
+            kwargs["chunks"] = max(1, min(half, max(kwargs["chunks"],
+                                                    min(TREE_CHUNKS, (1 << 22) // size))))
     timed_count = count
     ring = (direct and has_direct_form(algo, kwargs) and algo.name == "ring"
             and collective == "allreduce" and size > 1)
