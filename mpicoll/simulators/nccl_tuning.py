@@ -12,9 +12,10 @@ Every constant is NCCL's, from ``src/graph/tuning.cc`` of NVIDIA/nccl (master, c
 * LL bandwidth caps (GB/s, one node by GPU, several by CPU: Intel 39.0 / 39.0 / 20.4 for
   1 / 2 / more nodes; Ampere 87.7, Hopper 141.0 on one node) -- lines 177-182 (``llMaxBws``),
   index chosen at lines 267-272;
-* per-channel caps (GB/s): ring LL128 Ampere 20.0, Hopper 36.7 (``perChMaxRingLL128Bws``, lines 184-189); tree LL128
-  Ampere 20.0, Hopper 36.7 / 36.7 / 29.0 (``perChMaxTreeLL128Bws``, 191-196); tree Ampere 24.0 / 23.6 / 17.8, Hopper
-  38.7 / 41.4 / 36.0 (``perChMaxTreeBws``, 198-203);
+* per-channel caps (GB/s): ring LL128 Ampere 20.0, Hopper 36.7 (``perChMaxRingLL128Bws``,
+  lines 184-189); tree LL128 Ampere 20.0, Hopper 36.7 / 36.7 / 29.0 (``perChMaxTreeLL128Bws``,
+  191-196); tree Ampere 24.0 / 23.6 / 17.8, Hopper 38.7 / 41.4 / 36.0 (``perChMaxTreeBws``,
+  198-203);
 * busbw refinements: ring LL x0.5 capped by the LL cap (line 327), ring LL128 x0.92 capped per
   channel (329), tree x0.92 capped per channel (331), tree LL /3.8 capped by the LL cap (332),
   tree LL128 x120/128 (7/9 on one node) capped per channel (334-335); busbw -> algbw: ring
@@ -24,10 +25,10 @@ Every constant is NCCL's, from ``src/graph/tuning.cc`` of NVIDIA/nccl (master, c
   overhead is 1 us on an x86 host (Intel or other: ``getNetOverhead``, lines 228-233), x3 for
   Simple (408); tree latency: base + 2((ppn - 1) NVLink hop + log2(nNodes) network hop)
   (416); a one-rank-per-node network hop is the tree's (387);
-* time = latency + bytes / (1000 x algbw) (``ncclTopoGetAlgoTime``, line 653), with the tree's bandwidth times a
-  size-indexed correction (``treeCorrectionFactor``, lines 623-627, applied at 640-641) and a
-  multi-node Simple ring's latency x1.4 (x1.9 before Ampere) once a rank's share of a channel
-  is >= 64 B (the "plateau effect", lines 647-650).
+* time = latency + bytes / (1000 x algbw) (``ncclTopoGetAlgoTime``, line 653), with the tree's
+  bandwidth times a size-indexed correction (``treeCorrectionFactor``, lines 623-627, applied at
+  640-641) and a multi-node Simple ring's latency x1.4 (x1.9 before Ampere) once a rank's share of
+  a channel is >= 64 B (the "plateau effect", lines 647-650).
 
 NCCL's graph (its channels and their bandwidth) is what its topology search finds; here it is
 derived from the fabric (``graph_of``): two NCCL channels per NIC (16 on a DGX, as NCCL runs

@@ -17,6 +17,13 @@ wave) over a ``fabric.Fabric``, and keeps one clock per rank:
 So on a contention-free flat fabric a step takes alpha + beta.max(sent, received) + gamma.reduced,
 the in-process executor's clock and the model of every ``cost()`` formula.
 
+That is the lockstep model of the textbook fabrics. A ``pipelined`` fabric (the NCCL-like
+presets) is event-driven: a message leaves when its sender has the data and its link is free, a
+rank moves on when its own inputs are there, with clocks per channel and data flow
+(``Wave.lane``), static max-min shares, a channel at its slowest hop (``sharing``); its
+equal-block ring is timed from its first wave (``_ring_pipelined``). NCCL's protocol pick and
+adjustments: ``nccl_tuning``; ``algorithm="nvls"``: NVLink SHARP (``innetwork``).
+
 ``simulate(...)`` returns a ``Result``: each rank's finish, the time (the last finish), algbw and
 busbw, bytes per path and per link class, the bottleneck link (the one that held messages back
 longest), inter-node and cross-rail hops (distinct rank pairs) and messages, the slowest message
