@@ -29,7 +29,7 @@ def nvls(fabric, nbytes: int, *, itemsize: int = 4, delay=None):
     """One NVLS all-reduce of ``nbytes`` on ``fabric`` (one node, ``fabric.nvls``): a
     ``timed.Result`` (the protocol is Simple, NVLS's only one)."""
     from .fabric import PATH_NAMES
-    from .timed import Result, call_count
+    from .result import Result, call_count
     if not fabric.nvls or fabric.nodes != 1:
         raise ValueError(f"nvls needs one node of a fabric with NVLink SHARP (dgx-h100, "
                          f"dgx-h200), got {fabric.name} with {fabric.nodes} node(s)"
