@@ -2,9 +2,10 @@
 
     python docs/generators/sim_validation.py published --json docs/simulator-validation.json  # the table
     python docs/generators/sim_validation.py measured       # 4b: this-machine vs docs/results bench JSON
-    python docs/generators/sim_validation.py nccl           # 4c: dgx-h100 vs NCCL's tuning model
+    python docs/generators/sim_validation.py nccl           # 4c: dgx-h100-textbook vs NCCL's tuning model
     python docs/generators/sim_validation.py nodes -o docs/simulator-nodes.png   # hierarchical vs ring
     python docs/generators/sim_validation.py pipeline --json docs/simulator-pipeline.json  # k chunks
+    python docs/generators/sim_validation.py workload --json docs/simulator-workload.json  # a step
 
 ``published`` is the validation table of docs/simulator.md (issue 24): every row a published
 measurement or NCCL's own tuning model, our prediction on the ``dgx-h100-nccl`` /
@@ -93,12 +94,18 @@ def measured(args) -> None:
 SOURCES = {
     "212": "nccl-tests #212 (sjeaugey: NVLink line rate 450 GB/s, ~370 GB/s busbw with the "
            "protocol overhead, for ring all-reduce and for the other collectives)",
+    "212nvls": "nccl-tests #212 (sjeaugey: all-reduce on 8 H100 uses NVLink SHARP by default, "
+               "peak busBw ~480 GB/s, algbw ~275 GB/s, at large sizes)",
     "a100": "nccl #812 / nccl-tests #290: DGX-A100, 8 HDR NICs per node, all-reduce busbw "
             "~192 GB/s across nodes (8 x 24 GB/s)",
     "h100": "nccl-tests #290 / #212: DGX-H100, 8 NDR NICs per node, 46-48 GB/s per NIC x 8, "
             "~370 GB/s",
     "model": "NCCL 2.30 src/graph/tuning.cc: tree LL (NCCL's pick at 8 KiB), latency "
              "6.8 + 2((8-1) x 0.6 + lg(nodes) x 5.0) us + bytes / bandwidth",
+    "tuning": "NCCL src/graph/tuning.cc (NVIDIA/nccl 5067397c), its whole all-reduce model with "
+              "the adjustments: mpicoll/simulators/nccl_tuning.py, each constant cited to its "
+              "line; crossover: the smallest power of two from 1 MiB at which the ring (its best "
+              "protocol) is at least as fast as the tree",
 }
 
 
@@ -118,6 +125,8 @@ PUBLISHED = [
      "busbw", 370e9, 0.20, "212"),
     ("1 x 8 H100, ring all-reduce, 8 GiB", "allreduce", "ring", "dgx-h100-nccl", 1, 8 << 30,
      "busbw", 370e9, 0.20, "212"),
+    ("1 x 8 H100, NVLS all-reduce (NVLink SHARP), 8 GiB", "allreduce", "nvls", "dgx-h100", 1,
+     8 << 30, "busbw", 480e9, 0.20, "212nvls"),
     ("1 x 8 H100, all-gather, 1 GiB", "allgather", "ring", "dgx-h100-nccl", 1, 1 << 30,
      "busbw", 370e9, 0.20, "212"),
     ("1 x 8 H100, reduce-scatter, 1 GiB", "reduce_scatter_block", "ring", "dgx-h100-nccl", 1,
@@ -138,10 +147,58 @@ PUBLISHED = [
 ]
 
 
+def nccl_ring_ll(nodes: int, nbytes: float) -> float:
+    """NCCL's model of its ring LL all-reduce on DGX-H100 nodes, seconds (``nccl_tuning``)."""
+    from mpicoll.simulators import nccl_tuning
+    g = nccl_tuning.graph_of(fabric.preset("dgx-h100-nccl", nodes, 8))
+    return nccl_tuning.time(g, "ring", "LL", nbytes)
+
+
+CROSSOVER_SIZES = [1 << k for k in range(20, 35)]        # 1 MiB .. 16 GiB
+
+
+def crossover(nodes: int, simulated: bool) -> int:
+    """The smallest size (``CROSSOVER_SIZES``) at which the ring all-reduce is at least as fast
+    as the tree on dgx-h100-nccl nodes: simulated, or in NCCL's tuning model (best protocol
+    each); the last size + 1 if never."""
+    from mpicoll.simulators import nccl_tuning
+    fab = fabric.preset("dgx-h100-nccl", nodes, 8)
+    g = nccl_tuning.graph_of(fab)
+    for b in CROSSOVER_SIZES:
+        if simulated:
+            ring = timed.simulate("allreduce", "ring", fab, b).time
+            tree = timed.simulate("allreduce", "double_binary_tree", fab, b).time
+        else:
+            ring, tree = (min(nccl_tuning.time(g, a, p, b) for p in nccl_tuning.PROTOCOLS)
+                          for a in ("ring", "tree"))
+        if ring <= tree:
+            return b
+    return CROSSOVER_SIZES[-1] + 1
+
+
+PUBLISHED += [
+    (f"{k} x DGX-H100, ring all-reduce, 8 KiB, LL (NCCL's model)", "allreduce", "ring",
+     "dgx-h100-nccl", k, 8192, "time", nccl_ring_ll(k, 8192), 0.20, "tuning")
+    for k in (2, 16)
+] + [
+    (f"{k} x DGX-H100, ring/tree crossover (NCCL's model)", "allreduce", "ring",
+     "dgx-h100-nccl", k, None, "crossover", crossover(k, False), 1.0, "tuning")
+    for k in (2, 16, 32)
+]
+
+
 def published_rows(only=None) -> list[dict]:
     rows = []
     for (label, coll, algo, name, nodes, nbytes, metric, anchor, tol, src) in PUBLISHED:
         if only is not None and label not in only:
+            continue
+        if metric == "crossover":
+            ours = crossover(nodes, True)
+            rows.append({"case": label, "collective": coll, "algorithm": "ring/tree",
+                         "fabric": name, "nodes": nodes, "per_node": 8, "bytes": None,
+                         "metric": metric, "anchor": anchor, "ours": ours,
+                         "ratio": ours / anchor, "tolerance": tol, "protocol": "-",
+                         "channels": 8, "max_link": "-", "source": src})
             continue
         fab = fabric.preset(name, nodes, 8)
         # NCCL's tuning-model latency has no channel term: the latency rows run one tree
@@ -155,16 +212,32 @@ def published_rows(only=None) -> list[dict]:
     return rows
 
 
+# Rows known to be out of their band, and why (tests/unit/test_sim_validation.py requires them
+# to be out: a fix must take them off this list).
+KNOWN_OUT: dict = {}
+
+
+def in_band(row) -> bool:
+    """Within +-tolerance; a crossover within 2x either way."""
+    if row["metric"] == "crossover":
+        return 0.5 <= row["ratio"] <= 2.0
+    return abs(row["ratio"] - 1) <= row["tolerance"]
+
+
 def render_published(rows) -> str:
     def q(row, v):
+        if row["metric"] == "crossover":
+            return f"{v / 2**20:g} MiB" if v < 2**30 else f"{v / 2**30:g} GiB"
         return f"{v / 1e9:.0f} GB/s" if row["metric"] == "busbw" else f"{v * 1e6:.1f} us"
     lines = ["| case | anchor | ours | ratio | band | protocol, channels | bottleneck | source |",
              "|---|---:|---:|---:|---:|---|---|---|"]
     for row in rows:
-        ok = abs(row["ratio"] - 1) <= row["tolerance"]
+        ok = in_band(row)
+        band = ("x2" if row["metric"] == "crossover"
+                else f"+-{row['tolerance'] * 100:.0f} %")
         lines.append(f"| {row['case']} | {q(row, row['anchor'])} | {q(row, row['ours'])} | "
                      f"{row['ratio']:.2f}{'' if ok else ' (out)'} | "
-                     f"+-{row['tolerance'] * 100:.0f} % | {row['protocol']}, "
+                     f"{band} | {row['protocol']}, "
                      f"{row['channels']} | {row['max_link']} | [{row['source']}] |")
     lines.append("")
     lines += [f"[{k}] {v}" for k, v in SOURCES.items()]
@@ -185,7 +258,8 @@ def published(args) -> None:
 def render(args) -> None:
     data = json.loads(Path(args.json).read_text())
     print({"published": render_published, "measured": render_measured,
-           "pipeline": render_pipeline, "nodes": render_nodes}[args.what_table](data))
+           "pipeline": render_pipeline, "nodes": render_nodes,
+           "workload": render_workload}[args.what_table](data))
 
 
 def nccl_model(nodes: int, ppn: int, nbytes: float) -> tuple[float, float]:
@@ -211,12 +285,12 @@ def nccl_model(nodes: int, ppn: int, nbytes: float) -> tuple[float, float]:
 
 
 def nccl(args) -> None:
-    """4c: our ring, double binary tree and hierarchical on dgx-h100 beside NCCL's model."""
+    """4c: our ring, double binary tree and hierarchical on dgx-h100-textbook beside NCCL's model."""
     print("| nodes | ranks | size (B) | NCCL ring | our ring | NCCL tree | our double_binary_tree "
           "| our hierarchical |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for nodes in args.nodes:
-        fab = fabric.preset("dgx-h100", nodes, 8)
+        fab = fabric.preset("dgx-h100-textbook", nodes, 8)
         for nbytes in args.sizes:
             ring_m, tree_m = nccl_model(nodes, 8, nbytes)
             ring = timed.simulate("allreduce", "ring", fab, nbytes).time
@@ -267,16 +341,76 @@ def pipeline(args) -> None:
     _emit(pipeline_rows(), render_pipeline, args.json)
 
 
+# A GPT-like layer: 4,096 tokens per micro-batch, bf16, TP = 8, forward FLOPs 24 x tokens x
+# hidden^2 / TP at 400 TFLOP/s per H100 (~40 % of its dense bf16 peak), 12 hidden^2 / TP weights.
+WORKLOAD_TOKENS, WORKLOAD_FLOPS, WORKLOAD_LAYERS = 4096, 400e12, 32
+
+
+def workload_model(hidden: int, bucket: int = 25 << 20):
+    from mpicoll.simulators import workload
+    fwd = 24 * WORKLOAD_TOKENS * hidden * hidden / 8 / WORKLOAD_FLOPS
+    return workload.Model(layers=WORKLOAD_LAYERS, forward=fwd,
+                          activation=WORKLOAD_TOKENS * hidden * 2,
+                          gradient=12 * hidden * hidden * 2 // 8, bucket=bucket)
+
+
+def workload_rows() -> list[dict]:
+    """The seed's "TP across nodes: a step 2-5x slower" (TP = 8, no DP), per hidden size, and
+    the straggler's cost at 25,000 ranks (TP 8 x DP 3,125, one DP rank 1 ms late)."""
+    from mpicoll.simulators import workload
+    fab = fabric.preset("dgx-h100", 1, 8)
+    rows = []
+    for hidden in (8192, 4096, 2048):
+        m = workload_model(hidden)
+        inside = workload.step(m, fab, tp=8, dp=1)
+        across = workload.step(m, fab, tp=8, dp=1, tp_across_nodes=True)
+        rows.append({"case": f"hidden {hidden}, TP 8", "forward_ms": m.forward * 1e3,
+                     "inside_ms": inside.time * 1e3, "across_ms": across.time * 1e3,
+                     "tp_inside_us": inside.parts["tp_allreduce"] * 1e6,
+                     "tp_across_us": across.parts["tp_allreduce"] * 1e6})
+    m = workload_model(4096, bucket=200 << 20)
+    import numpy as np
+    late = np.zeros(3125)
+    late[1234] = 1e-3
+    base = workload.step(m, fab, tp=8, dp=3125, dp_algorithm="double_binary_tree")
+    slow = workload.step(m, fab, tp=8, dp=3125, dp_algorithm="double_binary_tree", delay=late)
+    rows.append({"case": "hidden 4096, TP 8 x DP 3125 = 25,000 ranks, one rank 1 ms late",
+                 "step_ms": base.time * 1e3, "late_step_ms": slow.time * 1e3,
+                 "dp_exposed_ms": base.dp_exposed * 1e3, "buckets": base.buckets})
+    return rows
+
+
+def render_workload(rows) -> str:
+    lines = ["| model | forward per layer (ms) | TP all-reduce inside / across (us) | step, TP "
+             "inside a node (ms) | step, TP across nodes (ms) | across / inside |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows[:-1]:
+        lines.append(f"| {r['case']} | {r['forward_ms']:.3f} | {r['tp_inside_us']:.0f} / "
+                     f"{r['tp_across_us']:.0f} | {r['inside_ms']:.2f} | {r['across_ms']:.2f} | "
+                     f"{r['across_ms'] / r['inside_ms']:.2f}x |")
+    s = rows[-1]
+    lines += ["", f"{s['case']}: step {s['step_ms']:.2f} ms ({s['buckets']} buckets of 200 MiB, "
+                  f"{s['dp_exposed_ms']:.2f} ms of DP all-reduce after the backward pass), "
+                  f"{s['late_step_ms']:.2f} ms with the late rank: it costs "
+                  f"{s['late_step_ms'] - s['step_ms']:.3f} ms."]
+    return "\n".join(lines)
+
+
+def workload(args) -> None:
+    """The training-step table of docs/simulator.md (``mpicoll.simulators.workload``)."""
+    _emit(workload_rows(), render_workload, args.json)
+
+
 NODE_COUNTS = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3072]
 NODE_SIZES = [192 << 10, 12 << 20, 768 << 20]
 
 
 def node_rows(sizes=NODE_SIZES, counts=NODE_COUNTS) -> list[dict]:
-    """Hierarchical vs the rank-order ring on dgx-h100 at each node count of 8 ranks: us."""
+    """Hierarchical vs the rank-order ring on dgx-h100-textbook at each node count of 8 ranks: us."""
     rows = []
     for nbytes in sizes:
         for k in counts:
-            fab = fabric.preset("dgx-h100", k, 8)
+            fab = fabric.preset("dgx-h100-textbook", k, 8)
             rows.append({"bytes": nbytes, "nodes": k, "ranks": k * 8,
                          "ring_us": timed.simulate("allreduce", "ring", fab, nbytes).time * 1e6,
                          "hierarchical_us": timed.simulate("allreduce", "smp", fab,
@@ -294,7 +428,7 @@ def render_nodes(rows) -> str:
 
 
 def nodes(args) -> None:
-    """Hierarchical vs the rank-order ring on dgx-h100, 2 to 3,072 nodes of 8: the table (and
+    """Hierarchical vs the rank-order ring on dgx-h100-textbook, 2 to 3,072 nodes of 8: the table (and
     ``--json``), and the figure (``-o``).
 
     The sizes divide into equal ring blocks at every node count (multiples of 3 x 2^14
@@ -323,7 +457,7 @@ def nodes(args) -> None:
     ax.set_ylabel("simulated all-reduce time (us)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("timed executor, dgx-h100 fabric: hierarchical (ring inside, recursive "
+    ax.set_title("timed executor, dgx-h100-textbook fabric: hierarchical (ring inside, recursive "
                  "doubling across) vs flat ring", fontsize=9)
     fig.tight_layout()
     fig.savefig(args.output, dpi=110, metadata={"Software": None})
@@ -341,7 +475,8 @@ def main() -> int:
     p = sub.add_parser("published")
     p.add_argument("--json", help="write the rows here")
     r = sub.add_parser("render")
-    r.add_argument("what_table", choices=["published", "measured", "pipeline", "nodes"])
+    r.add_argument("what_table", choices=["published", "measured", "pipeline", "nodes",
+                                          "workload"])
     r.add_argument("json")
     c = sub.add_parser("nccl")
     c.add_argument("--nodes", type=int, nargs="*", default=[1, 5, 25, 125, 625, 3125])
@@ -350,6 +485,8 @@ def main() -> int:
     c.add_argument("--tree-max", type=int, default=125,
                    help="largest node count for double_binary_tree (its all-ranks form; "
                         "contended waves at GB sizes are max-min solved per wave)")
+    w = sub.add_parser("workload")
+    w.add_argument("--json", help="write the rows here")
     q = sub.add_parser("pipeline")
     q.add_argument("--json", help="write the rows here")
     n = sub.add_parser("nodes")
@@ -359,7 +496,7 @@ def main() -> int:
                    help="the figure ('' for none)")
     args = ap.parse_args()
     {"measured": measured, "nccl": nccl, "nodes": nodes, "published": published,
-     "render": render, "pipeline": pipeline}[args.what](args)
+     "render": render, "pipeline": pipeline, "workload": workload}[args.what](args)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Speed of the timed executor at datacenter scale: wall time and peak memory of one simulated call.
 
     python jobs/experiments/sim_scale.py                      # the cases of docs/simulator.md
-    python jobs/experiments/sim_scale.py --case ring:dgx-h100:2048x8:1G
-    python jobs/experiments/sim_scale.py --case hierarchical+outer=ring:dgx-h100:3072x8:1G --timeout 60
+    python jobs/experiments/sim_scale.py --case ring:dgx-h100-textbook:2048x8:1G
+    python jobs/experiments/sim_scale.py --case hierarchical+outer=ring:dgx-h100-textbook:3072x8:1G --timeout 60
 
 A case is ALGORITHM[+OPTION=VALUE...]:FABRIC:NODESxPER_NODE:SIZE. Each runs in a fresh
 interpreter (so peak RSS is the case's own), after one warm-up call on a small fabric that loads
@@ -22,9 +22,9 @@ import time
 # Issue 24's scale targets (<= 20 s, <= 1 GB each): uneven ring blocks at 16,384 ranks
 # (1e9 B = 2.5e8 floats on 16,384 ranks) and the hierarchical all-reduce with an outer ring at
 # 3,072 x 8; then equal blocks, and the rank-order ring at 24,576 ranks (uneven blocks).
-CASES = ["ring:flat:16384x1:1000000000", "hierarchical+outer=ring:dgx-h100:3072x8:1G",
-         "ring:flat:16384x1:1G", "ring:dgx-h100:2048x8:1G", "hierarchical:dgx-h100:3072x8:1G",
-         "ring:dgx-h100:3072x8:1G"]
+CASES = ["ring:flat:16384x1:1000000000", "hierarchical+outer=ring:dgx-h100-textbook:3072x8:1G",
+         "ring:flat:16384x1:1G", "ring:dgx-h100-textbook:2048x8:1G", "hierarchical:dgx-h100-textbook:3072x8:1G",
+         "ring:dgx-h100-textbook:3072x8:1G"]
 
 
 def one(case: str) -> dict:

@@ -17,7 +17,7 @@ Here, in four parts:
 
 1. TP all-reduce of one activation: 2048 tokens x 2048 hidden x 4 B = 16 MiB (seed 003's
    residual-stream activation), mpicoll's ring all-reduce over 8 GPUs on the timed executor's
-   ``dgx-h100`` fabric (NVLink 450 GB/s per direction, one 50 GB/s NDR NIC per GPU): one node of
+   ``dgx-h100-textbook`` fabric (NVLink 450 GB/s per direction, one 50 GB/s NDR NIC per GPU): one node of
    8, against 2 x 4, 4 x 2 and 8 x 1; the time ratio beside the link bandwidth ratio, and a
    sweep over sizes.
 2. mpicoll's hierarchical all-reduce (ring inside nodes, recursive doubling across) against the
@@ -39,7 +39,7 @@ from lab_common import claim, parser, save_figure, write_json
 
 from mpicoll.simulators import fabric, timed
 
-FABRIC = "dgx-h100"
+FABRIC = "dgx-h100-textbook"
 PER_NODE = 8
 ACTIVATION = 2048 * 2048 * 4           # seed 003: a 2048 x 2048 fp32 residual-stream activation
 TP_PLACEMENTS = [(1, 8), (2, 4), (4, 2), (8, 1)]          # (nodes, GPUs per node) of a TP group
@@ -369,7 +369,7 @@ def main(argv=None) -> int:
         ax.set_xscale("log")
         ax.set_xlabel("TP all-reduce size (bytes)")
         ax.set_ylabel("time across nodes / inside a node")
-        ax.set_title("1. TP ring all-reduce over 8 GPUs, dgx-h100", fontsize=9)
+        ax.set_title("1. TP ring all-reduce over 8 GPUs, dgx-h100-textbook", fontsize=9)
         ax.legend(fontsize=7)
         ax = axes[0, 1]
         for nbytes, colour in zip(HIER_SIZES, ("tab:blue", "tab:orange", "tab:green")):
@@ -383,7 +383,7 @@ def main(argv=None) -> int:
         ax.set_yscale("log")
         ax.set_xlabel("nodes (8 GPUs each)")
         ax.set_ylabel("simulated all-reduce time (us)")
-        ax.set_title(f"2. {HIERARCHICAL} vs flat ring, dgx-h100", fontsize=9)
+        ax.set_title(f"2. {HIERARCHICAL} vs flat ring, dgx-h100-textbook", fontsize=9)
         ax.legend(fontsize=6)
         ax = axes[1, 0]
         for s, ops in enumerate(bub["timeline"]):

@@ -9,7 +9,7 @@ median becomes the fleet's median step. The all-reduce is a barrier in disguise.
 
 Here: the numbers above, then a Monte Carlo over the timed executor. Each sample gives every
 rank a compute time of 100 ms, doubled with probability 0.001, passed as the rank's delay before
-one 256 MiB all-reduce (mpicoll's hierarchical schedule on the ``dgx-h100`` fabric, N/8 nodes of
+one 256 MiB all-reduce (mpicoll's hierarchical schedule on the ``dgx-h100-textbook`` fabric, N/8 nodes of
 8). The step time is when the last rank finishes. For N = 8 .. 24,576 the lab prints the share
 of steps with a straggler (against 1 - 0.999^N) and the p50 and p99 step time, against the
 straggler-free step.
@@ -29,7 +29,7 @@ ALGORITHM = "hierarchical"
 
 
 def step_time(n: int, delay) -> float:
-    fab = fabric.preset("dgx-h100", max(1, n // 8), min(n, 8))
+    fab = fabric.preset("dgx-h100-textbook", max(1, n // 8), min(n, 8))
     return timed.simulate("allreduce", ALGORITHM, fab, NBYTES, delay=delay).time
 
 
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         print(f"# {N:>6} {samples:>8} {slow / samples:>14.1%} ({1 - (1 - P_SLOW) ** N:>6.1%})"
               f" {base * 1e3:>19.1f} ms {p50 * 1e3:>7.1f} {p99 * 1e3:>7.1f} ms {p50 / base:>9.2f}x")
     write_json(args.json, {"p_slow": P_SLOW, "compute_s": COMPUTE, "nbytes": NBYTES,
-                           "algorithm": ALGORITHM, "fabric": "dgx-h100", "rows": rows,
+                           "algorithm": ALGORITHM, "fabric": "dgx-h100-textbook", "rows": rows,
                            "n25000": {"expected": n * P_SLOW,
                                       "p_none": (1 - P_SLOW) ** n}})
 

@@ -4,5 +4,7 @@
   alpha-beta-gamma clock, traces and byte counts (``mpicoll trace``, the exhaustive tests);
 * ``timed``     -- the schedules with no data, as all-ranks waves (``allranks``), over a
   modelled GPU cluster (``fabric``): per-rank finish times up to ~25,000 ranks
-  (``mpicoll simulate``, docs/simulator.md).
+  (``mpicoll simulate``, docs/simulator.md); its compiled kernels and max-min sharing in
+  ``sharing``, NCCL's tuning model in ``nccl_tuning``, NVLink SHARP in ``innetwork``, a
+  training step (compute, TP all-reduces, overlapped DP buckets) in ``workload``.
 """

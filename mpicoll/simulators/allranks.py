@@ -45,7 +45,7 @@ from ..schedule import Recv, Send, block_displs
 
 __all__ = ["Wave", "from_schedules", "to_steps", "ring_waves", "node_layout_waves", "waves",
            "has_direct_form", "tree_waves", "pipeline_waves", "ring_channel_order",
-           "rotate_channel", "channel_waves"]
+           "rotate_channel", "channel_waves", "lanes_of"]
 
 
 class Wave:
@@ -59,14 +59,16 @@ class Wave:
     """
 
     __slots__ = ("src", "dst", "elements", "reduce", "left", "key", "route", "_slices",
-                 "into_next")
+                 "into_next", "lane")
 
     def __init__(self, src, dst, elements, reduce, left, slices, key=None, route=None,
-                 into_next=False):
+                 into_next=False, lane=None):
         self.src, self.dst, self.elements = src, dst, elements
         self.reduce, self.left, self._slices, self.key = reduce, left, slices, key
         self.route = route              # set when the same (src, dst) repeats
         self.into_next = into_next
+        self.lane = lane                # each message's data flow: its sender's and its
+        #                                 receiver's lane (one array if alike, or a pair)
 
     def slices(self) -> tuple[np.ndarray, np.ndarray]:
         lo = self._slices() if callable(self._slices) else self._slices
@@ -82,7 +84,7 @@ def _full(value, n):
 
 def from_schedules(scheds) -> list[Wave]:
     """The waves of one schedule per rank (checked as the in-process executor checks them)."""
-    from .inprocess import Deadlock, _link   # (it loads the kernels: not at import, see timed)
+    from .inprocess import _link
     size = len(scheds)
     links = _link(scheds)            # raises ScheduleMismatch naming the message
     nsteps = [len(s.steps) for s in scheds]
@@ -105,6 +107,7 @@ def from_schedules(scheds) -> list[Wave]:
             progress = True
     stuck = [r for r in range(size) if pc[r] < nsteps[r]]
     if stuck:
+        from .inprocess import Deadlock
         raise Deadlock(f"no rank can progress: ranks {stuck[:8]} wait forever")
     recv_of = {links[(r, s, i)][0]: op for r, sched in enumerate(scheds)
                for s, step in enumerate(sched.steps) for i, op in enumerate(step)
@@ -295,7 +298,10 @@ def _sharded_ring_waves(members: np.ndarray, count: int):
 
 def tree_waves(size: int, count: int, *, nodes, chunks: int | None = None):
     """The double binary tree all-reduce (``allreduce_double_binary_tree``), wave by wave: wave
-    g is the schedule's global round g on every rank at once (a generator).
+    g is the schedule's global round g on every rank at once (a generator). Each message's
+    ``lane`` is its data flow: 2t going up tree t, 2t + 1 coming down, so that on an
+    event-driven fabric a chunk goes up as soon as its children's have arrived, whatever comes
+    down meanwhile (the root sends down from its up lane: after the reduction).
 
     Per tree t, rank x with parent: it sends chunk c up in round c + h(x) (its parent reduces
     it) and receives chunk c down in round c + H + d(x) - 1 (copied), so round g holds, per
@@ -309,41 +315,52 @@ def tree_waves(size: int, count: int, *, nodes, chunks: int | None = None):
     if chunks is None:
         chunks = dbt.best_chunks(size, count, nodes)
     halves = block_displs(count, 2)
-    trees = []
+    flows = []          # per tree and direction, sorted by the key that says when x sends
+    H = 0
     for t in (0, 1):
         tree = dbt.rank_tree(nodes, t)
         height, depth = dbt._heights(tree)
         child = np.array([r for r in range(size) if tree[r][0] is not None], dtype=np.int64)
         parent = np.array([tree[r][0] for r in child], dtype=np.int64)
+        h = np.array([height[r] for r in child], dtype=np.int64)
+        d = np.array([depth[r] for r in child], dtype=np.int64)
         lo = halves[t]
         cut = lo + np.array(block_displs(halves[t + 1] - lo, chunks), dtype=np.int64)
-        trees.append((child, parent, np.array([height[r] for r in child], dtype=np.int64),
-                      np.array([depth[r] for r in child], dtype=np.int64),
-                      max(height.values()), cut))
-    H = max(tr[4] for tr in trees)
+        Ht = max(height.values())
+        H = max(H, Ht)
+        up, down = np.argsort(h, kind="stable"), np.argsort(d, kind="stable")
+        lane = np.full(len(child), 2 * t)
+        # up: chunk g - h(x) from x to its parent; down: chunk g - Ht - d(x) + 1 from the
+        # parent (the root sends from its up lane: after its reduction)
+        flows.append((child[up], parent[up], h[up], 0, True, lane, lane, cut))
+        flows.append((parent[down], child[down], d[down], Ht - 1, False,
+                      np.where(d[down] == 1, 2 * t, 2 * t + 1), lane + 1, cut))
     for g in range(chunks + 2 * H - 1):
-        cols: list[list] = [[], [], [], [], []]          # src, dst, chunk lo, elements, reduce
-        for child, parent, h, d, Ht, cut in trees:
-            for up, c in ((True, g - h), (False, g - Ht - d + 1)):
-                on = (c >= 0) & (c < chunks)
-                if not on.any():
-                    continue
-                cc = c[on]
-                a, b = (child[on], parent[on]) if up else (parent[on], child[on])
-                for col, v in zip(cols, (a, b, cut[cc], cut[cc + 1] - cut[cc],
-                                         np.full(len(cc), up))):
-                    col.append(v)
+        cols: list[list] = [[], [], [], [], [], [], []]  # src, dst, lo, elements, reduce, lanes
+        for a, b, key, shift, up, slane, dlane, cut in flows:
+            # chunk c = g - shift - key, 0 <= c < chunks: a run of the sorted keys
+            i = np.searchsorted(key, g - shift - chunks + 1, "left")
+            j = np.searchsorted(key, g - shift, "right")
+            if i >= j:
+                continue
+            cc = g - shift - key[i:j]
+            for col, v in zip(cols, (a[i:j], b[i:j], cut[cc], cut[cc + 1] - cut[cc],
+                                     np.full(j - i, up), slane[i:j], dlane[i:j])):
+                col.append(v)
         if not cols[0]:
             continue
-        src, dst, lo, el, red = (np.concatenate(c) for c in cols)
+        src, dst, lo, el, red, slane, dlane = (np.concatenate(c) for c in cols)
         keep = el > 0
         if not keep.all():
-            src, dst, lo, el, red = src[keep], dst[keep], lo[keep], el[keep], red[keep]
+            src, dst, lo, el, red, slane, dlane = (x[keep] for x in (src, dst, lo, el, red,
+                                                                      slane, dlane))
         if not len(src):
             continue
-        route = ("tree", size, hashlib.blake2b(src.tobytes() + dst.tobytes()).hexdigest())
+        route = ("tree", size, hashlib.blake2b(src.tobytes() + dst.tobytes() + slane.tobytes()
+                                               + dlane.tobytes()).hexdigest())
         key = route + (hashlib.blake2b(el.tobytes() + red.tobytes()).hexdigest(),)
-        yield Wave(src, dst, el, red, False, (lo, lo), key=key, route=route)
+        yield Wave(src, dst, el, red, False, (lo, lo), key=key, route=route,
+                   lane=(slane, dlane))
 
 
 # ----------------------------------------------------------------------------- channels
@@ -380,13 +397,16 @@ def rotate_channel(size: int, per_node: int, channel: int) -> np.ndarray:
     return r // per_node * per_node + (r % per_node + channel) % per_node
 
 
-def channel_waves(parts: list, perms: list, offsets: list, lags=None):
+def channel_waves(parts: list, perms: list, offsets: list, lags=None, lanes: int = 0):
     """Channels run in lockstep: wave k of every channel's waves (``parts``, on logical ranks
     mapped by ``perms``, slices moved by ``offsets``) make wave k of the call; with ``lags``,
-    part i's wave k makes wave k + lags[i] (a pipeline's later chunks start later)."""
+    part i's wave k makes wave k + lags[i] (a pipeline's later chunks start later). With
+    ``lanes`` (the lanes of one part's waves, e.g. 2 for the two trees) each message carries
+    part index x ``lanes`` + its own lane (``Wave.lane``): an event-driven fabric keeps one clock
+    per rank and lane, so channels share links but never wait for each other."""
     if lags is not None:
         parts = [chain(repeat(None, lag), part) for part, lag in zip(parts, lags)]
-    last = (None, None, None)        # the last route and its (src, dst): a ring's is kept
+    last = (None, None, None, None)  # the last route and its (src, dst, lane): a ring's kept
     for ws in zip_longest(*parts):
         got = [(w, p, o) for w, p, o in zip(ws, perms, offsets) if w is not None and len(w)]
         if not got:
@@ -395,11 +415,13 @@ def channel_waves(parts: list, perms: list, offsets: list, lags=None):
         route = (("channels",) + tuple(routes)
                  if all(r is not None for r, w in zip(routes, ws) if w is not None) else None)
         if route is not None and route == last[0]:
-            src, dst = last[1:]
+            src, dst, lane = last[1:]
         else:
             src = np.concatenate([p[w.src] for w, p, _ in got])
             dst = np.concatenate([p[w.dst] for w, p, _ in got])
-            last = (route, src, dst)
+            lane = _lanes([(i, w) for i, w in enumerate(ws) if w is not None and len(w)],
+                          lanes) if lanes else None
+            last = (route, src, dst, lane)
 
         def col(name):
             vals = [getattr(w, name) for w, _, _ in got]
@@ -415,7 +437,19 @@ def channel_waves(parts: list, perms: list, offsets: list, lags=None):
         keyed = [w.key if w is not None else "-" for w in ws]
         key = ("channels",) + tuple(keyed) if all(k is not None for k in keyed) else None
         yield Wave(src, dst, col("elements"), col("reduce"), col("left"), slices, key=key,
-                   route=route, into_next=col("into_next"))
+                   route=route, into_next=col("into_next"), lane=lane)
+
+
+def _lanes(got, lanes: int) -> tuple:
+    """Sender and receiver lanes of merged channel parts: part i's lane l is i x lanes + l."""
+    out = []
+    for side in (0, 1):
+        cols = []
+        for i, w in got:
+            own = w.lane[side] if isinstance(w.lane, tuple) else w.lane
+            cols.append(i * lanes + (0 if own is None else own) + np.zeros(len(w), np.int64))
+        out.append(np.concatenate(cols))
+    return tuple(out)
 
 
 _DIRECT = {allreduce_ring: ("ring", lambda size, count, **o: ring_waves(size, count)),
@@ -432,6 +466,13 @@ def has_direct_form(algo, options: dict, nodes=None) -> bool:
     if algo.module is allreduce_double_binary_tree:
         return nodes is not None
     return nodes is not None and len({len(n) for n in nodes}) == 1
+
+
+def lanes_of(algo, nodes=None, direct: bool = True) -> int:
+    """Data flows (``Wave.lane``) in one channel of ``algo``'s waves: 4 for the double binary
+    tree's all-ranks form (up and down each of its two trees), else 1."""
+    return 4 if (direct and algo.module is allreduce_double_binary_tree and nodes is not None) \
+        else 1
 
 
 def pipeline_waves(algo, size: int, count: int, pipeline: int, **kwargs):
@@ -480,7 +521,8 @@ def waves(algo, size: int, count: int, *, direct: bool = True, channels: int = 1
             parts.append(waves(algo, size, c, direct=direct, pipeline=pipeline, **kwargs))
             perms.append(ring_channel_order(nodes, per_node, k) if ring
                          else rotate_channel(size, per_node, k))
-        return channel_waves(parts, perms, displs[:-1])
+        inner = lanes_of(algo, kwargs.get("nodes"), direct)
+        return channel_waves(parts, perms, displs[:-1], lanes=inner)
     if pipeline > 1:
         return pipeline_waves(algo, size, count, min(pipeline, max(1, count)), **kwargs)
     options = {k: v for k, v in kwargs.items() if k not in ("nodes", "root")}

@@ -42,11 +42,15 @@ NCCL-like fabrics also declare ``channels`` (0: one per NIC, i.e. ``per_node``: 
 executor splits a collective over that many rings or trees, each on its own NIC), ``protocols``
 (``Protocol``: per-hop alpha of each link class, bandwidth efficiency and a per-call base, as
 NCCL's LL / LL128 / Simple; the timed executor picks the fastest per call and reports it) and
-``overlap`` (a rank's reduction runs while its messages arrive, as a pipelining executor does).
+``overlap`` (a rank's reduction runs while its messages arrive, as a pipelining executor does),
+``pipelined`` (event-driven steps: ``timed``, ``sharing.advance_pipelined``) and ``gpu``
+("hopper", "ampere": NCCL's tuning model picks the protocol, ``nccl_tuning``).
 
-Presets (``preset(name, ...)``): ``flat``, ``dgx-h100``, ``seed-lab``, ``this-machine``,
-``dgx-h100-nccl``, ``dgx-a100-nccl``, or a JSON file with the fields of ``Fabric``
-(``docs/simulator.md`` gives the sources of the numbers).
+Presets (``preset(name, ...)``): ``flat``, ``dgx-a100``, ``dgx-h100``, ``dgx-h200`` (the
+machines as NCCL runs them: 8 channels, NCCL's protocols and tuning, event-driven steps;
+``dgx-h100-nccl`` and ``dgx-a100-nccl`` are their names before issue 45),
+``dgx-h100-textbook`` (one channel, lockstep), ``seed-lab``, ``this-machine``, or a JSON file
+with the fields of ``Fabric`` (``docs/simulator.md`` gives the sources of the numbers).
 """
 
 from __future__ import annotations
@@ -133,6 +137,9 @@ class Fabric:
     nodes_per_host: int = 1                # nodes sharing one host (and its stack)
     stack_per_flow: float | None = None    # bytes/s of one inter-node message (None: no cap)
     copy: float | None = None              # bytes/s of intra-node messages a host copies
+    pipelined: bool = False                # event-driven steps, static link shares (NCCL-like)
+    gpu: str | None = None                 # "ampere" / "hopper": NCCL's tuning picks protocols
+    nvls: bool = False                     # NVLink SHARP: the NVSwitch reduces (innetwork)
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -157,11 +164,16 @@ class Fabric:
         """Channels of a call: ``channels``, or one per NIC of a node (0)."""
         return self.channels or self.per_node
 
-    def with_protocol(self, name: str, tree: bool = False) -> "Fabric":
-        """This fabric as protocol ``name`` sees it: its alphas, bandwidths x its efficiency."""
+    def with_protocol(self, name: str, tree: bool = False, *, efficiency: float | None = None,
+                      intra_floor: float = 0.0, scale: float = 1.0) -> "Fabric":
+        """This fabric as protocol ``name`` sees it: its alphas, bandwidths x its efficiency.
+        ``efficiency`` replaces the protocol's; ``intra_floor`` (s) is the least intra-node
+        alpha; ``scale`` multiplies every alpha (NCCL's adjustments, ``nccl_tuning``)."""
         p = self.protocols[name]
-        a = p.alphas(tree)
-        cls = {c: LinkClass(a[c], getattr(self, c).bandwidth * p.efficiency) for c in CLASSES}
+        a = dict(p.alphas(tree))
+        a["intra"] = max(a["intra"], intra_floor)
+        eff = p.efficiency if efficiency is None else efficiency
+        cls = {c: LinkClass(a[c] * scale, getattr(self, c).bandwidth * eff) for c in CLASSES}
         return replace(self, name=f"{self.name}/{name}", protocols=None, **cls)
 
     @property
@@ -186,6 +198,8 @@ class Fabric:
                 + (f", {self.nchannels} channel(s)" if self.nchannels > 1 else "")
                 + (f", protocols {'/'.join(self.protocols)}" if self.protocols else "")
                 + (", reduction overlapped" if self.overlap else "")
+                + (", event-driven steps" if self.pipelined else "")
+                + (", NVLink SHARP" if self.nvls else "")
                 + (f", stack {self.stack / 1e9:g}GB/s per host"
                    + (f" of {self.nodes_per_host} nodes" if self.nodes_per_host > 1 else "")
                    if self.stack else "")
@@ -308,9 +322,11 @@ def _flat(nodes, per_node, alpha=2e-6, bandwidth=25e9, gamma=0.0, **_):
     return Fabric("flat", nodes, per_node, c, c, c, gamma, leaf="single")
 
 
-def _dgx_h100(nodes, per_node, gamma=None, **_):
-    """DGX/HGX H100 nodes on a rail-optimized NDR InfiniBand fat tree (sources: docs)."""
-    return Fabric("dgx-h100", nodes, per_node,
+def _dgx_h100_textbook(nodes, per_node, gamma=None, **_):
+    """DGX/HGX H100 nodes on a rail-optimized NDR InfiniBand fat tree, as a textbook fabric: one
+    channel, one alpha per link class, lockstep steps (sources: docs). ``dgx-h100`` is the same
+    machine as NCCL runs it."""
+    return Fabric("dgx-h100-textbook", nodes, per_node,
                   intra=LinkClass(2e-6, 450e9),       # NVLink4 via NVSwitch, per GPU per direction
                   nic=LinkClass(5e-6, 50e9),          # ConnectX-7 NDR 400 Gb/s per GPU
                   spine=LinkClass(6e-6, 50e9),        # one more switch tier, 400 Gb/s links
@@ -354,31 +370,46 @@ def nccl_protocols() -> dict:
             for name, (ring, tree, base, tbase, eff) in _NCCL.items()}
 
 
-def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, **_):
+def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, gpu=None, nvls=False, **_):
     """A DGX on a rail-optimized fat tree as NCCL plans it: NVLink and NIC at the bandwidths
     NCCL's topology search assigns them, one channel per NIC, NCCL's protocols, the reduction
     inside the transfer (NCCL's kernels reduce each slice as it arrives)."""
     return Fabric(name, nodes, per_node, intra=LinkClass(0.0, nvlink), nic=LinkClass(0.0, nic),
                   spine=LinkClass(0.0, nic), gamma=1e-12 if gamma is None else gamma,
                   leaf="rail", nodes_per_leaf=32, channels=0, protocols=nccl_protocols(),
-                  overlap=True)
+                  overlap=True, pipelined=True, gpu=gpu, nvls=nvls)
 
 
-def _dgx_h100_nccl(nodes, per_node, **kw):
+def _dgx_h100(nodes, per_node, name="dgx-h100", **kw):
     """H100: 18 NVLink4 x 20.6 GB/s (topo.h SM90_NVLINK_BW), NDR 400 Gb/s NIC = 50 GB/s, which
     NCCL's ring search runs at 48 GB/s per channel (search.cc sm90SpeedArrayInter)."""
-    return _nccl("dgx-h100-nccl", 18 * 20.6e9, 48e9, nodes, per_node, **kw)
+    return _nccl(name, 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", nvls=True, **kw)
 
 
-def _dgx_a100_nccl(nodes, per_node, **kw):
+def _dgx_h200(nodes, per_node, gamma=None, **kw):
+    """H200: the H100's NVLink4 and ConnectX-7 NDR NICs (DGX H200 data sheet), HBM3e at 4.8 TB/s
+    instead of 3.35: the reduction 1.43x faster (gamma 0.7 ps/B)."""
+    return _nccl("dgx-h200", 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", nvls=True,
+                 gamma=0.7e-12 if gamma is None else gamma, **kw)
+
+
+def _dgx_a100(nodes, per_node, name="dgx-a100", **kw):
     """A100: 12 NVLink3 x 20 GB/s (topo.h SM80_NVLINK_BW), HDR 200 Gb/s NIC = 25 GB/s, run at
     24 GB/s per channel (search.cc speedArrayInter)."""
-    return _nccl("dgx-a100-nccl", 12 * 20.0e9, 24e9, nodes, per_node, **kw)
+    return _nccl(name, 12 * 20.0e9, 24e9, nodes, per_node, gpu="ampere", **kw)
 
 
-PRESETS = {"flat": _flat, "dgx-h100": _dgx_h100, "seed-lab": _seed_lab,
-           "this-machine": _this_machine, "dgx-h100-nccl": _dgx_h100_nccl,
-           "dgx-a100-nccl": _dgx_a100_nccl}
+def _named(fn, name):
+    return lambda nodes, per_node, **kw: fn(nodes, per_node, name=name, **kw)
+
+
+# The machines as NCCL runs them (8 channels, protocols, event-driven steps); the textbook
+# fabric is ``dgx-h100-textbook``; ``-nccl`` names are the same machines (their names before
+# issue 45).
+PRESETS = {"flat": _flat, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100, "dgx-h200": _dgx_h200,
+           "dgx-h100-textbook": _dgx_h100_textbook, "seed-lab": _seed_lab,
+           "this-machine": _this_machine, "dgx-h100-nccl": _named(_dgx_h100, "dgx-h100-nccl"),
+           "dgx-a100-nccl": _named(_dgx_a100, "dgx-a100-nccl")}
 
 
 def from_json(path, nodes: int, per_node: int) -> Fabric:

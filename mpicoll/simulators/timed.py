@@ -17,6 +17,13 @@ wave) over a ``fabric.Fabric``, and keeps one clock per rank:
 So on a contention-free flat fabric a step takes alpha + beta.max(sent, received) + gamma.reduced,
 the in-process executor's clock and the model of every ``cost()`` formula.
 
+That is the lockstep model of the textbook fabrics. A ``pipelined`` fabric (the NCCL-like
+presets) is event-driven: a message leaves when its sender has the data and its link is free, a
+rank moves on when its own inputs are there, with clocks per channel and data flow
+(``Wave.lane``), static max-min shares, a channel at its slowest hop (``sharing``); its
+equal-block ring is timed from its first wave (``_ring_pipelined``). NCCL's protocol pick and
+adjustments: ``nccl_tuning``; ``algorithm="nvls"``: NVLink SHARP (``innetwork``).
+
 ``simulate(...)`` returns a ``Timing``: each rank's finish, the time (the last finish), algbw and
 busbw, bytes per path and per link class, the bottleneck link (the one that held messages back
 longest), inter-node and cross-rail hops (distinct rank pairs) and messages, the slowest message
@@ -34,94 +41,60 @@ equal start times (cached) while all clocks are equal, else re-solved with the r
 ``general=True`` skips every shortcut (the tests compare both). The max-min solve works on each
 connected group of flows apart and, at each flow start or end, fills again only the moving
 flows connected to it. Hop statistics are streamed and at most ``ROUTES_HELD`` messages of
-routes are kept: memory is linear in the ranks. The compiled loops are in ``maxmin``. Importing
-this module loads neither numba nor the registry (tests/unit/test_sim_sharing.py): they load at
-the first simulation.
+routes are kept: memory is linear in the ranks. numba is loaded on the first call, not at import.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from .allranks import waves
 from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
-from .maxmin import kernel, maxmin
+from . import nccl_tuning
+from .allranks import has_direct_form, lanes_of, waves
+from .innetwork import nvls
+from .result import CRITICAL, Timing, call_count
+from .sharing import kernel, maxmin
 
 __all__ = ["Timing", "run", "simulate", "call_count", "maxmin"]
-
-CRITICAL = ("delay", "latency", "transfer", "reduction", "messages")
-
-
-def call_count(collective: str, nbytes: int, size: int, itemsize: int) -> int:
-    """Elements of one call of ``nbytes`` bytes, as ``mpicoll bench`` sizes it."""
-    count = max(1, nbytes // itemsize)
-    if collective in ("reduce_scatter_block", "allgather"):
-        count = max(size, count // size * size)
-    return count
-
-
-@dataclass
-class Timing:
-    fabric: str
-    size: int
-    nbytes: int
-    finish: np.ndarray                      # seconds, per rank
-    time: float                             # the last finish
-    path_bytes: dict                        # bytes sent on each path (intra-node, ...)
-    path_messages: dict
-    class_bytes: dict                       # bytes carried by each link class (every hop)
-    max_link_bytes: float                   # bytes carried by the bottleneck link
-    max_link: str                           # the bottleneck: the link that held messages back longest
-    internode_hops: int                     # distinct (src, dst) pairs that cross nodes
-    cross_rail_hops: int                    # ... that cross rails
-    bottleneck_bw: float                    # slowest message rate (bytes / transfer time)
-    critical: dict = field(default_factory=dict)   # of the last rank to finish
-    waves: int = 0
-    collective: str = "allreduce"
-    max_link_time: float = 0.0              # seconds the bottleneck held messages back
-    protocol: str | None = None             # the protocol picked (fabrics that declare some)
-    channels: int = 1
-
-    @property
-    def algbw(self) -> float:
-        return self.nbytes / self.time if self.time > 0 else 0.0
-
-    @property
-    def busbw(self) -> float:
-        from ..registry import bus_factor      # (not at import: see the module's doc)
-        return self.algbw * bus_factor(self.collective, self.size)
-
-    @property
-    def internode_bytes(self) -> float:
-        return self.path_bytes[PATH_NAMES[1]] + self.path_bytes[PATH_NAMES[2]]
-
-    @property
-    def internode_messages(self) -> int:
-        return self.path_messages[PATH_NAMES[1]] + self.path_messages[PATH_NAMES[2]]
-
-    def critical_path(self) -> str:
-        c = self.critical
-        parts = ", ".join(f"{k} {c[k] * 1e6:.1f} us" for k in CRITICAL[:4] if c[k] > 0)
-        return f"{int(c['messages'])} messages: {parts or '0'}"
-
 
 # ----------------------------------------------------------------------------- routes and shapes
 
 class _Route:
     """A wave's paths (``src`` -> ``dst``): kinds, link ids, alpha and rate cap per message, the
-    link that limits each, whether the wave is contention-free; accumulates what it carried."""
+    link that limits each, whether the wave is contention-free; accumulates what it carried.
+    ``csrc``, ``cdst``: the clocks of its ends, rank x ``lanes`` + the message's ``lane`` (its
+    channel, on an event-driven fabric: one clock per rank and channel)."""
 
-    def __init__(self, routes: Routes, src, dst):
+    def __init__(self, routes: Routes, src, dst, lane=None, lanes: int = 1,
+                 pace: bool = False):
         n = len(src)
         N = routes.size
         self.src, self.dst = src, dst
+        self.lanes = lanes
+        if lanes > 1:
+            slane, dlane = lane if isinstance(lane, tuple) else (lane, lane)
+            self.csrc = src * lanes + (0 if slane is None else slane)
+            self.cdst = dst * lanes + (0 if dlane is None else dlane)
+        else:
+            self.csrc, self.cdst = src, dst
         kind = self.kind = routes.kind(src, dst)
         links = self.links = routes.links(src, dst, kind)
         self.alpha = routes.alpha[kind]
         capl = routes.capacity[links]
         self.flowcap = np.minimum(capl.min(axis=1), routes.cap[kind])
+        self.static = routes.fabric.pipelined
+        paced = False
+        if self.static:             # each flow its max-min share of the wave, all moving at once
+            self.flowcap = kernel("rates")(links, routes.capacity, self.flowcap, routes.pad)
+            paced = pace and lanes > 1   # a channel's pipeline at its slowest hop (slices)
+            if paced:
+                flow = self.cdst % lanes
+                pace = np.full(lanes, np.inf)
+                np.minimum.at(pace, flow, self.flowcap)
+                slowest = np.full(lanes, -1)
+                slowest[flow[self.flowcap == pace[flow]]] = np.flatnonzero(
+                    self.flowcap == pace[flow])
+                self.flowcap = pace[flow]
         use = np.bincount(links.ravel(), weights=np.repeat(self.flowcap, links.shape[1]),
                           minlength=routes.nlinks)
         self.free = bool((use[:-1] <= routes.capacity[:-1] * (1 + 1e-12)).all())
@@ -133,11 +106,14 @@ class _Route:
         self.limit = links[np.arange(n), j]
         capped = (kind == SPINE) & (routes.cap[SPINE] < capl.min(axis=1))
         self.limit[capped] = links[capped, 2]
+        if self.static and paced:               # held back by its channel's slowest hop
+            self.limit = self.limit[slowest[flow]]
         stack = routes.fabric.stack_per_flow    # a message held back by its share of a stack
         if stack and routes.nhosts:
             held = (kind != INTRA) & (stack <= capl.min(axis=1))
             self.limit[held] = links[held, 4]
-        self.perm = bool(n == N and n and _is_perm(src, N) and _is_perm(dst, N))
+        NL = N * lanes
+        self.perm = bool(n == NL and n and _is_perm(self.csrc, NL) and _is_perm(self.cdst, NL))
         g = routes.fabric.per_node
         net = kind != INTRA
         cross = net & (src % g != dst % g)                  # one rail when g == 1
@@ -178,22 +154,29 @@ class _Shape:
             self.drain, self.rate = None, np.inf
             return
         self.rate = _rate(b, self.drain)
-        src, dst, N = route.src, route.dst, routes.size
+        src, dst, N = route.csrc, route.cdst, routes.size * route.lanes
         if n < N:
             return
         dur = route.alpha + self.drain
         fin = np.full(N, -np.inf)
-        np.maximum.at(fin, src, dur)
+        sent = np.full(N, -np.inf)            # event-driven: each rank's longest send
+        if route.static:
+            np.maximum.at(sent, src, self.drain)
+        else:
+            np.maximum.at(fin, src, dur)
         np.maximum.at(fin, dst, dur)
         received = np.bincount(dst, minlength=N)
         # every rank ends at once and reduces as many messages (one per channel, say)
-        if np.ptp(fin) == 0 and (received == received[0]).all():
-            mine = np.flatnonzero((src == 0) | (dst == 0))
+        if (np.isfinite(fin[0]) and (fin == fin[0]).all() and (sent == sent[0]).all()
+                and (received == received[0]).all()):
+            mine = np.flatnonzero(dst == 0) if route.static else np.flatnonzero(
+                (src == 0) | (dst == 0))
             f = int(mine[np.argmax(dur[mine])])
-            self.uniform = (float(route.alpha[f]), float(self.drain[f]), int(received[0]))
+            self.uniform = (float(route.alpha[f]), float(self.drain[f]), int(received[0]),
+                            float(sent[0]))
         if not route.perm:
             return
-        P = routes.period
+        P = routes.period * route.lanes
         if P < N and route.free:
             rows = N // P
             order = np.argsort(src)
@@ -216,35 +199,69 @@ def _is_perm(a, n) -> bool:
 class _Clocks:
     """Every rank's clock and critical-path parts, stored as compactly as the symmetry allows:
     one value for all ranks (``uniform``), one per rank of a period of the fabric
-    (``periodic``: rank r stands for r, r + P, r + 2P, ...), or one per rank (``full``)."""
+    (``periodic``: rank r stands for r, r + P, r + 2P, ...), or one per rank (``full``).
+    ``pipelined`` (event-driven steps): ``t`` is when a rank has its inputs, ``lf`` when its
+    send link is free (``sharing.advance_pipelined``); else ``t`` is a lockstep clock."""
 
-    def __init__(self, delay: np.ndarray, period: int, overlap: bool, general: bool):
+    def __init__(self, delay: np.ndarray, period: int, overlap: bool, general: bool,
+                 pipelined: bool = False):
         self.size, self.period, self.overlap = len(delay), period, overlap
-        self.general = general
+        self.general, self.pipelined = general, pipelined
         self._work = None
         self.t = delay.copy()
+        self.lf = delay.copy()
         self.comp = np.zeros((len(delay), len(CRITICAL)))
         self.comp[:, 0] = delay
         self.mode = "full"
         if len(delay) and (delay == delay[0]).all() and not general:
-            self.mode, self.t, self.comp = "uniform", self.t[:1], self.comp[:1]
+            self.mode, self.t, self.lf, self.comp = ("uniform", self.t[:1], self.lf[:1],
+                                                     self.comp[:1])
 
     def expand(self, mode: str) -> None:
         n = {"periodic": self.period, "full": self.size}[mode]
         reps = n // len(self.t)
-        self.t, self.comp = np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
+        self.t, self.lf = np.tile(self.t, reps), np.tile(self.lf, reps)
+        self.comp = np.tile(self.comp, (reps, 1))
         self.mode = mode
 
     def _step(self, src, dst, alpha, drain, red):
         n = len(self.t)
+        if self.pipelined:
+            m = len(src)
+            if self._work is None or len(self._work[0]) != n:
+                self._work = (np.full(n, -np.inf), np.full(n, -1, np.int64), np.empty(n),
+                              np.zeros(n), np.empty(0), np.empty(0, np.int64),
+                              np.empty((0, self.comp.shape[1])))
+            fin, win, gap, redt, begin, who, rows = self._work
+            if len(begin) < m:
+                begin, who, rows = np.empty(m), np.empty(m, np.int64), np.empty((m, rows.shape[1]))
+                self._work = (fin, win, gap, redt, begin, who, rows)
+            kernel("advance_pipelined")(self.t, self.lf, self.comp, src, dst, alpha, drain, red,
+                                        self.overlap, fin, win, gap, redt, begin, who, rows)
+            return
         if self._work is None or len(self._work[0]) != n:
             self._work = (np.empty(n), np.empty_like(self.comp), np.empty(n),
                           np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n))
         t2, c2, *work = self._work
         kernel("advance")(self.t, self.comp, src, dst, alpha, drain, red, self.overlap, t2, c2,
-                           *work)
+                          *work)
         self._work = (self.t, self.comp, *work)
         self.t, self.comp = t2, c2
+
+    def _uniform(self, a, dr, received, sent, red):
+        """A wave that moves every rank alike, on the one clock."""
+        r = red * received
+        if self.pipelined:
+            start = max(self.t[0], self.lf[0])
+            gap = start - self.t[0]
+            extra = max(0.0, r - gap - a - dr) if self.overlap else r
+            self.t = self.t + (gap + a + dr + extra)
+            self.comp = self.comp + (0.0, a, dr + gap, extra, 1.0)
+            self.lf = np.maximum(self.lf, start + sent)
+            return
+        extra = max(0.0, r - a - dr) if self.overlap else r
+        self.t = self.t + (a + dr + extra)
+        self.comp = self.comp + (0.0, a, dr, extra, 1.0)
 
     def advance(self, routes: Routes, shape: _Shape | None, route: _Route, b, red):
         """One wave; ``red``: seconds of reduction per message (one value if all alike).
@@ -252,11 +269,7 @@ class _Clocks:
         alike = np.ndim(red) == 0
         if shape is not None:
             if self.mode == "uniform" and shape.uniform is not None and alike:
-                a, dr, received = shape.uniform
-                r = float(red) * received
-                extra = max(0.0, r - a - dr) if self.overlap else r
-                self.t = self.t + (a + dr + extra)
-                self.comp = self.comp + (0.0, a, dr, extra, 1.0)
+                self._uniform(*shape.uniform, float(red))
                 return None
             if self.mode != "full" and shape.periodic is not None and alike:
                 if self.mode == "uniform":
@@ -264,6 +277,7 @@ class _Clocks:
                 s, d, a, dr = shape.periodic
                 self._step(s, d, a, dr, np.full(len(s), float(red)))
                 return None
+        src, dst = route.csrc, route.cdst
         if self.mode != "full":
             uniform_start = self.mode == "uniform"
             self.expand("full")
@@ -271,18 +285,25 @@ class _Clocks:
             uniform_start = False
         red = np.ascontiguousarray(np.broadcast_to(red, (len(route.src),)), dtype=np.float64)
         if shape is not None and (route.free or uniform_start):
-            self._step(route.src, route.dst, route.alpha, shape.drain, red)
+            self._step(src, dst, route.alpha, shape.drain, red)
             return None
-        if route.free and not self.general:
-            self._step(route.src, route.dst, route.alpha, b / route.flowcap, red)
+        if route.free and (route.static or not self.general):
+            self._step(src, dst, route.alpha, b / route.flowcap, red)
             return None
-        drain = route.solve(routes, np.maximum(self.t[route.src], self.t[route.dst]), b)
-        self._step(route.src, route.dst, route.alpha, drain, red)
+        drain = route.solve(routes, np.maximum(self.t[src], self.t[dst]), b)
+        self._step(src, dst, route.alpha, drain, red)
         return drain
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each rank's finish (its last arrival, or its last send leaving) and its critical path
+        (a send still leaving at the end counts as transfer)."""
         reps = self.size // len(self.t) if len(self.t) else 0
-        return np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
+        t, comp = np.tile(self.t, reps), np.tile(self.comp, (reps, 1))
+        if self.pipelined and reps:
+            lf = np.tile(self.lf, reps)
+            comp[:, 2] += np.maximum(0.0, lf - t)
+            t = np.maximum(t, lf)
+        return t, comp
 
 
 class _Totals:
@@ -344,13 +365,27 @@ class _Totals:
 # Messages of the routes ``run`` keeps for reuse (least recently used dropped first): a ring's
 # one route is always kept, a tree's rounds (each a new route) do not pile up.
 ROUTES_HELD = 1 << 19
+# A ring all-reduce with unequal blocks has no two waves alike: 2P(P-1) messages per channel to
+# time one by one (1e10 at 25,000 ranks x 8 channels). Beyond this many it is timed with every
+# block at the larger size (count rounded up to a multiple of ranks x channels): an upper bound,
+# above the exact time by at most 2(P-1) x one element's transfer per step (tests check it),
+# and the bytes reported are the call's own.
+EXACT_RING_MESSAGES = 1 << 24
+# Most chunks of a double binary tree on an event-driven fabric (fewer beyond 2,048 ranks: the
+# waves are chunks + 2 x height, each over every rank).
+TREE_CHUNKS = 2048
 
 def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int = 0,
-        collective: str = "allreduce", general: bool = False, base: float = 0.0) -> Timing:
+        collective: str = "allreduce", general: bool = False, base: float = 0.0,
+        lanes: int = 1, paced: bool = False) -> Timing:
     """Time ``wave_list`` (``allranks.Wave``s) on ``fabric``; ``delay``: seconds per rank.
 
     ``general=True`` takes no shortcut: every wave is max-min solved at the ranks' own clocks.
     ``base``: seconds added to every rank's start (a protocol's per-call latency).
+    ``lanes``: on an event-driven fabric, the channels whose messages carry ``Wave.lane``: each
+    rank keeps one clock per channel, and finishes with its last channel; ``paced``: each
+    channel's (lane's) messages of a wave move at the rate of its slowest (a ring's or a tree's
+    pipeline of slices runs at its slowest hop, as NCCL's model has it).
     """
     routes = fabric.routes()
     N = fabric.size
@@ -358,7 +393,9 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
     if d.shape != (N,) or not (d >= 0).all():
         raise ValueError(f"delay must be {N} non-negative seconds (one per rank), got "
                          f"{d.shape[0] if d.ndim == 1 else d.shape} values")
-    clocks = _Clocks(d + base, routes.period, fabric.overlap, general)
+    L = lanes if fabric.pipelined else 1
+    clocks = _Clocks(np.repeat(d + base, L), routes.period * L, fabric.overlap, general,
+                     fabric.pipelined)
     route_cache: dict = {}          # least recently used first
     held = 0                        # messages of the routes kept
     shapes: dict = {}
@@ -382,7 +419,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
         route = route_cache.pop(rkey, None) if rkey is not None else None
         if route is None:
             route = _Route(routes, np.asarray(w.src, dtype=np.int64),
-                           np.asarray(w.dst, dtype=np.int64))
+                           np.asarray(w.dst, dtype=np.int64), w.lane, L, paced)
             totals.seen(route)
             held += len(route.src) if rkey is not None else 0
         if rkey is not None:
@@ -426,6 +463,7 @@ def run(wave_list, fabric: Fabric, *, itemsize: int = 4, delay=None, nbytes: int
         retire(route)
     t, comp = clocks.finish()
     last = int(t.argmax()) if N else 0
+    t = t.reshape(N, L).max(axis=1)           # a rank ends with its last channel
     top, top_bytes, top_time = totals.top()
     return Timing(fabric.name, N, nbytes, t, float(t.max()) if N else 0.0, totals.path_bytes,
                   totals.path_messages, totals.class_bytes(), top_bytes,
@@ -451,23 +489,31 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     node and network phases overlap (``allranks.pipeline_waves``); 1: the phases in series.
     """
     from ..registry import lookup
+
+    if algorithm == "nvls" and collective == "allreduce":     # in the switch (innetwork)
+            return nvls(fabric, nbytes, itemsize=itemsize, delay=delay)
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")
     if fabric.protocols:
-        names = [protocol] if protocol else list(fabric.protocols)
-        if protocol and protocol not in fabric.protocols:
+        if protocol and protocol != "fastest" and protocol not in fabric.protocols:
             raise ValueError(f"unknown protocol {protocol!r}; {fabric.name} has "
-                             f"{list(fabric.protocols)}")
+                             f"{list(fabric.protocols)} (or 'fastest')")
         tree = algo.name in TREES
+        nccl = nccl_tuning.call_graph(fabric, collective, algo.name, channels)
+        if protocol and protocol != "fastest":
+            names = [protocol]
+        elif protocol is None and nccl is not None:     # NCCL's own pick (its tuning model)
+            names = [nccl_tuning.choose(nccl, nbytes, ("tree" if tree else "ring",))[1]]
+        else:
+            names = list(fabric.protocols)
         best = None
         cache: dict = {}                 # schedule-built waves, shared by the protocols
         for name in names:
-            fab = fabric.with_protocol(name, tree)
+            fab, base = nccl_tuning.as_nccl_runs(fabric, nccl, name, tree, nbytes)
             r = simulate(collective, algorithm, fab, nbytes, itemsize=itemsize, delay=delay,
                          direct=direct, root=root, channels=channels or fabric.nchannels,
-                         general=general, pipeline=pipeline,
-                         _base=fabric.protocols[name].base_of(tree),
+                         general=general, pipeline=pipeline, _base=base,
                          _cache=cache, **options)
             r.protocol, r.fabric = name, fabric.name
             if best is None or r.time < best.time:
@@ -491,14 +537,101 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
         link = fabric.nic if fabric.nodes > 1 else fabric.intra
         kwargs.update(algo.pick(size, -(-count // nch), kwargs["nodes"], link.alpha,
                                 1 / link.bandwidth, fabric.gamma))
-    key = (algo.name, count, nch, pipeline, repr(sorted(kwargs.items())))
+        if fabric.pipelined and "chunks" in kwargs and "chunks" not in options:
+            # event-driven, a chunk pays no latency per round, only the pipeline's fill: as
+            # many chunks as a wave budget allows (NCCL cuts by size, not by a cost model)
+            half = -(-count // nch) // 2
+            kwargs["chunks"] = max(1, min(half, max(kwargs["chunks"],
+                                                    min(TREE_CHUNKS, (1 << 22) // size))))
+    timed_count = count
+    ring = (direct and has_direct_form(algo, kwargs) and algo.name == "ring"
+            and collective == "allreduce" and size > 1)
+    if (ring and count % (size * nch)
+            and 2 * size * (size - 1) * nch > EXACT_RING_MESSAGES):
+        timed_count = -(-count // (size * nch)) * size * nch      # equal blocks, the larger
+    r = None
+    if (ring and fabric.pipelined and not general and timed_count % (size * nch) == 0
+            and (delay is None or np.ptp(np.asarray(delay, dtype=np.float64)) == 0)):
+        start = base + (float(np.asarray(delay).ravel()[0]) if delay is not None else 0.0)
+        w0 = next(iter(waves(algo, size, timed_count, channels=nch, per_node=fabric.per_node)))
+        r = _ring_pipelined(w0, fabric, itemsize, start, count * itemsize, nch)
+    if r is not None:
+        r.channels = nch
+        return _rounded(r, count, timed_count)
+    key = (algo.name, timed_count, nch, pipeline, repr(sorted(kwargs.items())))
     wl = cache.get(key) if cache is not None else None
     if wl is None:
-        wl = waves(algo, size, count, direct=direct, channels=nch, per_node=fabric.per_node,
-                   pipeline=pipeline, **kwargs)
+        wl = waves(algo, size, timed_count, direct=direct, channels=nch,
+                   per_node=fabric.per_node, pipeline=pipeline, **kwargs)
         if cache is not None and isinstance(wl, list):
             cache[key] = wl
     r = run(wl, fabric, itemsize=itemsize, delay=delay, nbytes=count * itemsize,
-            collective=collective, general=general, base=base)
+            collective=collective, general=general, base=base,
+            lanes=nch * lanes_of(algo, kwargs.get("nodes"), direct),
+            paced=algo.name in ("ring",) + TREES)
     r.channels = nch
+    return _rounded(r, count, timed_count)
+
+
+def _rounded(r: Timing, count: int, timed_count: int) -> Timing:
+    """``r`` timed at ``timed_count`` elements, with the bytes of the call's ``count``."""
+    if timed_count != count:
+        f = count / timed_count
+        r.path_bytes = {k: v * f for k, v in r.path_bytes.items()}
+        r.class_bytes = {k: v * f for k, v in r.class_bytes.items()}
+        r.max_link_bytes *= f
+        r.rounded = timed_count - count
     return r
+
+
+def _ring_pipelined(w0, fabric: Fabric, itemsize: int, start: float, nbytes: int,
+                    lanes: int) -> Timing | None:
+    """The ring all-reduce with equal blocks on an event-driven fabric, from its first wave
+    ``w0`` alone (every wave has its route and sizes): None when that does not hold exactly.
+
+    Each channel's ring is a cycle of hops h (into ring position h) of cost c_h = alpha +
+    transfer (+ reduction when not overlapped). A rank's clock after step S is the longest
+    path of S steps into it, each step a hop or a wait (a send link still busy: at most the
+    largest transfer d; or a reduction). When every hop costs at least every wait, the longest
+    path is the S hops that end at it: with S = 2(P-1), all hops of the ring twice but the
+    two just after it, i.e. position i ends at (C_rs - c_rs[i+2]) + (C_ag - c_ag[i+1]). Exact
+    (tests/unit/test_sim_sharing.py compares the wave-by-wave replay); O(P) instead of O(P^2).
+    """
+    routes = fabric.routes()
+    N, S = fabric.size, 2 * (fabric.size - 1)
+    route = _Route(routes, np.asarray(w0.src, np.int64), np.asarray(w0.dst, np.int64),
+                   w0.lane, lanes, True)
+    b = np.broadcast_to(np.asarray(w0.elements, np.float64) * itemsize, route.src.shape)
+    a, d = route.alpha, b / route.flowcap
+    red = fabric.gamma * b
+    hop = a + d
+    wait = max(float(d.max()), float(red.max()))
+    if not route.perm or (fabric.overlap and hop.min() < wait) or hop.min() < float(d.max()):
+        return None
+    rs = hop if fabric.overlap else hop + red
+    nv = N * lanes
+    into = np.empty(nv, np.int64)             # the message into each clock
+    into[route.cdst] = np.arange(len(route.cdst))
+    nxt = np.empty(nv, np.int64)
+    nxt[route.csrc] = route.cdst
+    lane = np.arange(nv) % lanes
+    c_rs = np.bincount(lane[route.cdst], weights=rs, minlength=lanes)
+    c_ag = np.bincount(lane[route.cdst], weights=hop, minlength=lanes)
+    skip_rs, skip_ag = into[nxt[nxt]], into[nxt]
+    finish = start + (c_rs[lane] - rs[skip_rs]) + (c_ag[lane] - hop[skip_ag])
+    last = int(finish.argmax())
+    ln, m1, m2 = lane[last], skip_rs[last], skip_ag[last]
+    total = {k: np.bincount(lane[route.cdst], weights=v, minlength=lanes)[ln]
+             for k, v in (("a", a), ("d", d), ("red", red))}
+    critical = {"delay": start, "latency": 2 * total["a"] - a[m1] - a[m2],
+                "transfer": 2 * total["d"] - d[m1] - d[m2],
+                "reduction": 0.0 if fabric.overlap else total["red"] - red[m1],
+                "messages": float(S)}
+    one = run([w0], fabric, itemsize=itemsize, nbytes=nbytes, lanes=lanes, paced=True)
+    scale = lambda x: {k: v * S for k, v in x.items()}     # noqa: E731
+    finish = finish.reshape(N, lanes).max(axis=1)
+    return Timing(fabric.name, N, nbytes, finish, float(finish.max()), scale(one.path_bytes),
+                  scale(one.path_messages), scale(one.class_bytes), one.max_link_bytes * S,
+                  one.max_link, one.internode_hops, one.cross_rail_hops, one.bottleneck_bw,
+                  {k: float(v) for k, v in critical.items()}, S, one.collective,
+                  one.max_link_time * S)

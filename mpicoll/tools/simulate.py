@@ -9,9 +9,11 @@ Columns as ``mpicoll bench``'s (GB = 1e9 B, algbw = size / time, busbw = algbw x
 from the timed executor (``mpicoll.simulators.timed``) instead of a clock, then the protocol and
 channels used, the bottleneck link (the one that held messages back longest) and the bytes it
 carried, the bytes that crossed nodes and the rank pairs that cross rails.
-Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-h100``, ``seed-lab``,
-``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile), ``dgx-h100-nccl``,
-``dgx-a100-nccl`` (channels, NCCL's protocols) or a JSON file (``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
+Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-a100``, ``dgx-h100``,
+``dgx-h200`` (as NCCL runs them: channels, NCCL's protocols and tuning, event-driven steps;
+``--channels 1`` for one ring), ``dgx-h100-textbook`` (one channel, lockstep), ``seed-lab``,
+``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile) or a JSON file
+(``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
 ``mpicoll plot`` draws it. A run longer than a few seconds shows its progress on stderr: a bar on
 a terminal, else a line every 10 s.
 """
@@ -37,8 +39,8 @@ __all__ = ["main", "parse_seconds", "parse_bandwidth"]
 
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
 _RATES = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
-DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "seed-lab": 8, "dgx-h100-nccl": 8,
-                    "dgx-a100-nccl": 8}
+DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "dgx-h100-textbook": 8, "dgx-h200": 8,
+                    "dgx-a100": 8, "seed-lab": 8, "dgx-h100-nccl": 8, "dgx-a100-nccl": 8}
 
 
 def _number_unit(text: str, what: str) -> tuple[float, str]:
@@ -80,7 +82,8 @@ def parse_args(argv):
     ap.add_argument("-N", "--nranks", type=positive_int, help="ranks (nodes x per-node)")
     ap.add_argument("--nodes", type=positive_int, help="nodes")
     ap.add_argument("--per-node", type=positive_int, help="ranks per node")
-    ap.add_argument("-a", "--algorithms", help="comma list (default: every one with a schedule)")
+    ap.add_argument("-a", "--algorithms", help="comma list (default: every one with a "
+                                               "schedule); nvls: NVLink SHARP, one node")
     ap.add_argument("-b", "--minbytes", type=size_arg, default="8", help="smallest size")
     ap.add_argument("-e", "--maxbytes", type=size_arg, default="64M", help="largest size")
     ap.add_argument("-f", "--stepfactor", type=float, default=4, help="size factor")
@@ -95,8 +98,9 @@ def parse_args(argv):
     ap.add_argument("--channels", type=positive_int,
                     help="split each all-reduce over this many rings/trees, one per NIC "
                          "(default: the fabric's)")
-    ap.add_argument("--protocol", help="force one of the fabric's protocols (default: the "
-                                       "fastest per size)")
+    ap.add_argument("--protocol", help="force one of the fabric's protocols, or 'fastest' "
+                                       "(default: NCCL's pick for ring and tree on a fabric "
+                                       "that names its GPU, else the fastest per size)")
     ap.add_argument("--json", metavar="PATH", help="write the results here (bench's keys)")
     args = ap.parse_args(argv)
     if args.fabric not in fabrics.PRESETS and not Path(args.fabric).is_file():
@@ -196,9 +200,13 @@ def main(argv=None) -> int:
              else [n for n, a in table.items() if a.scheduled])
     algos = {}
     for name in names:
+        if name == "nvls" and args.collective == "allreduce":    # in the switch, no schedule
+            algos[name] = None
+            continue
         if name not in table and not any(name in a.aliases for a in table.values()):
             ap.error(f"unknown {args.collective} algorithm {name!r}; expected one of "
-                     f"{[n for n, a in table.items() if a.scheduled]}")
+                     f"{[n for n, a in table.items() if a.scheduled]}"
+                     + (" or nvls" if args.collective == "allreduce" else ""))
         algos[name] = algo = next(a for n, a in table.items() if name == n or name in a.aliases)
         if not algo.scheduled:
             ap.error(f"{name!r} has no schedule ({algo.describe()}): nothing to simulate")
@@ -211,12 +219,12 @@ def main(argv=None) -> int:
         ap.error(str(e))
     options = {}
     for name, algo in algos.items():
-        declared = {o.name for o in algo.options}
+        declared = {o.name for o in algo.options} if algo is not None else set()
         options[name] = {"order": args.order} if args.order and "order" in declared else {}
         if args.channels:
             options[name]["channels"] = args.channels
         if args.protocol:
-            if not fabric.protocols or args.protocol not in fabric.protocols:
+            if not fabric.protocols or args.protocol not in [*fabric.protocols, "fastest"]:
                 ap.error(f"--protocol {args.protocol}: {fabric.name} declares "
                          f"{list(fabric.protocols or [])}")
             options[name]["protocol"] = args.protocol

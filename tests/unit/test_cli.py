@@ -612,8 +612,8 @@ def test_pred_note_names_a_profile_from_elsewhere():
 
 
 def test_simulate_checks_the_fabric_before_the_layout(capsys):
-    line = usage_error(capsys, "simulate", "--fabric", "dgx-h200")
-    assert "unknown fabric 'dgx-h200'" in line and "-N" not in line, line
+    line = usage_error(capsys, "simulate", "--fabric", "dgx-b200")
+    assert "unknown fabric 'dgx-b200'" in line and "-N" not in line, line
     line = usage_error(capsys, "simulate", "--fabric", "dgx-h100", "-a", "butterfly")
     assert "unknown allreduce algorithm 'butterfly'" in line, line
     assert "give -N RANKS" in usage_error(capsys, "simulate", "--fabric", "dgx-h100")

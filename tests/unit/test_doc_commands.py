@@ -85,6 +85,8 @@ _MB = "-b 8 -e 8 -n 3 -w 1"     # a bench at one small size, three timed calls
 # temporary folder holding links to the checkout's jobs/, docs/, mpicoll/ and tests/)
 CHEAP = {
     "mpicoll --version": "mpicoll --version",
+    "mpicoll simulate --fabric dgx-h100 --nodes 1 -a nvls,ring -b 1G -e 8G -f 8":
+        "mpicoll simulate --fabric dgx-h100 --nodes 1 -a nvls,ring -b 1G -e 8G -f 8",
     "mpicoll trace binomial -N 5": "mpicoll trace binomial -N 5",
     "mpicoll trace ring -N 4": "mpicoll trace ring -N 4",
     "mpicoll trace ring -N 4 --values": "mpicoll trace ring -N 4 --values",
@@ -105,11 +107,11 @@ CHEAP = {
     "mpicoll simulate --fabric dgx-h100 --nodes 3072 --per-node 8 -a ring,hierarchical -b 768M "
     "-e 768M": "mpicoll simulate --fabric dgx-h100 --nodes 4 --per-node 8 -a ring,hierarchical "
                "-b 768M -e 768M",
-    "mpicoll simulate --fabric dgx-h100 --nodes 3072 --per-node 8 -a hierarchical -b 768M "
-    "-e 768M --json h.json": "mpicoll simulate --fabric dgx-h100 --nodes 4 --per-node 8 "
+    "mpicoll simulate --fabric dgx-h100-textbook --nodes 3072 --per-node 8 -a hierarchical -b 768M "
+    "-e 768M --json h.json": "mpicoll simulate --fabric dgx-h100-textbook --nodes 4 --per-node 8 "
                              "-a hierarchical -b 768M -e 768M --json h.json",
     "mpicoll plot h.json -o h.png":
-        "mpicoll simulate --fabric dgx-h100 --nodes 4 --per-node 8 -a hierarchical -b 768M "
+        "mpicoll simulate --fabric dgx-h100-textbook --nodes 4 --per-node 8 -a hierarchical -b 768M "
         "-e 768M --json h.json && mpicoll plot h.json -o h.png && test -s h.png",
     "mpicoll simulate --fabric dgx-h100-nccl --nodes 16 -a ring,double_binary_tree -b 8K -e 4G "
     "-f 8": "mpicoll simulate --fabric dgx-h100-nccl --nodes 2 -a ring,double_binary_tree "
@@ -304,6 +306,8 @@ ELSEWHERE = {
     "python -m mpicoll.tools.warm": ("run.sh", "python -m mpicoll.tools.warm"),
     "python docs/generators/sim_validation.py pipeline --json docs/simulator-pipeline.json":
         ("tests/unit/test_sim_sharing.py", "sim_validation pipeline"),
+    "python docs/generators/sim_validation.py workload --json docs/simulator-workload.json":
+        ("tests/unit/test_sim_validation.py", "sim_validation workload"),
     "mpiexec -n 2 python -m mpi4py jobs/experiments/train_dp.py --steps 300 --repeats 3 --outdir results":
         ("tests/jobs/test_doc_examples.py", "jobs/experiments/train_dp.py"),
     "mpiexec -disable-auto-cleanup -n 4 python -m mpicoll survive python jobs/experiments/train_dp.py "
@@ -461,10 +465,11 @@ EXEMPT = {
     "sbatch slurm/fabric.sbatch stack": "needs a shaped fabric's nodes (its pairs must cross "
                                         "nodes); tests/jobs/test_cli_jobs.py runs the job",
     "python jobs/experiments/sim_scale.py --case ring:flat:16384x1:1000000000 --case "
-    "hierarchical+outer=ring:dgx-h100:3072x8:1G": "the two cases the page says take minutes",
-    "python jobs/experiments/sim_scale.py --case ring:dgx-h100-nccl:512x8:1G --case "
-    "ring:dgx-h100-nccl:256x8:1000000000 --case double_binary_tree:dgx-h100-nccl:512x8:1G "
-    "--case hierarchical:dgx-h100-nccl:512x8:1G": "4,096-rank cases of a minute or more",
+    "hierarchical+outer=ring:dgx-h100-textbook:3072x8:1G": "the two cases the page says take minutes",
+    "python jobs/experiments/sim_scale.py --case ring:dgx-h100-nccl:3125x8:1G --case "
+    "double_binary_tree:dgx-h100-nccl:3125x8:1G --case hierarchical:dgx-h100-nccl:3125x8:1G "
+    "--case ring:dgx-h100-nccl:512x8:1000000000 --case double_binary_tree:dgx-h100-nccl:512x8:1G":
+        "25,000-rank cases of a minute or more of CPU",
 }
 
 

@@ -75,10 +75,10 @@ def test_maxmin_gives_a_flow_bottlenecked_elsewhere_its_share():
 # ----------------------------------------------------------------------------- fast == general
 
 CASES = [
-    ("ring", fabrics.preset("dgx-h100", 4, 4), {}),
+    ("ring", fabrics.preset("dgx-h100-textbook", 4, 4), {}),
     ("ring", fabrics.preset("seed-lab", 2, 8), {}),
-    ("hierarchical", fabrics.preset("dgx-h100", 6, 2), {}),
-    ("hierarchical", fabrics.preset("dgx-h100", 4, 4), {"outer": "ring"}),
+    ("hierarchical", fabrics.preset("dgx-h100-textbook", 6, 2), {}),
+    ("hierarchical", fabrics.preset("dgx-h100-textbook", 4, 4), {"outer": "ring"}),
     ("recursive_doubling", fabrics.preset("seed-lab", 2, 4), {}),
     ("ring", fabrics.preset("dgx-h100-nccl", 2, 4), {"protocol": "Simple"}),
     ("double_binary_tree", fabrics.preset("dgx-h100-nccl", 2, 4), {"protocol": "LL"}),
@@ -135,14 +135,14 @@ def test_uneven_ring_memory_is_linear_and_hops_streamed():
 
 
 def test_hierarchical_outer_ring_has_a_direct_form_and_streams():
-    fab = fabrics.preset("dgx-h100", 48, 8)
+    fab = fabrics.preset("dgx-h100-textbook", 48, 8)
     count = 10 ** 6 + 3                           # uneven shards and blocks
     algo = __import__("mpicoll.registry", fromlist=["lookup"]).lookup("allreduce", "hierarchical")
     gen = allranks.waves(algo, fab.size, count, nodes=fab.node_layout(), inner="ring",
                          outer="ring")
     assert not isinstance(gen, list)             # a generator: never all waves at once
     x = timed.simulate("allreduce", "hierarchical", fab, 4 * count, outer="ring")
-    small = fabrics.preset("dgx-h100", 6, 4)
+    small = fabrics.preset("dgx-h100-textbook", 6, 4)
     a = timed.simulate("allreduce", "hierarchical", small, 4 * count, outer="ring")
     b = timed.simulate("allreduce", "hierarchical", small, 4 * count, outer="ring", direct=False)
     np.testing.assert_allclose(a.finish, b.finish, rtol=1e-12)
@@ -242,7 +242,7 @@ def test_hierarchical_pipeline_with_channels_moves_the_same_bytes_sooner():
     assert b.path_bytes == pytest.approx(a.path_bytes)
     assert b.time < 0.9 * a.time
     with pytest.raises(ValueError, match="pipeline= needs hierarchical"):
-        timed.simulate("allreduce", "ring", fabrics.preset("dgx-h100", 2, 4), 1 << 20,
+        timed.simulate("allreduce", "ring", fabrics.preset("dgx-h100-textbook", 2, 4), 1 << 20,
                        pipeline=2)
 
 
@@ -266,3 +266,64 @@ def test_pipeline_table_in_the_doc_is_the_json_and_today():
     today = sim_validation.pipeline_rows(sim_validation.PIPELINE[:1], ("ring",), (1, 2, 4))
     assert (today[0]["outer"], today[0]["bytes"]) == (rows[0]["outer"], rows[0]["bytes"])
     assert today[0]["time"] == pytest.approx(rows[0]["time"][:3], rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- issue 45
+
+def test_unequal_ring_blocks_at_scale_are_an_upper_bound_with_the_calls_bytes(monkeypatch):
+    """Beyond EXACT_RING_MESSAGES a ring with unequal blocks is timed at equal blocks of the
+    larger size: never below the exact replay, above it by at most 2(P-1) element transfers
+    per channel step, and with the exact bytes in total."""
+    for fab in (_flat(64), fabrics.preset("dgx-h100-nccl", 4, 8)):
+        nbytes = 4 * (64 * 8 * 1000 + 37)                  # unequal blocks on 64 and 32 ranks
+        exact = timed.simulate("allreduce", "ring", fab, nbytes, protocol="Simple"
+                               if fab.protocols else None)
+        monkeypatch.setattr(timed, "EXACT_RING_MESSAGES", 0)
+        bound = timed.simulate("allreduce", "ring", fab, nbytes, protocol="Simple"
+                               if fab.protocols else None)
+        monkeypatch.undo()
+        assert exact.rounded == 0 < bound.rounded
+        P = fab.size
+        slack = 2 * (P - 1) * 4 / min(fab.nic.bandwidth, fab.intra.bandwidth) + 1e-12
+        assert exact.time <= bound.time <= exact.time + slack, (exact.time, bound.time)
+        assert sum(bound.path_bytes.values()) == pytest.approx(sum(exact.path_bytes.values()))
+
+
+def test_nccl_fabric_picks_the_protocol_nccls_tuning_picks():
+    from mpicoll.simulators import nccl_tuning
+    for nodes in (1, 2, 16):
+        fab = fabrics.preset("dgx-h100-nccl", nodes, 8)
+        g = nccl_tuning.graph_of(fab)
+        for nbytes in (8192, 1 << 20, 64 << 20, 1 << 30):
+            for name, kind in (("ring", "ring"), ("double_binary_tree", "tree")):
+                r = timed.simulate("allreduce", name, fab, nbytes)
+                assert r.protocol == nccl_tuning.choose(g, nbytes, (kind,))[1], (nodes, nbytes)
+        fastest = timed.simulate("allreduce", "ring", fab, 1 << 20, protocol="fastest")
+        assert fastest.time <= timed.simulate("allreduce", "ring", fab, 1 << 20).time
+
+
+def test_event_driven_ring_pays_the_network_latency_only_on_its_network_hops():
+    """2 x 8 H100, ring LL, one channel, 8 KiB: the critical path is the 30 hops of the data,
+    26 inside the nodes at max(0.6, NCCL's 1 us net overhead) and 4 across at 2.7 us, after
+    the 6.6 us base -- not 30 x 2.7 us as in lockstep."""
+    fab = fabrics.preset("dgx-h100-nccl", 2, 8)
+    r = timed.simulate("allreduce", "ring", fab, 8192, protocol="LL", channels=1)
+    assert r.critical["messages"] == 30
+    assert r.critical["latency"] == pytest.approx((26 * 1.0 + 4 * 2.7) * 1e-6)
+    assert r.critical["delay"] == pytest.approx(6.6e-6)
+
+
+def test_nvls_is_the_switch_reducing_by_hand():
+    """NVLS on 8 H100: each port carries n + n/8 each way at 0.85 x 370.8 GB/s after 25 us
+    (NCCL's NVLS latency): 1 GiB in 25 us + 1.125 GiB / 315.18 GB/s; refused across nodes."""
+    fab = fabrics.preset("dgx-h100", 1, 8)
+    n = 1 << 30
+    r = timed.simulate("allreduce", "nvls", fab, n)
+    assert r.time == pytest.approx(25e-6 + n * 1.125 / (0.85 * 18 * 20.6e9), rel=1e-12)
+    assert r.internode_bytes == 0 and r.protocol == "Simple"
+    late = timed.simulate("allreduce", "nvls", fab, n, delay=[0, 1e-3] + [0] * 6)
+    assert late.time == pytest.approx(r.time + 1e-3)
+    with pytest.raises(ValueError, match="nvls needs one node"):
+        timed.simulate("allreduce", "nvls", fabrics.preset("dgx-h100", 2, 8), n)
+    with pytest.raises(ValueError, match="nvls needs one node"):
+        timed.simulate("allreduce", "nvls", fabrics.preset("dgx-a100", 1, 8), n)

@@ -44,13 +44,23 @@ def test_validation_table_in_the_doc_is_the_json():
 def test_every_row_of_the_issue_is_there_and_in_its_band():
     cases = {r["case"] for r in PUBLISHED}
     assert cases == {row[0] for row in sim_validation.PUBLISHED}
-    for r in PUBLISHED:
-        assert abs(r["ratio"] - 1) <= r["tolerance"], r
+    for r in PUBLISHED:      # in band, but for the rows the doc says are out (and why)
+        assert sim_validation.in_band(r) == (r["case"] not in sim_validation.KNOWN_OUT), r
         assert r["ratio"] == pytest.approx(r["ours"] / r["anchor"])
     latency = [r for r in PUBLISHED if r["metric"] == "time"]
-    assert sorted(r["nodes"] for r in latency) == [16, 128, 1024]
-    for r in latency:        # the anchor is NCCL's tuning model, recomputed here
+    trees = [r for r in latency if r["algorithm"] == "double_binary_tree"]
+    assert sorted(r["nodes"] for r in trees) == [16, 128, 1024]
+    for r in trees:          # the anchor is NCCL's tuning model, recomputed here
         assert r["anchor"] == pytest.approx(sim_validation.nccl_tree_ll(r["nodes"], 8, 8192))
+    rings = [r for r in latency if r["algorithm"] == "ring"]
+    assert sorted(r["nodes"] for r in rings) == [2, 16]
+    for r in rings:          # 40.4 and 312.4 us: issue 45's figures of NCCL's model
+        assert r["anchor"] == pytest.approx(sim_validation.nccl_ring_ll(r["nodes"], 8192))
+    assert [round(r["anchor"] * 1e6, 1) for r in rings] == [40.4, 312.4]
+    cross = [r for r in PUBLISHED if r["metric"] == "crossover"]
+    assert sorted(r["nodes"] for r in cross) == [2, 16, 32]
+    for r in cross:
+        assert r["anchor"] == sim_validation.crossover(r["nodes"], simulated=False)
 
 
 def test_every_row_simulates_today_as_recorded():
@@ -123,7 +133,7 @@ def test_sim_scale_row_is_what_the_simulator_predicts_today():
     """"Speed": the wall, CPU and memory columns are measurements of their run; the predicted
     time, waves and critical path are the simulator's and must be today's. The 3,072 x 8
     hierarchical row is checked here (~6 s of CPU; the 16,384-rank ring row takes ~17 s)."""
-    case = "hierarchical+outer=ring:dgx-h100:3072x8:1G"
+    case = "hierarchical+outer=ring:dgx-h100-textbook:3072x8:1G"
     row = next(line for line in block("sim_scale").splitlines() if f"`{case}`" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
     proc = subprocess.run([sys.executable, str(ROOT / "jobs/experiments/sim_scale.py"), "--case",
@@ -135,3 +145,38 @@ def test_sim_scale_row_is_what_the_simulator_predicts_today():
     stale = "stale: python jobs/experiments/sim_scale.py (docs/simulator.md, Speed)"
     assert (cells[1], cells[5], cells[7], cells[8]) == (new[1], new[5], new[7], new[8]), \
         (stale, row, today)
+
+
+def test_workload_table_is_the_json_and_its_tp_rows_today():
+    """"A training step": the doc's table is ``render workload docs/simulator-workload.json``,
+    and its TP rows (milliseconds of simulation) are today's; the seed's 2-5x holds."""
+    rows = json.loads((ROOT / "docs" / "simulator-workload.json").read_text())
+    assert block("sim_validation workload") == sim_validation.render_workload(rows), \
+        "stale: python docs/generators/sim_validation.py workload --json docs/simulator-workload.json"
+    from mpicoll.simulators import fabric, workload
+    fab = fabric.preset("dgx-h100", 1, 8)
+    for r, hidden in zip(rows[:3], (8192, 4096, 2048)):
+        m = sim_validation.workload_model(hidden)
+        inside = workload.step(m, fab, tp=8, dp=1).time * 1e3
+        across = workload.step(m, fab, tp=8, dp=1, tp_across_nodes=True).time * 1e3
+        assert (inside, across) == pytest.approx((r["inside_ms"], r["across_ms"]), rel=1e-9)
+        assert 2 <= across / inside <= 5
+    # the straggler row: a late rank costs the step its lateness (the all-reduce is a barrier)
+    assert rows[-1]["late_step_ms"] - rows[-1]["step_ms"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_workload_step_by_hand():
+    """2 layers, no TP, DP over 2 ranks of a flat 1 GB/s fabric with alpha 0: forward 1 ms per
+    layer, one bucket per layer of 1 MB (a 2-rank ring moves 1 MB: 1 ms each). Backward ends at
+    2 + 2 x 2 = 6 ms; bucket 1 ready at 4 ms ends at 5, bucket 2 ready at 6 ends at 7."""
+    from mpicoll.simulators import fabric, workload
+    fab = fabric.preset("flat", 1, 1, alpha=0.0, bandwidth=1e9)
+    m = workload.Model(layers=2, forward=1e-3, activation=0, gradient=10 ** 6,
+                       tp_per_layer=0, bucket=10 ** 6)
+    s = workload.step(m, fab, tp=1, dp=2)
+    assert s.buckets == 2 and s.time == pytest.approx(7e-3) and s.compute == pytest.approx(6e-3)
+    assert s.dp_exposed == pytest.approx(1e-3)
+    late = workload.step(m, fab, tp=1, dp=2, delay=[0.0, 0.5e-3])
+    assert late.time == pytest.approx(7.5e-3)
+    with pytest.raises(ValueError, match="delay must be 2"):
+        workload.step(m, fab, tp=1, dp=2, delay=[0.0])

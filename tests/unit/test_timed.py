@@ -197,8 +197,8 @@ def test_waves_from_schedules_rebuild_every_schedule(collective):
                 _same_as_schedules(waves, scheds, f"{collective}/{name} N={n} count={count}")
 
 
-@pytest.mark.parametrize("fab", [fabrics.preset("dgx-h100", 4, 4), fabrics.preset("seed-lab", 3, 4),
-                                 fabrics.preset("dgx-h100", 6, 2)], ids=lambda f: f.name)
+@pytest.mark.parametrize("fab", [fabrics.preset("dgx-h100-textbook", 4, 4), fabrics.preset("seed-lab", 3, 4),
+                                 fabrics.preset("dgx-h100-textbook", 6, 2)], ids=lambda f: f.name)
 def test_direct_forms_time_like_the_schedules(fab):
     for name in ("ring", "hierarchical", "double_binary_tree"):
         for nbytes in (4096, 1000001, 1 << 20):
@@ -363,8 +363,8 @@ def test_misaligned_schedule_is_a_clear_error():
 # ----------------------------------------------------------------------------- command line
 
 @pytest.mark.parametrize("argv", [
-    ["--fabric", "dgx-h100", "--alpha", "2us", "-N", "8"],
-    ["--fabric", "dgx-h100", "-N", "12"],
+    ["--fabric", "dgx-h100-textbook", "--alpha", "2us", "-N", "8"],
+    ["--fabric", "dgx-h100-textbook", "-N", "12"],
     ["--fabric", "nowhere", "-N", "8"],
     ["-N", "8", "-a", "nosuch"],
     ["-N", "8", "-a", "mpi"],

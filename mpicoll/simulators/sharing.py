@@ -1,14 +1,23 @@
-"""The timed executor's compiled loops (``mpicoll.simulators.timed``): one wave on per-rank
-clocks (``kernel("advance")``), and the end times of flows under max-min fair sharing, re-solved
-at every start and end as SimGrid's flow model does (``maxmin``; ``kernel("maxmin")``).
-numba compiles them (or loads them from its cache) on the first call, not at import."""
+"""The timed executor's compiled kernels: a wave's clocks, and max-min sharing of links.
+
+* ``advance`` -- one wave on per-rank clocks, lockstep: a message starts when both ends have
+  entered the step; a rank's step ends when all its messages have ended (plus its reduction);
+* ``advance_pipelined`` -- one wave, event-driven (NCCL-like): a message leaves when its sender
+  has the data (its clock) and its send link is free; a rank's clock moves when its own inputs
+  have arrived, so latency is paid along each data dependency, not at a barrier;
+* ``maxmin`` -- fluid max-min sharing (progressive filling), re-solved whenever a flow starts or
+  ends (SimGrid's flow model), each connected group of flows on its own;
+* ``rates`` -- the max-min rates of flows that all move at once (no events): the static share
+  each flow of a pipelined fabric gets, as NCCL's bandwidth model gives each channel its share.
+
+numba is imported on the first call (``kernel(name)``), not at import.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["maxmin", "kernel"]
-
+__all__ = ["kernel", "maxmin", "rates"]
 
 def _advance_py(t, comp, src, dst, alpha, drain, red, overlap, t2, c2, fin, win, pre,
                 redt):  # pragma: no cover (compiled)
@@ -282,18 +291,125 @@ def _fill(order, lo, hi, release, size, links, capacity, flowcap, pad, lptr, lfl
         t = tn
 
 
+def _advance_pipelined_py(t, lf, comp, src, dst, alpha, drain, red, overlap, fin, win, gap,
+                          redt, begin, who, rows):  # pragma: no cover (compiled)
+    """One wave, event-driven, in place: ``t`` is when each rank has its inputs, ``lf`` when its
+    send link is free. Message a -> b leaves at max(t[a], lf[a]) (the receiver's buffer is
+    posted ahead, as NCCL's FIFO slots are), occupies a's link for its transfer and arrives
+    alpha later; b's clock becomes the latest of its own and its arrivals, plus its reduction
+    (or, with ``overlap``, the reduction runs from b's own clock). ``fin``, ``win``, ``redt``
+    (per rank) come in at -inf, -1, 0 and are left so; ``gap``, ``begin``, ``who``, ``rows``:
+    work space (per rank, per message, per message, messages x parts)."""
+    nr = 0
+    for f in range(src.shape[0]):
+        a, b = src[f], dst[f]
+        start = t[a] if t[a] >= lf[a] else lf[a]
+        begin[f] = start
+        end = start + alpha[f] + drain[f]
+        if win[b] < 0:
+            who[nr] = b
+            nr += 1
+        if end > fin[b]:
+            fin[b], win[b], gap[b] = end, f, start - t[a]
+        redt[b] += red[f]
+    for f in range(src.shape[0]):         # the send links, once every start is known
+        a = src[f]
+        if begin[f] + drain[f] > lf[a]:
+            lf[a] = begin[f] + drain[f]
+    m = comp.shape[1]
+    for k in range(nr):                   # the critical parts the receivers take, before any
+        r = who[k]                        # of them is overwritten
+        q = src[win[r]] if fin[r] >= t[r] else r
+        for j in range(m):
+            rows[k, j] = comp[q, j]
+    for k in range(nr):
+        r = who[k]
+        f = win[r]
+        ready = fin[r] if fin[r] >= t[r] else t[r]
+        if overlap:
+            end = max(ready, t[r] + redt[r])
+        else:
+            end = ready + redt[r]
+        for j in range(m):
+            comp[r, j] = rows[k, j]
+        if fin[r] >= t[r]:                  # the last arrival is on the critical path
+            comp[r, 1] += alpha[f]
+            comp[r, 2] += drain[f] + gap[r]
+            comp[r, 4] += 1.0
+        comp[r, 3] += end - ready
+        t[r] = end
+        fin[r], win[r], redt[r] = -np.inf, -1, 0.0
+
+
+def _rates_py(links, capacity, flowcap, pad):  # pragma: no cover (compiled)
+    """Max-min fair rates (progressive filling) of flows that all move at once: ``links[f]`` the
+    links of flow f (``pad``: none), ``capacity`` per link, ``flowcap[f]`` its own cap."""
+    n, width = links.shape
+    rate = np.empty(n)
+    remcap = capacity.copy()
+    cnt = np.zeros(capacity.shape[0], np.int64)
+    for f in range(n):
+        for j in range(width):
+            lk = links[f, j]
+            if lk != pad and capacity[lk] != np.inf:
+                cnt[lk] += 1
+    act = np.arange(n)
+    nact = n
+    hit = np.zeros(n, np.bool_)
+    while nact > 0:
+        level = np.inf
+        for i in range(nact):
+            f = act[i]
+            if flowcap[f] < level:
+                level = flowcap[f]
+            for j in range(width):
+                lk = links[f, j]
+                if lk != pad and capacity[lk] != np.inf:
+                    s = remcap[lk] / cnt[lk]
+                    if s < level:
+                        level = s
+        tol = level * (1.0 + 1e-12)
+        for i in range(nact):
+            f = act[i]
+            h = flowcap[f] <= tol
+            if not h:
+                for j in range(width):
+                    lk = links[f, j]
+                    if lk != pad and capacity[lk] != np.inf and remcap[lk] / cnt[lk] <= tol:
+                        h = True
+                        break
+            hit[f] = h
+        k = 0
+        for i in range(nact):
+            f = act[i]
+            if hit[f]:
+                rate[f] = level
+                for j in range(width):
+                    lk = links[f, j]
+                    if lk != pad and capacity[lk] != np.inf:
+                        remcap[lk] -= level
+                        cnt[lk] -= 1
+            else:
+                act[k] = f
+                k += 1
+        nact = k
+    return rate
+
+
 _fill_one = _fill
 _K: dict = {}
 
 
-def kernel(name: str):
-    """The compiled kernel ``name`` (compiled, or loaded from numba's cache, on the first call)."""
+def kernel(name):
+    """The compiled kernel ``name`` (numba is imported on the first call, not at import)."""
     if not _K:
-        from numba import njit                  # (not at import: see the module's doc)
+        from numba import njit
         global _fill_one
         _fill_one = njit(cache=True)(_fill)           # what the compiled _maxmin_py calls
         _K["advance"] = njit(cache=True)(_advance_py)
+        _K["advance_pipelined"] = njit(cache=True)(_advance_pipelined_py)
         _K["maxmin"] = njit(cache=True)(_maxmin_py)
+        _K["rates"] = njit(cache=True)(_rates_py)
     return _K[name]
 
 
@@ -301,7 +417,18 @@ def maxmin(release, size, links, capacity, flowcap=None) -> np.ndarray:
     """End times of flows under max-min sharing, re-solved at every start and end (SimGrid's
     model): ``release`` (s) and ``size`` (bytes) per flow, ``links`` a list of link-id lists,
     ``capacity`` bytes/s per link, ``flowcap`` an optional per-flow rate cap."""
-    n = len(release)
+    lk, cap, fc, pad = _arrays(links, capacity, flowcap, len(release))
+    return kernel("maxmin")(np.asarray(release, dtype=np.float64),
+                            np.asarray(size, dtype=np.float64), lk, cap, fc, pad)
+
+
+def rates(links, capacity, flowcap=None) -> np.ndarray:
+    """Max-min fair rates of flows that all move at once (``links`` as ``maxmin``'s)."""
+    lk, cap, fc, pad = _arrays(links, capacity, flowcap, len(links))
+    return kernel("rates")(lk, cap, fc, pad)
+
+
+def _arrays(links, capacity, flowcap, n):
     width = max([len(x) for x in links] + [1])
     pad = len(capacity)
     lk = np.full((n, width), pad, dtype=np.int64)
@@ -309,5 +436,4 @@ def maxmin(release, size, links, capacity, flowcap=None) -> np.ndarray:
         lk[f, :len(path)] = path
     cap = np.append(np.asarray(capacity, dtype=np.float64), np.inf)
     fc = np.full(n, np.inf) if flowcap is None else np.asarray(flowcap, dtype=np.float64)
-    return kernel("maxmin")(np.asarray(release, dtype=np.float64),
-                             np.asarray(size, dtype=np.float64), lk, cap, fc, pad)
+    return lk, cap, fc, pad
