@@ -273,6 +273,14 @@ def test_notices_are_judged_by_call():
     st.notices = [(1, 5, notice.RELAYED, "PeerError: rank 2 ..."), (2, 5, notice.OWN, "TypeError: v")]
     error = notice.judge(st, 5, "allreduce ring")
     assert error.ranks == [2] and "rank 1" not in str(error)
+    assert not isinstance(error, mpicoll.ArgumentMismatch)
+    # a mismatch another rank found first is this rank's ArgumentMismatch too (shm's window)
+    st.notices = [(0, 6, notice.OWN, "ArgumentMismatch: average: on on rank(s) [0]")]
+    error = notice.judge(st, 6, "allreduce shm")
+    assert isinstance(error, mpicoll.ArgumentMismatch) and isinstance(error, mpicoll.PeerError)
+    assert error.ranks == [0] and error.fields == {} and "average" in str(error)
+    st.notices = [(0, 7, notice.OWN, "ArgumentMismatch: a"), (2, 7, notice.OWN, "TypeError: b")]
+    assert not isinstance(notice.judge(st, 7, "allreduce ring"), mpicoll.ArgumentMismatch)
 
 
 def test_diverged_report():
