@@ -38,13 +38,7 @@ def _input(sendbuf, recvbuf, k, shape_of_recv, in_place_copy=True):
     if isinstance(sendbuf, BinnedSum):
         if k is not None and _k(k, sendbuf.dtype) != sendbuf.k:
             raise ValueError(f"k={k} but the BinnedSum was made with k={sendbuf.k}")
-        if recvbuf is None:
-            recv = np.empty(shape_of_recv(sendbuf.shape, sendbuf.size), sendbuf.dtype)
-        else:
-            recv = array(recvbuf, "recvbuf", writable=True)
-            if recv.dtype != sendbuf.dtype:
-                raise ValueError(f"recvbuf dtype {recv.dtype} does not match the BinnedSum's "
-                                 f"{sendbuf.dtype}")
+        recv = _output(recvbuf, sendbuf, shape_of_recv, "the BinnedSum's")
         return sendbuf, recv, sendbuf.k
     if sendbuf is MPI.IN_PLACE:
         if recvbuf is None:
@@ -53,15 +47,20 @@ def _input(sendbuf, recvbuf, k, shape_of_recv, in_place_copy=True):
         send = recv.copy() if in_place_copy else recv
     else:
         send = array(sendbuf, "sendbuf")
-        if recvbuf is None:
-            recv = np.empty(shape_of_recv(send.shape, send.size), send.dtype)
-        else:
-            recv = array(recvbuf, "recvbuf", writable=True)
-            if recv.dtype != send.dtype:
-                raise ValueError(f"recvbuf dtype {recv.dtype} does not match sendbuf dtype "
-                                 f"{send.dtype}")
+        recv = _output(recvbuf, send, shape_of_recv, "sendbuf dtype")
     _format(send.dtype)
     return send, recv, _k(k, send.dtype)
+
+
+def _output(recvbuf, source, shape_of_recv, whose: str) -> np.ndarray:
+    """The call's result array: ``recvbuf`` (writable, of ``source``'s dtype), or a new one
+    shaped by ``shape_of_recv`` from ``source`` (an array or a BinnedSum)."""
+    if recvbuf is None:
+        return np.empty(shape_of_recv(source.shape, source.size), source.dtype)
+    recv = array(recvbuf, "recvbuf", writable=True)
+    if recv.dtype != source.dtype:
+        raise ValueError(f"recvbuf dtype {recv.dtype} does not match {whose} {source.dtype}")
+    return recv
 
 
 def _local_codes(src, code_dtype) -> np.ndarray:
