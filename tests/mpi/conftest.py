@@ -85,3 +85,19 @@ def comm():
     dup = MPI.COMM_WORLD.Dup()
     yield dup
     dup.Free()
+
+
+@pytest.fixture
+def background_start(comm):
+    """``MPICOLL_BACKGROUND_START=1`` for the test (it is off by default), skipped where the
+    background start cannot run: one rank, no progress thread, an MPI library it is off under."""
+    from mpicoll.executors import background, progress
+    from mpicoll.testing import environment
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    if progress.mode() != "thread":
+        pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
+    if not background._library_allows():
+        pytest.skip("the background start is off under this MPI library (docs/reliability.md)")
+    with environment(MPICOLL_BACKGROUND_START="1"):
+        yield

@@ -17,10 +17,10 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll.executors import background
 from mpicoll._runtime.context import known
-from mpicoll.executors import progress
 from mpicoll.testing import agree, environment
+
+pytestmark = pytest.mark.usefixtures("background_start")   # (conftest: set, or skipped)
 
 RUNS = 20
 DEADLINE = 30.0     # seconds, per call: a start that waits for rank 1 fails within it (10 s once
@@ -29,22 +29,6 @@ N = 6               # elements per rank
 
 STARTS = ["iallreduce", "ireduce_scatter_block", "iallgather", "ibcast", "Comm.Iallreduce",
           "Comm.Ireduce_scatter_block", "Comm.Iallgather", "Comm.Ibcast"]
-
-
-@pytest.fixture(autouse=True)
-def _background_start():
-    """Every test here asks for the background start (not the default)."""
-    with environment(MPICOLL_BACKGROUND_START="1"):
-        yield
-
-
-def _needs_background(comm) -> None:
-    if comm.size < 2:
-        pytest.skip("needs two ranks")
-    if progress.mode() != "thread":
-        pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
-    if not background._library_allows():
-        pytest.skip("the background start is off under this MPI library (docs/reliability.md)")
 
 
 def _start(name: str, fresh, rank: int, size: int):
@@ -81,7 +65,6 @@ def test_start_then_ssend_on_a_fresh_communicator_20_times(comm, name):
     """Rank 0 starts, then Ssends to rank 1; rank 1 Recvs, then starts: 20 fresh
     communicators in a row, default settings. Before, rank 0 waited in the set-up (presence
     check, MPI_Comm_idup) for rank 1, which waited in Recv for rank 0."""
-    _needs_background(comm)
     problems = []
     with environment(MPICOLL_TIMEOUT=str(DEADLINE)):
         _ssend_runs(comm, name, problems)
@@ -122,7 +105,6 @@ def test_free_while_the_set_up_is_pending(comm, calls):
     """The user frees a fresh communicator right after its first nonblocking call(s) returned,
     while the set-up still waits for the last rank (it starts 50 ms late): each request
     completes with the right sum, and mpicoll's duplicate is freed too (no leak). 20 runs."""
-    _needs_background(comm)
     problems, pending = [], 0
     size = comm.size
     for run in range(RUNS):

@@ -212,62 +212,52 @@ def test_start_then_ssend_completes_through_the_drop_in(comm):
 
 @pytest.mark.parametrize("collective", ["iallreduce", "ireduce_scatter_block", "iallgather",
                                         "ibcast", "Comm.Iallreduce", "two in a row"])
+@pytest.mark.usefixtures("background_start")        # (conftest: set, or skipped)
 def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
     """The same program on a communicator mpicoll has never seen: the first nonblocking call
     sets the communicator up in the background (executors/background.py) and returns at once. A
     second call right behind it keeps its place; a blocking call after them waits for them."""
-    if comm.size < 2:
-        pytest.skip("needs two ranks")
-    from mpi4py import MPI
-    from mpicoll.executors import progress
-    if progress.mode() != "thread":
-        pytest.skip("the background start needs the progress thread (MPI_THREAD_MULTIPLE)")
-    from mpicoll.executors import background
-    if not background._library_allows():
-        pytest.skip("the background start is off under this MPI library (docs/reliability.md)")
     n, size = 12, comm.size
-    from mpicoll.testing import environment
-    with environment(MPICOLL_BACKGROUND_START="1"):     # (the default; test_first_start too)
-        fresh = comm.Dup()
-        x = np.arange(n * size, dtype=np.float64) + comm.rank
+    fresh = comm.Dup()
+    x = np.arange(n * size, dtype=np.float64) + comm.rank
 
-        def begin():
-            if collective == "iallreduce":
-                return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh)]
-            if collective == "ireduce_scatter_block":
-                return [mpicoll.ireduce_scatter_block(x, np.empty(n), comm=fresh)]
-            if collective == "iallgather":
-                return [mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
-            if collective == "ibcast":
-                return [mpicoll.ibcast(x.copy(), root=size - 1, comm=fresh)]
-            if collective == "Comm.Iallreduce":
-                out = np.empty_like(x)
-                req = mpicoll.Comm(fresh).Iallreduce(x, out)
-                req.result = out
-                return [req]
-            return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, algorithm="ring"),
-                    mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
-        try:
-            reqs = _start_then_ssend(fresh, begin)
-            got = []
-            for req in reqs:
-                if isinstance(req, MPI.Request):
-                    req.Wait()
-                    got.append(req.result)
-                else:
-                    got.append(req.wait())
-            total = size * np.arange(n * size, dtype=np.float64) + size * (size - 1) / 2
-            want = {"iallreduce": [total], "ireduce_scatter_block":
-                    [total[comm.rank * n:(comm.rank + 1) * n]],
-                    "iallgather": [np.concatenate([np.arange(n) + r for r in range(size)])],
-                    "ibcast": [np.arange(n * size) + size - 1.0], "Comm.Iallreduce": [total],
-                    "two in a row": [total, np.concatenate([np.arange(n) + r
-                                                            for r in range(size)])]}[collective]
-            agree(comm, all(np.array_equal(g, w) for g, w in zip(got, want)), f"got {got}")
-            after = mpicoll.allreduce(np.ones(3), comm=fresh)           # a blocking call after
-            agree(comm, np.array_equal(after, np.full(3, size)), f"then {after}")
-        finally:
-            fresh.Free()
+    def begin():
+        if collective == "iallreduce":
+            return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh)]
+        if collective == "ireduce_scatter_block":
+            return [mpicoll.ireduce_scatter_block(x, np.empty(n), comm=fresh)]
+        if collective == "iallgather":
+            return [mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
+        if collective == "ibcast":
+            return [mpicoll.ibcast(x.copy(), root=size - 1, comm=fresh)]
+        if collective == "Comm.Iallreduce":
+            out = np.empty_like(x)
+            req = mpicoll.Comm(fresh).Iallreduce(x, out)
+            req.result = out
+            return [req]
+        return [mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, algorithm="ring"),
+                mpicoll.iallgather(x[:n], np.empty(n * size), comm=fresh)]
+    try:
+        reqs = _start_then_ssend(fresh, begin)
+        got = []
+        for req in reqs:
+            if isinstance(req, MPI.Request):
+                req.Wait()
+                got.append(req.result)
+            else:
+                got.append(req.wait())
+        total = size * np.arange(n * size, dtype=np.float64) + size * (size - 1) / 2
+        want = {"iallreduce": [total], "ireduce_scatter_block":
+                [total[comm.rank * n:(comm.rank + 1) * n]],
+                "iallgather": [np.concatenate([np.arange(n) + r for r in range(size)])],
+                "ibcast": [np.arange(n * size) + size - 1.0], "Comm.Iallreduce": [total],
+                "two in a row": [total, np.concatenate([np.arange(n) + r
+                                                        for r in range(size)])]}[collective]
+        agree(comm, all(np.array_equal(g, w) for g, w in zip(got, want)), f"got {got}")
+        after = mpicoll.allreduce(np.ones(3), comm=fresh)           # a blocking call after
+        agree(comm, np.array_equal(after, np.full(3, size)), f"then {after}")
+    finally:
+        fresh.Free()
 
 
 def test_buckets_missed_ready_raises_on_every_rank_then_recovers(comm):
