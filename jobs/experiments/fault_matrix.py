@@ -722,7 +722,7 @@ def elastic_verdict(run: dict, plain: dict, killed: set, ranks_end: int,
         if rel > 1e-6:
             return f"FAIL: weights {rel:.2e} relative from the uninterrupted run's"
     recovery = [s for row in rows.values() for s in row["recovery_seconds"]]
-    deaths = len({step for step in killed})
+    deaths = len({kill.split("@")[1] for kill in killed})     # ("RANK@STEP" options)
     if killed and (not recovery or max(recovery) >= RECOVERY):
         return f"FAIL: recovery {recovery} s (bound {RECOVERY:g} s, {deaths} death steps)"
     return "ok"
