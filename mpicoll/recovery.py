@@ -31,6 +31,7 @@ from .errors import CollectiveTimeout
 __all__ = ["shrink", "stats", "revoke", "is_revoked", "agree", "get_failed", "ack_failed"]
 
 SHRINK_TAG = 7700           # MPI_Comm_create_group's tag: SHRINK_TAG + how many ranks failed
+_ABANDONED: list = []       # the groups of creates left behind on a dead member (never freed)
 
 stats = stragglers.stats
 _mpi = stragglers.communicator
@@ -59,15 +60,15 @@ def shrink(comm=None, *, timeout: float | None = None) -> MPI.Intracomm:
     while True:
         failed = detector.settle(w) if w is not None else frozenset()
         group = comm.Get_group()
-        try:
-            survivors = group.Excl(sorted(failed)) if failed else group
-            made = _create_group(comm, survivors, SHRINK_TAG + len(failed), w, failed, end)
-        finally:
-            if survivors != group:
-                survivors.Free()
-            group.Free()
-        if made is not None:
-            return made
+        survivors = group.Excl(sorted(failed)) if failed else group
+        made = _create_group(comm, survivors, SHRINK_TAG + len(failed), w, failed, end)
+        if made is None:        # left to a helper still inside MPI_Comm_create_group: its
+            _ABANDONED.append((group, survivors))   # groups must outlive it (freed, MPICH asserts)
+            continue
+        if survivors != group:
+            survivors.Free()
+        group.Free()
+        return made
 
 
 def _create_group(comm, group, tag: int, w, failed: frozenset, end: float):
