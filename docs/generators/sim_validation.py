@@ -102,6 +102,13 @@ SOURCES = {
             "~370 GB/s",
     "model": "NCCL 2.30 src/graph/tuning.cc: tree LL (NCCL's pick at 8 KiB), latency "
              "6.8 + 2((8-1) x 0.6 + lg(nodes) x 5.0) us + bytes / bandwidth",
+    "2409": "nccl #2409 (2 x 8 H100, 8 x 400 Gb/s per node: '~470 GB/s busbw for AllReduce' "
+            "expected, citing nccl-tests #309's results; a second-hand figure, size not given)",
+    "283": "nccl-tests #283 (248 nodes x 8 H200, 8 IB NICs each, NCCL's default algorithm, "
+           "512 MiB: busbw 'typically around 350G', at times below 300)",
+    "1221": "nccl #1221 (8 H100 + 8 x 400 Gb RoCE per node, NCCL 2.19.3, all_reduce_perf -b 4G "
+            "-e 8G: 1 or 2 nodes 430 GB/s busbw with NVLS, 330 with NCCL_NVLS_ENABLE=0; "
+            "4 nodes 320 either way)",
     "tuning": "NCCL src/graph/tuning.cc (NVIDIA/nccl 5067397c), its whole all-reduce model with "
               "the adjustments: mpicoll/simulators/nccl_tuning.py, each constant cited to its "
               "line; crossover: the smallest power of two from 1 MiB at which the ring (its best "
@@ -187,9 +194,28 @@ PUBLISHED += [
 ]
 
 
+# NCCL's own pick (``timed.nccl_choice``: ring, tree, NVLS, NVLSTree as NCCL's tuning picks),
+# busbw at the published sizes; (..., source, changes to the preset) where the run changed it
+PUBLISHED += [
+    ("2 x 8 H100 NDR, NCCL's pick, 8 GiB", "allreduce", "nccl", "dgx-h100", 2, 8 << 30,
+     "busbw", 470e9, 0.20, "2409"),
+    ("248 x 8 H200 InfiniBand, NCCL's pick, 512 MiB", "allreduce", "nccl", "dgx-h200", 248, 512 << 20,
+     "busbw", 350e9, 0.20, "283"),
+    ("2 x 8 H100 RoCE, NCCL's pick, 8 GiB", "allreduce", "nccl", "dgx-h100-roce", 2, 8 << 30,
+     "busbw", 430e9, 0.20, "1221"),
+    ("2 x 8 H100 RoCE, NCCL's pick without NVLS (NCCL_NVLS_ENABLE=0), 8 GiB", "allreduce",
+     "nccl", "dgx-h100-roce", 2, 8 << 30, "busbw", 330e9, 0.20, "1221", {"nvls": False}),
+    ("4 x 8 H100 RoCE, NCCL's pick, 8 GiB", "allreduce", "nccl", "dgx-h100-roce", 4, 8 << 30,
+     "busbw", 320e9, 0.20, "1221"),
+    ("4 x 8 H100 RoCE, NCCL's pick without NVLS (NCCL_NVLS_ENABLE=0), 8 GiB", "allreduce",
+     "nccl", "dgx-h100-roce", 4, 8 << 30, "busbw", 320e9, 0.20, "1221", {"nvls": False}),
+]
+
+
 def published_rows(only=None) -> list[dict]:
+    from dataclasses import replace
     rows = []
-    for (label, coll, algo, name, nodes, nbytes, metric, anchor, tol, src) in PUBLISHED:
+    for (label, coll, algo, name, nodes, nbytes, metric, anchor, tol, src, *changes) in PUBLISHED:
         if only is not None and label not in only:
             continue
         if metric == "crossover":
@@ -200,10 +226,12 @@ def published_rows(only=None) -> list[dict]:
                          "ratio": ours / anchor, "tolerance": tol, "protocol": "-",
                          "channels": 8, "max_link": "-", "source": src})
             continue
-        fab = fabric.preset(name, nodes, 8)
+        fab = replace(fabric.preset(name, nodes, 8), **(changes[0] if changes else {}))
         # NCCL's tuning-model latency has no channel term: the latency rows run one tree
         r = timed.simulate(coll, algo, fab, nbytes, channels=1 if metric == "time" else None)
         ours = r.busbw if metric == "busbw" else r.time
+        if r.algorithm:
+            algo = f"{algo}={r.algorithm}"
         rows.append({"case": label, "collective": coll, "algorithm": algo, "fabric": name,
                      "nodes": nodes, "per_node": 8, "bytes": nbytes, "metric": metric,
                      "anchor": anchor, "ours": ours, "ratio": ours / anchor,
@@ -224,6 +252,11 @@ def in_band(row) -> bool:
     return abs(row["ratio"] - 1) <= row["tolerance"]
 
 
+def _picked(row) -> str:
+    """NCCL's pick, where the row ran ``nccl``: its algorithm before the protocol."""
+    return row["algorithm"].split("=", 1)[1] + " " if "=" in row["algorithm"] else ""
+
+
 def render_published(rows) -> str:
     def q(row, v):
         if row["metric"] == "crossover":
@@ -237,7 +270,7 @@ def render_published(rows) -> str:
                 else f"+-{row['tolerance'] * 100:.0f} %")
         lines.append(f"| {row['case']} | {q(row, row['anchor'])} | {q(row, row['ours'])} | "
                      f"{row['ratio']:.2f}{'' if ok else ' (out)'} | "
-                     f"{band} | {row['protocol']}, "
+                     f"{band} | {_picked(row)}{row['protocol']}, "
                      f"{row['channels']} | {row['max_link']} | [{row['source']}] |")
     lines.append("")
     lines += [f"[{k}] {v}" for k, v in SOURCES.items()]

@@ -44,11 +44,14 @@ executor splits a collective over that many rings or trees, each on its own NIC)
 NCCL's LL / LL128 / Simple; the timed executor picks the fastest per call and reports it) and
 ``overlap`` (a rank's reduction runs while its messages arrive, as a pipelining executor does),
 ``pipelined`` (event-driven steps: ``timed``, ``sharing.advance_pipelined``) and ``gpu``
-("hopper", "ampere": NCCL's tuning model picks the protocol, ``nccl_tuning``).
+("hopper", "ampere": NCCL's tuning model picks the protocol, ``nccl_tuning``), ``nvls`` (NVLink
+SHARP in the node's switch) and ``collnet`` (IB SHARP in the network's switches, enabled in
+NCCL): ``innetwork``.
 
 Presets (``preset(name, ...)``): ``flat``, ``dgx-a100``, ``dgx-h100``, ``dgx-h200`` (the
 machines as NCCL runs them: 8 channels, NCCL's protocols and tuning, event-driven steps;
-``dgx-h100-nccl`` and ``dgx-a100-nccl`` are their names before issue 45),
+``dgx-h100-nccl`` and ``dgx-a100-nccl`` are their names before issue 45), ``dgx-h100-roce``
+(the H100 on 400 GbE RoCE), ``dgx-h100-sharp`` (on NDR InfiniBand with IB SHARP enabled),
 ``dgx-h100-textbook`` (one channel, lockstep), ``seed-lab``, ``this-machine``, or a JSON file
 with the fields of ``Fabric`` (``docs/simulator.md`` gives the sources of the numbers).
 """
@@ -140,6 +143,7 @@ class Fabric:
     pipelined: bool = False                # event-driven steps, static link shares (NCCL-like)
     gpu: str | None = None                 # "ampere" / "hopper": NCCL's tuning picks protocols
     nvls: bool = False                     # NVLink SHARP: the NVSwitch reduces (innetwork)
+    collnet: bool = False                  # IB SHARP: the network's switches reduce (innetwork)
 
     def __post_init__(self):
         if self.nodes < 1 or self.per_node < 1:
@@ -200,6 +204,7 @@ class Fabric:
                 + (", reduction overlapped" if self.overlap else "")
                 + (", event-driven steps" if self.pipelined else "")
                 + (", NVLink SHARP" if self.nvls else "")
+                + (", IB SHARP (CollNet)" if self.collnet else "")
                 + (f", stack {self.stack / 1e9:g}GB/s per host"
                    + (f" of {self.nodes_per_host} nodes" if self.nodes_per_host > 1 else "")
                    if self.stack else "")
@@ -370,20 +375,36 @@ def nccl_protocols() -> dict:
             for name, (ring, tree, base, tbase, eff) in _NCCL.items()}
 
 
-def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, gpu=None, nvls=False, **_):
+def _nccl(name, nvlink, nic, nodes, per_node, gamma=None, gpu=None, nvls=False, collnet=False,
+          **_):
     """A DGX on a rail-optimized fat tree as NCCL plans it: NVLink and NIC at the bandwidths
     NCCL's topology search assigns them, one channel per NIC, NCCL's protocols, the reduction
     inside the transfer (NCCL's kernels reduce each slice as it arrives)."""
     return Fabric(name, nodes, per_node, intra=LinkClass(0.0, nvlink), nic=LinkClass(0.0, nic),
                   spine=LinkClass(0.0, nic), gamma=1e-12 if gamma is None else gamma,
                   leaf="rail", nodes_per_leaf=32, channels=0, protocols=nccl_protocols(),
-                  overlap=True, pipelined=True, gpu=gpu, nvls=nvls)
+                  overlap=True, pipelined=True, gpu=gpu, nvls=nvls, collnet=collnet)
 
 
 def _dgx_h100(nodes, per_node, name="dgx-h100", **kw):
     """H100: 18 NVLink4 x 20.6 GB/s (topo.h SM90_NVLINK_BW), NDR 400 Gb/s NIC = 50 GB/s, which
     NCCL's ring search runs at 48 GB/s per channel (search.cc sm90SpeedArrayInter)."""
     return _nccl(name, 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", nvls=True, **kw)
+
+
+def _dgx_h100_roce(nodes, per_node, **kw):
+    """H100 on 400 GbE RoCE (ConnectX-7 in Ethernet mode, one per GPU): the same 50 GB/s line
+    rate, run by NCCL's IB transport (``net_ib``, RoCE and InfiniBand alike) with the same
+    tuning (``tuning.cc`` has one network row for both); no IB SHARP (an InfiniBand switch
+    feature), so NCCL has NVLS in a node and NVLSTree across, never CollNet."""
+    return _dgx_h100(nodes, per_node, name="dgx-h100-roce", **kw)
+
+
+def _dgx_h100_sharp(nodes, per_node, **kw):
+    """H100 on NDR InfiniBand with IB SHARP enabled in NCCL (Quantum-2 switches, the SHARP
+    plugin, ``NCCL_COLLNET_ENABLE=1``): CollNetDirect and NVLS across nodes as well."""
+    return _nccl("dgx-h100-sharp", 18 * 20.6e9, 48e9, nodes, per_node, gpu="hopper", nvls=True,
+                 collnet=True, **kw)
 
 
 def _dgx_h200(nodes, per_node, gamma=None, **kw):
@@ -409,7 +430,8 @@ def _named(fn, name):
 PRESETS = {"flat": _flat, "dgx-a100": _dgx_a100, "dgx-h100": _dgx_h100, "dgx-h200": _dgx_h200,
            "dgx-h100-textbook": _dgx_h100_textbook, "seed-lab": _seed_lab,
            "this-machine": _this_machine, "dgx-h100-nccl": _named(_dgx_h100, "dgx-h100-nccl"),
-           "dgx-a100-nccl": _named(_dgx_a100, "dgx-a100-nccl")}
+           "dgx-a100-nccl": _named(_dgx_a100, "dgx-a100-nccl"), "dgx-h100-roce": _dgx_h100_roce,
+           "dgx-h100-sharp": _dgx_h100_sharp}
 
 
 def from_json(path, nodes: int, per_node: int) -> Fabric:

@@ -48,6 +48,7 @@ class Timing:
     protocol: str | None = None             # the protocol picked (fabrics that declare some)
     channels: int = 1
     rounded: int = 0                        # elements added to time unequal ring blocks as equal
+    algorithm: str | None = None            # the algorithm NCCL's choice ran (simulate "nccl")
 
     @property
     def algbw(self) -> float:

@@ -22,7 +22,9 @@ presets) is event-driven: a message leaves when its sender has the data and its 
 rank moves on when its own inputs are there, with clocks per channel and data flow
 (``Wave.lane``), static max-min shares, a channel at its slowest hop (``sharing``); its
 equal-block ring is timed from its first wave (``_ring_pipelined``). NCCL's protocol pick and
-adjustments: ``nccl_tuning``; ``algorithm="nvls"``: NVLink SHARP (``innetwork``).
+adjustments: ``nccl_tuning``; ``algorithm="nvls"``, ``"nvls_tree"``, ``"collnet"``: the switches
+reduce (``innetwork``); ``algorithm="nccl"`` (or ``"auto"``) on a fabric that names its GPU: the
+algorithm and protocol NCCL's tuning picks among those the fabric has (``nccl_choice``).
 
 ``simulate(...)`` returns a ``Timing``: each rank's finish, the time (the last finish), algbw and
 busbw, bytes per path and per link class, the bottleneck link (the one that held messages back
@@ -51,11 +53,16 @@ import numpy as np
 from .fabric import INTRA, PATH_NAMES, SPINE, TREES, Fabric, Routes
 from . import nccl_tuning
 from .allranks import has_direct_form, lanes_of, waves
-from .innetwork import nvls
+from . import innetwork
 from .result import CRITICAL, Timing, call_count
 from .sharing import kernel, maxmin
 
-__all__ = ["Timing", "run", "simulate", "call_count", "maxmin"]
+__all__ = ["Timing", "run", "simulate", "nccl_choice", "call_count", "maxmin", "IN_SWITCH"]
+
+IN_SWITCH = tuple(innetwork.ALGORITHMS)         # the all-reduces the switches reduce
+# NCCL's algorithms (nccl_tuning) by the names simulate() runs them under
+_SIMULATED = {"ring": "ring", "tree": "double_binary_tree", "nvls": "nvls",
+              "nvls_tree": "nvls_tree", "collnet_direct": "collnet"}
 
 # ----------------------------------------------------------------------------- routes and shapes
 
@@ -490,8 +497,14 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
     """
     from ..registry import lookup
 
-    if algorithm == "nvls" and collective == "allreduce":     # in the switch (innetwork)
-            return nvls(fabric, nbytes, itemsize=itemsize, delay=delay)
+    if collective == "allreduce" and algorithm in IN_SWITCH:     # in the switches (innetwork)
+        return innetwork.ALGORITHMS[algorithm][0](fabric, nbytes, itemsize=itemsize, delay=delay)
+    if collective == "allreduce" and (algorithm == "nccl" or algorithm == "auto" and fabric.gpu):
+        return nccl_choice(fabric, nbytes, itemsize=itemsize, delay=delay, channels=channels,
+                           general=general)
+    if algorithm == "auto":
+        raise ValueError(f"auto is NCCL's choice, on a fabric that names its GPU (dgx-a100, "
+                         f"dgx-h100, ...); {fabric.name} names none: give the algorithms")
     algo = lookup(collective, algorithm)
     if not algo.scheduled:
         raise ValueError(f"{algo.name!r} has no schedule to simulate ({algo.describe()})")
@@ -571,6 +584,27 @@ def simulate(collective: str, algorithm: str, fabric: Fabric, nbytes: int, *, it
             paced=algo.name in ("ring",) + TREES)
     r.channels = nch
     return _rounded(r, count, timed_count)
+
+
+def nccl_choice(fabric: Fabric, nbytes: int, *, itemsize: int = 4, delay=None,
+                channels: int | None = None, general: bool = False) -> Timing:
+    """The all-reduce as NCCL runs it on ``fabric`` (one that names its ``gpu``): the algorithm
+    and protocol its tuning model picks among those the fabric has (ring, tree; NVLS, NVLSTree
+    with NVLink SHARP; CollNetDirect and NVLS across nodes with IB SHARP: ``nccl_tuning.choose``
+    over ``nccl_tuning.algorithms``), simulated; ``Timing.algorithm`` says which."""
+    if not fabric.gpu:
+        raise ValueError(f"NCCL's choice needs a fabric that names its GPU (dgx-a100, dgx-h100, "
+                         f"dgx-h200, ...), got {fabric.name}")
+    g = nccl_tuning.graph_of(fabric, channels)
+    algo, proto = nccl_tuning.choose(g, nbytes, nccl_tuning.algorithms(g))
+    name = _SIMULATED[algo]
+    if name in IN_SWITCH:
+        r = simulate("allreduce", name, fabric, nbytes, itemsize=itemsize, delay=delay)
+    else:
+        r = simulate("allreduce", name, fabric, nbytes, itemsize=itemsize, delay=delay,
+                     channels=channels, protocol=proto, general=general)
+    r.algorithm = name
+    return r
 
 
 def _rounded(r: Timing, count: int, timed_count: int) -> Timing:

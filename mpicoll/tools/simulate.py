@@ -10,10 +10,13 @@ from the timed executor (``mpicoll.simulators.timed``) instead of a clock, then 
 channels used, the bottleneck link (the one that held messages back longest) and the bytes it
 carried, the bytes that crossed nodes and the rank pairs that cross rails.
 Fabrics: ``flat`` (one switch; ``--alpha``, ``--bandwidth``), ``dgx-a100``, ``dgx-h100``,
-``dgx-h200`` (as NCCL runs them: channels, NCCL's protocols and tuning, event-driven steps;
-``--channels 1`` for one ring), ``dgx-h100-textbook`` (one channel, lockstep), ``seed-lab``,
+``dgx-h200`` (as NCCL runs them: channels, NCCL's protocols and tuning, event-driven steps,
+NVLink SHARP; ``--channels 1`` for one ring), ``dgx-h100-roce`` (on RoCE), ``dgx-h100-sharp``
+(IB SHARP enabled), ``dgx-h100-textbook`` (one channel, lockstep), ``seed-lab``,
 ``this-machine`` (from ``--profile``, a ``mpicoll calibrate`` profile) or a JSON file
-(``docs/simulator.md``). ``--json`` writes bench's record keys plus the fabric's, so
+(``docs/simulator.md``). All-reduces the switches reduce: ``nvls``, ``nvls_tree``, ``collnet``;
+``nccl`` (or ``auto``): the algorithm NCCL's tuning picks at each size, shown after it
+(``nccl=nvls_tree``). ``--json`` writes bench's record keys plus the fabric's, so
 ``mpicoll plot`` draws it. A run longer than a few seconds shows its progress on stderr: a bar on
 a terminal, else a line every 10 s.
 """
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 
 from ..simulators import fabric as fabrics
-from ..simulators.timed import simulate
+from ..simulators.timed import IN_SWITCH, simulate
 from ..registry import COLLECTIVES
 from .cli import Parser, positive_int, prepare_output
 from .sizes import size_arg, sizes_from
@@ -40,7 +43,9 @@ __all__ = ["main", "parse_seconds", "parse_bandwidth"]
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
 _RATES = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
 DEFAULT_PER_NODE = {"flat": 1, "dgx-h100": 8, "dgx-h100-textbook": 8, "dgx-h200": 8,
-                    "dgx-a100": 8, "seed-lab": 8, "dgx-h100-nccl": 8, "dgx-a100-nccl": 8}
+                    "dgx-a100": 8, "seed-lab": 8, "dgx-h100-nccl": 8, "dgx-a100-nccl": 8,
+                    "dgx-h100-roce": 8, "dgx-h100-sharp": 8}
+NOT_SCHEDULED = (*IN_SWITCH, "nccl", "auto")     # all-reduces simulated without a schedule
 
 
 def _number_unit(text: str, what: str) -> tuple[float, str]:
@@ -83,7 +88,8 @@ def parse_args(argv):
     ap.add_argument("--nodes", type=positive_int, help="nodes")
     ap.add_argument("--per-node", type=positive_int, help="ranks per node")
     ap.add_argument("-a", "--algorithms", help="comma list (default: every one with a "
-                                               "schedule); nvls: NVLink SHARP, one node")
+                                               "schedule); nvls, nvls_tree, collnet: the "
+                                               "switches reduce; nccl (auto): NCCL's pick")
     ap.add_argument("-b", "--minbytes", type=size_arg, default="8", help="smallest size")
     ap.add_argument("-e", "--maxbytes", type=size_arg, default="64M", help="largest size")
     ap.add_argument("-f", "--stepfactor", type=float, default=4, help="size factor")
@@ -200,13 +206,14 @@ def main(argv=None) -> int:
              else [n for n, a in table.items() if a.scheduled])
     algos = {}
     for name in names:
-        if name == "nvls" and args.collective == "allreduce":    # in the switch, no schedule
+        if name in NOT_SCHEDULED and args.collective == "allreduce":   # checked by simulate
             algos[name] = None
             continue
         if name not in table and not any(name in a.aliases for a in table.values()):
             ap.error(f"unknown {args.collective} algorithm {name!r}; expected one of "
                      f"{[n for n, a in table.items() if a.scheduled]}"
-                     + (" or nvls" if args.collective == "allreduce" else ""))
+                     + (f" or {', '.join(NOT_SCHEDULED)}" if args.collective == "allreduce"
+                        else ""))
         algos[name] = algo = next(a for n, a in table.items() if name == n or name in a.aliases)
         if not algo.scheduled:
             ap.error(f"{name!r} has no schedule ({algo.describe()}): nothing to simulate")
@@ -251,8 +258,9 @@ def main(argv=None) -> int:
                 except ValueError as e:
                     ap.error(f"{name}: {e}")
                 t_us = r.time * 1e6
+                label = f"{name}={r.algorithm}" if r.algorithm else name
                 records.append({
-                    "collective": args.collective, "algorithm": name, "size": r.nbytes,
+                    "collective": args.collective, "algorithm": label, "size": r.nbytes,
                     "count": r.nbytes // 4, "dtype": "float32", "op": "sum", "inplace": False,
                     **{k: t_us for k in ("time_us", "time_us_min", "time_us_max",
                                          "time_us_p90", "time_us_p99")},
@@ -269,7 +277,7 @@ def main(argv=None) -> int:
                     "channels": r.channels, "max_link_time_us": r.max_link_time * 1e6})
                 with progress.aside():
                     print(f"{r.nbytes:>10} {r.nbytes // 4:>9} {'float32':>7} {'sum':>5} "
-                          f"{name:>18} | {t_us:>10.1f} {r.algbw / 1e9:>7.3f} "
+                          f"{label:>18} | {t_us:>10.1f} {r.algbw / 1e9:>7.3f} "
                           f"{r.busbw / 1e9:>7.3f} | "
                           f"{(r.protocol or '-') + ',' + str(r.channels):>9} {r.max_link:>26} "
                           f"{r.max_link_bytes:>10.3g} {r.internode_bytes:>10.3g} "

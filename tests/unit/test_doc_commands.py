@@ -87,6 +87,8 @@ CHEAP = {
     "mpicoll --version": "mpicoll --version",
     "mpicoll simulate --fabric dgx-h100 --nodes 1 -a nvls,ring -b 1G -e 8G -f 8":
         "mpicoll simulate --fabric dgx-h100 --nodes 1 -a nvls,ring -b 1G -e 8G -f 8",
+    "mpicoll simulate --fabric dgx-h100 --nodes 2 -a nccl,ring,nvls_tree -b 8K -e 8G -f 64":
+        "mpicoll simulate --fabric dgx-h100 --nodes 2 -a nccl,nvls_tree -b 8K -e 8M -f 1024",
     "mpicoll trace binomial -N 5": "mpicoll trace binomial -N 5",
     "mpicoll trace ring -N 4": "mpicoll trace ring -N 4",
     "mpicoll trace ring -N 4 --values": "mpicoll trace ring -N 4 --values",

@@ -313,6 +313,89 @@ def test_event_driven_ring_pays_the_network_latency_only_on_its_network_hops():
     assert r.critical["delay"] == pytest.approx(6.6e-6)
 
 
+NVLINK = 18 * 20.6e9          # an H100's NVSwitch port, as NCCL plans it (topo.h)
+
+
+def test_nccls_in_network_model_by_hand():
+    """NCCL's tuning model of NVLS, NVLSTree and CollNetDirect (tuning.cc, the numbers worked by
+    hand): the NVLS graph has 8 heads at 40 GB/s (9 x 40 <= 370.8 on every NVSwitch port), its
+    bwInter 60 on one node, the NIC's 48 across; which algorithms NCCL enables where."""
+    from mpicoll.simulators import nccl_tuning as nt
+    one, two, many = (nt.graph_of(fabrics.preset("dgx-h100", k, 8)) for k in (1, 2, 16))
+    assert (one.nvls, two.nvls, many.nvls) == ((8, 40.0, 60.0), (8, 40.0, 48.0), (8, 40.0, 48.0))
+    assert nt.algorithms(one) == ("tree", "ring", "nvls")            # NVLSTree needs nodes
+    assert nt.algorithms(two) == ("tree", "ring", "nvls_tree")       # NVLS across: CollNet
+    assert nt.algorithms(nt.graph_of(fabrics.preset("dgx-a100", 4, 8))) == ("tree", "ring")
+    sharp = nt.graph_of(fabrics.preset("dgx-h100-sharp", 4, 8))
+    assert nt.algorithms(sharp) == ("tree", "ring", "collnet_direct", "nvls", "nvls_tree")
+    nvls_bus = 8 * 40 * 0.85 * 7 / 8 * 2                             # 476 GB/s
+    assert nt.bandwidth(one, "nvls", "Simple") == pytest.approx(nvls_bus * 8 / 14)
+    assert nt.bandwidth(one, "nvls", "LL") == 0 and nt.time(one, "nvls", "LL", 1e6) == np.inf
+    assert nt.bandwidth(two, "nvls_tree", "Simple") == pytest.approx(8 * 57.7 * 16 / 30)
+    assert nt.bandwidth(many, "nvls_tree", "Simple") == pytest.approx(8 * 45.5 * 128 / 254)
+    assert nt.time(two, "nvls", "Simple", 1e6) == np.inf             # not without CollNet
+    assert nt.latency(one, "nvls", "Simple") == 25
+    assert nt.latency(many, "nvls_tree", "Simple") == pytest.approx(25 + 2 * 4 * 20.9)
+    assert nt.latency(sharp, "nvls", "Simple") == 25 + 18
+    assert nt.latency(sharp, "collnet_direct", "Simple") == pytest.approx(2 * (3.7 + 7 * .4) + 31)
+    assert nt.bandwidth(sharp, "collnet_direct", "Simple") == pytest.approx(8 * 48 * .85 * .5)
+
+
+def test_nvls_tree_and_collnet_are_the_switches_reducing_by_hand():
+    """NVLSTree: each port n (1 + 1/8) each way at 0.85 x 370.8 GB/s, each NIC n/8 each way on
+    two nodes, 2n/8 on more, NCCL's per-channel cap (57.7 / 45.5 GB/s busbw), after
+    25 + 2 lg(nodes) x 20.9 us; CollNetDirect: ports 2n 7/8 at 0.85 x 370.8, NICs n/8, after
+    2(3.7 + 0.4 x 7) + 31 us; NVLS across nodes (IB SHARP): NICs n/8 after 25 + 18 us."""
+    n = 1 << 30
+    port = 0.85 * NVLINK
+    for nodes, per_nic, cap in ((2, n / 8, 57.7e9), (4, 2 * n / 8, 45.5e9), (16, 2 * n / 8, 45.5e9)):
+        fab = fabrics.preset("dgx-h100", nodes, 8)
+        P = 8 * nodes
+        r = timed.simulate("allreduce", "nvls_tree", fab, n)
+        transfer = max(n * 1.125 / port, per_nic / 48e9, n / (8 * cap * P / (2 * (P - 1))))
+        lat = (25 + 2 * int(np.log2(nodes)) * 20.9) * 1e-6
+        assert r.time == pytest.approx(lat + transfer, rel=1e-12), nodes
+        assert r.critical["latency"] == pytest.approx(lat) and r.protocol == "Simple"
+    sharp = fabrics.preset("dgx-h100-sharp", 4, 8)
+    r = timed.simulate("allreduce", "collnet", sharp, n)
+    assert r.time == pytest.approx(44e-6 + max(2 * n * 7 / 8 / port, n / 8 / 48e9), rel=1e-12)
+    r = timed.simulate("allreduce", "nvls", sharp, n)
+    assert r.time == pytest.approx(43e-6 + max(n * 1.125 / port, n / 8 / 48e9), rel=1e-12)
+    late = timed.simulate("allreduce", "nvls", sharp, n, delay=[0] * 31 + [2e-3])
+    assert late.time == pytest.approx(r.time + 2e-3)
+    for name, fab, why in (("nvls_tree", fabrics.preset("dgx-h100", 1, 8), "several nodes"),
+                           ("collnet", fabrics.preset("dgx-h100", 4, 8), "IB SHARP"),
+                           ("nvls_tree", fabrics.preset("dgx-a100", 4, 8), "NVLink SHARP")):
+        with pytest.raises(ValueError, match=f"{name} needs .*{why}"):
+            timed.simulate("allreduce", name, fab, n)
+
+
+def test_nccls_choice_is_its_table_at_every_size():
+    """``simulate("nccl")`` runs the (algorithm, protocol) NCCL's tuning picks among the ones
+    the fabric has, from 8 B to 8 GiB: NVLS on one H100 node from the MB range, NVLSTree across
+    nodes at large sizes, never on A100; ``auto`` is the same pick on such a fabric."""
+    from mpicoll.simulators import nccl_tuning as nt
+    names = {"ring": "ring", "tree": "double_binary_tree", "nvls": "nvls",
+             "nvls_tree": "nvls_tree", "collnet_direct": "collnet"}
+    picked = set()
+    for name, nodes in (("dgx-h100", 1), ("dgx-h100", 2), ("dgx-h100", 16), ("dgx-a100", 4),
+                        ("dgx-h100-sharp", 4)):
+        fab = fabrics.preset(name, nodes, 8)
+        g = nt.graph_of(fab)
+        for nbytes in (8, 512, 32 << 10, 2 << 20, 128 << 20, 512 << 20, 8 << 30):
+            algo, proto = nt.choose(g, nbytes, nt.algorithms(g))
+            r = timed.simulate("allreduce", "nccl", fab, nbytes)
+            assert (r.algorithm, r.protocol) == (names[algo], proto), (name, nodes, nbytes)
+            picked.add((name, nodes, algo))
+    assert {("dgx-h100", 1, "nvls"), ("dgx-h100", 2, "nvls_tree"),
+            ("dgx-h100", 16, "nvls_tree")} <= picked
+    assert not any(n == "dgx-a100" and a not in ("ring", "tree") for n, _, a in picked)
+    fab = fabrics.preset("dgx-h100", 2, 8)
+    assert timed.simulate("allreduce", "auto", fab, 8 << 30).algorithm == "nvls_tree"
+    with pytest.raises(ValueError, match="auto is NCCL's choice"):
+        timed.simulate("allreduce", "auto", _flat(4), 1024)
+
+
 def test_nvls_is_the_switch_reducing_by_hand():
     """NVLS on 8 H100: each port carries n + n/8 each way at 0.85 x 370.8 GB/s after 25 us
     (NCCL's NVLS latency): 1 GiB in 25 us + 1.125 GiB / 315.18 GB/s; refused across nodes."""
