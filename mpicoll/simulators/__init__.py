@@ -5,6 +5,7 @@
 * ``timed``     -- the schedules with no data, as all-ranks waves (``allranks``), over a
   modelled GPU cluster (``fabric``): per-rank finish times up to ~25,000 ranks
   (``mpicoll simulate``, docs/simulator.md); its compiled kernels and max-min sharing in
-  ``sharing``, NCCL's tuning model in ``nccl_tuning``, NVLink SHARP in ``innetwork``, a
+  ``sharing``, NCCL's tuning model in ``nccl_tuning``, the switches reducing (NVLS, NVLSTree, CollNet)
+  in ``innetwork``, a
   training step (compute, TP all-reduces, overlapped DP buckets) in ``workload``.
 """
