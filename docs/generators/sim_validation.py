@@ -199,8 +199,8 @@ PUBLISHED += [
 PUBLISHED += [
     ("2 x 8 H100 NDR, NCCL's pick, 8 GiB", "allreduce", "nccl", "dgx-h100", 2, 8 << 30,
      "busbw", 470e9, 0.20, "2409"),
-    ("248 x 8 H200 InfiniBand, NCCL's pick, 512 MiB", "allreduce", "nccl", "dgx-h200", 248, 512 << 20,
-     "busbw", 350e9, 0.20, "283"),
+    ("248 x 8 H200 InfiniBand, NCCL's pick, 512 MiB", "allreduce", "nccl", "dgx-h200", 248,
+     512 << 20, "busbw", 350e9, 0.20, "283"),
     ("2 x 8 H100 RoCE, NCCL's pick, 8 GiB", "allreduce", "nccl", "dgx-h100-roce", 2, 8 << 30,
      "busbw", 430e9, 0.20, "1221"),
     ("2 x 8 H100 RoCE, NCCL's pick without NVLS (NCCL_NVLS_ENABLE=0), 8 GiB", "allreduce",

@@ -56,10 +56,11 @@ def _hw(kind: str, algo: str) -> float:
     return nccl_tuning.HW[kind][algo][2] * _US
 
 
-def _call(fabric, name: str, nbytes, itemsize, delay, *, intra_bytes, intra_rate, nic_bytes,
-          latency, cap=np.inf) -> Timing:
+def _call(fabric, nbytes, itemsize, delay, *, intra_bytes, intra_rate, nic_bytes, latency,
+          cap=np.inf, pairs=0) -> Timing:
     """A two-stage pipeline: each port carries ``intra_bytes`` each way at ``intra_rate``, each
-    NIC ``nic_bytes`` each way; its transfer is the busier stage's, at least n / ``cap``."""
+    NIC ``nic_bytes`` each way; its transfer is the busier stage's, at least n / ``cap``.
+    ``pairs``: the rank pairs whose messages cross nodes (none when a switch reduces)."""
     p, N = fabric.per_node, fabric.size
     n = call_count("allreduce", nbytes, N, itemsize) * itemsize
     d = np.zeros(N) if delay is None else np.asarray(delay, dtype=np.float64)
@@ -89,7 +90,7 @@ def _call(fabric, name: str, nbytes, itemsize, delay, *, intra_bytes, intra_rate
     return Timing(fabric.name, N, n, np.full(N, t), t, path, messages,
                   {"intra": 2 * path[PATH_NAMES[0]], "nic": 2 * path[PATH_NAMES[1]],
                    "spine": 0.0},
-                  moved if N > 1 else 0.0, bottleneck, fabric.nodes * (fabric.nodes > 1) * p, 0,
+                  moved if N > 1 else 0.0, bottleneck, pairs, 0,
                   rate, {"delay": start, "latency": lat, "transfer": transfer, "reduction": 0.0,
                          "messages": 2.0 if N > 1 else 0.0},
                   2, "allreduce", transfer, "Simple", p if fabric.nodes > 1 else 1)
@@ -110,7 +111,7 @@ def nvls(fabric, nbytes: int, *, itemsize: int = 4, delay=None) -> Timing:
           "SHARP too (collnet: dgx-h100-sharp)")
     p = fabric.per_node
     lat = NVLS_LATENCY + (_hw("net", "nvls") if fabric.nodes > 1 else 0.0)
-    return _call(fabric, "nvls", nbytes, itemsize, delay,
+    return _call(fabric, nbytes, itemsize, delay,
                  intra_bytes=lambda n: n + n / p,
                  intra_rate=fabric.intra.bandwidth * NVLS_EFFICIENCY[fabric.gpu],
                  nic_bytes=lambda n: n / p, latency=lat)
@@ -124,11 +125,12 @@ def nvls_tree(fabric, nbytes: int, *, itemsize: int = 4, delay=None) -> Timing:
     per_channel = nccl_tuning.NVLS_TREE[fabric.gpu][min(N, 3) - 1] * 1e9
     P = fabric.size
     lat = NVLS_LATENCY + 2 * int(math.log2(N)) * _hw("net", "nvls_tree")
-    return _call(fabric, "nvls_tree", nbytes, itemsize, delay,
+    return _call(fabric, nbytes, itemsize, delay,
                  intra_bytes=lambda n: n + n / p,
                  intra_rate=fabric.intra.bandwidth * NVLS_EFFICIENCY[fabric.gpu],
                  nic_bytes=lambda n: (1 if N == 2 else 2) * n / p, latency=lat,
-                 cap=p * per_channel * P / (2 * (P - 1)))
+                 cap=p * per_channel * P / (2 * (P - 1)),
+                 pairs=4 * p * (N - 1))          # each head: 2 trees x (N - 1) edges, both ways
 
 
 def collnet(fabric, nbytes: int, *, itemsize: int = 4, delay=None) -> Timing:
@@ -140,7 +142,7 @@ def collnet(fabric, nbytes: int, *, itemsize: int = 4, delay=None) -> Timing:
     lat = (2 * (min(1, p - 1) * _hw("nvlink", "collnet_direct")
                 + (p - 1) * nccl_tuning.ARITY_LATENCY * _US) + _hw("net", "collnet_direct"))
     factor = nccl_tuning.COLLNET_HOPPER if fabric.gpu == "hopper" else 1.0
-    return _call(fabric, "collnet", nbytes, itemsize, delay,
+    return _call(fabric, nbytes, itemsize, delay,
                  intra_bytes=lambda n: 2 * n * (p - 1) / p,
                  intra_rate=fabric.intra.bandwidth * factor,
                  nic_bytes=lambda n: n / p, latency=lat)

@@ -182,7 +182,7 @@ def _in_network_bandwidth(g: Graph, algo: str, proto: str) -> float:
     ratio = g.nranks / (2 * (g.nranks - 1))
     if algo == "collnet_direct":                  # the heads at the NIC's speed (see above)
         heads = g.nvls[0] if g.nvls else g.ppn
-        bus = heads * SM90_INTER[0] / max(1.0, g.ppn / heads - (g.ppn / heads - 1) / 2)
+        bus = heads * 2 * g.bw / max(1.0, g.ppn / heads - (g.ppn / heads - 1) / 2)
         return bus * (COLLNET_HOPPER if g.gpu == "hopper" else 1.0) * .5
     heads, bw_intra, bw_inter = g.nvls
     intra = bw_intra * NVLS_EFFICIENCY[g.gpu] * (heads - 1) / heads * 2

@@ -348,7 +348,7 @@ def test_nvls_tree_and_collnet_are_the_switches_reducing_by_hand():
     2(3.7 + 0.4 x 7) + 31 us; NVLS across nodes (IB SHARP): NICs n/8 after 25 + 18 us."""
     n = 1 << 30
     port = 0.85 * NVLINK
-    for nodes, per_nic, cap in ((2, n / 8, 57.7e9), (4, 2 * n / 8, 45.5e9), (16, 2 * n / 8, 45.5e9)):
+    for nodes, per_nic, cap in ((2, n / 8, 57.7e9), (4, n / 4, 45.5e9), (16, n / 4, 45.5e9)):
         fab = fabrics.preset("dgx-h100", nodes, 8)
         P = 8 * nodes
         r = timed.simulate("allreduce", "nvls_tree", fab, n)
