@@ -20,11 +20,12 @@ Who looks (``MPICOLL_PROGRESS``):
   from which a newly started request wakes it at once -- except while a step moves more than
   ``PIPELINED`` (64 KiB), which MPICH sends through shared memory in pieces, each copied inside
   a look of both ranks: then it keeps yielding (a thread ready to run gets the core) for up to
-  ``SPIN`` (2 ms) after the last step completed. A request whose peer is late then costs ~1000
-  looks a second (a few % of a core; docs/training.md, "What waiting costs"), not a core, and
-  a step that waited over ~1 ms is seen up to 1 ms late. ``wait()`` does not poll in this
-  mode: it sleeps on the request's event, which the thread sets (a caller's thread that waits
-  -- torch's completer thread, a user's -- takes no CPU). Needs
+  ``SPIN`` (2 ms) after the last step completed. Past 8 ms without a move the sleeps grow to
+  1/8 of the time waited, up to 16 ms: a request whose peer is 200 ms late costs ~40 looks
+  (well under 1 % of a core; docs/training.md, "What waiting costs"), not a core, and a step
+  that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most). ``wait()`` does not
+  poll in this mode: it sleeps on the request's event, which the thread sets (a caller's
+  thread that waits -- torch's completer thread, a user's -- takes no CPU). Needs
   ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls, its own) while
   the thread does.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
@@ -62,6 +63,7 @@ _YIELDS = 20                    # looks with sched_yield before the thread start
 PIPELINED = 64 << 10            # a step moving more bytes than this ...
 SPIN = 2e-3                     # ... keeps the thread yielding this long after a step completed
 _SLEEP_MIN, _SLEEP_MAX = 1e-5, 1e-3
+_SLEEP_SHARE, _SLEEP_LONG = 0.125, 0.016    # a long wait sleeps up to 1/8 of it, up to 16 ms
 _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is alive this often
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 
@@ -585,7 +587,8 @@ def _loop() -> None:
             if woken:
                 pause, looks, moved_at = _SLEEP_MIN, 0, time.monotonic()
             else:
-                pause = min(2 * pause, _SLEEP_MAX)
+                waited = time.monotonic() - moved_at
+                pause = min(2 * pause, _SLEEP_LONG, max(_SLEEP_MAX, _SLEEP_SHARE * waited))
 
 
 def _ensure_thread() -> None:
