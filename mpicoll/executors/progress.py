@@ -26,7 +26,8 @@ Who looks (``MPICOLL_PROGRESS``):
   that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most). ``wait()`` looks at its
   request itself for up to ``HELP`` (100 us: a small collective completes there, with no thread
   hand-off), then sleeps on the request's event, which the thread sets (a caller's thread
-  that waits -- torch's completer thread, a user's -- takes no CPU after that). Needs
+  that waits takes no CPU after that). ``Request.then`` functions (torch's ``Work`` futures)
+  run in the thread that ended the request, once it has let the engine go. Needs
   ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls, its own) while
   the thread does.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
