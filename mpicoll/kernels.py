@@ -82,7 +82,7 @@ from .dtypes import (DTYPES, NAMES, OPS, RULES, allowed, as_storage, check, is_b
 from .dtypes import __getattr__  # noqa: F401 -- kernels.bfloat16 (imports ml_dtypes)
 
 __all__ = ["DTYPES", "NAMES", "OPS", "RULES", "KERNELS", "check", "ops_for", "allowed", "storage",
-           "as_storage", "read_through", "kernel_name", "kernel", "warmup", "numpy_kernel",
+           "as_storage", "read_through", "kernel_name", "kernel", "warmup", "warm", "numpy_kernel",
            "sum_into", "prod_into", "max_into", "min_into", "COMBINERS", "entry_points",
            "reduce_at", "combine_at"]
 
@@ -509,6 +509,12 @@ def warmup(op: str | None = None, dtype=None) -> float:
     _ready.add(key)
     _warm.add((op, np.dtype(dtype)))
     return time.monotonic() - started
+
+
+def warm(op: str, dtype: np.dtype) -> bool:
+    """Whether ``warmup(op, dtype)`` has nothing left to do: a set look-up, so that a call
+    skips ``_runtime.loading``'s helper thread (~100 us a call) once the kernel is there."""
+    return (op, dtype) in _warm
 
 
 class file_lock:

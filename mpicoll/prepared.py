@@ -94,7 +94,8 @@ def _schedule(call: Call, p):
 def _warmup(call: Call, op: str, dtype) -> None:
     """Compile (or load) ``op``'s kernel for ``dtype`` (``kernels.warmup``), before the
     agreement step, under the call's deadline (``_runtime.loading``)."""
-    loading.load(lambda: kernels.warmup(op, dtype), call.watch)
+    if not kernels.warm(op, dtype):     # (else a thread started per call)
+        loading.load(lambda: kernels.warmup(op, dtype), call.watch)
 
 
 class Scheduled(NamedTuple):

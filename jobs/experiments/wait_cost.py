@@ -17,7 +17,9 @@ the waiting threads take when the core is theirs for the asking).
 Per round: the loop's wall time and CPU time (its thread's clock), and the CPU seconds of each
 of mpicoll's threads (``mpicoll-progress``, ``mpicoll-torch-completer``, ``mpicoll-detector``,
 and the waiter; ``pthread_getcpuclockid``) from the start of the call to the end of the loop.
-slowdown = median wall time beside the request / median alone - 1. On a shared machine wall
+slowdown = median wall time beside the request / median alone - 1; paired slowdown = the
+median over rounds of (beside / alone, the round of each kind run one after the other) - 1,
+which a machine's load drifting from round to round moves less. On a shared machine wall
 times are noisy (other processes take the cores too); the threads' CPU seconds are not: they
 are what waiting takes from the computation. Writes DIR/wait_cost-np<N>.json;
 ``python jobs/experiments/wait_cost.py --table A.json [B.json ...]`` prints docs/training.md's
@@ -168,7 +170,8 @@ def main() -> None:
                 say(f"{algorithm:>5} {name:<13} alone {row['alone_wall_ms']:6.1f} ms")
                 for kind in KINDS[1:]:
                     r = row[kind]
-                    say(f"      {kind:<32} {r['wall_ms']:6.1f} ms ({r['slowdown'] * 100:+5.1f} %)"
+                    say(f"      {kind:<32} {r['wall_ms']:6.1f} ms ({r['slowdown'] * 100:+5.1f} %, "
+                        f"paired {r['paired_slowdown'] * 100:+5.1f} %)"
                         f", CPU of mpicoll's threads: {r['threads_cpu_ms']} ms "
                         f"({r['threads_core_share'] * 100:.1f} % of a core)")
     if rank == 0:
@@ -179,8 +182,8 @@ def main() -> None:
 
 def table(paths) -> str:
     """docs/training.md's table: per algorithm and loop, for each JSON file (e.g. before and
-    after a change), the slowdown beside a request and the CPU share of mpicoll's threads
-    (with the waiter thread), medians."""
+    after a change), the paired slowdown beside a request and the CPU share of mpicoll's
+    threads (with the waiter thread), medians."""
     runs = [json.loads(open(p).read()) for p in paths]
     head = " | ".join(f"slowdown, {i + 1} | threads' CPU, {i + 1}" for i in range(len(runs)))
     out = [f"| algorithm | loop | {head} |", "|---|---|" + "---:|---:|" * len(runs)]
@@ -188,9 +191,16 @@ def table(paths) -> str:
         cells = []
         for data in runs:
             r = data["rows"][k][KINDS[2]]
-            cells.append(f"{r['slowdown'] * 100:+.1f} % | {r['threads_core_share'] * 100:.1f} %")
+            slowdown = paired(data["rows"][k]["runs"], KINDS[2])
+            cells.append(f"{slowdown * 100:+.1f} % | {r['threads_core_share'] * 100:.1f} %")
         out.append(f"| {row['algorithm']} | {row['loop']} | " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+def paired(runs: dict, kind: str) -> float:
+    """The median over rounds of (``kind``'s wall time / the loop alone's, same round) - 1."""
+    return float(np.median([b["wall_s"] / a["wall_s"]
+                            for a, b in zip(runs["alone"], runs[kind])])) - 1
 
 
 def summary(algorithm: str, name: str, runs: dict) -> dict:
@@ -203,6 +213,7 @@ def summary(algorithm: str, name: str, runs: dict) -> dict:
         threads = sorted({k for r in rs for k in r["threads_cpu_s"]})
         row[kind] = {"wall_ms": med(rs, "wall_s") * 1e3, "cpu_ms": med(rs, "cpu_s") * 1e3,
                      "slowdown": med(rs, "wall_s") / alone - 1,
+                     "paired_slowdown": paired(runs, kind),
                      "done_before_loop_ended": sum(r["done_before_loop_ended"] for r in rs),
                      "threads_cpu_ms": {k: round(float(np.median(
                          [r["threads_cpu_s"].get(k, 0.0) for r in rs])) * 1e3, 2)

@@ -20,11 +20,14 @@ Who looks (``MPICOLL_PROGRESS``):
   from which a newly started request wakes it at once -- except while a step moves more than
   ``PIPELINED`` (64 KiB), which MPICH sends through shared memory in pieces, each copied inside
   a look of both ranks: then it keeps yielding (a thread ready to run gets the core) for up to
-  ``SPIN`` (2 ms) after the last step completed. A request whose peer is late then costs ~1000
-  looks a second (a few % of a core; docs/training.md, "What waiting costs"), not a core, and
-  a step that waited over ~1 ms is seen up to 1 ms late. ``wait()`` does not poll in this
-  mode: it sleeps on the request's event, which the thread sets (a caller's thread that waits
-  -- torch's completer thread, a user's -- takes no CPU). Needs
+  ``SPIN`` (2 ms) after the last step completed. Past 8 ms without a move the sleeps grow to
+  1/8 of the time waited, up to 16 ms: a request whose peer is 200 ms late costs ~40 looks
+  (well under 1 % of a core; docs/training.md, "What waiting costs"), not a core, and a step
+  that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most). ``wait()`` looks at its
+  request itself for up to ``HELP`` (100 us: a small collective completes there, with no thread
+  hand-off), then sleeps on the request's event, which the thread sets (a caller's thread
+  that waits takes no CPU after that). ``Request.then`` functions (torch's ``Work`` futures)
+  run in the thread that ended the request, once it has let the engine go. Needs
   ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls, its own) while
   the thread does.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
@@ -48,6 +51,7 @@ import atexit
 import os
 import threading
 import time
+import traceback
 
 import numpy as np
 from mpi4py import MPI
@@ -62,14 +66,17 @@ _YIELDS = 20                    # looks with sched_yield before the thread start
 PIPELINED = 64 << 10            # a step moving more bytes than this ...
 SPIN = 2e-3                     # ... keeps the thread yielding this long after a step completed
 _SLEEP_MIN, _SLEEP_MAX = 1e-5, 1e-3
+_SLEEP_SHARE, _SLEEP_LONG = 0.125, 0.016    # a long wait sleeps up to 1/8 of it, up to 16 ms
 _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is alive this often
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
+HELP = 100e-6                   # a wait() looks at its request itself this long first
 
 _lock = threading.Lock()        # held while any request is advanced or started
 _wake = threading.Condition(_lock)
 _callers = 0                    # callers' threads inside mpicoll (see priority)
 _callers_lock = threading.Lock()
 _active: list = []
+_ready: list = []               # (fn, error) of Request.then, run once _lock is let go
 _thread: threading.Thread | None = None
 _stopping = False
 
@@ -200,6 +207,17 @@ class Request:
                 return
         fn(self._error)
 
+    def then(self, fn) -> None:
+        """Call ``fn(error)`` once, when the request completes (``error`` None) or fails: from
+        the thread that finishes it once that thread has let the engine go (so ``fn`` may call
+        mpicoll, start requests, even wait), or at once if it is done already. What torch's
+        ``Work`` completes its future with, without a thread of its own."""
+        with _turn():
+            if not self._finished.is_set():
+                self._when_done.append(lambda error: _ready.append((fn, error)))
+                return
+        fn(self._error)
+
     def release(self) -> None:
         """Return once the progress thread's pass is over: it then holds no reference to this
         finished request, so the caller's thread is the one that frees its buffers (a buffer
@@ -301,8 +319,11 @@ class Request:
         """
         if timeout is not None and not self._finished.is_set():
             self._tighten(timeout)
+        threaded = mode() == "thread" and threading.current_thread() is not _thread
+        if not self._finished.is_set() and threaded:    # (a then() fn may wait, in the thread)
+            self._help()
         while not self._finished.is_set() and _thread is not None and _thread.is_alive() \
-                and mode() == "thread":         # the thread advances it (and its deadline)
+                and threaded:           # the thread advances it (and its deadline)
             self._finished.wait(_WAKE_CHECK)
         pause, looks = _SLEEP_MIN, 0
         while not self._finished.is_set():      # caller mode: the caller advances
@@ -321,6 +342,31 @@ class Request:
         if self._error is not None:
             raise self._error
         return self.result
+
+    def _help(self) -> None:
+        """Thread mode: look at this request from the waiting thread for up to ``HELP`` seconds
+        (when the progress thread is not inside a pass), yielding between looks, before
+        sleeping on its event: a small collective then completes here, without two thread
+        hand-offs (the waiter's wake-up, the thread's). Not a deferred request (it would run
+        whole in this thread) nor one that follows another."""
+        if self._deferred is not None or self._following:
+            return
+        end = time.perf_counter() + HELP
+        while not self._finished.is_set() and time.perf_counter() < end:
+            if _lock.acquire(blocking=False):
+                try:
+                    if not self._finished.is_set():
+                        try:
+                            self._advance()
+                        except BaseException as exc:    # noqa: BLE001 - raised by wait()
+                            self._fail(exc)
+                        if self._finished.is_set() and self in _active:
+                            _active.remove(self)
+                finally:
+                    _lock.release()
+                _run_ready()
+            if not self._finished.is_set():
+                os.sched_yield()
 
     def _tighten(self, timeout) -> None:
         if self._following:             # the request it follows has the deadline
@@ -542,6 +588,20 @@ class _turn(priority):
     def __exit__(self, *exc) -> None:
         _lock.release()
         super().__exit__()
+        _run_ready()
+
+
+def _run_ready() -> None:
+    """Run the ``Request.then`` functions whose requests have ended (``_lock`` not held)."""
+    while _ready:
+        try:
+            fn, error = _ready.pop(0)
+        except IndexError:              # (another thread took the last one)
+            return
+        try:
+            fn(error)
+        except Exception:               # noqa: BLE001 - not the engine's, nor its caller's
+            traceback.print_exc()
 
 
 def _progress() -> bool:
@@ -570,6 +630,7 @@ def _loop() -> None:
             moved = _progress()
             active = len(_active)
             pipelined = any(r._step_bytes() > PIPELINED for r in _active)
+        _run_ready()
         now = time.monotonic()
         give_way_until = now + GIVE_WAY
         while _callers and time.monotonic() < give_way_until:   # a caller works: let it
@@ -585,7 +646,8 @@ def _loop() -> None:
             if woken:
                 pause, looks, moved_at = _SLEEP_MIN, 0, time.monotonic()
             else:
-                pause = min(2 * pause, _SLEEP_MAX)
+                waited = time.monotonic() - moved_at
+                pause = min(2 * pause, _SLEEP_LONG, max(_SLEEP_MAX, _SLEEP_SHARE * waited))
 
 
 def _ensure_thread() -> None:

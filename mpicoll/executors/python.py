@@ -59,6 +59,7 @@ def execute_by_name(schedule: Schedule, buf: np.ndarray, comm: MPI.Comm, *, op: 
                     scratch: np.ndarray, traffic: dict, watch=None) -> None:
     """``execute`` with the op by name (the compiled executor's signature), on the storage
     views of the buffers (``kernels.storage``: mpi4py can't send bfloat16)."""
-    loading.load(lambda: kernels.warmup(op, buf.dtype), watch)  # under the deadline (#22)
+    if not kernels.warm(op, buf.dtype):     # (else a thread started per call)
+        loading.load(lambda: kernels.warmup(op, buf.dtype), watch)  # under the deadline (#22)
     execute(schedule, kernels.as_storage(buf), comm, reduce_into=kernels.kernel(op, buf.dtype),
             tag=tag, scratch=kernels.as_storage(scratch), traffic=traffic, watch=watch)

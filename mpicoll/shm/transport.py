@@ -5,6 +5,9 @@
 in one window) and ``hierarchical``'s shared-memory node phases (``nodes``: one window per node
 of the layout, and ``between``, the inter-node all-reduce of this rank's reduced slice).
 
+Waiting. A rank coming to the call rings the bells of the window (``Window.ring``): a rank
+that waited so long that it naps (``window.Patience``) wakes at once, not at its nap's end.
+
 Failures. Every wait returns to Python after SPIN_SECONDS, then after each nap
 (``window.Patience``) while it lasts (``_late``): first the call's
 deadline, if any (``Watch.overdue``: past it, or when another rank's roll call has come, the
@@ -68,6 +71,7 @@ def window_allreduce(st, src: np.ndarray, dst: np.ndarray, op: str, watch=None, 
     get_watch = watch if callable(watch) else lambda: watch
     single = dst.nbytes >= SINGLE_COPY_MIN_BYTES and rows is None
     window = window_for(st, 0 if single else dst.nbytes, tag, get_watch, nodes)
+    window.ring()                           # a rank napping on this call: I came
     try:
         if single and window.single_copy:
             _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismatch,
@@ -92,7 +96,7 @@ def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
     nchunks = -(-dst.size // chunk)
     seq0 = window.seq + 1
     window.seq += nchunks
-    resume, patience = 0, _window.Patience()
+    resume, patience = 0, _window.Patience(window)
     while True:
         resume, waiting = kernels.window_copy(
             src, dst, data, window.flags, rank, seq0, resume, entry[0], acc,
@@ -114,6 +118,7 @@ def _window_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
                 rows(buf.reshape(-1)[lo:], chunk, dst[at + lo:at + hi])
             elif hi > lo:                   # (every node's rank of my index has the same)
                 between(user[at + lo:at + hi])
+                window.ring()               # (the node may have napped meanwhile)
             buf[rank, lo:hi] = dst[at + lo:at + hi]
             continue
         k, phase = divmod(resume, 4)
@@ -134,7 +139,7 @@ def _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
     acc = window.views(dst.dtype)[1]
     scratch, piece = window.scratch(dst.dtype, dst.size, PIECE_BYTES)
     window.seq += 1
-    seq, resume, patience = window.seq, 0, _window.Patience()
+    seq, resume, patience = window.seq, 0, _window.Patience(window)
     whole = size == 2 and dst.nbytes <= WHOLE_MAX_BYTES     # if both ranks can (the kernel)
     while True:
         resume, waiting = kernels.single_copy(
@@ -160,6 +165,7 @@ def _single_copy(st, window, src, dst, user, entry, get_watch, signature, mismat
             lo, hi = slice_of(dst.size, size, rank)
             if hi > lo:
                 between(user[lo:hi])
+                window.ring()               # (the node may have napped meanwhile)
             continue
         which = {1: ARRIVED, 3: REDUCED, 4: GATHERED}[resume]
         patience.late(resume)

@@ -32,6 +32,7 @@ run each time it outlasts a spin: the deadline, the roll call, a rank that died.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
 import mmap
@@ -45,6 +46,7 @@ from mpi4py import MPI
 from . import probe
 from .kernels import (ABORTED, ANSWER, ARRIVED, BLOCK, FLAGS, LINE, PID, PROBE, REDUCED, missing,
                       publish)
+from .probe import LIBC
 
 __all__ = ["Window", "size_class", "make", "CHUNK_BYTES", "MIN_BYTES", "YIELD_AFTER",
            "SPIN_SECONDS", "Patience"]
@@ -52,8 +54,12 @@ __all__ = ["Window", "size_class", "make", "CHUNK_BYTES", "MIN_BYTES", "YIELD_AF
 CHUNK_BYTES = 4 << 20       # the largest segment: longer vectors go through in chunks
 MIN_BYTES = 4 << 10         # the smallest size class
 SPIN_SECONDS = 0.002        # a wait spins this long, then returns to Python (Watch, Ctrl-C)
-NAP_SECONDS = 0.001         # a wait that outlasted its spin (a late rank) sleeps this long
+NAP_SECONDS = 0.001         # a wait that outlasted its spin (a late rank) sleeps this long,
+NAP_SHARE = 0.125           # ... or this share of how long it has been late,
+NAP_MAX_SECONDS = 0.016     # ... up to this, unless a rank rings its bell (``Window.ring``)
 NAP_SPIN_SECONDS = 20e-6    # between looks of this long (``Patience``)
+BELL = REDUCED * LINE + 8   # in each rank's flags: its bell (a futex word), rung by the others
+NAPPING = BELL + 1          # ... nonzero while it naps on the bell
 YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
                             # (at once when the node has more ranks than this rank has cores)
 NAME_BYTES = 512            # step 1's message: the file's path, or "!" and why it failed
@@ -105,6 +111,8 @@ class Window:
         # more ranks than cores: the rank waited for may need this core, yield at once
         self.yield_after = 0.0 if size > len(os.sched_getaffinity(0)) else YIELD_AFTER
         self.iov = np.zeros(4, np.int64)
+        self._words = memoryview(self.flags)    # (faster than numpy for a word or two)
+        self._address = self.flags.ctypes.data
 
     def pid(self, j: int) -> int:
         """Window rank ``j``'s process id."""
@@ -113,7 +121,7 @@ class Window:
     def wait(self, which: int, seq: int, overdue) -> None:
         """Until every rank's flag ``which`` reaches ``seq``; ``overdue(self, which, seq, j)``
         each time the wait outlasts a spin (j: a rank still short)."""
-        patience = Patience()
+        patience = Patience(self)
         while True:
             j = missing(self.flags, which, seq, self.rank, self.size,
                         patience.until(0), self.yield_after)
@@ -121,6 +129,35 @@ class Window:
                 return
             patience.late(0)
             overdue(self, which, seq, j)
+
+    def bell(self) -> int:
+        """This rank's bell: a nap (``nap``) that began after it last changed ends at a ring."""
+        return self._words[FLAGS * self.rank * LINE + BELL]
+
+    def nap(self, seen: int, seconds: float) -> None:
+        """Sleep up to ``seconds``, or until a rank rings (at once if one rang since this rank's
+        bell read ``seen``): a futex wait on the bell, which takes no CPU."""
+        line = FLAGS * self.rank * LINE
+        self._words[line + NAPPING] = 1
+        try:
+            _futex(self._address + 8 * (line + BELL), _FUTEX_WAIT, seen, seconds)
+        finally:
+            self._words[line + NAPPING] = 0
+
+    def ring(self) -> None:
+        """Wake the ranks napping on this window (a rank came to the call, or finished a phase
+        they may wait for): every bell changes, and each napping rank's futex is woken. A rank
+        whose nap starts just as this reads its ``napping`` word sleeps to the end of its nap,
+        at most ``NAP_MAX_SECONDS``: never longer. Costs ~0.1 us a rank, without a syscall
+        when no rank naps."""
+        words, napping, stride = self._words, 0, FLAGS * LINE
+        for i in range(BELL, self.size * stride, stride):
+            words[i] += 1
+            napping |= words[i + 1]
+        if napping:
+            for i in range(BELL, self.size * stride, stride):
+                if words[i + 1] and i // stride != self.rank:
+                    _futex(self._address + 8 * i, _FUTEX_WAKE, 1 << 30, None)
 
     def views(self, dtype: np.dtype):
         """``(data, acc)``: the segments as ``data[buffer, rank, element]`` of ``dtype`` (a
@@ -153,7 +190,9 @@ class Window:
     def free(self) -> None:
         """Unmap this rank's view of the window: local, never blocks (the memory goes when the
         last rank's mapping does)."""
-        self.flags = self.data = None
+        if self._words is not None:
+            self._words.release()
+        self.flags = self.data = self._words = None
         self._views, self._scratch, self._pieces = {}, {}, {}
         try:
             self._region.close()
@@ -274,23 +313,57 @@ def _unlink(path: str) -> None:
 
 class Patience:
     """How long a flag wait spins before it returns to Python: ``SPIN_SECONDS``, then, while
-    the rank waited for is late, a sleep of ``NAP_SECONDS`` before each short look
-    (``NAP_SPIN_SECONDS``). A wait for a late rank then takes a few % of a core instead of
-    all of it, from the computation beside it (issue 43; docs/training.md, "What waiting
-    costs"), and sees the flag at most ``NAP_SECONDS`` late."""
+    the rank waited for is late, a nap before each short look (``NAP_SPIN_SECONDS``): 1 ms at
+    first, then ``NAP_SHARE`` of the time it has been late, up to ``NAP_MAX_SECONDS``, on this
+    rank's bell (``Window.nap``), which a rank coming to the call rings (``Window.ring``). A
+    wait for a late rank then takes well under 1 % of a core instead of all of it, from the
+    computation beside it (issue 43; docs/training.md, "What waiting costs"), and sees a rank
+    that came at once, one already in the call at most 1/8 of its lateness late."""
 
-    __slots__ = ("_late_at",)
+    __slots__ = ("_late_at", "_since", "_window", "_seen")
 
-    def __init__(self):
-        self._late_at = None
+    def __init__(self, window: Window | None = None):
+        self._late_at, self._since, self._window, self._seen = None, 0.0, window, 0
 
     def late(self, at) -> None:
         """The wait at ``at`` (where the kernel resumes) outlasted its spin."""
-        self._late_at = at
+        if at != self._late_at:
+            self._late_at, self._since = at, time.monotonic()
 
     def until(self, at) -> float:
         """The ``MPI_Wtime`` a wait at ``at`` spins to (after a nap, if it is late there)."""
+        window = self._window
+        if window is not None and window.flags is None:
+            window = None
         if at == self._late_at:
-            time.sleep(NAP_SECONDS)
-            return MPI.Wtime() + NAP_SPIN_SECONDS
-        return MPI.Wtime() + SPIN_SECONDS
+            nap = min(NAP_MAX_SECONDS, max(NAP_SECONDS,
+                                           NAP_SHARE * (time.monotonic() - self._since)))
+            if window is None:
+                time.sleep(nap)
+            else:
+                window.nap(self._seen, nap)
+        if window is not None:          # before the look: a ring after it ends the next nap
+            self._seen = window.bell()
+        return MPI.Wtime() + (NAP_SPIN_SECONDS if at == self._late_at else SPIN_SECONDS)
+
+
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1         # (not FUTEX_PRIVATE: the word is in shared memory)
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "ppc64le": 221}.get(os.uname().machine)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _futex(address: int, operation: int, value: int, seconds) -> None:
+    """``futex(2)`` on the int32 at ``address`` (the low half of a little-endian int64): wait
+    while it equals ``value`` (up to ``seconds``), or wake up to ``value`` waiters. Where there
+    is no futex (another CPU or OS), a wait is a sleep and a wake does nothing."""
+    if _SYS_FUTEX is None or LIBC is None:
+        if operation == _FUTEX_WAIT:
+            time.sleep(seconds)
+        return
+    timeout = None if seconds is None else \
+        ctypes.byref(_Timespec(int(seconds), int(seconds % 1 * 1e9)))
+    LIBC.syscall(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(address), ctypes.c_long(operation),
+                 ctypes.c_long(value & 0xFFFFFFFF), timeout, None, ctypes.c_long(0))

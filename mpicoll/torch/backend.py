@@ -27,13 +27,15 @@ xor (NCCL's reading).
 
 Asynchrony: torch passes ``opts.asyncOp``. ``async_op=True`` -- and every call DDP makes --
 starts mpicoll's nonblocking call (``iallreduce``...); the progress thread runs it while the
-caller computes, and the returned ``Work``'s future completes when the request does (a
-completion thread waits, sleeping, for each ``Work`` whose future was asked for, as DDP asks;
-``Work.wait()`` waits in the caller's thread). ``async_op=False`` runs mpicoll's blocking call (its fast paths: persistent plans, the
-compiled executor, ``shm``) and returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE``
-(no progress thread) every call is blocking. So are the calls of an algorithm whose nonblocking
-form would only defer it (``registry.Algorithm.deferred``: ``shm``, which the progress engine
-runs whole).
+caller computes, and the returned ``Work``'s future completes when the request does: the
+thread that ends the request (the progress thread, most often) completes the future of a
+``Work`` whose future was asked for, as DDP asks, once it has let the engine go
+(``Request.then``: no thread of the backend's own, no hand-off); ``Work.wait()`` waits in
+the caller's thread. ``async_op=False`` runs mpicoll's blocking call (its fast paths:
+persistent plans, the compiled executor, ``shm``) and returns a finished ``Work``. Without
+``MPI_THREAD_MULTIPLE`` (no progress thread) every call is blocking. So are the calls of an
+algorithm whose nonblocking form would only defer it (``registry.Algorithm.deferred``:
+``shm``, which the progress engine runs whole).
 
 Errors: bad arguments raise at the call, before any communication (``TypeError`` /
 ``ValueError``, as Gloo's). A collective that fails -- ``CollectiveTimeout`` naming the ranks
@@ -276,9 +278,22 @@ class Work(dist._Work):
             ended = self._done.is_set()
         if made and ended:              # (else _finish completes it)
             self._settle(future)
-        elif made:                      # someone must complete it: the completer thread
-            _completer.add(self)
+        elif made:                      # the thread that ends the last request completes it
+            for request in self._requests:
+                request.then(self._ended)
         return future
+
+    def _ended(self, _error) -> None:
+        """A request ended (``Request.then``): once all have, finish, with the first error."""
+        if not all(r.done for r in self._requests):
+            return
+        error = None
+        for request in self._requests:
+            try:
+                request.test()
+            except Exception as exc:            # noqa: BLE001 -- reported through the Work
+                error = error or exc
+        self._finish(error)
 
     def _poll(self) -> bool:
         """Whether the Work has ended; finishes it here if its requests have."""
@@ -301,16 +316,12 @@ class Work(dist._Work):
 
 
 class _Completer:
-    """One daemon thread per process: waits (sleeping) on the in-flight ``Work`` whose future
-    was asked for, in order of start, and completes their futures (what DDP waits on), so no
-    caller has to call ``Work.wait()``. It also keeps every ``Work`` in flight (``track``), for
-    ``drain``."""
+    """Keeps every ``Work`` in flight (``track``), for ``drain``. (No thread: the thread that
+    ends a Work's last request completes its future, ``Request.then``.)"""
 
     def __init__(self):
-        self._queue: collections.deque = collections.deque()
         self._flight: collections.deque = collections.deque()
-        self._ready = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._ready = threading.Lock()
 
     def track(self, work: Work) -> None:
         """``work`` is in flight (for ``drain``); forget those at the front that have ended."""
@@ -324,25 +335,6 @@ class _Completer:
                 head = flight[0] if flight else None
         with self._ready:
             self._flight.append(work)
-
-    def add(self, work: Work) -> None:
-        with self._ready:
-            self._queue.append(work)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="mpicoll-torch-completer",
-                                                daemon=True)
-                self._thread.start()
-            self._ready.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._ready:
-                while not self._queue:
-                    self._ready.wait()
-                work = self._queue[0]
-            work._complete()
-            with self._ready:
-                self._queue.popleft()
 
     def drain(self) -> None:
         """Finish every Work in flight so far (waiting for it in this thread)."""
@@ -409,7 +401,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         work = Work(what, requests, result, after)
         if all(r.done for r in requests):      # one rank, empty tensors: nothing in flight
             work._complete()
-        else:                   # get_future hands it to the completer; wait() waits here
+        else:                   # for drain(); get_future() or wait() completes it
             _completer.track(work)
         return work
 

@@ -62,7 +62,7 @@ def compress_hook(compress: str = "bf16", *, error_feedback: bool = True):
         size = group.size()
         work = Work(f"compress_hook({compress!r})", [request], grad,
                     after=lambda: grad.div_(size))
-        if group.threaded:              # get_future hands it to the completer thread
+        if group.threaded:              # (for drain: get_future() completes it)
             _completer.track(work)
         else:                           # no progress thread: finish here (docs/torch.md)
             work._complete()

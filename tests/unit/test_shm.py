@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import types as pytypes
 
 import numpy as np
@@ -370,3 +371,43 @@ def test_cost_formula():
     # p = 2: 2 alpha + 2 n beta + n/2 gamma
     assert allreduce_shm.cost(2, 1000.0, 1.0, 0.01, 0.001) == pytest.approx(2 + 20 + 0.5)
     assert allreduce_shm.bytes_sent(0, 4, 1e6) == 0.0
+
+
+def _windows(size):
+    """``size`` ranks' views of one window (an anonymous shared map, as one node's file)."""
+    region = mmap.mmap(-1, window.footprint(size, window.MIN_BYTES))
+    return [window.Window(region, tuple(range(size)), r, window.MIN_BYTES) for r in range(size)]
+
+
+def test_a_ring_wakes_a_napping_rank():
+    """A nap on the bell (the futex) ends at a ring, long before its own end (30 s), and at
+    once when a ring came since the bell was read; the ringer wakes only a napping rank."""
+    a, b = _windows(2)
+    woke = []
+    seen = a.bell()
+    napper = threading.Thread(target=lambda: (a.nap(seen, 30.0), woke.append(1)))
+    napper.start()
+    deadline = time.monotonic() + 20
+    while not a._words[window.NAPPING] and time.monotonic() < deadline:
+        time.sleep(0.01)                # (until it naps)
+    b.ring()
+    napper.join(20)
+    assert woke == [1] and a.bell() != seen
+    stale = a.bell()
+    b.ring()
+    started = time.monotonic()
+    a.nap(stale, 30.0)                  # rung since ``stale``: no sleep
+    assert time.monotonic() - started < 20
+    assert not a._words[window.NAPPING]
+
+
+def test_patience_naps_grow_with_lateness():
+    """``Patience``: a full spin first, then naps of NAP_SECONDS growing to NAP_SHARE of the
+    lateness, capped at NAP_MAX_SECONDS (without a window: plain sleeps)."""
+    p = window.Patience()
+    assert p.until(0) - MPI.Wtime() > window.NAP_SPIN_SECONDS      # not late: a spin
+    p.late(1)
+    p._since -= 1.0                     # late for a second: the longest nap
+    started = time.monotonic()
+    p.until(1)
+    assert time.monotonic() - started >= window.NAP_MAX_SECONDS * 0.9
