@@ -28,8 +28,9 @@ and initial values).
 
 The constructor is collective (as DDP's): it checks every argument and makes each bucket's plan
 (``mpicoll.plan``, the plain all-reduce's, with ``compress`` as given; its checks are the plan's)
-and request once. Each bucket's plan carries everything that changes what a rank sends or
-computes -- the bucket's dtype and count, ``op``, ``average``, ``compress``, ``error_feedback``,
+and prepared call (``plan.Prepared``, holding its request) once; each step starts and waits for
+that. Each bucket's plan carries everything that changes what a rank sends or computes -- the
+bucket's dtype and count, ``op``, ``average``, ``compress``, ``error_feedback``,
 ``reproducible``, and the whole layout (every bucket's dtype and count, in order: ``group``) --
 in the signature whose hash is in its messages' tags, so ranks built with other options (or
 ``bucket_bytes`` that cut other buckets) never match each other's messages: every rank raises

@@ -60,7 +60,8 @@ class Persistent:
         if self._active or self._freed or self._state.broken:
             self._usable()
         progress.finish_deferred(self._state)   # (they share its scratch and window)
-        return self._prepared.run_bound(self._call)
+        self._prepared.run_bound(self._call)
+        return self.result
 
     def start(self) -> None:
         """Start the collective and return at once (see the module's doc)."""

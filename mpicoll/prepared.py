@@ -263,7 +263,8 @@ class Prepared:
                     error_feedback.apply(self.plan.codec, layout.work, req.cuts)
         elif req is None:
             what, result = f"persistent {self.plan.describe()}", self.layout.result
-            req = self.held = Request(what, result=result, deferred=self._handled(call)) \
+            req = self.held = Request(what, result=result,
+                                      deferred=lambda watch: self.run_bound(call, False)) \
                 if self.nonblocking is None else \
                 Request(what, result=result, library=self.nonblocking)
         return req.start(call, call.open().traffic)
@@ -315,27 +316,22 @@ class Prepared:
         for dst, src in self._after:
             np.copyto(dst, src)
 
-    def run_bound(self, call: Call):
-        """Run once now on the bound buffers, on ``call`` (the bind's: its tag, its deadline
-        renewed); a failure goes through ``failure``. Returns the result."""
+    def run_bound(self, call: Call, renew: bool = True):
+        """Run once now on the bound buffers (``once``'s run), on ``call`` (the bind's: its
+        tag; its deadline renewed, unless not ``renew``: a start's, renewed at the start); a
+        failure goes through ``failure``."""
         watch = call.watch
-        if watch is not None:
+        if renew and watch is not None:
             watch.deadline = time.monotonic() + call.timeout
         try:
-            self.once(watch)
+            for dst, src in self._before:
+                np.copyto(dst, src)
+            if self._bound is not None:
+                self._bound(watch, None)
+            for dst, src in self._after:
+                np.copyto(dst, src)
         except BaseException as exc:
             failure(call._state, watch, call.on_timeout, call.comm, exc, self.collective)
-        return self.layout.result
-
-    def _handled(self, call: Call):
-        """``once`` as a request's deferred run: its failure handled as ``run_bound``'s."""
-        def run(watch) -> None:
-            try:
-                self.once(watch)
-            except BaseException as exc:
-                failure(call._state, call.watch, call.on_timeout, call.comm, exc,
-                        self.collective)
-        return run
 
     nonblocking = None      # the MPI library's nonblocking collective (``_Library``)
 
@@ -458,12 +454,13 @@ class _Library(Prepared):
     def bind(self, call: Call, layout: Layout) -> Prepared:
         args, kwargs = library_args(self.plan, layout)
         _, nonblocking, persistent = LIBRARY[self.collective]
-        self._bound_to(call, layout, None)
+        self._bound_to(call, layout, self._start_wait)
         self._persistent = persistent(call.open().comm, *args, **kwargs)
         self.nonblocking = lambda comm: nonblocking(comm, *args, **kwargs)
         return self
 
-    def once(self, watch, tag=None) -> None:
+    def _start_wait(self, watch, tag=None) -> None:
+        """The bound run: MPI's persistent request started and waited for."""
         request = self._persistent
         request.Start()
         if watch is None:

@@ -221,8 +221,9 @@ class Job(plan.Prepared):
     # started by ``persistent.Persistent`` and ``Buckets`` (``start``, ``wait``); it reads and
     # writes recvbuf itself
     copies = feedback = False
+    _before = _after = ()
 
-    def once(self, watch, tag=None) -> None:
+    def _bound(self, watch, tag=None) -> None:
         self.run(watch)
 
     def release(self, pool: dict) -> None:
