@@ -142,20 +142,21 @@ def allreduce(sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeo
               comm):
     """``allreduce`` by its cached plan, or None (the full path: not a call the cache serves,
     no entry, or a check of the buffers fails, which the full path reports). The loop's case
-    -- numpy arrays, no reliability option, the arguments of the last all-reduce the cache ran
+    -- numpy arrays (recvbuf may be None), no reliability option, the arguments of the last all-reduce the cache ran
     (the same communicator, op and algorithm objects, options, dtypes and sizes: ``_served``),
     nothing in flight (unless alone on the communicator, where the copy is the call) -- takes
     that call's entry without making its key (``key`` and ``_entry``: 0.25 us of a 1.0 us call
     at N = 1, jobs/experiments/call_overhead.py)."""
     entry = None
-    loop = type(recvbuf) is _ndarray and type(sendbuf) is _ndarray and timeout is None and \
-        on_timeout is None and validate is None
+    loop = type(sendbuf) is _ndarray and (type(recvbuf) is _ndarray or recvbuf is None) and \
+        timeout is None and on_timeout is None and validate is None
     if loop:
         last_comm, st, entry, last_op, last_algorithm, last_options, send_dtype, send_size, \
             recv_dtype, recv_size, epoch = _served
         if not (comm is last_comm and op is last_op and algorithm is last_algorithm and
                 sendbuf.dtype is send_dtype and sendbuf.size == send_size and
-                recvbuf.dtype is recv_dtype and recvbuf.size == recv_size and
+                (recvbuf is None and recv_dtype is None or recvbuf is not None and
+                 recvbuf.dtype is recv_dtype and recvbuf.size == recv_size) and
                 options == last_options and epoch == _epoch and not st.freed) or \
                 not entry.noop and progress.busy():     # (alone: nothing shared)
             entry = None
@@ -195,7 +196,8 @@ def _serve(comm, st, entry, op, algorithm, options, sendbuf, recvbuf) -> None:
     """Remember the all-reduce ``entry`` serves now, for the next one (``allreduce``)."""
     global _served
     _served = (comm, st, entry, op, algorithm, options, sendbuf.dtype, sendbuf.size,
-               recvbuf.dtype, recvbuf.size, _epoch)
+               None if recvbuf is None else recvbuf.dtype,
+               None if recvbuf is None else recvbuf.size, _epoch)
 
 
 def reduce_scatter_block(k, sendbuf, recvbuf, comm):

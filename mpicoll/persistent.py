@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 from . import buffers, plan
 from ._runtime.call import Call
-from .executors import progress
+from .executors.progress import finish_deferred
 from .prepared import renewed
 from .reproducible.forms import dispatch
 
@@ -59,7 +59,7 @@ class Persistent:
         """Run the collective once, now; returns ``result``."""
         if self._active or self._freed or self._state.broken:
             self._usable()
-        progress.finish_deferred(self._state)   # (they share its scratch and window)
+        finish_deferred(self._state)    # (they share its scratch and window)
         self._prepared.run_bound(self._call)
         return self.result
 
