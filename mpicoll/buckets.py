@@ -28,8 +28,9 @@ and initial values).
 
 The constructor is collective (as DDP's): it checks every argument and makes each bucket's plan
 (``mpicoll.plan``, the plain all-reduce's, with ``compress`` as given; its checks are the plan's)
-and request once. Each bucket's plan carries everything that changes what a rank sends or
-computes -- the bucket's dtype and count, ``op``, ``average``, ``compress``, ``error_feedback``,
+and prepared call (``plan.Prepared``, holding its request) once; each step starts and waits for
+that. Each bucket's plan carries everything that changes what a rank sends or computes -- the
+bucket's dtype and count, ``op``, ``average``, ``compress``, ``error_feedback``,
 ``reproducible``, and the whole layout (every bucket's dtype and count, in order: ``group``) --
 in the signature whose hash is in its messages' tags, so ranks built with other options (or
 ``bucket_bytes`` that cut other buckets) never match each other's messages: every rank raises
@@ -129,34 +130,29 @@ class Buckets:
         self.feedback = [compression.ErrorFeedback(f.size) if error_feedback else None
                          for f in self.flat]
 
-        # Phase 3: each bucket's plan and request, made once, in one call (collective: one
-        # call number whatever the buckets, so ranks that cut others still meet in the first
-        # step's calls, and find their signatures differ); what each launch signs beyond its
-        # plan's fields (a reproducible sum's plan is its phases')
-        self._prepared, self._requests, self._layouts, self._signed = [], [], [], []
+        # Phase 3: each bucket's prepared call (``plan.Prepared``), holding its request, made
+        # once, in one call (collective: one call number whatever the buckets, so ranks that
+        # cut others still meet in the first step's calls, and find their signatures differ);
+        # each start signs its plan's fields (a reproducible sum's plan is its phases', so its
+        # start also signs ``average`` and the group)
+        self._prepared = []
         with self._call() as call:
             for k, flat in enumerate(self.flat):
                 layout = buffers.allreduce(MPI.IN_PLACE, flat)
-                self._layouts.append(layout)
                 if reproducible is not False:
                     if average:
                         plan.check_average(self.op, flat.dtype)
                     job = dispatch("Buckets", "allreduce", reproducible, MPI.IN_PLACE, flat,
                                    op=self.op, algorithm=algorithm, compress=compress,
                                    error_feedback=error_feedback or None, call=call)
-                    self._prepared.append(job)
-                    self._requests.append(_job_request(
-                        job, flat, self._averager(flat) if average else None))
-                    self._signed.append({"average": average or None,
-                                         "group": self._groups[k]})
+                    req = _job_request(job, flat, self._averager(flat) if average else None)
+                    self._prepared.append(job.hold(call, layout, req, average=average or None,
+                                                   group=self._groups[k]))
                     continue
                 p = plan.make(call, "allreduce", algorithm, layout, op=self.op,
                               compress=compress, form="nonblocking", average=average,
                               feedback=bool(error_feedback), group=self._groups[k])
-                prepared = plan.prepare(call, p)
-                self._prepared.append(prepared)
-                self._requests.append(prepared.request(call, layout))
-                self._signed.append({})
+                self._prepared.append(plan.prepare(call, p).hold(call, layout))
         self._ready = np.zeros(len(arrays), bool)
         self._missing = [len(m) for m in self.buckets]
         self._launched = 0
@@ -208,8 +204,8 @@ class Buckets:
             while self._launched < len(self.buckets):      # run them all: no rank waits
                 self._launch(self._launched)
                 self._launched += 1
-            for req in self._requests:
-                req.wait()
+            for prepared in self._prepared:
+                prepared.wait()
         except BaseException as exc:
             self._failed(exc)
         self._reset()
@@ -232,11 +228,11 @@ class Buckets:
         fail by themselves (the next step raises ``CommunicatorBroken``) -- reset the state for
         the next step, and return the first error of those buckets, if any."""
         broken, first = attach(self.comm).broken, None
-        for req in self._requests[:self._launched]:
-            if broken and not req.done:
+        for prepared in self._prepared[:self._launched]:
+            if broken and not prepared.held.done:
                 continue
             try:
-                req.wait()
+                prepared.wait()
             except Exception as exc:        # noqa: BLE001 - returned
                 first = first or exc
         self._reset()
@@ -265,8 +261,7 @@ class Buckets:
 
     def _launch(self, k: int) -> None:
         with self._call() as call:
-            plan.launch(call, self._prepared[k], self._requests[k], self._layouts[k],
-                        self.feedback[k], **self._signed[k])
+            self._prepared[k].start(call, self.feedback[k])
 
 
 def _job_request(job, flat: np.ndarray, on_done):

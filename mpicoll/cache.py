@@ -27,7 +27,8 @@ __all__ = ["PER_COMM", "key", "remember", "allreduce", "reduce_scatter_block",
 PER_COMM = 64
 _epoch = 0
 _OP_KEYS = ops.KEYS
-_IN_PLACE = MPI.IN_PLACE            # (a global read: the repeated all-reduce's path)
+_IN_PLACE = MPI.IN_PLACE            # (global reads: the repeated all-reduce's path)
+_ndarray = np.ndarray
 
 
 @settings.on_reload
@@ -134,31 +135,39 @@ def _checked(sendbuf, recvbuf):
                                     or not np.may_share_memory(sendbuf, recvbuf))
 
 
+_served = (None,) * 11      # the last all-reduce the cache ran: its arguments, state and entry
+
+
 def allreduce(sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeout, validate,
               comm):
     """``allreduce`` by its cached plan, or None (the full path: not a call the cache serves,
     no entry, or a check of the buffers fails, which the full path reports). The loop's case
-    -- numpy arrays, no reliability option, the communicator and key of the last call, nothing
-    in flight (unless alone on the communicator, where the copy is the call) -- compares the
-    key with the last one's here (``key`` and ``_entry``, inlined: 0.25 us of a 1.0 us call at
-    N = 1, jobs/experiments/call_overhead.py)."""
+    -- numpy arrays (recvbuf may be None), no reliability option, the arguments of the last all-reduce the cache ran
+    (the same communicator, op and algorithm objects, options, dtypes and sizes: ``_served``),
+    nothing in flight (unless alone on the communicator, where the copy is the call) -- takes
+    that call's entry without making its key (``key`` and ``_entry``: 0.25 us of a 1.0 us call
+    at N = 1, jobs/experiments/call_overhead.py)."""
     entry = None
-    if type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and timeout is None and \
-            on_timeout is None and validate is None:
-        known, st = _last
-        if st is not None and (comm is known or comm is None and known is MPI.COMM_WORLD) \
-                and not st.freed:
-            k, entry = st.last_cached
-            if k != ("allreduce", _epoch, algorithm, _OP_KEYS.get(id(op)), sendbuf.dtype,
-                     sendbuf.size, recvbuf.dtype, recvbuf.size, options) or \
-                    not entry.noop and progress.busy():     # (alone: nothing shared)
-                entry = None
+    loop = type(sendbuf) is _ndarray and (type(recvbuf) is _ndarray or recvbuf is None) and \
+        timeout is None and on_timeout is None and validate is None
+    if loop:
+        last_comm, st, entry, last_op, last_algorithm, last_options, send_dtype, send_size, \
+            recv_dtype, recv_size, epoch = _served
+        if not (comm is last_comm and op is last_op and algorithm is last_algorithm and
+                sendbuf.dtype is send_dtype and sendbuf.size == send_size and
+                (recvbuf is None and recv_dtype is None or recvbuf is not None and
+                 recvbuf.dtype is recv_dtype and recvbuf.size == recv_size) and
+                options == last_options and epoch == _epoch and not st.freed) or \
+                not entry.noop and progress.busy():     # (alone: nothing shared)
+            entry = None
     if entry is None:
         k = key("allreduce", sendbuf, recvbuf, op, algorithm, options, timeout, on_timeout,
                 validate)
         st, entry = (None, None) if k is None else _entry(comm, k)
         if entry is None:
             return None
+        if loop:
+            _serve(comm, st, entry, op, algorithm, options, sendbuf, recvbuf)
     if recvbuf is None:
         if not sendbuf.flags.c_contiguous:
             return None
@@ -181,6 +190,14 @@ def allreduce(sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeo
         return recvbuf
     entry.allreduce(st, sendbuf, recvbuf)
     return recvbuf
+
+
+def _serve(comm, st, entry, op, algorithm, options, sendbuf, recvbuf) -> None:
+    """Remember the all-reduce ``entry`` serves now, for the next one (``allreduce``)."""
+    global _served
+    _served = (comm, st, entry, op, algorithm, options, sendbuf.dtype, sendbuf.size,
+               None if recvbuf is None else recvbuf.dtype,
+               None if recvbuf is None else recvbuf.size, _epoch)
 
 
 def reduce_scatter_block(k, sendbuf, recvbuf, comm):

@@ -19,21 +19,19 @@ goes to the progress engine (``executors.progress``: its thread where the MPI li
 ``MPI_THREAD_MULTIPLE``, else the caller's ``test``/``wait``), and ``h.wait()`` completes it,
 so a rank may start a handle, then send to a rank that receives before it starts its own. As
 with MPI's persistent requests, every rank must start the same handles in the same order, and
-the buffers must stay the ones given (write into them, don't rebind them). ``timeout``,
+the buffers must stay the ones given: write into them, or move the handle to others of the same
+dtype and size with ``h.rebind(sendbuf, recvbuf)`` (every rank alike). ``timeout``,
 ``on_timeout`` and ``validate`` are fixed at init; a timeout covers each run separately.
 """
 
 from __future__ import annotations
 
-import time
-from typing import NoReturn
-
 from mpi4py import MPI
 
 from . import buffers, plan
 from ._runtime.call import Call
-from .executors import progress
-from .executors.progress import Request
+from .executors.progress import finish_deferred
+from .prepared import renewed
 from .reproducible.forms import dispatch
 
 __all__ = ["Persistent", "bind", "allreduce_init", "reduce_scatter_block_init", "allgather_init",
@@ -42,52 +40,41 @@ __all__ = ["Persistent", "bind", "allreduce_init", "reduce_scatter_block_init", 
 
 class Persistent:
     """One collective bound to its buffers (``plan.Prepared.bind``): ``h()`` runs it;
-    ``start()``, ``test()``, ``wait()`` run it in the progress engine; ``free()`` drops it.
+    ``start()``, ``test()``, ``wait()`` run it in the progress engine; ``rebind()`` moves it to
+    other buffers; ``free()`` drops it. Each is the prepared call's own (``run_bound``,
+    ``start``, ``wait``, ``rebind``, ``free``); the handle adds the checks of its state.
 
     ``result`` is the output array (``recvbuf``, or ``buf`` for bcast); ``plan`` the plan."""
 
-    __slots__ = ("result", "collective", "plan", "_call", "_state", "_prepared", "_request",
-                 "_active", "_freed")
+    __slots__ = ("result", "collective", "plan", "_call", "_state", "_prepared", "_active",
+                 "_freed")
 
     def __init__(self, call: Call, prepared):
         self.result, self.collective = prepared.layout.result, call.collective
         self.plan, self._prepared = prepared.plan, prepared
         self._call, self._state = call, call.open()
-        self._request: Request | None = None            # the progress engine's, at start()
         self._active = self._freed = False
 
     def __call__(self):
         """Run the collective once, now; returns ``result``."""
         if self._active or self._freed or self._state.broken:
             self._usable()
-        progress.finish_deferred(self._state)   # (they share its scratch and window)
-        watch = self._call.watch
-        if watch is not None:
-            watch.deadline = time.monotonic() + self._call.timeout
-        try:
-            self._prepared.once(watch)
-        except BaseException as exc:
-            self._failed(exc)
+        finish_deferred(self._state)    # (they share its scratch and window)
+        self._prepared.run_bound(self._call)
         return self.result
 
     def start(self) -> None:
         """Start the collective and return at once (see the module's doc)."""
         self._usable()
-        self._rearm()
-        if self._request is None:       # the progress engine runs it (comm.Free settles it;
-            what = f"persistent {self.plan.describe()}"     # MPICH fails a persistent request
-            nonblocking = self._prepared.nonblocking        # tested while it frees)
-            self._request = Request(what, result=self.result, deferred=self._once) \
-                if nonblocking is None else \
-                Request(what, result=self.result, library=nonblocking)
-        self._request.start(self._call, self._state.traffic)
+        renewed(self._call)
+        self._prepared.start(self._call)
         self._active = True
 
     def test(self) -> bool:
         """Whether the collective started is done (moves it on where the caller progresses)."""
         if not self._active:
             return True
-        done = self._request.test()
+        done = self._prepared.held.test()
         if done:
             self._active = False
         return done
@@ -98,18 +85,26 @@ class Persistent:
         if not self._active:
             return self.result
         self._active = False
-        return self._request.wait()
+        return self._prepared.wait()
 
     def when_done(self, fn) -> None:
         """Call ``fn(error)`` once, when the collective started by ``start()`` completes or
         fails (``progress.Request.when_done``: from the thread that finishes it)."""
-        self._request.when_done(fn)
+        self._prepared.held.when_done(fn)
 
     def release(self) -> None:
         """Return once the progress thread holds no reference to the finished collective
         (``progress.Request.release``)."""
-        if self._request is not None:
-            self._request.release()
+        if self._prepared.held is not None:
+            self._prepared.held.release()
+
+    def rebind(self, sendbuf, recvbuf=None) -> "Persistent":
+        """Run on other buffers from now on (the ``*_init`` call's arguments; bcast: the new
+        ``buf``), of the dtype, size and in-place-ness of the bound ones; returns self. Every
+        rank rebinds its handle alike, between runs (``Prepared.rebind``)."""
+        self._usable()
+        self.result = self._prepared.rebind(sendbuf, recvbuf).layout.result
+        return self
 
     def free(self) -> None:
         """Drop the handle (MPI's persistent request with ``algorithm="mpi"``); it can't run
@@ -119,9 +114,6 @@ class Persistent:
                                "first")
         self._prepared.free()
         self._freed = True
-        if self._request is not None:   # (it refers back to this handle: no cycle left for
-            self._request.release()     # the garbage collector to free in another thread)
-            self._request = None
 
     def _usable(self) -> None:
         if self._freed:
@@ -131,26 +123,6 @@ class Persistent:
                                "wait()")
         if self._state.broken:
             self._state.check(self.collective)
-
-    def _rearm(self):
-        """The init's ``Watch`` with a new deadline (None: no timeout)."""
-        watch = self._call.watch
-        if watch is not None:
-            watch.deadline = time.monotonic() + self._call.timeout
-        return watch
-
-    def _once(self, watch) -> None:
-        """One run under ``watch`` (``Prepared.once``), as ``h()``'s."""
-        try:
-            self._prepared.once(watch)
-        except BaseException as exc:
-            self._failed(exc)
-
-    def _failed(self, exc: BaseException) -> NoReturn:
-        """A run failed: as a plain call's failure (``plan.failure``: a timeout or an MPI
-        error marks the communicator broken, the others are told)."""
-        call = self._call
-        plan.failure(call._state, call.watch, call.on_timeout, call.comm, exc, self.collective)
 
     def __repr__(self) -> str:
         return f"<persistent {self.plan.describe()} on {self.result.size} elements>"

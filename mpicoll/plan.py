@@ -24,9 +24,10 @@ have passed the agreement step and wait for its messages. What runs is one prepa
   shared-memory runner; the prepared call kept for a call with the same arguments (``cache``).
 * ``start`` -- nonblocking: a ``progress.Request`` the progress engine drives (a schedule step
   by step; the MPI library's own nonblocking collective; the shared-memory runner as one
-  deferred piece of work); ``launch`` starts a bucket's again each step (``Buckets``).
+  deferred piece of work), held by the prepared call (``Prepared.hold``, ``Prepared.start``;
+  ``Buckets`` hold one per bucket and start it again each step).
 * ``persistent.bind`` -- persistent: a ``Persistent`` handle over the prepared call bound once
-  to its buffers (``Prepared.bind``).
+  to its buffers (``Prepared.bind``), run by ``Prepared.run_bound`` or ``start`` / ``wait``.
 
 The plan's executor is part of the signature: a blocking call runs the compiled executor (or the
 Python one: ``MPICOLL_EXECUTOR``), a request the progress engine's step loop, so two ranks that
@@ -54,7 +55,7 @@ from .prepared import (LIBRARY, Prepared, Scheduled, _average, _choose, cuts, fa
 from .registry import Algorithm, lookup
 
 __all__ = ["Plan", "Prepared", "Scheduled", "make", "begin", "last", "prepare", "run", "start",
-           "launch", "failure", "executor", "check_average",
+           "failure", "executor", "check_average",
            "library_args", "shared_buffers", "shm_signature", "cuts", "schedule_of",
            "internode_elements", "prepared_schedule", "schedule_fields",
            "LIBRARY"]
@@ -319,21 +320,7 @@ def run(call: Call, p: Plan, layout: Layout, key=None):
 
 
 def start(call: Call, p: Plan, layout: Layout, error_feedback=None) -> Request:
-    """Start ``p`` on ``layout`` (nonblocking); returns the started request."""
-    prepared = prepare(call, p)
-    return launch(call, prepared, prepared.request(call, layout), layout, error_feedback)
-
-
-def launch(call: Call, prepared, req: Request, layout: Layout, error_feedback=None,
-           **instead) -> Request:
-    """Start ``req`` (``prepared.request``'s, or a ``Job``'s: started again each step by
-    ``Buckets``): the agreement step (``instead``: as ``Plan.agree``'s), the input copied in,
-    error feedback's residual added (compression needs a schedule: ``_check``), then the
-    start."""
-    prepared.plan.agree(call, **instead)
-    if prepared.copies:
-        layout.copy_in()
-        if error_feedback is not None and prepared.feedback:
-            error_feedback.apply(prepared.plan.codec, layout.work, req.cuts)
-    return req.start(call, call.open().traffic)
-
+    """Start ``p`` on ``layout`` (nonblocking); returns the started request: the prepared
+    call's, held (``Prepared.hold``), started (``Prepared.start``: the agreement step, the input
+    copied in, error feedback's residual added, the start)."""
+    return prepare(call, p).hold(call, layout).start(call, error_feedback)

@@ -2,19 +2,23 @@
 
     prepared = prepare(call, p)     # before the agreement step: what can fail here fails here
     p.agree(call)                   # (Call.agree)
-    prepared.run(call, layout)      # blocking; .request (nonblocking), .bind + .once
-                                    # (persistent), .keep + .again (the cache)
+    prepared.run(call, layout)      # blocking; .hold + .start + .wait (nonblocking, Buckets),
+                                    # .bind + .run_bound / .start + .wait (persistent),
+                                    # .rebind (other buffers), .keep + .again (the cache)
 
 ``prepare`` is the one place the plan's kind decides what runs it: the MPI library's own
 collective (``_Library``), the shared-memory runner (``_Shared``), one of mpicoll's schedules
 (``_Schedule``: in the plan's executor, ``Scheduled``, or step by step in the progress engine),
 or nothing to communicate (``Prepared`` itself: one rank, or no elements). Every form then runs
-the same object: ``mpicoll.plan``'s verbs (``run``, ``start``; ``launch`` for ``Buckets``'
-buckets), a persistent handle (``mpicoll.persistent``: ``bind`` once, ``once`` per run, or a
-start in the progress engine), the cache (``mpicoll.cache``: ``keep``, then ``again`` on new
-buffers as a new call, without the decisions) and ``mpicoll.reproducible.Job``'s phases. A
-failure inside any of them goes through one handling (``failure``: ``_runtime.call``'s
-``interrupted``), as a plain call's: the communicator marked broken, the other ranks told.
+the same object, and its asynchronous forms the one request type it holds
+(``progress.Request``: ``start``, ``wait``): ``mpicoll.plan``'s verbs (``run``, ``start``), a
+persistent handle (``mpicoll.persistent``: ``bind`` once, then ``run_bound``, or ``start`` and
+``wait``), each of ``Buckets``' buckets (``hold`` once, ``start`` and ``wait`` each step), the
+cache (``mpicoll.cache``: ``keep``, then ``again`` on new buffers as a new call, without the
+decisions) and ``mpicoll.reproducible.Job`` (a ``Prepared`` whose run is its phases', each a
+bound ``Prepared``). A failure inside any of them goes through one handling (``failure``, or
+the progress engine's: ``_runtime.call``'s ``interrupted``), as a plain call's: the
+communicator marked broken, the other ranks told.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import NamedTuple, NoReturn
 import numpy as np
 from mpi4py import MPI
 
-from . import compression, kernels, ops, settings
+from . import buffers, compression, kernels, ops, settings
 from ._runtime import context, loading
 from ._runtime.call import Call, agree_library_hash, disagree, interrupted
 from ._runtime.watch import Watch
@@ -182,13 +186,20 @@ class Prepared:
     """One call made ready to run (``prepare``), which every form holds and runs:
 
     * ``run(call, layout)`` -- now, on the call that made it (blocking);
-    * ``request(call, layout)`` -- a ``progress.Request`` (not started), ``launch`` starts it
-      (nonblocking, ``Buckets``' buckets);
-    * ``bind(call, layout)`` then ``once(watch)`` -- bound to fixed buffers once, run many
-      times (persistent handles, ``mpicoll.reproducible.Job``'s phases); ``nonblocking()``:
-      its MPI library's nonblocking collective, for a start in the progress engine;
+    * ``start(call)`` then ``wait()`` -- in the progress engine: the request this object
+      holds (``held``), made once and started again by each ``start``. ``hold(call, layout)``
+      makes it a request on ``layout`` agreed anew by each ``start``'s call (nonblocking calls,
+      ``Buckets``' buckets); after ``bind`` it is the bound run, agreed at the bind
+      (persistent handles);
+    * ``bind(call, layout)`` then ``run_bound(call)`` (or ``once(watch)``, the raw run) --
+      bound to fixed buffers once, run many times (persistent handles,
+      ``mpicoll.reproducible.Job``'s phases); ``rebind(sendbuf, recvbuf)`` binds it to other
+      buffers of the same dtypes and sizes, without a new agreement;
     * ``keep(call)`` then ``again`` / ``allreduce`` -- kept by the cache, a new call with the
       same arguments on other buffers, without the decisions.
+
+    A failure of ``run_bound`` or of a bound ``start``'s run goes through ``failure``, a
+    request's through the progress engine's (both ``_runtime.call.interrupted``).
 
     This class is the prepared call with nothing to communicate (one rank, or no elements:
     the copies are the call); ``_Library``, ``_Shared`` and ``_Schedule`` run the others."""
@@ -196,7 +207,11 @@ class Prepared:
     reads_input = False     # a run reads an out-of-place input itself (``Layout.source``)
     copies = True           # the run copies the input in and the output out (``Layout``)
     noop = False            # kept, alone on the communicator: the copies are the whole call
-    feedback = False        # error feedback's residual applies (a schedule's run: ``launch``)
+    feedback = False        # error feedback's residual applies (a schedule's run: ``start``)
+    held = None             # the request ``start`` starts (``hold``, or made at the first start)
+    _each = False           # held by ``hold``: each start agrees on its call, copies in
+    _signed: dict = {}      # what each start signs beyond the plan's fields (``hold``)
+    _binding = None         # the call ``bind`` bound on (``rebind``)
 
     def __init__(self, call: Call, p):
         self.plan, self.collective, self.layout = p, p.collective, None
@@ -224,13 +239,71 @@ class Prepared:
     def _request(self, call: Call, layout: Layout, what: str, on_done) -> Request:
         return Request(what, result=layout.result, on_done=on_done)
 
+    def hold(self, call: Call, layout: Layout, req: Request | None = None,
+             **signed) -> "Prepared":
+        """Hold ``req`` (default: ``request``'s on ``layout``), which each ``start`` starts on
+        its own call, agreed there (``signed``: as ``Plan.agree``'s ``instead``); returns
+        self."""
+        self.layout, self._each, self._signed = layout, True, signed
+        self.held = self.request(call, layout) if req is None else req
+        return self
+
+    def start(self, call: Call, error_feedback=None) -> Request:
+        """Start the held request on ``call`` (its tag and deadline) and return it; ``wait``
+        completes it. Held (``hold``): the agreement step first, the input copied in, error
+        feedback's residual added (compression needs a schedule: ``plan._check``). Bound
+        (``bind``): the bound run in the progress engine, or the MPI library's nonblocking
+        collective, on the bind's agreement."""
+        req = self.held
+        if self._each:
+            self.plan.agree(call, **self._signed)
+            if self.copies:
+                layout = self.layout
+                layout.copy_in()
+                if error_feedback is not None and self.feedback:
+                    error_feedback.apply(self.plan.codec, layout.work, req.cuts)
+        elif req is None:
+            what, result = f"persistent {self.plan.describe()}", self.layout.result
+            req = self.held = Request(what, result=result,
+                                      deferred=lambda watch: self.run_bound(call, False)) \
+                if self.nonblocking is None else \
+                Request(what, result=result, library=self.nonblocking)
+        return req.start(call, call.open().traffic)
+
+    def wait(self):
+        """Complete the run ``start`` started; returns the result (raises its error)."""
+        return self.held.wait()
+
     def bind(self, call: Call, layout: Layout) -> "Prepared":
         """Bind to ``layout`` for ``once`` (agreed first: the tag the bound run keeps carries
         the arguments' hash); returns self."""
-        return self._bound_to(layout, None)
+        return self._bound_to(call, layout, None)
 
-    def _bound_to(self, layout: Layout, run) -> "Prepared":
-        self.layout, self._bound = layout, run
+    def rebind(self, sendbuf, recvbuf=None) -> "Prepared":
+        """Bind to other buffers (the arguments of the ``*_init`` call; bcast: ``sendbuf`` is
+        ``buf``) with the dtype, size and in-place-ness of the bound ones: the same call, no new
+        agreement, nothing decided again; returns self. Not while a ``start`` is in flight;
+        every rank rebinds alike (with the MPI library's own collective, its persistent request
+        is made anew: collective)."""
+        call = self._binding
+        if call is None:
+            raise NotImplementedError(f"{self.collective}: this prepared call can't be rebound "
+                                      "(only one bound by bind())")
+        if self.held is not None and not self.held.done:
+            raise RuntimeError(f"{self.collective}: rebind() while started; wait() first")
+        old, new = self.layout, _layout_of(self.collective, sendbuf, recvbuf, call.comm)
+        if (new.work.dtype, new.work.size, new.send is None) != \
+                (old.work.dtype, old.work.size, old.send is None):
+            def shown(lay):
+                return f"{lay.work.size} {lay.work.dtype}" + (" in place" * (lay.send is None))
+            raise ValueError(f"rebind: {self.collective} was bound to {shown(old)}, got "
+                             f"{shown(new)}")
+        self.free()                     # (the held request: made again at the next start)
+        self.bind(call, new)
+        return self
+
+    def _bound_to(self, call: Call, layout: Layout, run) -> "Prepared":
+        self.layout, self._bound, self._binding = layout, run, call
         self._before, self._after = (layout.before, layout.after) if self.copies else ((), ())
         return self
 
@@ -244,10 +317,32 @@ class Prepared:
         for dst, src in self._after:
             np.copyto(dst, src)
 
+    def run_bound(self, call: Call, renew: bool = True):
+        """Run once now on the bound buffers (``once``'s run), on ``call`` (the bind's: its
+        tag; its deadline renewed, unless not ``renew``: a start's, renewed at the start); a
+        failure goes through ``failure``."""
+        watch = call.watch
+        if renew and watch is not None:
+            watch.deadline = time.monotonic() + call.timeout
+        try:
+            for dst, src in self._before:
+                np.copyto(dst, src)
+            if self._bound is not None:
+                self._bound(watch, None)
+            for dst, src in self._after:
+                np.copyto(dst, src)
+        except BaseException as exc:
+            failure(call._state, watch, call.on_timeout, call.comm, exc, self.collective)
+
     nonblocking = None      # the MPI library's nonblocking collective (``_Library``)
 
     def free(self) -> None:
-        """Drop what ``bind`` made (MPI's persistent request)."""
+        """Drop what ``bind`` and ``start`` made (MPI's persistent request; the held request,
+        which refers back to this object: no cycle left for the garbage collector to free in
+        another thread)."""
+        if self.held is not None:
+            self.held.release()
+            self.held = None
 
     # --- kept by the cache: a new call on ``st`` each time (``context.exclusive``: one
     #     thread at a time)
@@ -311,6 +406,25 @@ class Prepared:
         failure(st, watch, self.on_timeout, st.parent, exc, self.what)
 
 
+def renewed(call: Call):
+    """``call``'s ``Watch`` with a new deadline, ``call.timeout`` from now (None: none)."""
+    watch = call.watch
+    if watch is not None:
+        watch.deadline = time.monotonic() + call.timeout
+    return watch
+
+
+def _layout_of(collective: str, sendbuf, recvbuf, comm) -> Layout:
+    """The ``Layout`` of ``collective``'s buffers (``mpicoll.buffers``: checked as the form's)."""
+    if collective == "allreduce":
+        return buffers.allreduce(sendbuf, recvbuf)
+    if collective == "bcast":
+        return buffers.bcast(sendbuf)
+    make = buffers.reduce_scatter_block if collective == "reduce_scatter_block" else \
+        buffers.allgather
+    return make(sendbuf, recvbuf, comm.Get_size(), comm.Get_rank())
+
+
 def failure(st, watch, on_timeout: str, comm, exc: BaseException, what: str) -> NoReturn:
     """A prepared call's run raised ``exc`` (its ``except`` calls this): the one handling of
     every form (``_runtime.call.interrupted``, as a plain call's ``Call``): the communicator
@@ -341,12 +455,13 @@ class _Library(Prepared):
     def bind(self, call: Call, layout: Layout) -> Prepared:
         args, kwargs = library_args(self.plan, layout)
         _, nonblocking, persistent = LIBRARY[self.collective]
-        self._bound_to(layout, None)
+        self._bound_to(call, layout, self._start_wait)
         self._persistent = persistent(call.open().comm, *args, **kwargs)
         self.nonblocking = lambda comm: nonblocking(comm, *args, **kwargs)
         return self
 
-    def once(self, watch, tag=None) -> None:
+    def _start_wait(self, watch, tag=None) -> None:
+        """The bound run: MPI's persistent request started and waited for."""
         request = self._persistent
         request.Start()
         if watch is None:
@@ -355,6 +470,7 @@ class _Library(Prepared):
             watch.wait([request], f"MPI_{self.collective.capitalize()}_init")
 
     def free(self) -> None:
+        super().free()
         if self._persistent:
             self._persistent.Free()
 
@@ -417,8 +533,8 @@ class _Shared(Prepared):
 
     def bind(self, call: Call, layout: Layout) -> Prepared:
         (src, dst), signed, runner = shared_buffers(layout), shm_signature(call), self.runner
-        return self._bound_to(layout, lambda watch, tag=None: runner.run(src, dst, call.tag,
-                                                                         watch, *signed))
+        return self._bound_to(call, layout, lambda watch, tag=None: runner.run(
+            src, dst, call.tag, watch, *signed))
 
     @context.exclusive
     def allreduce(self, st, sendbuf, recvbuf) -> None:
@@ -492,9 +608,9 @@ class _Schedule(Prepared):
     def bind(self, call: Call, layout: Layout) -> Prepared:
         if self.reads_input and layout.source is not None:   # no copy in: it reads the input
             layout = layout._replace(before=())
-            return self._bound_to(layout, self.scheduled.bind(call, layout.work, layout.source,
-                                                              layout.kept))
-        return self._bound_to(layout, self.scheduled.bind(call, layout.work))
+            return self._bound_to(call, layout, self.scheduled.bind(
+                call, layout.work, layout.source, layout.kept))
+        return self._bound_to(call, layout, self.scheduled.bind(call, layout.work))
 
     def _keep(self, call: Call) -> bool:
         execute, sched, internode, op, scratch = self.scheduled

@@ -21,7 +21,7 @@ from .collective import _input, _large, _local_slices, _options, _terms
 from .slice_kernels import _codes_into
 
 
-class Job:
+class Job(plan.Prepared):
     """One reproducible SUM bound to its buffers, for the forms that run it later: nonblocking
     (``iallreduce``, ``ireduce_scatter_block``), persistent (``*_init``) and ``Buckets``.
 
@@ -217,16 +217,14 @@ class Job:
     def result(self):
         return self.recv
 
-    # as a ``plan.Prepared`` bound to its buffers, for ``persistent.Persistent`` and
-    # ``plan.launch`` (``Buckets``): it reads and writes recvbuf itself
+    # a ``plan.Prepared`` bound to its buffers, whose run is the whole call's: held and
+    # started by ``persistent.Persistent`` and ``Buckets`` (``start``, ``wait``); it reads and
+    # writes recvbuf itself
     copies = feedback = False
-    nonblocking = None
+    _before = _after = ()
 
-    def once(self, watch, tag=None) -> None:
+    def _bound(self, watch, tag=None) -> None:
         self.run(watch)
-
-    def free(self) -> None:
-        pass
 
     def release(self, pool: dict) -> None:
         """Give the job's buffers to ``pool`` (a blocking call's or a request's, done): the next

@@ -172,3 +172,40 @@ def test_persistent_timeout_names_the_missing_rank(comm, algorithm):
                 pass
         comm.Barrier()
     agree(comm, outcome in ("ok", "stayed away"), outcome)
+
+
+@pytest.mark.max_ranks(5)
+@pytest.mark.parametrize("collective,algorithm", ALGORITHMS)
+def test_rebind_runs_the_handle_on_new_buffers(comm, collective, algorithm):
+    """``h.rebind(...)`` moves a handle to other buffers of its signature: ``h()`` and
+    ``start``/``wait`` then give the plain call's bits there (the old buffers untouched); other
+    dtypes raise ``ValueError`` naming both, on the rank that passed them."""
+    problems = []
+    n = comm.size + 1
+    plain, h, inp = plain_and_persistent(collective, algorithm, comm, n, np.float64, "sum",
+                                         False)
+    h_args = {"allreduce": lambda: (np.empty(n), np.empty(n)),
+              "reduce_scatter_block": lambda: (np.empty(n * comm.size), np.empty(n)),
+              "allgather": lambda: (np.empty(n), np.empty(n * comm.size)),
+              "bcast": lambda: (np.empty(n), None)}[collective]
+    old, old_bits = h.result, np.array(h.result).tobytes()
+    send, recv = h_args()
+    assert h.rebind(send, recv) is h and h.result is (send if collective == "bcast" else recv)
+    for k in range(2):
+        fresh = np.arange(send.size, dtype=np.float64) * (comm.rank + 1) + k
+        if collective == "bcast":
+            want = np.arange(n, dtype=np.float64) * comm.size + k
+            send[...] = want if comm.rank == comm.size - 1 else 0
+        else:
+            inp[...] = fresh
+            want = np.asarray(plain()).reshape(-1)
+            send[...] = fresh
+        got = h() if k == 0 else (h.start(), h.wait())[1]
+        if np.asarray(got).reshape(-1).tobytes() != want.tobytes():
+            problems.append(f"run {k} after rebind: {got} != {want}")
+    if old.tobytes() != old_bits:
+        problems.append("the buffers bound before rebind() changed")
+    with pytest.raises(ValueError, match="rebind: .* was bound to"):
+        h.rebind(send.astype(np.float32), None if recv is None else recv.astype(np.float32))
+    h.free()
+    agree(comm, not problems, problems[:3])

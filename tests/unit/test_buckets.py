@@ -83,14 +83,14 @@ def test_a_step_that_raised_in_ready_leaves_the_buckets_usable(monkeypatch):
     step runs from the start -- not "array 1 was already marked ready" -- and is right."""
     g = [np.ones(3), np.ones(2)]
     b = mpicoll.Buckets(g, 16, comm=COMM, average=False)        # two buckets: [1], [0]
-    launch, failed = mpicoll.plan.launch, []
+    start, failed = mpicoll.plan.Prepared.start, []
 
     def fails_once(*args, **kwargs):
         if not failed:
             failed.append(True)
             raise RuntimeError("the start failed")
-        return launch(*args, **kwargs)
-    monkeypatch.setattr(mpicoll.plan, "launch", fails_once)
+        return start(*args, **kwargs)
+    monkeypatch.setattr(mpicoll.plan.Prepared, "start", fails_once)
     with pytest.raises(RuntimeError, match="the start failed"):
         b.ready(1)
     g[1][...] = 5.0
