@@ -12,10 +12,15 @@ seconds:
   that is gone, a zombie, or another process under a recycled pid (another start time) is
   dead. No message is needed, so a rank that is busy -- numpy, torch, a Python loop, asleep,
   60 s without an mpicoll call -- is never taken for dead;
-* watches its ring predecessor (ULFM's ring of observers) when that rank is on another
-  machine: each rank sends its ring successor a heartbeat every period when the successor
-  cannot see its process, and a predecessor silent for ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds
-  is dead. When a predecessor dies, the next living one is watched.
+* watches by heartbeats the ranks it cannot see (ULFM's ring of observers, made node-aware):
+  each rank sends a heartbeat every period to its living ring successors up to and including
+  the first one on another node (the ``COMM_TYPE_SHARED`` layout), leaving out those that can
+  see its process; so each rank watches its nearest living predecessor and the run of living
+  ranks before it on that predecessor's node. A watched rank silent for
+  ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds is dead. A node whose ranks all die together is thus
+  found within one timeout by the first rank after it (a plain ring found its k ranks one after
+  the other: k timeouts); when a watched rank dies, the watch sets are made again over the
+  living, and a rank newly watched is given a full timeout from then.
 
 Heartbeats and the agreement's messages travel on mpicoll's duplicate of the communicator, with
 tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.tag_space``).
@@ -133,6 +138,10 @@ class Watched:
         mine = idents[self.me][1]
         self.seen = [r != self.me and not only_heartbeats and idents[r][1] == mine
                      and not mine.startswith("nopid:") for r in range(self.size)]
+        self.node = [0] * self.size         # rank -> its node's number (real_nodes: the same
+        for i, ranks in enumerate(state.real_nodes):    # on every rank, from an allgather)
+            for r in ranks:
+                self.node[r] = i
         self.known: set = set()             # failed ranks known here
         self.decided: frozenset = frozenset()   # the last agreed set
         self.decisions: list = []           # every agreed set, in order (each holds the last)
@@ -146,7 +155,9 @@ class Watched:
         self.excluded = None                # (rank, set): the larger side declared this one dead
         self.inbox: dict = {}               # round -> {rank: set}
         self.heard: dict = {}               # rank -> when its last heartbeat came
-        self.watching, self.since = None, time.monotonic()
+        self.since: dict = {}               # rank watched by heartbeats -> since when
+        self.beat_to: list = []             # ranks this one sends heartbeats to
+        self.ring_known = -1                # len(known) the two were made for (``_ring``)
         self.next_beat = 0.0
         self.outbox: list = []              # (buffer, request)
         self.words = (self.size + 63) // 64
@@ -252,12 +263,44 @@ class Watched:
         for r in range(self.size):
             if self.seen[r] and r not in self.known and not _alive_now(self.idents[r]):
                 self._found(r)
-        watched = self._neighbour(-1)
-        if watched is not None and not self.seen[watched]:
-            if watched != self.watching:            # a new predecessor: give it a period
-                self.watching, self.since = watched, now
-            if now - max(self.heard.get(watched, 0.0), self.since) > timeout:
-                self._found(watched)
+        if len(self.known) != self.ring_known:
+            self._ring(now)
+        for r in self.since:
+            if r not in self.known and now - max(self.heard.get(r, 0.0), self.since[r]) > \
+                    timeout:
+                self._found(r)
+
+    def _ring(self, now: float) -> None:
+        """Whom this rank sends heartbeats to and whom it watches by them, among the living:
+        rank s gets rank r's heartbeats if every living rank between r and s (ring order) is on
+        r's node and s cannot see r's process. Going forward, that is the successors up to and
+        including the first one on another node; going back, the nearest living predecessor and
+        the ranks before it on that predecessor's node. Both sides compute it from the same
+        node layout and the same deaths (a rank that learns of a death later only watches or
+        sends more until then). A rank newly watched has a full timeout from ``now``."""
+        self.ring_known = len(self.known)
+        me, size, node = self.me, self.size, self.node
+        beat_to = []
+        for k in range(1, size):                            # forward: who hears this rank
+            s = (me + k) % size
+            if s in self.known:
+                continue
+            if not self.seen[s]:
+                beat_to.append(s)
+            if node[s] != node[me]:
+                break
+        since, first = {}, None
+        for k in range(1, size):                            # back: whom this rank hears
+            p = (me - k) % size
+            if p in self.known:
+                continue
+            if first is None:
+                first = p
+            elif node[p] != node[first]:
+                break
+            if not self.seen[p]:
+                since[p] = self.since.get(p, now)
+        self.beat_to, self.since = beat_to, since
 
     def _found(self, rank: int) -> None:
         """This rank's own look found ``rank`` dead."""
@@ -271,22 +314,15 @@ class Watched:
                 self.found_at = time.monotonic()
                 self.first = frozenset(new)
 
-    def _neighbour(self, direction: int):
-        """The nearest living rank before (-1) or after (+1) this one in the ring, or None."""
-        for k in range(1, self.size):
-            r = (self.me + direction * k) % self.size
-            if r not in self.known:
-                return r
-        return None
-
     def _heartbeat(self, now: float, period: float) -> None:
         if now < self.next_beat:
             return
         self.next_beat = now + period
         self._tidy()
-        successor = self._neighbour(+1)
-        if successor is not None and not self.seen[successor]:
-            self._send(self._beat, successor, self.tags[0])
+        if len(self.known) != self.ring_known:
+            self._ring(now)
+        for r in self.beat_to:
+            self._send(self._beat, r, self.tags[0])
 
     def _send(self, msg: np.ndarray, dest: int, tag: int) -> None:
         try:
