@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import signal
 import socket
@@ -71,6 +72,11 @@ DECIDED = -2                    # ... the sender decided on the set it carries
 ACTIVE_POLL = 1e-3              # the thread's period while an agreement is under way
 SLEEP_SLICE = 0.02              # it sleeps in slices this long, to see ``_wake``
 DECISION_SECONDS = 3.0          # how long a call that found a death waits for the agreement
+# Modules whose import holds the GIL for long, so that no thread of the process runs meanwhile,
+# the detector's neither: ml_dtypes' extension registers its types in 0.43 s here, 2.3 s under
+# a load of 9 on 2 cores -- longer than a heartbeat timeout. Imported before heartbeats are
+# judged (``watch``), not at the first reproducible or bfloat16 call in the middle of a job.
+HOLD_THE_GIL = ("ml_dtypes",)
 
 
 def _machine() -> str:
@@ -463,12 +469,26 @@ def watch(state, idents: list) -> None:
     if not enabled() or state.comm.Get_size() == 1:
         return
     w = Watched(state, idents)
+    if not all(w.seen[r] for r in range(w.size) if r != w.me):
+        _import_now(HOLD_THE_GIL)           # heartbeats: no silence of seconds later
     _keep_hydra_from_ending_survivors()
     with _lock:
         _watched.append(w)
     state.watched_by(w)
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE and settings.get("MPICOLL_PROGRESS") != "caller":
         _ensure_thread()
+
+
+def _import_now(names) -> None:
+    """Import the modules ``names`` that are installed and not imported yet. Every rank of the
+    communicator does it at the same point (right after the set-up's allgather of identities),
+    before its heartbeats start: a rank judges its peers from its first look after it."""
+    for name in names:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
 
 
 def _keep_hydra_from_ending_survivors() -> None:

@@ -146,6 +146,20 @@ def test_two_deaths_found_by_heartbeats_within_one_timeout(tmp_path):
         assert row["size"] == 2 and all(row["checks"].values()), row
 
 
+@pytest.mark.parametrize("heartbeats", [True, False], ids=["heartbeats", "pids"])
+def test_gil_holding_imports_come_before_heartbeats(heartbeats):
+    """ml_dtypes' import holds the GIL for seconds under load (the detector thread too, so its
+    rank was declared dead mid-job): a communicator watched by heartbeats imports it at its
+    set-up, before heartbeats are judged; one watched by pids only does not pay for it."""
+    code = ("import sys, numpy as np, mpicoll; mpicoll.allreduce(np.ones(4), algorithm='ring'); "
+            "print('ml_dtypes' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPIEXEC_TIMEOUT="60",
+               MPICOLL_HEARTBEAT_ONLY="1" if heartbeats else "0")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=90)
+    assert proc.stdout.split() == [str(heartbeats)] * 2, proc.stdout + proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "shm", "auto"], ids=lambda a: f"with-{a}")
 def test_open_mpi_leg(tmp_path, algorithm):
     """What the Open MPI leg runs (tests/run.sh, Open MPI's mpiexec with --with-ft ulfm: its
