@@ -20,7 +20,8 @@ seconds:
   ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds is dead. A node whose ranks all die together is thus
   found within one timeout by the first rank after it (a plain ring found its k ranks one after
   the other: k timeouts); when a watched rank dies, the watch sets are made again over the
-  living, and a rank newly watched is given a full timeout from then.
+  living, and a rank newly watched is given a full timeout from then. (Two ranks of different
+  nodes that die together and are neighbours in the ring are still found a timeout apart.)
 
 Heartbeats and the agreement's messages travel on mpicoll's duplicate of the communicator, with
 tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.tag_space``).
