@@ -14,8 +14,9 @@ seconds:
   60 s without an mpicoll call -- is never taken for dead;
 * watches by heartbeats the ranks it cannot see (ULFM's ring of observers, made node-aware):
   each rank sends a heartbeat every period to its living ring successors up to and including
-  the first one on another node (the ``COMM_TYPE_SHARED`` layout), leaving out those that can
-  see its process; so each rank watches its nearest living predecessor and the run of living
+  the first one on another node (the node layout: ``COMM_TYPE_SHARED``, or
+  ``MPICOLL_RANKS_PER_NODE``; on one node each rank counts as its own), leaving out those that
+  can see its process; so each rank watches its nearest living predecessor and the run of living
   ranks before it on that predecessor's node. A watched rank silent for
   ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds is dead. A node whose ranks all die together is thus
   found within one timeout by the first rank after it (a plain ring found its k ranks one after
@@ -78,6 +79,9 @@ DECISION_SECONDS = 3.0          # how long a call that found a death waits for t
 # a load of 9 on 2 cores -- longer than a heartbeat timeout. Imported before heartbeats are
 # judged (``watch``), not at the first reproducible or bfloat16 call in the middle of a job.
 HOLD_THE_GIL = ("ml_dtypes",)
+# A communicator's ranks finish its set-up at different times (that import, a first kernel load,
+# the CPU): a rank watched by heartbeats gets this much more for its first one on it.
+SETUP_GRACE = 3.0
 
 
 def _machine() -> str:
@@ -145,8 +149,11 @@ class Watched:
         mine = idents[self.me][1]
         self.seen = [r != self.me and not only_heartbeats and idents[r][1] == mine
                      and not mine.startswith("nopid:") for r in range(self.size)]
-        self.node = [0] * self.size         # rank -> its node's number (real_nodes: the same
-        for i, ranks in enumerate(state.real_nodes):    # on every rank, from an allgather)
+        # rank -> its node (``state.nodes()``: the same on every rank); on one node every rank
+        # is its own, as MPICOLL_HEARTBEAT_ONLY pretends (the plain ring)
+        nodes = state.nodes()
+        self.node = list(range(self.size))
+        for i, ranks in enumerate(nodes if len(nodes) > 1 else ()):
             for r in ranks:
                 self.node[r] = i
         self.known: set = set()             # failed ranks known here
@@ -272,9 +279,10 @@ class Watched:
                 self._found(r)
         if len(self.known) != self.ring_known:
             self._ring(now)
-        for r in self.since:
-            if r not in self.known and now - max(self.heard.get(r, 0.0), self.since[r]) > \
-                    timeout:
+        for r in self.since:            # (a rank not heard yet here: SETUP_GRACE more)
+            last = self.heard.get(r, 0.0)
+            if r not in self.known and now - max(last, self.since[r]) > \
+                    (timeout if last else timeout + SETUP_GRACE):
                 self._found(r)
 
     def _ring(self, now: float) -> None:
@@ -285,7 +293,6 @@ class Watched:
         the ranks before it on that predecessor's node. Both sides compute it from the same
         node layout and the same deaths (a rank that learns of a death later only watches or
         sends more until then). A rank newly watched has a full timeout from ``now``."""
-        self.ring_known = len(self.known)
         me, size, node = self.me, self.size, self.node
         beat_to = []
         for k in range(1, size):                            # forward: who hears this rank
@@ -308,6 +315,7 @@ class Watched:
             if not self.seen[p]:
                 since[p] = self.since.get(p, now)
         self.beat_to, self.since = beat_to, since
+        self.ring_known = len(self.known)
 
     def _found(self, rank: int) -> None:
         """This rank's own look found ``rank`` dead."""

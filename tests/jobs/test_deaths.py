@@ -133,12 +133,14 @@ def test_death_found_by_heartbeats(tmp_path):
 
 
 def test_two_deaths_found_by_heartbeats_within_one_timeout(tmp_path):
-    """Heartbeats only, N = 4: ranks 2 and 3 die 30 ms apart (a node's ranks). Rank 2's ring
-    successor is rank 3, dead too: with a plain ring, rank 2 was found only a second timeout
-    after rank 3 (4 s + 4 s here). Now every survivor names both, and shrinks to two, within one
-    timeout (4 s) + generous slack: 4 s is well over the 2 s a loaded rank's detector has stalled."""
+    """Heartbeats only, N = 4 as two nodes of two (MPICOLL_RANKS_PER_NODE=2): node 2's ranks, 2
+    and 3, die 30 ms apart. Rank 2's ring successor is rank 3, dead too: with a plain ring, rank
+    2 was found only a second timeout after rank 3 (4 s + 4 s here). Now rank 0 watches both, and
+    every survivor names both, and shrinks to two, within one timeout (4 s) + generous slack (4 s
+    is well over the 2 s a loaded rank's detector has stalled)."""
     rows = launch(tmp_path, "call", ranks=4, algorithm="ring", victims="2,3",
-                  env={"MPICOLL_HEARTBEAT_ONLY": "1", "MPICOLL_HEARTBEAT_TIMEOUT": "4"})
+                  env={"MPICOLL_HEARTBEAT_ONLY": "1", "MPICOLL_HEARTBEAT_TIMEOUT": "4",
+                       "MPICOLL_RANKS_PER_NODE": "2"})
     for r in (0, 1):
         row = rows[r]
         assert row["error"] == "ProcessFailed" and row["ranks"] == [2, 3], row
