@@ -483,6 +483,9 @@ def watch(state, idents: list) -> None:
     _keep_hydra_from_ending_survivors()
     with _lock:
         _watched.append(w)
+        # the first heartbeats now, not at the thread's next pass (up to a period on): this
+        # rank is heard at once, and judged from then with no SETUP_GRACE
+        w._heartbeat(time.monotonic(), settings.get("MPICOLL_HEARTBEAT") or 1.0)
     state.watched_by(w)
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE and settings.get("MPICOLL_PROGRESS") != "caller":
         _ensure_thread()
