@@ -143,7 +143,7 @@ def test_training_survives_a_node(job):
         row = load(out / "killed" / f"train_dp_elastic.rank{r}.json")
         assert row["weights_sha256"] == plain["weights_sha256"], (row, plain)
         # both found by heartbeats within one timeout (1.5 s; rank 0 watches both) + the
-        # recovery: 1.7-1.9 s measured at a load of 12 (docs/elastic.md). Issue 42 asks for
+        # recovery: 1.7-2.25 s measured at loads of 10-14 (docs/elastic.md). Issue 42 asks for
         # 3 s + the state's broadcast (9.8 kB: milliseconds); 0.5 s more for CI's load.
         assert len(row["recovery_seconds"]) == 1 and 0 < row["recovery_seconds"][0] < 3.5, row
     print("recovery across two nodes:", killed["recovery_seconds"], "s")
