@@ -12,10 +12,17 @@ seconds:
   that is gone, a zombie, or another process under a recycled pid (another start time) is
   dead. No message is needed, so a rank that is busy -- numpy, torch, a Python loop, asleep,
   60 s without an mpicoll call -- is never taken for dead;
-* watches its ring predecessor (ULFM's ring of observers) when that rank is on another
-  machine: each rank sends its ring successor a heartbeat every period when the successor
-  cannot see its process, and a predecessor silent for ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds
-  is dead. When a predecessor dies, the next living one is watched.
+* watches by heartbeats the ranks it cannot see (ULFM's ring of observers, made node-aware):
+  each rank sends a heartbeat every period to its living ring successors up to and including
+  the first one on another node (the node layout: ``COMM_TYPE_SHARED``, or
+  ``MPICOLL_RANKS_PER_NODE``; on one node each rank counts as its own), leaving out those that
+  can see its process; so each rank watches its nearest living predecessor and the run of living
+  ranks before it on that predecessor's node. A watched rank silent for
+  ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds is dead. A node whose ranks all die together is thus
+  found within one timeout by the first rank after it (a plain ring found its k ranks one after
+  the other: k timeouts); when a watched rank dies, the watch sets are made again over the
+  living, and a rank newly watched is given a full timeout from then. (Two ranks of different
+  nodes that die together and are neighbours in the ring are still found a timeout apart.)
 
 Heartbeats and the agreement's messages travel on mpicoll's duplicate of the communicator, with
 tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.tag_space``).
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import signal
 import socket
@@ -66,6 +74,14 @@ DECIDED = -2                    # ... the sender decided on the set it carries
 ACTIVE_POLL = 1e-3              # the thread's period while an agreement is under way
 SLEEP_SLICE = 0.02              # it sleeps in slices this long, to see ``_wake``
 DECISION_SECONDS = 3.0          # how long a call that found a death waits for the agreement
+# Modules whose import holds the GIL for long, so that no thread of the process runs meanwhile,
+# the detector's neither: ml_dtypes' extension registers its types in 0.43 s here, 2.3 s under
+# a load of 9 on 2 cores -- longer than a heartbeat timeout. Imported before heartbeats are
+# judged (``watch``), not at the first reproducible or bfloat16 call in the middle of a job.
+HOLD_THE_GIL = ("ml_dtypes",)
+# A communicator's ranks finish its set-up at different times (that import, a first kernel load,
+# the CPU): a rank watched by heartbeats gets this much more for its first one on it.
+SETUP_GRACE = 3.0
 
 
 def _machine() -> str:
@@ -133,6 +149,13 @@ class Watched:
         mine = idents[self.me][1]
         self.seen = [r != self.me and not only_heartbeats and idents[r][1] == mine
                      and not mine.startswith("nopid:") for r in range(self.size)]
+        # rank -> its node (``state.nodes()``: the same on every rank); on one node every rank
+        # is its own, as MPICOLL_HEARTBEAT_ONLY pretends (the plain ring)
+        nodes = state.nodes()
+        self.node = list(range(self.size))
+        for i, ranks in enumerate(nodes if len(nodes) > 1 else ()):
+            for r in ranks:
+                self.node[r] = i
         self.known: set = set()             # failed ranks known here
         self.decided: frozenset = frozenset()   # the last agreed set
         self.decisions: list = []           # every agreed set, in order (each holds the last)
@@ -146,7 +169,9 @@ class Watched:
         self.excluded = None                # (rank, set): the larger side declared this one dead
         self.inbox: dict = {}               # round -> {rank: set}
         self.heard: dict = {}               # rank -> when its last heartbeat came
-        self.watching, self.since = None, time.monotonic()
+        self.since: dict = {}               # rank watched by heartbeats -> since when
+        self.beat_to: list = []             # ranks this one sends heartbeats to
+        self.ring_known = -1                # len(known) the two were made for (``_ring``)
         self.next_beat = 0.0
         self.outbox: list = []              # (buffer, request)
         self.words = (self.size + 63) // 64
@@ -252,12 +277,45 @@ class Watched:
         for r in range(self.size):
             if self.seen[r] and r not in self.known and not _alive_now(self.idents[r]):
                 self._found(r)
-        watched = self._neighbour(-1)
-        if watched is not None and not self.seen[watched]:
-            if watched != self.watching:            # a new predecessor: give it a period
-                self.watching, self.since = watched, now
-            if now - max(self.heard.get(watched, 0.0), self.since) > timeout:
-                self._found(watched)
+        if len(self.known) != self.ring_known:
+            self._ring(now)
+        for r in self.since:            # (a rank not heard yet here: SETUP_GRACE more)
+            last = self.heard.get(r, 0.0)
+            if r not in self.known and now - max(last, self.since[r]) > \
+                    (timeout if last else timeout + SETUP_GRACE):
+                self._found(r)
+
+    def _ring(self, now: float) -> None:
+        """Whom this rank sends heartbeats to and whom it watches by them, among the living:
+        rank s gets rank r's heartbeats if every living rank between r and s (ring order) is on
+        r's node and s cannot see r's process. Going forward, that is the successors up to and
+        including the first one on another node; going back, the nearest living predecessor and
+        the ranks before it on that predecessor's node. Both sides compute it from the same
+        node layout and the same deaths (a rank that learns of a death later only watches or
+        sends more until then). A rank newly watched has a full timeout from ``now``."""
+        me, size, node = self.me, self.size, self.node
+        beat_to = []
+        for k in range(1, size):                            # forward: who hears this rank
+            s = (me + k) % size
+            if s in self.known:
+                continue
+            if not self.seen[s]:
+                beat_to.append(s)
+            if node[s] != node[me]:
+                break
+        since, first = {}, None
+        for k in range(1, size):                            # back: whom this rank hears
+            p = (me - k) % size
+            if p in self.known:
+                continue
+            if first is None:
+                first = p
+            elif node[p] != node[first]:
+                break
+            if not self.seen[p]:
+                since[p] = self.since.get(p, now)
+        self.beat_to, self.since = beat_to, since
+        self.ring_known = len(self.known)
 
     def _found(self, rank: int) -> None:
         """This rank's own look found ``rank`` dead."""
@@ -271,22 +329,15 @@ class Watched:
                 self.found_at = time.monotonic()
                 self.first = frozenset(new)
 
-    def _neighbour(self, direction: int):
-        """The nearest living rank before (-1) or after (+1) this one in the ring, or None."""
-        for k in range(1, self.size):
-            r = (self.me + direction * k) % self.size
-            if r not in self.known:
-                return r
-        return None
-
     def _heartbeat(self, now: float, period: float) -> None:
         if now < self.next_beat:
             return
         self.next_beat = now + period
         self._tidy()
-        successor = self._neighbour(+1)
-        if successor is not None and not self.seen[successor]:
-            self._send(self._beat, successor, self.tags[0])
+        if len(self.known) != self.ring_known:
+            self._ring(now)
+        for r in self.beat_to:
+            self._send(self._beat, r, self.tags[0])
 
     def _send(self, msg: np.ndarray, dest: int, tag: int) -> None:
         try:
@@ -427,12 +478,29 @@ def watch(state, idents: list) -> None:
     if not enabled() or state.comm.Get_size() == 1:
         return
     w = Watched(state, idents)
+    if not all(w.seen[r] for r in range(w.size) if r != w.me):
+        _import_now(HOLD_THE_GIL)           # heartbeats: no silence of seconds later
     _keep_hydra_from_ending_survivors()
     with _lock:
         _watched.append(w)
+        # the first heartbeats now, not at the thread's next pass (up to a period on): this
+        # rank is heard at once, and judged from then with no SETUP_GRACE
+        w._heartbeat(time.monotonic(), settings.get("MPICOLL_HEARTBEAT") or 1.0)
     state.watched_by(w)
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE and settings.get("MPICOLL_PROGRESS") != "caller":
         _ensure_thread()
+
+
+def _import_now(names) -> None:
+    """Import the modules ``names`` that are installed and not imported yet. Every rank of the
+    communicator does it at the same point (right after the set-up's allgather of identities),
+    before its heartbeats start: a rank judges its peers from its first look after it."""
+    for name in names:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
 
 
 def _keep_hydra_from_ending_survivors() -> None:

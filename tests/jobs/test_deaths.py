@@ -132,6 +132,36 @@ def test_death_found_by_heartbeats(tmp_path):
     check_survivors(rows, [2], 3, detect=1.5 + 0.2 + 0.5)
 
 
+def test_two_deaths_found_by_heartbeats_within_one_timeout(tmp_path):
+    """Heartbeats only, N = 4 as two nodes of two (MPICOLL_RANKS_PER_NODE=2): node 2's ranks, 2
+    and 3, die 30 ms apart. Rank 2's ring successor is rank 3, dead too: with a plain ring, rank
+    2 was found only a second timeout after rank 3 (4 s + 4 s here). Now rank 0 watches both, and
+    every survivor names both, and shrinks to two, within one timeout (4 s) + generous slack (4 s
+    is well over the 2 s a loaded rank's detector has stalled)."""
+    rows = launch(tmp_path, "call", ranks=4, algorithm="ring", victims="2,3",
+                  env={"MPICOLL_HEARTBEAT_ONLY": "1", "MPICOLL_HEARTBEAT_TIMEOUT": "4",
+                       "MPICOLL_RANKS_PER_NODE": "2"})
+    for r in (0, 1):
+        row = rows[r]
+        assert row["error"] == "ProcessFailed" and row["ranks"] == [2, 3], row
+        assert row["detect"] < 4 + 0.2 + 2.5, row           # 8 s + with two timeouts
+        assert row["size"] == 2 and all(row["checks"].values()), row
+
+
+@pytest.mark.parametrize("heartbeats", [True, False], ids=["heartbeats", "pids"])
+def test_gil_holding_imports_come_before_heartbeats(heartbeats):
+    """ml_dtypes' import holds the GIL for seconds under load (the detector thread too, so its
+    rank was declared dead mid-job): a communicator watched by heartbeats imports it at its
+    set-up, before heartbeats are judged; one watched by pids only does not pay for it."""
+    code = ("import sys, numpy as np, mpicoll; mpicoll.allreduce(np.ones(4), algorithm='ring'); "
+            "print('ml_dtypes' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPIEXEC_TIMEOUT="60",
+               MPICOLL_HEARTBEAT_ONLY="1" if heartbeats else "0")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=90)
+    assert proc.stdout.split() == [str(heartbeats)] * 2, proc.stdout + proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "shm", "auto"], ids=lambda a: f"with-{a}")
 def test_open_mpi_leg(tmp_path, algorithm):
     """What the Open MPI leg runs (tests/run.sh, Open MPI's mpiexec with --with-ft ulfm: its

@@ -132,7 +132,7 @@ def test_a_node_dies(job):
 def test_training_survives_a_node(job):
     """Issue 42 across the two nodes: train_dp.py --reproducible, 4 ranks; node 2's ranks (2, 3)
     die at step 37; ranks 0 and 1 shrink, restore the last commit and finish the 50 steps with
-    the uninterrupted run's weights, bit for bit, within 16 s of the deaths."""
+    the uninterrupted run's weights, bit for bit, within 3.5 s of the deaths."""
     assert_ok(job)
     out = job.results()
     plain, killed = (load(out / run / "train_dp_elastic.json") for run in ("plain", "killed"))
@@ -142,9 +142,10 @@ def test_training_survives_a_node(job):
     for r in (0, 1):
         row = load(out / "killed" / f"train_dp_elastic.rank{r}.json")
         assert row["weights_sha256"] == plain["weights_sha256"], (row, plain)
-        # found by heartbeats (5 s of silence in the job), the second victim after the first:
-        # its watcher was the first victim (docs/elastic.md)
-        assert len(row["recovery_seconds"]) == 1 and 0 < row["recovery_seconds"][0] < 16, row
+        # both found by heartbeats within one timeout (1.5 s; rank 0 watches both) + the
+        # recovery: 1.7-2.25 s measured at loads of 10-14 (docs/elastic.md). Issue 42 asks for
+        # 3 s + the state's broadcast (9.8 kB: milliseconds); 0.5 s more for CI's load.
+        assert len(row["recovery_seconds"]) == 1 and 0 < row["recovery_seconds"][0] < 3.5, row
     print("recovery across two nodes:", killed["recovery_seconds"], "s")
 
 
