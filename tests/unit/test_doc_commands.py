@@ -278,10 +278,18 @@ CHEAP = {
     "docs/results/wait_cost-np4.json":
         "python jobs/experiments/wait_cost.py --table docs/results/wait_cost-np2.json "
         "docs/results/wait_cost-np4.json",
-    "mpiexec -n 4 python -m mpi4py jobs/experiments/wait_cost.py --rounds 5 --algorithms "
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/wait_cost.py --rounds 7 --algorithms "
     "auto,ring --outdir results/wait":
         "mpiexec -n 2 python -m mpi4py jobs/experiments/wait_cost.py --rounds 1 --late 0.02 "
         "--bytes 64K --algorithms ring --outdir results/wait",
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/wait_cost.py --rounds 9 --algorithms "
+    "auto,ring --outdir results/wait":
+        "mpiexec -n 2 python -m mpi4py jobs/experiments/wait_cost.py --rounds 1 --late 0.02 "
+        "--bytes 64K --algorithms ring --outdir results/wait",
+    "python jobs/experiments/wait_cost.py --table docs/results/wait_cost-np2-futex-before.json "
+    "docs/results/wait_cost-np2-futex-after.json":
+        "python jobs/experiments/wait_cost.py --table docs/results/wait_cost-np2-futex-before.json "
+        "docs/results/wait_cost-np2-futex-after.json",
     "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json docs/torch/ddp-np2.png":
         "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json ddp-np2.png",
 }
@@ -400,6 +408,8 @@ EXEMPT = {
         "launches 2 x 13 x R jobs (minutes); tests/jobs/test_deaths.py runs each case once",
     "mpiexec -n N python jobs/experiments/detector_cost.py --heartbeats":
         "a timing run of 40 s or more; its numbers are in docs/reliability.md",
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/torch_call_cost.py --outdir docs/results":
+        _TORCH,
     "mpiexec -n 2 python -m mpi4py jobs/experiments/ddp_bench.py --steps 10 --outdir docs/results":
         _TORCH,
     "mpiexec -n 4 python -m mpi4py jobs/experiments/ddp_bench.py --steps 10 --outdir docs/results":
