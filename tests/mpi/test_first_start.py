@@ -1,6 +1,6 @@
 """A start never blocks (issue #40, item 9): every ``I*`` collective on a communicator mpicoll
-has never seen returns at once with ``MPICOLL_BACKGROUND_START=1`` (``executors/background.py``; not
-the default: one CI run hung at 3 ranks with it, docs/reliability.md).
+has never seen returns at once (``executors/background.py``; ``MPICOLL_BACKGROUND_START=1``,
+the default, set again by the ``background_start`` fixture).
 
 The program of the issue -- rank 0 starts, then ``Ssend``s to rank 1, which ``Recv``s before it
 starts -- completes for each collective 20 times in a row, each on a new ``comm.Dup()``; so does
