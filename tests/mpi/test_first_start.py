@@ -135,3 +135,38 @@ def test_free_while_the_set_up_is_pending(comm, calls):
         problems.append("the set-up was never pending at Free: the test tested nothing")
     agree(comm, not problems, f"rank {comm.rank}: {problems}")
     assert fresh == MPI.COMM_NULL
+
+
+@pytest.mark.timeout(300)
+def test_communicators_made_while_the_set_up_is_pending(comm):
+    """The caller makes and frees communicators (``comm.Dup()``, ``Split``) right after a first
+    nonblocking call returned, while its set-up still waits for the last rank (it starts 50 ms
+    late): a valid program (every rank makes them in the same order), and each request
+    completes with the right sum. The set-up's thread makes no communicator (its
+    ``MPI_Comm_split_type`` once hung every rank in a whole ``tests/mpi`` run; this test
+    passed with it too, 3 runs at N = 3, so it guards the case, not that hang). 20 runs."""
+    problems, pending = [], 0
+    size = comm.size
+    for run in range(RUNS):
+        fresh = comm.Dup()
+        if comm.rank == size - 1:
+            time.sleep(0.05)
+        x = np.full(64, float(comm.rank + 1))
+        try:
+            req = mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, timeout=DEADLINE)
+            pending += not known(fresh).made
+            made = [comm.Dup(), comm.Split(comm.rank % 2, comm.rank), fresh.Dup()]
+            for c in made:
+                c.Free()
+            got = req.wait()
+            if not np.all(got == size * (size + 1) / 2):
+                problems.append(f"run {run}: got {got[:3]}")
+        except Exception as exc:        # noqa: BLE001 - agreed on below, every rank fails
+            problems.append(f"run {run}: {type(exc).__name__}: {exc}")
+        finally:
+            fresh.Free()
+        if comm.allreduce(bool(problems), op=MPI.LOR):      # every rank stops together
+            break
+    if comm.rank != size - 1 and not problems and pending == 0:
+        problems.append("the set-up was never pending: the test tested nothing")
+    agree(comm, not problems, f"rank {comm.rank}: {problems}")
