@@ -223,12 +223,11 @@ LIBRARY = (
             "at exit, rank 0 writes `mpicoll.stats(MPI.COMM_WORLD)` there: the straggler and "
             "how long the others waited for each rank (`mpicoll report` prints it)",
             "at exit", lambda name, text: Path(text)),
-    Setting("MPICOLL_BACKGROUND_START", "0 | 1", False,
-            "`1`: a nonblocking call on a communicator mpicoll has not set up yet "
+    Setting("MPICOLL_BACKGROUND_START", "0 | 1", True,
+            "`1` (the default): a nonblocking call on a communicator mpicoll has not set up yet "
             "returns at once (its `MPI_Comm_idup` started in its place) and a background thread "
             "finishes the set-up (docs/reliability.md; MPICH only: off under Open MPI, which "
-            "failed with it); `0` (the default: with `1`, one CI run hung at 3 ranks in the "
-            "set-up's collectives on the background thread): it sets the communicator up "
+            "failed with it; needs the progress thread); `0`: it sets the communicator up "
             "first, as a blocking call (then a rank that starts it and waits for another "
             "rank's message before the other starts it deadlocks)",
             "each nonblocking call", _flag),

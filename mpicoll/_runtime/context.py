@@ -8,8 +8,8 @@ theirs. Only when every rank is known to be there does it create the duplicate
 (``MPI_Comm_idup``, also polled). A missing rank is found with cancellable receives, so no
 collective request is left pending on the caller's communicator (MPI cannot cancel or free one,
 and MPICH's ``MPI_Finalize`` then reports "Builtin communicator ... has pending 1 references"
-for ``COMM_WORLD``). The node layout is discovered right after (one ``MPI_Comm_split_type``,
-while every rank is known to be there), so later calls never block in it. The state also
+for ``COMM_WORLD``). The node layout is discovered right after (one ``allgather`` of the host
+names on the duplicate: ``node_layout``), so later calls never block in it. The state also
 numbers the calls (each call uses its own tag, so a message left over from a call that failed
 cannot be taken by the next, and requests in flight together never take each other's; the tag
 also carries a hash of the call's arguments: ``tags``), keeps grow-only scratch buffers per
@@ -146,9 +146,14 @@ class CommState:
         drain(self.comm, (MPI.ANY_TAG,))
         self.made = True
         notice.register(self.comm, self)
-        self._nodes[None] = node_layout(self.comm)
-        if detector.enabled():
-            self.idents = self.comm.allgather(detector.identity())
+        # one allgather on the duplicate, no communicator made (MPI_Comm_split_type was one,
+        # run by the background thread: all ranks hung in it, issue 40)
+        watching = detector.enabled()
+        hosts, idents = zip(*self.comm.allgather(
+            (MPI.Get_processor_name(), detector.identity() if watching else None)))
+        self._nodes[None] = node_layout(hosts)
+        if watching:
+            self.idents = list(idents)
             detector.watch(self, self.idents)
         stragglers.write_at_exit()
 
@@ -176,8 +181,8 @@ class CommState:
 
     @property
     def real_nodes(self) -> tuple:
-        """The nodes as the MPI library sees them (``COMM_TYPE_SHARED``), whatever
-        ``MPICOLL_RANKS_PER_NODE`` says: which ranks can share memory."""
+        """The hosts the ranks run on (``node_layout``), whatever ``MPICOLL_RANKS_PER_NODE``
+        says: which ranks can share memory."""
         return self._nodes[None]
 
     def next_number(self) -> int:
@@ -326,11 +331,11 @@ class CommState:
         """The node layout: a tuple of nodes, each the tuple of its ranks in ``comm``.
 
         ``MPICOLL_RANKS_PER_NODE=k`` makes virtual nodes of k consecutive ranks; otherwise the
-        MPI library's ``COMM_TYPE_SHARED`` split decides (collective on first use).
+        hosts do (``real_nodes``, found by the set-up: ``node_layout``).
         """
         k = settings.get("MPICOLL_RANKS_PER_NODE")
         if k not in self._nodes:
-            self._nodes[k] = node_layout(self.comm, k)
+            self._nodes[k] = virtual_nodes(self.comm.Get_size(), k)
         return self._nodes[k]
 
     def free(self, comm: MPI.Comm | None = None) -> None:
@@ -589,17 +594,17 @@ def wait_presence(comm: MPI.Intracomm, posted: tuple, watch=None) -> None:
 _EMPTY = np.empty(0, np.int8)
 
 
-def node_layout(comm: MPI.Intracomm, ranks_per_node: int | None = None) -> tuple:
-    """Ranks of ``comm`` grouped by node, nodes ordered by their first rank."""
-    size = comm.Get_size()
-    if ranks_per_node:
-        return virtual_nodes(size, ranks_per_node)
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        members = tuple(local.allgather(comm.Get_rank()))
-    finally:
-        local.Free()
-    return tuple(sorted(set(comm.allgather(members))))
+def node_layout(hosts) -> tuple:
+    """Ranks grouped by node, nodes ordered by their first rank: ``hosts[r]`` is rank r's
+    ``MPI_Get_processor_name`` (the host name; MPICH's ``COMM_TYPE_SHARED`` split groups the
+    ranks by the node its launcher placed them on, by host name too). Found by an ``allgather`` of the names rather than by
+    ``MPI_Comm_split_type``, so that the set-up makes no communicator but the duplicate: a
+    background thread (executors/background.py) making one while the caller's thread makes
+    others can wait forever for MPI's context-id agreement."""
+    nodes: dict = {}
+    for rank, host in enumerate(hosts):
+        nodes.setdefault(host, []).append(rank)
+    return tuple(sorted(tuple(ranks) for ranks in nodes.values()))
 
 
 def _delete(comm, keyval, value) -> None:

@@ -26,11 +26,13 @@ free the communicator at once. ``comm.Free()`` is local: it never waits for the 
 (``CommState.free`` only marks the state and drops the strays; the thread frees the duplicate
 after its calls). MPICH calls mpicoll's attribute callback from inside that thread's
 ``MPI_Test`` if the set-up's requests on the communicator were still pending, where no MPI call
-may be made: there it only marks the state. The rest of the set-up -- the node layout's
-collectives and the failure detector's identity ``allgather`` -- runs on the duplicate, on this
-thread only: every rank's thread makes the same collectives in the same order, and no other
+may be made: there it only marks the state. The rest of the set-up -- one ``allgather`` of
+the ranks' host names (the node layout) and failure-detector identities -- runs on the
+duplicate, on this thread only: every rank's thread makes the same collective, and no other
 thread makes one there until the queue is empty (a blocking call waits for it,
-``CommState.ready``; a later nonblocking one joins the queue).
+``CommState.ready``; a later nonblocking one joins the queue). This thread makes no
+communicator: one made here (the node layout's ``MPI_Comm_split_type`` once) joins MPICH's
+context-id agreement, which spans the process's communicators, and all ranks hung in it.
 
 With ``validate=True`` the call agrees before it returns (that is what it asks for), so it
 starts on the caller's thread. On by default (issue 40; ``MPICOLL_BACKGROUND_START=0`` turns it

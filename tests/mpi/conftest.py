@@ -89,8 +89,9 @@ def comm():
 
 @pytest.fixture
 def background_start(comm):
-    """``MPICOLL_BACKGROUND_START=1`` for the test (it is off by default), skipped where the
-    background start cannot run: one rank, no progress thread, an MPI library it is off under."""
+    """``MPICOLL_BACKGROUND_START=1`` for the test (the default, set again whatever the
+    environment says), skipped where the background start cannot run: one rank, no progress
+    thread, an MPI library it is off under."""
     from mpicoll.executors import background, progress
     from mpicoll.testing import environment
     if comm.size < 2:
