@@ -128,8 +128,9 @@ def background_paused():
 
 def nodes(comm, real: bool = False) -> tuple:
     """The node layout mpicoll uses on ``comm``: a tuple of nodes, each the tuple of its ranks
-    (``MPICOLL_RANKS_PER_NODE=k`` makes virtual nodes of k ranks); ``real``: the MPI library's
-    (``COMM_TYPE_SHARED``), whatever that setting says. Collective on first use."""
+    (``MPICOLL_RANKS_PER_NODE=k`` makes virtual nodes of k ranks); ``real``: the launcher's
+    nodes, as MPI's ``COMM_TYPE_SHARED`` groups them, whatever that setting says. Collective on
+    first use."""
     st = _state(comm)
     return st.real_nodes if real else st.nodes()
 

@@ -21,6 +21,7 @@ calls ``_delete``: mpicoll's stray messages are dropped and the duplicate is fre
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 import time
@@ -150,7 +151,7 @@ class CommState:
         # run by the background thread: all ranks hung in it, issue 40)
         watching = detector.enabled()
         hosts, idents = zip(*self.comm.allgather(
-            (MPI.Get_processor_name(), detector.identity() if watching else None)))
+            (node_name(), detector.identity() if watching else None)))
         self._nodes[None] = node_layout(hosts)
         if watching:
             self.idents = list(idents)
@@ -594,10 +595,19 @@ def wait_presence(comm: MPI.Intracomm, posted: tuple, watch=None) -> None:
 _EMPTY = np.empty(0, np.int8)
 
 
+def node_name() -> tuple:
+    """This rank's node: its host name (``MPI_Get_processor_name``) and, under ``srun``, the
+    Slurm node it runs on (``SLURMD_NODENAME``). The launcher's node map is what MPICH's
+    ``COMM_TYPE_SHARED`` split follows: Hydra's is by host name; Slurm's PMI by node name, which
+    tells apart the emulated nodes of one machine (slurm/local-cluster.sh, one host name).
+    Both together: a name Hydra copies to every rank from its own environment keeps the hosts
+    apart."""
+    return MPI.Get_processor_name(), os.environ.get("SLURMD_NODENAME")
+
+
 def node_layout(hosts) -> tuple:
     """Ranks grouped by node, nodes ordered by their first rank: ``hosts[r]`` is rank r's
-    ``MPI_Get_processor_name`` (the host name; MPICH's ``COMM_TYPE_SHARED`` split groups the
-    ranks by the node its launcher placed them on, by host name too). Found by an ``allgather`` of the names rather than by
+    ``node_name()``. Found by an ``allgather`` of the names rather than by
     ``MPI_Comm_split_type``, so that the set-up makes no communicator but the duplicate: a
     background thread (executors/background.py) making one while the caller's thread makes
     others can wait forever for MPI's context-id agreement."""

@@ -13,16 +13,13 @@ seconds:
   dead. No message is needed, so a rank that is busy -- numpy, torch, a Python loop, asleep,
   60 s without an mpicoll call -- is never taken for dead;
 * watches by heartbeats the ranks it cannot see (ULFM's ring of observers, made node-aware):
-  each rank sends a heartbeat every period to its living ring successors up to and including
-  the first one on another node (the node layout: ``COMM_TYPE_SHARED``, or
-  ``MPICOLL_RANKS_PER_NODE``; on one node each rank counts as its own), leaving out those that
-  can see its process; so each rank watches its nearest living predecessor and the run of living
-  ranks before it on that predecessor's node. A watched rank silent for
-  ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds is dead. A node whose ranks all die together is thus
-  found within one timeout by the first rank after it (a plain ring found its k ranks one after
-  the other: k timeouts); when a watched rank dies, the watch sets are made again over the
-  living, and a rank newly watched is given a full timeout from then. (Two ranks of different
-  nodes that die together and are neighbours in the ring are still found a timeout apart.)
+  each rank beats every period to its living ring successors up to and including the first one
+  on another node (nodes by host name, or ``MPICOLL_RANKS_PER_NODE``; on one node each rank is
+  its own), leaving out those that see its process. A watched rank silent for
+  ``MPICOLL_HEARTBEAT_TIMEOUT`` seconds is dead, so a node whose ranks die together is found
+  within one timeout (a plain ring took k timeouts for k ranks). After a death the watch sets
+  are made again over the living, a newly watched rank given a full timeout. (Two ranks of
+  different nodes that die together and are neighbours in the ring are a timeout apart.)
 
 Heartbeats and the agreement's messages travel on mpicoll's duplicate of the communicator, with
 tags that calls never use (``TAG_UB - 3``, ``TAG_UB - 4``: ``tags.tag_space``).
@@ -74,13 +71,12 @@ DECIDED = -2                    # ... the sender decided on the set it carries
 ACTIVE_POLL = 1e-3              # the thread's period while an agreement is under way
 SLEEP_SLICE = 0.02              # it sleeps in slices this long, to see ``_wake``
 DECISION_SECONDS = 3.0          # how long a call that found a death waits for the agreement
-# Modules whose import holds the GIL for long, so that no thread of the process runs meanwhile,
-# the detector's neither: ml_dtypes' extension registers its types in 0.43 s here, 2.3 s under
-# a load of 9 on 2 cores -- longer than a heartbeat timeout. Imported before heartbeats are
+# Modules whose import holds the GIL (the detector thread's too) for long: ml_dtypes' takes 0.43 s
+# here, 2.3 s at load 9 on 2 cores, past a heartbeat timeout. Imported before heartbeats are
 # judged (``watch``), not at the first reproducible or bfloat16 call in the middle of a job.
 HOLD_THE_GIL = ("ml_dtypes",)
-# A communicator's ranks finish its set-up at different times (that import, a first kernel load,
-# the CPU): a rank watched by heartbeats gets this much more for its first one on it.
+# Ranks finish a communicator's set-up at different times (that import, a kernel load, the
+# CPU): a rank watched by heartbeats gets this much more for its first one on it.
 SETUP_GRACE = 3.0
 
 
@@ -149,9 +145,7 @@ class Watched:
         mine = idents[self.me][1]
         self.seen = [r != self.me and not only_heartbeats and idents[r][1] == mine
                      and not mine.startswith("nopid:") for r in range(self.size)]
-        # rank -> its node (``state.nodes()``: the same on every rank); on one node every rank
-        # is its own, as MPICOLL_HEARTBEAT_ONLY pretends (the plain ring)
-        nodes = state.nodes()
+        nodes = state.nodes()   # rank -> its node; on one node each rank its own (plain ring)
         self.node = list(range(self.size))
         for i, ranks in enumerate(nodes if len(nodes) > 1 else ()):
             for r in ranks:

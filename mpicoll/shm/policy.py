@@ -2,7 +2,7 @@
 
 ``shm`` runs every op and dtype the schedules run (``mpicoll.kernels``: MPI's table of which op
 applies to which type), so what it needs is a place: every rank of the window inside one real
-node, one host (``CommState.real_nodes``: the ranks' host names).
+node, one host (``CommState.real_nodes``: the ranks' host and Slurm node names).
 ``shm_wins`` is ``auto``'s ``shm`` band (``select`` imports it: "before all of them, an
 all-reduce whose ranks all share one node ..."), ``single_copy_expected`` the part of it that
 depends on the node.

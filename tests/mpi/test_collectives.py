@@ -409,3 +409,16 @@ def test_hierarchical_shm_node_phases(comm, ranks_per_node, single_copy):
                 node, len(nodes), (hi - lo) * 8) if len(nodes) > 1 else 0
             agree(comm, shared > 0 and sent == outer,
                   f"default inner: shared {shared} B, sent {sent} B (the outer phase: {outer})")
+
+
+def test_node_layout_is_the_mpi_librarys(comm):
+    """The set-up finds the nodes by the ranks' node names (it makes no communicator: issue
+    40); they are the groups MPI's own ``COMM_TYPE_SHARED`` split makes, Slurm's emulated nodes
+    of one host included (tests/slurm runs this suite across two)."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        mine = tuple(local.allgather(comm.Get_rank()))
+    finally:
+        local.Free()
+    expected = tuple(sorted(set(comm.allgather(mine))))
+    assert state(comm).real_nodes == expected
