@@ -142,8 +142,9 @@ def allreduce(sendbuf, recvbuf, op, algorithm, options: tuple, timeout, on_timeo
               comm):
     """``allreduce`` by its cached plan, or None (the full path: not a call the cache serves,
     no entry, or a check of the buffers fails, which the full path reports). The loop's case
-    -- numpy arrays (recvbuf may be None), no reliability option, the arguments of the last all-reduce the cache ran
-    (the same communicator, op and algorithm objects, options, dtypes and sizes: ``_served``),
+    -- numpy arrays (recvbuf may be None), no reliability option, the arguments of the last
+    all-reduce the cache ran (the same communicator, op and algorithm objects, options, dtypes
+    and sizes: ``_served``),
     nothing in flight (unless alone on the communicator, where the copy is the call) -- takes
     that call's entry without making its key (``key`` and ``_entry``: 0.25 us of a 1.0 us call
     at N = 1, jobs/experiments/call_overhead.py)."""

@@ -321,16 +321,9 @@ class Prepared:
         """Run once now on the bound buffers (``once``'s run), on ``call`` (the bind's: its
         tag; its deadline renewed, unless not ``renew``: a start's, renewed at the start); a
         failure goes through ``failure``."""
-        watch = call.watch
-        if renew and watch is not None:
-            watch.deadline = time.monotonic() + call.timeout
+        watch = renewed(call) if renew else call.watch
         try:
-            for dst, src in self._before:
-                np.copyto(dst, src)
-            if self._bound is not None:
-                self._bound(watch, None)
-            for dst, src in self._after:
-                np.copyto(dst, src)
+            self.once(watch)
         except BaseException as exc:
             failure(call._state, watch, call.on_timeout, call.comm, exc, self.collective)
 
