@@ -31,8 +31,13 @@ caller computes, and the returned ``Work``'s future completes when the request d
 thread that ends the request (the progress thread, most often) completes the future of a
 ``Work`` whose future was asked for, as DDP asks, once it has let the engine go
 (``Request.then``: no thread of the backend's own, no hand-off); ``Work.wait()`` waits in
-the caller's thread. ``async_op=False`` runs mpicoll's blocking call (its fast paths:
-persistent plans, the compiled executor, ``shm``) and returns a finished ``Work``. Without
+the caller's thread. A small all_reduce (at most ``SMALL`` bytes, not reproducible) runs the
+prepared call the group keeps for the tensor's memory, shape, dtype, op and algorithm, as a
+persistent request would -- each start a new call, agreed as any -- and the caller's thread
+looks at it for ``FIRST_LOOK`` seconds before handing it to the progress thread: when the peers
+are there it ends in the call, and the ``Work`` comes back finished. ``async_op=False`` runs
+mpicoll's blocking call (its fast paths: persistent plans, the compiled executor, ``shm``) and
+returns a finished ``Work``. Without
 ``MPI_THREAD_MULTIPLE`` (no progress thread) every call is blocking. So are the calls of an
 algorithm whose nonblocking form would only defer it (``registry.Algorithm.deferred``:
 ``shm``, which the progress engine runs whole).
