@@ -37,10 +37,9 @@ persistent request would -- each start a new call, agreed as any -- and the call
 looks at it for ``FIRST_LOOK`` seconds before handing it to the progress thread: when the peers
 are there it ends in the call, and the ``Work`` comes back finished. ``async_op=False`` runs
 mpicoll's blocking call (its fast paths: persistent plans, the compiled executor, ``shm``) and
-returns a finished ``Work``. Without
-``MPI_THREAD_MULTIPLE`` (no progress thread) every call is blocking. So are the calls of an
-algorithm whose nonblocking form would only defer it (``registry.Algorithm.deferred``:
-``shm``, which the progress engine runs whole).
+returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE`` (no progress thread) every call
+is blocking. So are the calls of an algorithm whose nonblocking form would only defer it
+(``registry.Algorithm.deferred``: ``shm``, which the progress engine runs whole).
 
 Errors: bad arguments raise at the call, before any communication (``TypeError`` /
 ``ValueError``, as Gloo's). A collective that fails -- ``CollectiveTimeout`` naming the ranks
