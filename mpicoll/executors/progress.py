@@ -270,8 +270,11 @@ class Request:
 
     # ------------------------------------------------------------------------- running
 
-    def start(self, call, traffic: dict) -> "Request":
-        """Start (again) on ``call``'s communicator and tag, under its deadline; returns self."""
+    def start(self, call, traffic: dict, first: float = 0.0) -> "Request":
+        """Start (again) on ``call``'s communicator and tag, under its deadline; returns self.
+        ``first``: seconds this thread advances the request itself before it hands it to the
+        progress thread (a small call whose peers are already there ends here, and the thread
+        is not woken); a failure met then is the request's, which ``wait`` raises."""
         progress = mode()
         st = call.open()
         with _turn():                   # (the posts below are local: nonblocking calls)
@@ -290,11 +293,26 @@ class Request:
             except BaseException as exc:
                 self._fail(exc)
                 raise
+            if first and self._first(first):
+                return self
             _active.append(self)
             _wake.notify()
         if progress == "thread":
             _ensure_thread()
         return self
+
+    def _first(self, seconds: float) -> bool:
+        """``start``'s bounded look (lock held): whether the request ended within ``seconds``."""
+        if self._deferred is not None:  # (it would run whole here)
+            return False
+        end = time.perf_counter() + seconds
+        try:
+            while not self._finished.is_set() and time.perf_counter() < end:
+                if not self._advance():
+                    os.sched_yield()    # (a peer waiting for a core may take this one)
+        except BaseException as exc:    # noqa: BLE001 - raised by wait()
+            self._fail(exc)
+        return self._finished.is_set()
 
     @property
     def done(self) -> bool:

@@ -31,11 +31,15 @@ caller computes, and the returned ``Work``'s future completes when the request d
 thread that ends the request (the progress thread, most often) completes the future of a
 ``Work`` whose future was asked for, as DDP asks, once it has let the engine go
 (``Request.then``: no thread of the backend's own, no hand-off); ``Work.wait()`` waits in
-the caller's thread. ``async_op=False`` runs mpicoll's blocking call (its fast paths:
-persistent plans, the compiled executor, ``shm``) and returns a finished ``Work``. Without
-``MPI_THREAD_MULTIPLE`` (no progress thread) every call is blocking. So are the calls of an
-algorithm whose nonblocking form would only defer it (``registry.Algorithm.deferred``:
-``shm``, which the progress engine runs whole).
+the caller's thread. A small all_reduce (at most ``SMALL`` bytes, not reproducible) runs the
+prepared call the group keeps for the tensor's memory, shape, dtype, op and algorithm, as a
+persistent request would -- each start a new call, agreed as any -- and the caller's thread
+looks at it for ``FIRST_LOOK`` seconds before handing it to the progress thread: when the peers
+are there it ends in the call, and the ``Work`` comes back finished. ``async_op=False`` runs
+mpicoll's blocking call (its fast paths: persistent plans, the compiled executor, ``shm``) and
+returns a finished ``Work``. Without ``MPI_THREAD_MULTIPLE`` (no progress thread) every call
+is blocking. So are the calls of an algorithm whose nonblocking form would only defer it
+(``registry.Algorithm.deferred``: ``shm``, which the progress engine runs whole).
 
 Errors: bad arguments raise at the call, before any communication (``TypeError`` /
 ``ValueError``, as Gloo's). A collective that fails -- ``CollectiveTimeout`` naming the ranks
@@ -61,8 +65,10 @@ import torch.distributed.distributed_c10d as c10d
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import dtypes, ops, registry
+from mpicoll import buffers, dtypes, ops, plan, registry, settings
+from mpicoll._runtime.call import Call
 from mpicoll.errors import ArgumentMismatch, CollectiveTimeout, CommunicatorBroken
+from mpicoll.executors import background
 
 __all__ = ["NAME", "Options", "ProcessGroupMpicoll", "Work", "register", "tensor_view"]
 
@@ -79,6 +85,16 @@ _AVG = int(_RED.AVG)
 _FAILURES = (CollectiveTimeout, CommunicatorBroken, ArgumentMismatch)
 _SUPPORTED = ("all_reduce, all_reduce_coalesced, reduce_scatter_tensor, reduce_scatter, "
               "all_gather_into_tensor, all_gather, broadcast, barrier")
+SMALL = 64 << 10        # an async all_reduce of at most this many bytes runs a kept call ...
+KEPT = 16               # ... one of this many per group (least recently used dropped) ...
+FIRST_LOOK = 50e-6      # ... looked at this long in the caller's thread before the hand-off
+_epoch = 0              # settings.reload() bumps it: the kept calls' decisions are stale
+
+
+@settings.on_reload
+def _new_epoch() -> None:
+    global _epoch
+    _epoch += 1
 
 
 @dataclass
@@ -285,15 +301,8 @@ class Work(dist._Work):
 
     def _ended(self, _error) -> None:
         """A request ended (``Request.then``): once all have, finish, with the first error."""
-        if not all(r.done for r in self._requests):
-            return
-        error = None
-        for request in self._requests:
-            try:
-                request.test()
-            except Exception as exc:            # noqa: BLE001 -- reported through the Work
-                error = error or exc
-        self._finish(error)
+        if all(r.done for r in self._requests):
+            self._finish(_error_of(self._requests))
 
     def _poll(self) -> bool:
         """Whether the Work has ended; finishes it here if its requests have."""
@@ -313,6 +322,16 @@ class Work(dist._Work):
 
     def result(self):
         return self._result
+
+
+def _error_of(requests) -> Exception | None:
+    """The first error of ended ``requests``, or None."""
+    for request in requests:
+        try:
+            request.test()
+        except Exception as exc:                # noqa: BLE001 -- reported through the Work
+            return exc
+    return None
 
 
 class _Completer:
@@ -363,6 +382,7 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         self.options = options if options is not None else Options()
         self.timeout = timeout
         self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+        self._kept: collections.OrderedDict = collections.OrderedDict()    # _iallreduce's
 
     def __repr__(self) -> str:
         return (f"<ProcessGroupMpicoll rank {self.rank()} of {self.size()}, "
@@ -398,11 +418,11 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
                 requests.append(call(False))
             except _FAILURES as exc:
                 return Work(what, result=result, error=exc)
+        if all(r.done for r in requests):   # ended at the start: one rank, no elements, or
+            return Work(what, result=result, after=after,     # in _iallreduce's first look
+                        error=_error_of(requests))
         work = Work(what, requests, result, after)
-        if all(r.done for r in requests):      # one rank, empty tensors: nothing in flight
-            work._complete()
-        else:                   # for drain(); get_future() or wait() completes it
-            _completer.track(work)
+        _completer.track(work)          # for drain(); get_future() or wait() completes it
         return work
 
     def _kwargs(self, collective: str, opts) -> dict:
@@ -432,11 +452,14 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
                 averaged.append(t)
             signed = {"average": True} if average and not exact else {}
 
-            def call(blocking, view=view, op=op, exact=exact, signed=signed):
+            def call(blocking, t=t, view=view, op=op, exact=exact, signed=signed):
                 if blocking:
                     mpicoll.allreduce(MPI.IN_PLACE, view, op=op, **kw, **exact, **signed)
                     return None
-                return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw, **exact, **signed)
+                if exact or view.nbytes > SMALL:
+                    return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw, **exact,
+                                              **signed)
+                return self._iallreduce(t.data_ptr(), view, op, kw, bool(signed))
             calls.append(call)
         size = self._size
 
@@ -448,6 +471,37 @@ class ProcessGroupMpicoll(dist.ProcessGroup):
         return self._submit(what, calls, result, opts,
                             after=finish if averaged or after is not None else None,
                             deferred=self._deferred("allreduce", kw))
+
+    def _iallreduce(self, address: int, view: np.ndarray, op: str, kw: dict,
+                    average: bool):
+        """``mpicoll.iallreduce(MPI.IN_PLACE, view, ...)`` of a small ``view`` (at ``address``),
+        as a persistent request would run it: through the prepared call kept for the same
+        memory, shape, dtype, op and algorithm (made by the first such call, ``KEPT`` per
+        group), started anew as a new call, agreed as any (``Prepared.hold``, ``start``); looked
+        at ``FIRST_LOOK`` seconds in this thread before the progress thread gets it, so that a
+        call whose peers are there ends here. A first call on the communicator, or one whose
+        kept call is still in flight, is a plain ``iallreduce``."""
+        algorithm = kw["algorithm"]
+        key = (address, view.shape, view.dtype, op, algorithm, average, _epoch)
+        kept = self._kept.get(key)
+        if kept is None or kept.held.done:
+            with Call("allreduce", algorithm, self.comm, kw["timeout"], None, None) as call:
+                if kept is None and background.ready_now(call):
+                    layout = buffers.allreduce(MPI.IN_PLACE, view)
+                    p = plan.make(call, "allreduce", algorithm, layout, op=op,
+                                  form="nonblocking", average=average)
+                    kept = self._keep(key, plan.prepare(call, p).hold(call, layout))
+                if kept is not None:
+                    self._kept.move_to_end(key)
+                    return kept.start(call, first=FIRST_LOOK)
+        return mpicoll.iallreduce(MPI.IN_PLACE, view, op=op, **kw, average=average)
+
+    def _keep(self, key, prepared):
+        """Keep ``prepared`` for ``key``, dropping the least recently used beyond ``KEPT``."""
+        self._kept[key] = prepared
+        if len(self._kept) > KEPT:
+            self._kept.popitem(last=False)[1].free()
+        return prepared
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = dist.AllreduceCoalescedOptions() if opts is None else opts

@@ -321,6 +321,56 @@ def test_avg_on_one_rank_and_sum_on_the_others_is_a_mismatch(world, async_op):
     agree(world, ok, f"{type(got).__name__}: {got} after {elapsed:.2f} s")
 
 
+def test_small_async_all_reduces_run_a_kept_call(world):
+    """An async all_reduce of a small tensor runs the call kept for its memory, shape, dtype,
+    op and algorithm (made by the first), each a new call: the right sums every time, one kept
+    call per key; a new algorithm or settings.reload() makes another; a tensor above SMALL
+    bytes runs none."""
+    rank, size = world.Get_rank(), world.Get_size()
+    group = dist.new_group(backend="mpicoll")
+    x, problems = torch.zeros(3), []
+    for k in range(6):
+        x.fill_(rank + k)
+        op = dist.ReduceOp.MAX if k % 2 else dist.ReduceOp.SUM
+        work = dist.all_reduce(x, op=op, group=group, async_op=True)
+        if work.wait() is not True or work.get_future().wait()[0] is not x:
+            problems.append(f"call {k}: wait/future")
+        want = size - 1 + k if k % 2 else sum(range(size)) + size * k
+        if x.tolist() != [want] * 3:
+            problems.append(f"call {k}: {x.tolist()}, want {want}")
+    kept = {key[3] for key in group._kept}
+    group.options.algorithm = "ring"
+    dist.all_reduce(x, group=group, async_op=True).wait()
+    mpicoll.settings.reload()
+    dist.all_reduce(x, group=group, async_op=True).wait()
+    large = torch.ones(mpicoll.torch.backend.SMALL // 4 + 1)
+    dist.all_reduce(large, group=group, async_op=True).wait()
+    algorithms = [key[4] for key in group._kept]
+    agree(world, not problems and kept == {"sum", "max"} and len(group._kept) == 4
+          and algorithms.count("ring") == 2 and torch.all(large == size).item(),
+          f"{problems} {kept} {list(group._kept)}")
+
+
+def test_a_kept_call_is_agreed_as_any(world):
+    """Rank 0 passes MAX where the others pass SUM, on a tensor whose kept calls for both ops
+    exist: every rank raises the ArgumentMismatch (on a group of its own: it breaks it)."""
+    if world.Get_size() < 2:
+        pytest.skip("needs 2 ranks")
+    group = dist.new_group(backend="mpicoll")
+    x = torch.ones(4)
+    dist.all_reduce(x, group=group)                 # (the group's first call sets it up)
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+        dist.all_reduce(x, op=op, group=group, async_op=True).wait()
+    op = dist.ReduceOp.MAX if world.Get_rank() == 0 else dist.ReduceOp.SUM
+    try:
+        dist.all_reduce(x, op=op, group=group, async_op=True).wait()
+        got = None
+    except RuntimeError as exc:
+        got = exc
+    agree(world, len(group._kept) == 2 and got is not None
+          and isinstance(got.__cause__, mpicoll.ArgumentMismatch), f"{got!r}")
+
+
 # ----------------------------------------------------------------------------- DDP
 
 def relative(a, b) -> float:
