@@ -5,13 +5,16 @@
     mpicoll.allreduce(grad, compress="int8", error_feedback=ef)       # a quarter, plus scales
 
 A codec is a *rounding* ``R`` of fp32 values plus its wire format. The progress executor
-(``mpicoll.executors.progress``) applies it in three places:
+(``mpicoll.executors.progress``) applies it in three places, each one pass over the slice:
 
-1. on every send of a schedule it encodes the slice into a wire buffer, **decodes that wire
-   buffer back into the sender's own copy** (so the sender keeps exactly the value it sent),
-   and sends the wire buffer;
-2. the receiver decodes into fp32, then reduces in fp32 (or copies);
-3. when the collective ends, every rank rounds its whole buffer once: ``buf = R(buf)``.
+1. on every send of a schedule, ``Codec.send`` encodes the slice into a wire buffer and rounds
+   the sender's own copy in the same pass (so the sender keeps exactly the value it sent);
+2. the receiver decodes and reduces in fp32 in one pass (``Codec.add``; only a receive that is
+   an ``Recv.into_next`` accumulator is decoded into scratch first), or decodes a copy
+   straight into its buffer;
+3. when the collective ends, every rank rounds what it may still hold unrounded, ``buf =
+   R(buf)`` on the slices ``unrounded`` names: a reduction wrote them (or nothing touched
+   them) after the rank last sent or received them. The ring leaves none.
 
 Why every rank then ends with the same bits: ``R`` acts piece by piece on fixed pieces of the
 flat buffer (bf16, fp16: each element; int8: the pieces below) and is idempotent,
@@ -20,7 +23,18 @@ same bits because one copied the other's value, or both computed the same reduct
 operand order (``Recv.left``). With (1) a copy is ``R(v)`` at both ends; twins that computed the
 same ``v`` may differ only in that one of them has since sent it (``R(v)``) and the other not
 (``v``) -- recursive doubling's fold of a non-power-of-two size does exactly that -- and (3)
-maps both to ``R(v)``. So the result is the rounded final sum, identical everywhere.
+maps both to ``R(v)``: the one that sent it holds ``R(v)`` already, and ``R`` would not change
+it (which is why (3) may skip every slice sent or copied since its last reduction). So the
+result is the rounded final sum, identical everywhere.
+
+What a call costs beyond the uncompressed one (bf16 at 2 ranks, ring, ``n`` fp32 elements,
+per rank): ``Codec.send`` reads each half once (4 bytes/element) and writes 2 bytes of wire
+(and the rounded value, unless already rounded); ``Codec.add`` and the copy's decode read 2 bytes
+of wire where the uncompressed call reads 4 of scratch; MPI copies half the bytes. Error
+feedback is one more pass over the whole buffer and its residual (``Codec.feedback``: read 8
+bytes, write 8 bytes per element). A request's wire buffers are reused from requests gone
+before (``wire_buffers``): fresh ones would cost a page fault per 4 KiB at the first encode,
+more than the encode.
 
 * ``bf16``: the top 16 bits of the fp32, rounded to nearest, ties to even (NaN stays a quiet
   NaN); 2 bytes per element. Same exponent range as fp32: no overflow.
@@ -37,7 +51,8 @@ maps both to ``R(v)``. So the result is the rounded final sum, identical everywh
 
 ``ErrorFeedback`` (Seide et al. 2014 1-bit SGD; Stich et al. 2018): before a compressed call the
 rank's input becomes ``x = g + e`` (``e`` the residual kept from the previous call), is rounded
-to ``R(x)`` -- which is then exactly what its first send carries -- and ``e = x - R(x)`` is kept.
+to ``R(x)`` -- which is then exactly what its first send carries -- and ``e = x - R(x)`` is kept
+(all three in one pass, ``Codec.feedback``).
 So the rank's own rounding error is not lost, only delayed. Rounding of partial sums at later
 hops is not fed back (no rank owns it).
 """
@@ -45,6 +60,8 @@ hops is not fed back (no rank owns it).
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 
 import numpy as np
 from numba import njit
@@ -52,7 +69,7 @@ from numba import njit
 from . import kernels
 
 __all__ = ["CODECS", "CHUNK", "Codec", "codec", "check_feedback", "cuts", "schedule_cuts",
-           "ErrorFeedback",
+           "unrounded", "wire_buffers", "failed", "ErrorFeedback",
            "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode",
            "int8_encode", "int8_decode", "int8_round"]
 
@@ -89,6 +106,38 @@ def bf16_round(x):
     """``x = R(x)`` in place (``x`` viewed as uint32)."""
     for i in range(x.shape[0]):
         x[i] = np.uint32(_bf16_bits(x[i])) << np.uint32(16)
+
+
+@njit(cache=True, nogil=True)
+def bf16_send(x, wire):
+    """``wire[i] = bf16(x[i])`` and ``x[i] = R(x[i])``, in one pass (``x`` viewed as uint32; a
+    value already rounded is not written again)."""
+    for i in range(x.shape[0]):
+        h = _bf16_bits(x[i])
+        wire[i] = h
+        r = np.uint32(np.uint32(h) << np.uint32(16))
+        if r != x[i]:
+            x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def bf16_add(wire, acc, left):
+    """``acc[i] = fp32(wire[i]) + acc[i]`` (``left``) or ``acc[i] + fp32(wire[i])``: the
+    decode and the fp32 sum in one pass (``acc`` fp32)."""
+    for i in range(wire.shape[0]):
+        w = np.uint32(np.uint32(wire[i]) << np.uint32(16)).view(np.float32)
+        acc[i] = w + acc[i] if left else acc[i] + w
+
+
+@njit(cache=True, nogil=True)
+def bf16_feedback(x, e, d):
+    """``v = x[i] / d + e[i]; x[i] = R(v); e[i] = v - R(v)`` in one pass (fp32 arrays, fp32
+    ``d``)."""
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        r = np.uint32(np.uint32(_bf16_bits(v.view(np.uint32))) << np.uint32(16)).view(np.float32)
+        x[i] = r
+        e[i] = v - r
 
 
 # ----------------------------------------------------------------------------- fp16
@@ -156,6 +205,32 @@ def fp16_decode(wire, out):
 def fp16_round(x):
     for i in range(x.shape[0]):
         x[i] = _fp16_value(_fp16_bits(x[i]))
+
+
+@njit(cache=True, nogil=True)
+def fp16_send(x, wire):
+    for i in range(x.shape[0]):
+        h = _fp16_bits(x[i])
+        wire[i] = h
+        r = _fp16_value(h)
+        if r != x[i]:
+            x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def fp16_add(wire, acc, left):
+    for i in range(wire.shape[0]):
+        w = np.uint32(_fp16_value(wire[i])).view(np.float32)
+        acc[i] = w + acc[i] if left else acc[i] + w
+
+
+@njit(cache=True, nogil=True)
+def fp16_feedback(x, e, d):
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        r = np.uint32(_fp16_value(_fp16_bits(v.view(np.uint32)))).view(np.float32)
+        x[i] = r
+        e[i] = v - r
 
 
 # ----------------------------------------------------------------------------- int8
@@ -228,6 +303,57 @@ def int8_round(x, lo, cuts):
         i = end
 
 
+@njit(cache=True, nogil=True)
+def int8_send(x, lo, cuts, scales, q):
+    """``int8_encode``, and ``x = R(x)`` in the same pass."""
+    n, i, c = x.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        s = _piece_scale(x, i, end)
+        scales[c] = s
+        for j in range(i, end):
+            q[j] = np.int8(np.rint(x[j] / s)) if s == s else np.int8(0)
+            x[j] = np.float32(q[j] * s)
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_add(scales, q, lo, cuts, acc, left):
+    """``int8_decode`` and the fp32 sum into ``acc`` in one pass (``left``: as ``bf16_add``)."""
+    n, i, c = q.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        s = scales[c]
+        for j in range(i, end):
+            w = np.float32(q[j] * s)
+            acc[j] = w + acc[j] if left else acc[j] + w
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_feedback(x, e, d, cuts):
+    """``v = x / d + e; x = R(v); e = v - R(v)`` (the whole buffer: offset 0), piece by
+    piece."""
+    n, i, k = x.shape[0], 0, 0
+    while i < n:
+        end = min(n, cuts[k])
+        for j in range(i, end):
+            x[j] = x[j] / d + e[j]
+        s = np.float32(_piece_scale(x, i, end))
+        for j in range(i, end):
+            r = np.float32(np.int8(np.rint(x[j] / s)) * s) if s == s else np.float32(np.nan)
+            e[j] = x[j] - r
+            x[j] = r
+        k += 1
+        i = end
+
+
 def cuts(count: int, boundaries=()) -> np.ndarray:
     """int8's pieces of a buffer of ``count`` elements: cut at every multiple of ``CHUNK`` and
     at ``boundaries`` (every slice edge of every rank's schedule), as sorted absolute offsets
@@ -242,6 +368,30 @@ def schedule_cuts(count: int, schedules) -> np.ndarray:
     """``cuts`` for the slice edges of ``schedules`` (those of every rank of one collective)."""
     return cuts(count, {e for sched in schedules for step in sched.steps
                         for op in step for e in (op.lo, op.hi)})
+
+
+def unrounded(count: int, plan) -> list:
+    """The slices ``(lo, hi)`` of a rank's buffer that may not be rounded when its schedule's
+    ``plan`` (``Schedule.plan``) ends, compressed: its input, less every slice it sent since
+    (rounded as sent) or received as a copy (decoded), plus every slice a reduction wrote since
+    (a fresh fp32 sum). Only these need the final ``R`` (``R`` is idempotent)."""
+    edges = sorted({0, count} | {e for recvs, sends in plan for op in recvs + sends
+                                 for e in op[1:3]})
+    at = {e: i for i, e in enumerate(edges)}
+    dirty = np.ones(len(edges) - 1, bool)
+    for recvs, sends in plan:
+        for _, lo, hi in sends:
+            dirty[at[lo]:at[hi]] = False
+        for _, lo, hi, reduce, _, _, into in recvs:
+            if into < 0:                # (into_next: the sum waits in scratch)
+                dirty[at[lo]:at[hi]] = reduce
+    slices = []
+    for i in np.flatnonzero(dirty):
+        if slices and slices[-1][1] == edges[i]:
+            slices[-1] = (slices[-1][0], edges[i + 1])
+        else:
+            slices.append((edges[i], edges[i + 1]))
+    return slices
 
 
 def _pieces(lo: int, n: int, cuts: np.ndarray) -> int:
@@ -301,6 +451,40 @@ class Codec:
         else:
             fp16_round(x.view(np.uint32))
 
+    def send(self, x: np.ndarray, lo: int, wire: np.ndarray, cuts=None) -> None:
+        """``encode`` and ``round`` in one pass: the sender keeps exactly what it sends."""
+        if self.name == "int8":
+            cuts = _default(cuts, lo + x.size)
+            c = 4 * _pieces(lo, x.size, cuts)
+            int8_send(x, lo, cuts, wire[:c].view(np.float32), wire[c:].view(np.int8))
+        elif self.name == "bf16":
+            bf16_send(x.view(np.uint32), wire.view(np.uint16))
+        else:
+            fp16_send(x.view(np.uint32), wire.view(np.uint16))
+
+    def add(self, wire: np.ndarray, lo: int, acc: np.ndarray, left: bool, cuts=None) -> None:
+        """``decode`` and the fp32 sum into ``acc`` in one pass, no scratch: ``acc =
+        decoded + acc`` if ``left`` else ``acc + decoded`` (``Recv.left``'s order)."""
+        if self.name == "int8":
+            cuts = _default(cuts, lo + acc.size)
+            c = 4 * _pieces(lo, acc.size, cuts)
+            int8_add(wire[:c].view(np.float32), wire[c:].view(np.int8), lo, cuts, acc, left)
+        elif self.name == "bf16":
+            bf16_add(wire.view(np.uint16), acc, left)
+        else:
+            fp16_add(wire.view(np.uint16), acc, left)
+
+    def feedback(self, x: np.ndarray, e: np.ndarray, cuts=None, divide=1) -> None:
+        """Error feedback in one pass over the whole buffer: ``v = x / divide + e``, ``x =
+        R(v)``, ``e = v - R(v)`` (fp32 arithmetic)."""
+        d = np.float32(divide)
+        if self.name == "int8":
+            int8_feedback(x, e, d, _default(cuts, x.size))
+        elif self.name == "bf16":
+            bf16_feedback(x, e, d)
+        else:
+            fp16_feedback(x, e, d)
+
 
 def _default(given, count: int) -> np.ndarray:
     return cuts(count) if given is None else given
@@ -343,13 +527,58 @@ def warmup() -> None:
     global _warm
     if _warm:
         return
-    x, wire = np.ones(4, np.float32), np.zeros(32, np.uint8)
+    x, e, wire = np.ones(4, np.float32), np.zeros(4, np.float32), np.zeros(32, np.uint8)
     with kernels.file_lock("the compression codecs' kernels"):
         for c in CODECS.values():
-            c.encode(x, 0, wire[:c.wire_bytes(0, 4)])
-            c.decode(wire[:c.wire_bytes(0, 4)], 0, x)
+            w = wire[:c.wire_bytes(0, 4)]
+            c.encode(x, 0, w)
+            c.decode(w, 0, x)
             c.round(x, 0)
+            c.send(x, 0, w)
+            for left in (False, True):
+                c.add(w, 0, x, left)
+            c.feedback(x, e)
     _warm = True
+
+
+# ----------------------------------------------------------------------------- wire buffers
+
+_spare: dict = {}           # bytes -> wire buffers whose requests are gone, newest size last
+_spare_lock = threading.RLock()          # (a finalizer may run inside wire_buffers)
+SPARE_SIZES, SPARE_EACH = 8, 4
+
+
+def wire_buffers(owner, *sizes: int) -> list:
+    """uint8 buffers of ``sizes`` bytes for ``owner`` (a request, which uses them until it is
+    gone), reused from requests gone before: a fresh buffer costs a page fault per 4 KiB the
+    first encode writes, more than the encode itself. ``failed(owner)`` keeps a request's
+    buffers from being reused (an MPI send may still read them)."""
+    bufs = []
+    with _spare_lock:
+        for n in sizes:
+            kept = _spare.get(n)
+            bufs.append(kept.pop() if kept else np.empty(n, np.uint8))
+    owner._wires_reusable = reusable = [True]
+    weakref.finalize(owner, _spare_again, bufs, reusable)
+    return bufs
+
+
+def failed(owner) -> None:
+    """``owner``'s wire buffers are not reused (``wire_buffers``)."""
+    getattr(owner, "_wires_reusable", [False])[0] = False
+
+
+def _spare_again(bufs: list, reusable: list) -> None:
+    if not reusable[0]:
+        return
+    with _spare_lock:
+        for b in bufs:
+            kept = _spare.pop(b.size, [])
+            _spare[b.size] = kept                   # (now the newest size)
+            if len(kept) < SPARE_EACH:
+                kept.append(b)
+        while len(_spare) > SPARE_SIZES:
+            del _spare[next(iter(_spare))]
 
 
 # ----------------------------------------------------------------------------- error feedback
@@ -359,27 +588,34 @@ class ErrorFeedback:
 
     ``ErrorFeedback(n)`` keeps ``n`` fp32 zeros; pass it as ``error_feedback=`` to a compressed
     all-reduce of ``n`` elements (one object per buffer: the residual belongs to that buffer).
+    ``divide=d`` divides each call's input by ``d`` first, in the same pass (a mean taken
+    before the sum, as torch's DDP hooks take it: ``mpicoll.torch.compress_hook``); the
+    residual is then kept in the divided units.
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, *, divide=1):
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
             raise ValueError(f"ErrorFeedback needs an element count >= 0, got {size!r}")
+        if isinstance(divide, bool) or not isinstance(divide, (int, float, np.integer,
+                                                                np.floating)) \
+                or not 0 < divide < np.inf:
+            raise ValueError(f"ErrorFeedback: divide must be a finite number > 0, got "
+                             f"{divide!r}")
         self.residual = np.zeros(int(size), np.float32)
+        self.divide = divide
 
     def __repr__(self) -> str:
-        return f"ErrorFeedback({self.residual.size}, |residual|={np.linalg.norm(self.residual):.3g})"
+        shown = f", divide={self.divide!r}" if self.divide != 1 else ""
+        return (f"ErrorFeedback({self.residual.size}{shown}, "
+                f"|residual|={np.linalg.norm(self.residual):.3g})")
 
     def apply(self, codec: Codec, x: np.ndarray, cuts=None) -> None:
-        """In place: ``x = R(x + e)`` and ``e = (x + e) - R(x + e)`` (``cuts``: the
-        collective's int8 pieces, so that its first sends carry ``R(x + e)`` unchanged)."""
+        """In place, with ``v = x / divide + e``: ``x = R(v)`` and ``e = v - R(v)`` (``cuts``:
+        the collective's int8 pieces, so that its first sends carry ``R(v)`` unchanged)."""
         if x.size != self.residual.size or x.dtype != np.float32:
             raise ValueError(f"ErrorFeedback holds {self.residual.size} fp32 elements, the "
                              f"buffer has {x.size} {x.dtype}")
-        e = self.residual
-        np.add(x, e, out=x)
-        e[...] = x
-        codec.round(x, 0, cuts)
-        np.subtract(e, x, out=e)
+        codec.feedback(x, self.residual, cuts, self.divide)
 
     def reset(self) -> None:
         self.residual[...] = 0

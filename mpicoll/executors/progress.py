@@ -4,12 +4,13 @@ A ``Request`` runs the same ``Schedule.plan`` as the blocking executor (``execut
 one step at a time, without ever blocking: *post* a step (its receives, then its sends), and on
 each later look *test* them; once all are complete, *reduce* (the numba kernel, ``Recv.left``
 order, as the blocking executor) and post the next step. With a codec
-(``mpicoll.compression``) a send first encodes its slice into a wire buffer and decodes it
-back into the sender's own copy; a receive lands in a wire buffer and is decoded into fp32
-before it is reduced or copied; at the end every rank rounds its whole buffer once more (why:
-``mpicoll.compression``). A request owns its scratch and wire buffers (allocated once,
-when it is made), so requests in flight never share memory, and one request can be started
-again and again (``Buckets`` do: MPI's persistent collectives).
+(``mpicoll.compression``) a send encodes its slice into a wire buffer and rounds the sender's
+own copy in the same pass; a receive lands in a wire buffer and is decoded and summed into
+fp32 in one pass (or decoded, for a copy); at the end every rank rounds what it may hold
+unrounded (why: ``mpicoll.compression``). A request owns its scratch and wire buffers (made
+once, when it is made; wire buffers are reused from requests gone before), so requests in
+flight never share memory, and one request can be started again and again (``Buckets`` do:
+MPI's persistent collectives).
 
 Who looks (``MPICOLL_PROGRESS``):
 
@@ -56,7 +57,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from .. import settings
+from .. import compression, settings
 from ..errors import CommunicatorBroken
 
 __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
@@ -115,6 +116,8 @@ class Request:
         self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
         with priority():                # local work: the progress thread gives way
             self._steps = () if schedule is None else self._prepare(schedule, buf)
+        self._unrounded = compression.unrounded(buf.size, schedule.plan) \
+            if codec is not None and schedule is not None and buf is not None else ()
         self._nsteps = 1 if library is not None or deferred is not None else len(self._steps)
         self._finished = threading.Event()
         self._finished.set()
@@ -147,7 +150,9 @@ class Request:
 
         recv: (peer, array received into, decode (wire, lo, target) or None,
                reduce (acc, incoming, left) or None; acc is the next receive's scratch for
-               ``Recv.into_next``); send: (peer, array sent,
+               ``Recv.into_next``; with a codec, incoming is the wire (``Codec.add``: decoded
+               and summed in one pass) unless the receive is an ``into_next`` one's
+               accumulator, decoded first into scratch); send: (peer, array sent,
                encode (source slice, lo, wire) or None).
         """
         codec, itemsize = self._codec, buf.itemsize
@@ -169,19 +174,23 @@ class Request:
                            for recvs, _ in schedule.plan), default=0)
             need_out = max((slots([(lo, hi - lo) for _, lo, hi in sends])[1]
                             for _, sends in schedule.plan), default=0)
-            wire_in, wire_out = np.empty(need_in, np.uint8), np.empty(need_out, np.uint8)
+            wire_in, wire_out = compression.wire_buffers(self, need_in, need_out)
         steps = []
         for recvs, sends in schedule.plan:
             r_off, _ = slots([(lo, hi - lo) for _, lo, hi, *_ in recvs])
             s_off, _ = slots([(lo, hi - lo) for _, lo, hi in sends])
             step_recvs, step_sends = [], []
+            accs = {into for *_, into in recvs}
             for (src, lo, hi, reduce, left, at, into), off in zip(recvs, r_off):
                 target = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
                 acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
                 red = (acc, target, left) if reduce else None
                 if codec:
                     wire = wire_in[off:off + size(lo, hi - lo)]
-                    step_recvs.append((src, wire, (wire, lo, target), red))
+                    if reduce and at not in accs:
+                        step_recvs.append((src, wire, None, (acc, (wire, lo), left)))
+                    else:
+                        step_recvs.append((src, wire, (wire, lo, target), red))
                 else:
                     step_recvs.append((src, target, None, red))
             for (dst, lo, hi), off in zip(sends, s_off):
@@ -403,8 +412,7 @@ class Request:
         for dst, out, enc in sends:
             if enc is not None:
                 x, lo, wire = enc
-                codec.encode(x, lo, wire, cuts)
-                codec.decode(wire, lo, x, cuts)     # the sender keeps what it sends
+                codec.send(x, lo, wire, cuts)       # encoded; the sender keeps what it sends
             pending.append(comm.Isend(out, dst, tag))
         self._pending = pending
         self._peers = [r[0] for r in recvs] + [s[0] for s in sends]
@@ -433,7 +441,9 @@ class Request:
         for _, _, _, red in recvs:
             if red is not None:
                 acc, incoming, left = red
-                if left:                        # acc = op(incoming, acc)
+                if type(incoming) is tuple:     # (wire, lo): decode and sum in one pass
+                    codec.add(*incoming, acc, left, cuts)
+                elif left:                      # acc = op(incoming, acc)
                     reduce_into(incoming, acc)
                     acc[...] = incoming
                 else:                           # acc = op(acc, incoming)
@@ -470,8 +480,8 @@ class Request:
     def _complete(self) -> None:
         self._pending = []
         try:
-            if self._codec is not None and self._buf is not None:
-                self._codec.round(self._buf, 0, self._cuts)     # see mpicoll.compression
+            for lo, hi in self._unrounded:      # see mpicoll.compression
+                self._codec.round(self._buf[lo:hi], lo, self._cuts)
             if self._on_done is not None:
                 self._on_done()
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
@@ -493,6 +503,7 @@ class Request:
         state = self._state
         if self._pending:
             state.abandon(self._pending)        # keep their buffers alive
+            compression.failed(self)            # (and never reuse its wire buffers)
         self._pending = []
         if isinstance(exc, CommunicatorBroken) and not raw:
             return

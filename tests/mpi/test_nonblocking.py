@@ -11,6 +11,7 @@ import pytest
 from numba import njit
 
 import mpicoll
+from mpicoll import compression
 from mpicoll._runtime.context import state
 from mpicoll.executors import progress
 from mpicoll.registry import COLLECTIVES, lookup
@@ -173,6 +174,11 @@ def test_compressed_allreduce_same_bits_everywhere_and_fewer_bytes(comm, compres
     messages = traffic["messages_sent"] - messages_before
     everyone = comm.allgather(out.tobytes())
     agree(comm, all(b == everyone[0] for b in everyone), "ranks ended with different bits")
+    if compress != "int8":          # the rounded sum (int8's pieces are the schedule's)
+        rounded = out.copy()
+        compression.CODECS[compress].round(rounded)
+        agree(comm, np.array_equal(rounded.view(np.uint32), out.view(np.uint32)),
+              "the result is not rounded")
     if compress == "int8":
         # values + one 4-byte scale per piece: the 256-element chunks, plus at most one more
         # per message and per slice edge of any rank's schedule that falls inside it (<= 2N)

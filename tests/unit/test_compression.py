@@ -108,6 +108,59 @@ def test_rounding_is_idempotent_on_any_slice(name):
         assert np.array_equal(again.view(np.uint32), r[lo:hi].view(np.uint32)), (lo, hi)
 
 
+@pytest.mark.parametrize("name", sorted(CODECS))
+def test_fused_passes_equal_the_codecs_steps(name):
+    """The one-pass kernels the progress executor runs give the bits of the steps they fuse:
+    send = encode, then decode into the sender's copy; add = decode, then the fp32 sum in
+    either operand order; feedback = x / divide + e, round, the residual (non-finite values too,
+    except int8, whose inputs must be finite)."""
+    codec, lo = CODECS[name], 37
+    x = floats(10 * CHUNK + 3, seed=8, finite=name != "int8")
+    if name == "int8":
+        x = np.random.default_rng(8).standard_normal(x.size).astype(np.float32)
+    cuts = compression.cuts(lo + x.size, (lo + 300, lo + 301, lo + 999))
+    bits = lambda a: a.view(np.uint32)                                 # noqa: E731
+
+    wire, kept = np.zeros(codec.wire_bytes(lo, x.size, cuts), np.uint8), x.copy()
+    codec.send(kept, lo, wire, cuts)
+    want_wire = np.zeros_like(wire)
+    codec.encode(x, lo, want_wire, cuts)
+    decoded = np.empty_like(x)
+    codec.decode(want_wire, lo, decoded, cuts)
+    assert np.array_equal(wire, want_wire) and np.array_equal(bits(kept), bits(decoded))
+
+    acc0 = floats(x.size, seed=9, finite=name != "int8")
+    for left in (False, True):
+        acc = acc0.copy()
+        codec.add(wire, lo, acc, left, cuts)
+        want = decoded + acc0 if left else acc0 + decoded
+        assert np.array_equal(bits(acc), bits(want)), left
+
+    e0 = (x * np.float32(1e-3)).astype(np.float32)
+    for divide in (1, 3):
+        got, e = x.copy(), e0.copy()
+        codec.feedback(got, e, None, divide)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = x / np.float32(divide) + e0
+            r = v.copy()
+            codec.round(r, 0)
+            assert np.array_equal(bits(got), bits(r)) and np.array_equal(bits(e), bits(v - r))
+
+
+def test_unrounded_slices_follow_the_schedule():
+    """Only what a reduction wrote last (or no step sent nor copied in) is left for the final
+    rounding: none after ring at 2 ranks, the unsent half after a reduce-scatter's step."""
+    from mpicoll import registry
+    ring = registry.lookup("allreduce", "ring")
+    for rank in range(3):
+        sched = ring.schedule(rank, 3, 30)
+        assert compression.unrounded(30, sched.plan) == []
+    plan = (((1, 0, 5, True, False, 0, -1),), ((1, 5, 10),)),      # send 5:10, reduce 0:5
+    assert compression.unrounded(12, plan) == [(0, 5), (10, 12)]
+    plan = ((((1, 0, 5, False, False, 0, -1),), ((1, 5, 10),)),)    # copy 0:5, send 5:10
+    assert compression.unrounded(12, plan) == [(10, 12)]
+
+
 def test_wire_bytes_are_half_and_a_quarter_plus_scales():
     for n in (1, 255, 256, 257, 10_000, 1 << 20):
         assert CODECS["bf16"].wire_bytes(0, n) == CODECS["fp16"].wire_bytes(7, n) == 2 * n
@@ -147,6 +200,9 @@ def test_error_feedback_keeps_the_residual():
     assert np.abs(given - sent).max() < np.abs(given - plain).max() / 5
     with pytest.raises(ValueError, match="holds 768"):
         ef.apply(codec, np.zeros(10, np.float32))
+    for bad in (0, -2, np.inf, True, "2"):
+        with pytest.raises(ValueError, match="divide must be a finite number > 0"):
+            ErrorFeedback(n, divide=bad)
 
 
 def test_argument_errors_name_the_problem():
