@@ -27,14 +27,16 @@ maps both to ``R(v)``: the one that sent it holds ``R(v)`` already, and ``R`` wo
 it (which is why (3) may skip every slice sent or copied since its last reduction). So the
 result is the rounded final sum, identical everywhere.
 
-What a call costs beyond the uncompressed one (bf16 at 2 ranks, ring, ``n`` fp32 elements,
-per rank): ``Codec.send`` reads each half once (4 bytes/element) and writes 2 bytes of wire
-(and the rounded value, unless already rounded); ``Codec.add`` and the copy's decode read 2 bytes
-of wire where the uncompressed call reads 4 of scratch; MPI copies half the bytes. Error
-feedback is one more pass over the whole buffer and its residual (``Codec.feedback``: read 8
-bytes, write 8 bytes per element). A request's wire buffers are reused from requests gone
-before (``wire_buffers``): fresh ones would cost a page fault per 4 KiB at the first encode,
-more than the encode.
+What a call moves through memory (bf16, ring at 2 ranks, per rank, in units of the fp32
+buffer's size: a read and a write of it are 2): ``Codec.send`` of each half reads it and writes
+half as much wire (and the rounded value, unless already rounded), ``Codec.add`` reads the wire
+and reads and writes its half, the copy's decode reads wire and writes its half, and MPI moves
+the wire, half the uncompressed call's bytes: about as much as the uncompressed call (read,
+write and reduce scratch), not less. Error feedback adds its residual, read and written once
+(2 more), by riding on those first passes (``first_touches``). A request's wire buffers are
+reused from requests gone before (``wire_buffers``): fresh ones cost a page fault per 4 KiB at
+the first encode, more than the encode. So on one node, where memory is the wire, compression
+saves no time; it pays where the link is slower than memory (docs/training.md).
 
 * ``bf16``: the top 16 bits of the fp32, rounded to nearest, ties to even (NaN stays a quiet
   NaN); 2 bytes per element. Same exponent range as fp32: no overflow.
@@ -51,10 +53,14 @@ more than the encode.
 
 ``ErrorFeedback`` (Seide et al. 2014 1-bit SGD; Stich et al. 2018): before a compressed call the
 rank's input becomes ``x = g + e`` (``e`` the residual kept from the previous call), is rounded
-to ``R(x)`` -- which is then exactly what its first send carries -- and ``e = x - R(x)`` is kept
-(all three in one pass, ``Codec.feedback``).
+to ``R(x)`` -- which is then exactly what its first send carries -- and ``e = x - R(x)`` is kept.
 So the rank's own rounding error is not lost, only delayed. Rounding of partial sums at later
-hops is not fed back (no rank owns it).
+hops is not fed back (no rank owns it). The progress executor does this in the pass that first
+touches each slice -- the send that encodes it, or the reduction that adds into it (``fed=`` of
+``Codec.send``/``add``) -- and before the run only where another op comes first
+(``first_touches``): each element still gets ``R(x)`` from the input it was given, so the bits
+are those of ``ErrorFeedback.apply`` on the whole buffer first (``Codec.feedback``), which a
+test checks for every scheduled algorithm.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ from numba import njit
 from . import kernels
 
 __all__ = ["CODECS", "CHUNK", "Codec", "codec", "check_feedback", "cuts", "schedule_cuts",
-           "unrounded", "wire_buffers", "failed", "ErrorFeedback",
+           "unrounded", "first_touches", "wire_buffers", "failed", "ErrorFeedback",
            "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode",
            "int8_encode", "int8_decode", "int8_round"]
 
@@ -138,6 +144,29 @@ def bf16_feedback(x, e, d):
         r = np.uint32(np.uint32(_bf16_bits(v.view(np.uint32))) << np.uint32(16)).view(np.float32)
         x[i] = r
         e[i] = v - r
+
+
+@njit(cache=True, nogil=True)
+def bf16_send_fed(x, wire, e, d):
+    """``bf16_feedback`` then ``bf16_send``, in one pass (``x``, ``e`` fp32)."""
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        h = _bf16_bits(v.view(np.uint32))
+        r = np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+        wire[i] = h
+        e[i] = v - r
+        x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def bf16_add_fed(wire, acc, left, e, d):
+    """``bf16_feedback`` on ``acc``, then ``bf16_add``, in one pass."""
+    for i in range(wire.shape[0]):
+        v = np.float32(acc[i] / d + e[i])
+        r = np.uint32(np.uint32(_bf16_bits(v.view(np.uint32))) << np.uint32(16)).view(np.float32)
+        e[i] = v - r
+        w = np.uint32(np.uint32(wire[i]) << np.uint32(16)).view(np.float32)
+        acc[i] = w + r if left else r + w
 
 
 # ----------------------------------------------------------------------------- fp16
@@ -231,6 +260,27 @@ def fp16_feedback(x, e, d):
         r = np.uint32(_fp16_value(_fp16_bits(v.view(np.uint32)))).view(np.float32)
         x[i] = r
         e[i] = v - r
+
+
+@njit(cache=True, nogil=True)
+def fp16_send_fed(x, wire, e, d):
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        h = _fp16_bits(v.view(np.uint32))
+        r = np.uint32(_fp16_value(h)).view(np.float32)
+        wire[i] = h
+        e[i] = v - r
+        x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def fp16_add_fed(wire, acc, left, e, d):
+    for i in range(wire.shape[0]):
+        v = np.float32(acc[i] / d + e[i])
+        r = np.uint32(_fp16_value(_fp16_bits(v.view(np.uint32)))).view(np.float32)
+        e[i] = v - r
+        w = np.uint32(_fp16_value(wire[i])).view(np.float32)
+        acc[i] = w + r if left else r + w
 
 
 # ----------------------------------------------------------------------------- int8
@@ -336,20 +386,60 @@ def int8_add(scales, q, lo, cuts, acc, left):
         i = end
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _int8_fed_piece(x, e, d, i, end):
+    """Error feedback on one piece: ``v = x / d + e``, ``x = R(v)``, ``e = v - R(v)``."""
+    for j in range(i, end):
+        x[j] = x[j] / d + e[j]
+    s = np.float32(_piece_scale(x, i, end))
+    for j in range(i, end):
+        r = np.float32(np.int8(np.rint(x[j] / s)) * s) if s == s else np.float32(np.nan)
+        e[j] = x[j] - r
+        x[j] = r
+
+
 @njit(cache=True, nogil=True)
-def int8_feedback(x, e, d, cuts):
-    """``v = x / d + e; x = R(v); e = v - R(v)`` (the whole buffer: offset 0), piece by
-    piece."""
-    n, i, k = x.shape[0], 0, 0
+def int8_feedback(x, lo, e, d, cuts):
+    """``v = x / d + e; x = R(v); e = v - R(v)``, piece by piece (``x`` at offset ``lo``)."""
+    n, i = x.shape[0], 0
+    k = np.searchsorted(cuts, lo, side="right")
     while i < n:
-        end = min(n, cuts[k])
+        end = min(n, cuts[k] - lo)
+        _int8_fed_piece(x, e, d, i, end)
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_send_fed(x, lo, cuts, scales, q, e, d):
+    """``int8_feedback`` then ``int8_send``, piece by piece (each piece stays in cache)."""
+    n, i, c = x.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        _int8_fed_piece(x, e, d, i, end)
+        s = _piece_scale(x, i, end)
+        scales[c] = s
         for j in range(i, end):
-            x[j] = x[j] / d + e[j]
-        s = np.float32(_piece_scale(x, i, end))
+            q[j] = np.int8(np.rint(x[j] / s)) if s == s else np.int8(0)
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_add_fed(scales, q, lo, cuts, acc, left, e, d):
+    """``int8_feedback`` on ``acc``, then ``int8_add``, piece by piece."""
+    n, i, c = q.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        _int8_fed_piece(acc, e, d, i, end)
+        s = scales[c]
         for j in range(i, end):
-            r = np.float32(np.int8(np.rint(x[j] / s)) * s) if s == s else np.float32(np.nan)
-            e[j] = x[j] - r
-            x[j] = r
+            w = np.float32(q[j] * s)
+            acc[j] = w + acc[j] if left else acc[j] + w
+        c += 1
         k += 1
         i = end
 
@@ -385,13 +475,52 @@ def unrounded(count: int, plan) -> list:
         for _, lo, hi, reduce, _, _, into in recvs:
             if into < 0:                # (into_next: the sum waits in scratch)
                 dirty[at[lo]:at[hi]] = reduce
-    slices = []
-    for i in np.flatnonzero(dirty):
-        if slices and slices[-1][1] == edges[i]:
-            slices[-1] = (slices[-1][0], edges[i + 1])
+    return _merged([(edges[i], edges[i + 1]) for i in np.flatnonzero(dirty)])
+
+
+def first_touches(count: int, plan) -> tuple:
+    """Where error feedback rides on a schedule's first pass over its input: ``(steps,
+    before)``. ``steps[s] = (sends, recvs)`` says, per send and receive of step ``s``
+    (``Schedule.plan``'s order), whether it is the first op of the run to touch every element
+    of its slice and can add the residual in the same pass: a send (``Codec.send``), or a
+    reduction into the buffer (``Codec.add``: not an ``into_next`` one's accumulator, which
+    is decoded into scratch first). ``before``: the slices ``(lo, hi)`` no such op touches
+    first, where the residual is added before the run (``Codec.feedback``). Either way each
+    element gets ``R(x / d + e)`` from the input it was given, as if fed back whole first."""
+    edges = sorted({0, count} | {e for recvs, sends in plan for op in recvs + sends
+                                 for e in op[1:3]})
+    at = {e: i for i, e in enumerate(edges)}
+    toucher = np.full(len(edges) - 1, -1)       # per piece between edges: the first op's id
+    ops = []                                    # per op id: (its pieces, whether it can feed)
+    for recvs, sends in plan:
+        accs = {into for *_, into in recvs}
+        step = [(lo, hi, True) for _, lo, hi in sends]
+        step += [(lo, hi, reduce and scratch_at not in accs) if into < 0 else (lo, lo, False)
+                 for _, lo, hi, reduce, _, scratch_at, into in recvs]   # (into_next: scratch)
+        for lo, hi, can in step:
+            pieces = toucher[at[lo]:at[hi]]
+            pieces[pieces < 0] = len(ops)
+            ops.append((at[lo], at[hi], can))
+    fed = [can and bool((toucher[a:b] == k).all()) for k, (a, b, can) in enumerate(ops)]
+    steps, k = [], 0
+    for recvs, sends in plan:
+        steps.append((tuple(fed[k:k + len(sends)]),
+                      tuple(fed[k + len(sends):k + len(sends) + len(recvs)])))
+        k += len(sends) + len(recvs)
+    before = [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)
+              if toucher[i] < 0 or not fed[toucher[i]]]
+    return tuple(steps), _merged(before)
+
+
+def _merged(slices: list) -> list:
+    """Sorted slices, the adjacent ones joined."""
+    out = []
+    for lo, hi in slices:
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
         else:
-            slices.append((edges[i], edges[i + 1]))
-    return slices
+            out.append((lo, hi))
+    return out
 
 
 def _pieces(lo: int, n: int, cuts: np.ndarray) -> int:
@@ -451,39 +580,52 @@ class Codec:
         else:
             fp16_round(x.view(np.uint32))
 
-    def send(self, x: np.ndarray, lo: int, wire: np.ndarray, cuts=None) -> None:
-        """``encode`` and ``round`` in one pass: the sender keeps exactly what it sends."""
+    def send(self, x: np.ndarray, lo: int, wire: np.ndarray, cuts=None, fed=None) -> None:
+        """``encode`` and ``round`` in one pass: the sender keeps exactly what it sends.
+        ``fed=(e, divide)``: ``feedback`` on the slice first, in the same pass (``e``: the
+        slice's residual)."""
         if self.name == "int8":
             cuts = _default(cuts, lo + x.size)
             c = 4 * _pieces(lo, x.size, cuts)
-            int8_send(x, lo, cuts, wire[:c].view(np.float32), wire[c:].view(np.int8))
-        elif self.name == "bf16":
-            bf16_send(x.view(np.uint32), wire.view(np.uint16))
+            scales, q = wire[:c].view(np.float32), wire[c:].view(np.int8)
+            if fed is None:
+                int8_send(x, lo, cuts, scales, q)
+            else:
+                int8_send_fed(x, lo, cuts, scales, q, fed[0], np.float32(fed[1]))
+        elif fed is not None:
+            (bf16_send_fed if self.name == "bf16" else fp16_send_fed)(
+                x, wire.view(np.uint16), fed[0], np.float32(fed[1]))
         else:
-            fp16_send(x.view(np.uint32), wire.view(np.uint16))
+            (bf16_send if self.name == "bf16" else fp16_send)(x.view(np.uint32),
+                                                              wire.view(np.uint16))
 
-    def add(self, wire: np.ndarray, lo: int, acc: np.ndarray, left: bool, cuts=None) -> None:
+    def add(self, wire: np.ndarray, lo: int, acc: np.ndarray, left: bool, cuts=None,
+            fed=None) -> None:
         """``decode`` and the fp32 sum into ``acc`` in one pass, no scratch: ``acc =
-        decoded + acc`` if ``left`` else ``acc + decoded`` (``Recv.left``'s order)."""
+        decoded + acc`` if ``left`` else ``acc + decoded`` (``Recv.left``'s order).
+        ``fed=(e, divide)``: ``feedback`` on ``acc`` first, in the same pass."""
         if self.name == "int8":
             cuts = _default(cuts, lo + acc.size)
             c = 4 * _pieces(lo, acc.size, cuts)
-            int8_add(wire[:c].view(np.float32), wire[c:].view(np.int8), lo, cuts, acc, left)
-        elif self.name == "bf16":
-            bf16_add(wire.view(np.uint16), acc, left)
+            scales, q = wire[:c].view(np.float32), wire[c:].view(np.int8)
+            if fed is None:
+                int8_add(scales, q, lo, cuts, acc, left)
+            else:
+                int8_add_fed(scales, q, lo, cuts, acc, left, fed[0], np.float32(fed[1]))
+        elif fed is not None:
+            (bf16_add_fed if self.name == "bf16" else fp16_add_fed)(
+                wire.view(np.uint16), acc, left, fed[0], np.float32(fed[1]))
         else:
-            fp16_add(wire.view(np.uint16), acc, left)
+            (bf16_add if self.name == "bf16" else fp16_add)(wire.view(np.uint16), acc, left)
 
-    def feedback(self, x: np.ndarray, e: np.ndarray, cuts=None, divide=1) -> None:
-        """Error feedback in one pass over the whole buffer: ``v = x / divide + e``, ``x =
-        R(v)``, ``e = v - R(v)`` (fp32 arithmetic)."""
+    def feedback(self, x: np.ndarray, e: np.ndarray, cuts=None, divide=1, lo: int = 0) -> None:
+        """Error feedback in one pass over the slice ``x`` (offset ``lo``) and its residual
+        ``e``: ``v = x / divide + e``, ``x = R(v)``, ``e = v - R(v)`` (fp32 arithmetic)."""
         d = np.float32(divide)
         if self.name == "int8":
-            int8_feedback(x, e, d, _default(cuts, x.size))
-        elif self.name == "bf16":
-            bf16_feedback(x, e, d)
+            int8_feedback(x, lo, e, d, _default(cuts, lo + x.size))
         else:
-            fp16_feedback(x, e, d)
+            (bf16_feedback if self.name == "bf16" else fp16_feedback)(x, e, d)
 
 
 def _default(given, count: int) -> np.ndarray:
@@ -534,9 +676,10 @@ def warmup() -> None:
             c.encode(x, 0, w)
             c.decode(w, 0, x)
             c.round(x, 0)
-            c.send(x, 0, w)
-            for left in (False, True):
-                c.add(w, 0, x, left)
+            for fed in (None, (e, 1)):
+                c.send(x, 0, w, None, fed)
+                for left in (False, True):
+                    c.add(w, 0, x, left, None, fed)
             c.feedback(x, e)
     _warm = True
 

@@ -116,8 +116,12 @@ class Request:
         self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
         with priority():                # local work: the progress thread gives way
             self._steps = () if schedule is None else self._prepare(schedule, buf)
-        self._unrounded = compression.unrounded(buf.size, schedule.plan) \
-            if codec is not None and schedule is not None and buf is not None else ()
+        self._feedback = None           # the ErrorFeedback of the run under way (feed_back)
+        self._unrounded, self._fed_steps, self._fed_before = (), (), ()
+        if codec is not None and schedule is not None and buf is not None:
+            self._unrounded = compression.unrounded(buf.size, schedule.plan)
+            self._fed_steps, self._fed_before = compression.first_touches(buf.size,
+                                                                          schedule.plan)
         self._nsteps = 1 if library is not None or deferred is not None else len(self._steps)
         self._finished = threading.Event()
         self._finished.set()
@@ -409,10 +413,11 @@ class Request:
             return
         recvs, sends, sent, received = self._steps[self._index]
         pending = [comm.Irecv(into, src, tag) for src, into, _, _ in recvs]
-        for dst, out, enc in sends:
-            if enc is not None:
+        for k, (dst, out, enc) in enumerate(sends):
+            if enc is not None:                 # encoded; the sender keeps what it sends
                 x, lo, wire = enc
-                codec.send(x, lo, wire, cuts)       # encoded; the sender keeps what it sends
+                codec.send(x, lo, wire, cuts, self._fed(self._fed_steps[self._index][0][k],
+                                                        lo, x.size))
             pending.append(comm.Isend(out, dst, tag))
         self._pending = pending
         self._peers = [r[0] for r in recvs] + [s[0] for s in sends]
@@ -420,6 +425,23 @@ class Request:
         traffic["bytes_sent"] += sent
         traffic["bytes_received"] += received
         traffic["messages_sent"] += len(sends)
+
+    def feed_back(self, error_feedback) -> None:
+        """Add ``error_feedback``'s residual into the next run's input (before ``start``): on
+        the slices no first pass of the schedule takes it along now, on the others as the run
+        first sends or reduces them (``compression.first_touches``: one pass fewer)."""
+        e, buf = error_feedback.residual, self._buf
+        if e.size != buf.size or buf.dtype != np.float32:
+            raise ValueError(f"ErrorFeedback holds {e.size} fp32 elements, the buffer has "
+                             f"{buf.size} {buf.dtype}")
+        for lo, hi in self._fed_before:
+            self._codec.feedback(buf[lo:hi], e[lo:hi], self._cuts, error_feedback.divide, lo)
+        self._feedback = error_feedback
+
+    def _fed(self, first: bool, lo: int, n: int):
+        """``Codec.send``/``add``'s ``fed`` for an op that touches its slice first, or None."""
+        ef = self._feedback
+        return (ef.residual[lo:lo + n], ef.divide) if first and ef is not None else None
 
     def _step_bytes(self) -> int:
         """The bytes the current step sends and receives (0 for a library or deferred one)."""
@@ -438,11 +460,13 @@ class Request:
             if dec is not None:         # accumulator is a later receive's scratch
                 wire, lo, target = dec
                 codec.decode(wire, lo, target, cuts)
-        for _, _, _, red in recvs:
+        for k, (_, _, _, red) in enumerate(recvs):
             if red is not None:
                 acc, incoming, left = red
                 if type(incoming) is tuple:     # (wire, lo): decode and sum in one pass
-                    codec.add(*incoming, acc, left, cuts)
+                    wire, lo = incoming
+                    codec.add(wire, lo, acc, left, cuts,
+                              self._fed(self._fed_steps[self._index][1][k], lo, acc.size))
                 elif left:                      # acc = op(incoming, acc)
                     reduce_into(incoming, acc)
                     acc[...] = incoming
@@ -478,7 +502,7 @@ class Request:
             self._post()
 
     def _complete(self) -> None:
-        self._pending = []
+        self._pending, self._feedback = [], None
         try:
             for lo, hi in self._unrounded:      # see mpicoll.compression
                 self._codec.round(self._buf[lo:hi], lo, self._cuts)
@@ -497,7 +521,7 @@ class Request:
         raw = isinstance(exc, MPI.Exception) and self._call is not None
         if raw:     # the MPI library failed in a step (a dead peer): named, the comm broken
             exc = self._call.interrupted(exc)
-        self._error = exc
+        self._error, self._feedback = exc, None
         self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
         state = self._state

@@ -192,6 +192,31 @@ def test_compressed_allreduce_same_bits_everywhere_and_fewer_bytes(comm, compres
     agree(comm, np.abs(plain - exact).max() < 1e-4 * np.abs(exact).max(), "plain result wrong")
 
 
+@pytest.mark.max_ranks(5)
+@pytest.mark.parametrize("compress", ["bf16", "fp16"])
+@pytest.mark.parametrize("algorithm", [a for a in COLLECTIVES["allreduce"]
+                                       if lookup("allreduce", a).scheduled])
+def test_error_feedback_rides_on_the_first_passes_unchanged(comm, compress, algorithm):
+    """The residual added where the run first touches each slice gives the bits of adding it
+    to the whole input first (ErrorFeedback.apply, then the call without it): the result and
+    the residual kept, over three calls, with a divisor."""
+    rank, n = comm.Get_rank(), 50_001
+    rng = np.random.default_rng(rank)
+    fed, first = mpicoll.ErrorFeedback(n, divide=3), mpicoll.ErrorFeedback(n, divide=3)
+    same = True
+    with environment(MPICOLL_RANKS_PER_NODE="2"):
+        for _ in range(3):
+            x = rng.standard_normal(n).astype(np.float32)
+            out = mpicoll.allreduce(x, algorithm=algorithm, comm=comm, compress=compress,
+                                    error_feedback=fed)
+            y = x.copy()
+            first.apply(compression.CODECS[compress], y)
+            want = mpicoll.allreduce(y, algorithm=algorithm, comm=comm, compress=compress)
+            same &= np.array_equal(out.view(np.uint32), want.view(np.uint32)) and \
+                np.array_equal(fed.residual.view(np.uint32), first.residual.view(np.uint32))
+    agree(comm, same and np.abs(fed.residual).max() > 0, "error feedback differs")
+
+
 def test_buckets_average_in_bucket_order(comm):
     """Gradients ready in a different order on each rank: buckets still start in bucket order
     (no mismatched tags) and hold the exact average."""

@@ -146,6 +146,28 @@ def test_fused_passes_equal_the_codecs_steps(name):
             codec.round(r, 0)
             assert np.array_equal(bits(got), bits(r)) and np.array_equal(bits(e), bits(v - r))
 
+    # send and add with the feedback in the same pass: as feedback on the slice, then the op
+    # (the slice at offset lo: int8's pieces follow cuts)
+    x, e0 = x[:3 * CHUNK], e0[:3 * CHUNK]
+    cuts = compression.cuts(lo + x.size, (lo + 300, lo + 301))
+    fed_x, fed_e, fed_wire = x.copy(), e0.copy(), np.zeros(codec.wire_bytes(lo, x.size, cuts),
+                                                            np.uint8)
+    codec.send(fed_x, lo, fed_wire, cuts, (fed_e, 3))
+    want_x, want_e, want_wire = x.copy(), e0.copy(), np.zeros_like(fed_wire)
+    with np.errstate(over="ignore", invalid="ignore"):
+        codec.feedback(want_x, want_e, cuts, 3, lo)
+        codec.send(want_x, lo, want_wire, cuts)
+        assert np.array_equal(fed_wire, want_wire) and np.array_equal(bits(fed_x), bits(want_x))
+        assert np.array_equal(bits(fed_e), bits(want_e))
+        for left in (False, True):
+            fed_acc, fed_e = acc0[:x.size].copy(), e0.copy()
+            codec.add(want_wire, lo, fed_acc, left, cuts, (fed_e, 3))
+            want_acc, want_e = acc0[:x.size].copy(), e0.copy()
+            codec.feedback(want_acc, want_e, cuts, 3, lo)
+            codec.add(want_wire, lo, want_acc, left, cuts)
+            assert np.array_equal(bits(fed_acc), bits(want_acc)), left
+            assert np.array_equal(bits(fed_e), bits(want_e)), left
+
 
 def test_unrounded_slices_follow_the_schedule():
     """Only what a reduction wrote last (or no step sent nor copied in) is left for the final
@@ -159,6 +181,22 @@ def test_unrounded_slices_follow_the_schedule():
     assert compression.unrounded(12, plan) == [(0, 5), (10, 12)]
     plan = ((((1, 0, 5, False, False, 0, -1),), ((1, 5, 10),)),)    # copy 0:5, send 5:10
     assert compression.unrounded(12, plan) == [(10, 12)]
+
+
+def test_first_touches_feed_back_where_a_send_or_reduction_comes_first():
+    """Error feedback rides on the op that touches a slice first if it is a send or a
+    reduction into the buffer summed from the wire; elsewhere it is added before the run (a
+    copy overwrites first; an into_next accumulator is decoded into scratch first)."""
+    recv = lambda lo, hi, reduce, at=0, into=-1: (1, lo, hi, reduce, False, at, into)  # noqa
+    plan = (((recv(0, 4, False),), ((1, 4, 8),)),      # copy 0:4, send 4:8
+            ((recv(8, 10, True),), ((1, 0, 10),)))      # send 0:10, then reduce 8:10
+    steps, before = compression.first_touches(12, plan)
+    assert steps == (((True,), (False,)), ((False,), (False,)))
+    assert before == [(0, 4), (8, 12)]
+    plan = (((recv(0, 6, True, 0, 6), recv(0, 6, True, 6)), ()),    # naive's into_next fold
+            ((recv(6, 9, True),), ()))
+    steps, before = compression.first_touches(9, plan)
+    assert steps == (((), (False, False)), ((), (True,))) and before == [(0, 6)]
 
 
 def test_wire_bytes_are_half_and_a_quarter_plus_scales():
