@@ -10,14 +10,18 @@ At each size (fp32, MiB) three calls take turns, ``--rounds`` times each, all
 seeded gradients (not timed) and the ranks meet in a barrier. Per call: its wall time and the
 process's CPU time (every thread's: the progress thread does the work), and its minor page
 faults (fresh memory first touched: a buffer the call allocates and writes). ratio = compressed /
-uncompressed of the medians (< 1: compression pays). Writes DIR/compress_cost-np<N>.json.
+uncompressed of the medians (< 1: compression pays). Writes DIR/compress_cost-np<N>.json;
+``python jobs/experiments/compress_cost.py --table A.json [B.json ...]`` prints docs/training.md's
+table: per size, the median over the files (runs) of each run's medians (no MPI).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
+import sys
 import time
 
 from mpi4py import MPI
@@ -42,6 +46,21 @@ def one(kind: str, x: np.ndarray, grad: np.ndarray, ef, compress: str, algorithm
     mpicoll.iallreduce(MPI.IN_PLACE, x, algorithm=algorithm, comm=comm, **kw).wait()
     return (time.perf_counter() - wall, time.process_time() - cpu,
             resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+
+
+def table(paths) -> str:
+    """Per size: wall and CPU ms of each kind, and compressed + EF / uncompressed."""
+    runs = [json.loads(open(p).read()) for p in paths]
+    out = ["| MiB | uncompressed ms (CPU) | bf16 ms (CPU) | bf16 + EF ms (CPU) | "
+           "bf16 + EF / uncompressed, wall (CPU) |", "|---:|---:|---:|---:|---:|"]
+    for k, row in enumerate(runs[0]["rows"]):
+        med = {kind: {m: statistics.median(r["rows"][k]["median"][kind][m] for r in runs)
+                      for m in ("wall_ms", "cpu_ms")} for kind in KINDS}
+        cells = [f"{med[kind]['wall_ms']:.1f} ({med[kind]['cpu_ms']:.1f})" for kind in KINDS]
+        ratio = [med["codec+ef"][m] / med["none"][m] for m in ("wall_ms", "cpu_ms")]
+        out.append(f"| {row['mib']:g} | " + " | ".join(cells) +
+                   f" | {ratio[0]:.2f} ({ratio[1]:.2f}) |")
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -83,4 +102,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--table"]:            # a table of recorded runs; no MPI
+        print(table(sys.argv[2:]))
+    else:
+        main()
