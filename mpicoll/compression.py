@@ -688,7 +688,7 @@ def warmup() -> None:
 
 _spare: dict = {}           # bytes -> wire buffers whose requests are gone, newest size last
 _spare_lock = threading.RLock()          # (a finalizer may run inside wire_buffers)
-SPARE_SIZES, SPARE_EACH = 8, 4
+SPARE_EACH, SPARE_BYTES = 4, 256 << 20  # kept: at most 4 of a size, 256 MiB in all
 
 
 def wire_buffers(owner, *sizes: int) -> list:
@@ -720,8 +720,8 @@ def _spare_again(bufs: list, reusable: list) -> None:
             _spare[b.size] = kept                   # (now the newest size)
             if len(kept) < SPARE_EACH:
                 kept.append(b)
-        while len(_spare) > SPARE_SIZES:
-            del _spare[next(iter(_spare))]
+        while sum(n * len(kept) for n, kept in _spare.items()) > SPARE_BYTES:
+            del _spare[next(iter(_spare))]          # the oldest size goes first
 
 
 # ----------------------------------------------------------------------------- error feedback

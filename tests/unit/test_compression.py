@@ -199,6 +199,27 @@ def test_first_touches_feed_back_where_a_send_or_reduction_comes_first():
     assert steps == (((), (False, False)), ((), (True,))) and before == [(0, 6)]
 
 
+def test_wire_buffers_are_reused_once_their_request_is_gone():
+    """A request gone gives its wire buffers to the next of the same sizes; one that failed
+    (an MPI send may still read them) or lives on does not."""
+    class Owner:
+        pass
+    first = Owner()
+    a, b = compression.wire_buffers(first, 1000, 2000)
+    held = Owner()
+    c, = compression.wire_buffers(held, 1000)
+    assert c is not a
+    del first
+    again = Owner()
+    a2, b2 = compression.wire_buffers(again, 1000, 2000)
+    assert a2 is a and b2 is b
+    compression.failed(again)
+    del again
+    fresh = Owner()
+    a3, = compression.wire_buffers(fresh, 1000)
+    assert a3 is not a and a3 is not c and a3.size == 1000 and a3.dtype == np.uint8
+
+
 def test_wire_bytes_are_half_and_a_quarter_plus_scales():
     for n in (1, 255, 256, 257, 10_000, 1 << 20):
         assert CODECS["bf16"].wire_bytes(0, n) == CODECS["fp16"].wire_bytes(7, n) == 2 * n
