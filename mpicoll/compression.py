@@ -5,13 +5,16 @@
     mpicoll.allreduce(grad, compress="int8", error_feedback=ef)       # a quarter, plus scales
 
 A codec is a *rounding* ``R`` of fp32 values plus its wire format. The progress executor
-(``mpicoll.executors.progress``) applies it in three places:
+(``mpicoll.executors.progress``) applies it in three places, each one pass over the slice:
 
-1. on every send of a schedule it encodes the slice into a wire buffer, **decodes that wire
-   buffer back into the sender's own copy** (so the sender keeps exactly the value it sent),
-   and sends the wire buffer;
-2. the receiver decodes into fp32, then reduces in fp32 (or copies);
-3. when the collective ends, every rank rounds its whole buffer once: ``buf = R(buf)``.
+1. on every send of a schedule, ``Codec.send`` encodes the slice into a wire buffer and rounds
+   the sender's own copy in the same pass (so the sender keeps exactly the value it sent);
+2. the receiver decodes and reduces in fp32 in one pass (``Codec.add``; only a receive that is
+   an ``Recv.into_next`` accumulator is decoded into scratch first), or decodes a copy
+   straight into its buffer;
+3. when the collective ends, every rank rounds what it may still hold unrounded, ``buf =
+   R(buf)`` on the slices ``unrounded`` names: a reduction wrote them (or nothing touched
+   them) after the rank last sent or received them. The ring leaves none.
 
 Why every rank then ends with the same bits: ``R`` acts piece by piece on fixed pieces of the
 flat buffer (bf16, fp16: each element; int8: the pieces below) and is idempotent,
@@ -20,7 +23,20 @@ same bits because one copied the other's value, or both computed the same reduct
 operand order (``Recv.left``). With (1) a copy is ``R(v)`` at both ends; twins that computed the
 same ``v`` may differ only in that one of them has since sent it (``R(v)``) and the other not
 (``v``) -- recursive doubling's fold of a non-power-of-two size does exactly that -- and (3)
-maps both to ``R(v)``. So the result is the rounded final sum, identical everywhere.
+maps both to ``R(v)``: the one that sent it holds ``R(v)`` already, and ``R`` would not change
+it (which is why (3) may skip every slice sent or copied since its last reduction). So the
+result is the rounded final sum, identical everywhere.
+
+What a call moves through memory (bf16, ring at 2 ranks, per rank, in units of the fp32
+buffer's size: a read and a write of it are 2): ``Codec.send`` of each half reads it and writes
+half as much wire (and the rounded value, unless already rounded), ``Codec.add`` reads the wire
+and reads and writes its half, the copy's decode reads wire and writes its half, and MPI moves
+the wire, half the uncompressed call's bytes: about as much as the uncompressed call (read,
+write and reduce scratch), not less. Error feedback adds its residual, read and written once
+(2 more), by riding on those first passes (``first_touches``). A request's wire buffers are
+reused from requests gone before (``wire_buffers``): fresh ones cost a page fault per 4 KiB at
+the first encode, more than the encode. So on one node, where memory is the wire, compression
+saves no time; it pays where the link is slower than memory (docs/training.md).
 
 * ``bf16``: the top 16 bits of the fp32, rounded to nearest, ties to even (NaN stays a quiet
   NaN); 2 bytes per element. Same exponent range as fp32: no overflow.
@@ -39,12 +55,19 @@ maps both to ``R(v)``. So the result is the rounded final sum, identical everywh
 rank's input becomes ``x = g + e`` (``e`` the residual kept from the previous call), is rounded
 to ``R(x)`` -- which is then exactly what its first send carries -- and ``e = x - R(x)`` is kept.
 So the rank's own rounding error is not lost, only delayed. Rounding of partial sums at later
-hops is not fed back (no rank owns it).
+hops is not fed back (no rank owns it). The progress executor does this in the pass that first
+touches each slice -- the send that encodes it, or the reduction that adds into it (``fed=`` of
+``Codec.send``/``add``) -- and before the run only where another op comes first
+(``first_touches``): each element still gets ``R(x)`` from the input it was given, so the bits
+are those of ``ErrorFeedback.apply`` on the whole buffer first (``Codec.feedback``), which a
+test checks for every scheduled algorithm.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 
 import numpy as np
 from numba import njit
@@ -52,7 +75,7 @@ from numba import njit
 from . import kernels
 
 __all__ = ["CODECS", "CHUNK", "Codec", "codec", "check_feedback", "cuts", "schedule_cuts",
-           "ErrorFeedback",
+           "unrounded", "first_touches", "wire_buffers", "failed", "ErrorFeedback",
            "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode",
            "int8_encode", "int8_decode", "int8_round"]
 
@@ -89,6 +112,61 @@ def bf16_round(x):
     """``x = R(x)`` in place (``x`` viewed as uint32)."""
     for i in range(x.shape[0]):
         x[i] = np.uint32(_bf16_bits(x[i])) << np.uint32(16)
+
+
+@njit(cache=True, nogil=True)
+def bf16_send(x, wire):
+    """``wire[i] = bf16(x[i])`` and ``x[i] = R(x[i])``, in one pass (``x`` viewed as uint32; a
+    value already rounded is not written again)."""
+    for i in range(x.shape[0]):
+        h = _bf16_bits(x[i])
+        wire[i] = h
+        r = np.uint32(np.uint32(h) << np.uint32(16))
+        if r != x[i]:
+            x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def bf16_add(wire, acc, left):
+    """``acc[i] = fp32(wire[i]) + acc[i]`` (``left``) or ``acc[i] + fp32(wire[i])``: the
+    decode and the fp32 sum in one pass (``acc`` fp32)."""
+    for i in range(wire.shape[0]):
+        w = np.uint32(np.uint32(wire[i]) << np.uint32(16)).view(np.float32)
+        acc[i] = w + acc[i] if left else acc[i] + w
+
+
+@njit(cache=True, nogil=True)
+def bf16_feedback(x, e, d):
+    """``v = x[i] / d + e[i]; x[i] = R(v); e[i] = v - R(v)`` in one pass (fp32 arrays, fp32
+    ``d``)."""
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        r = np.uint32(np.uint32(_bf16_bits(v.view(np.uint32))) << np.uint32(16)).view(np.float32)
+        x[i] = r
+        e[i] = v - r
+
+
+@njit(cache=True, nogil=True)
+def bf16_send_fed(x, wire, e, d):
+    """``bf16_feedback`` then ``bf16_send``, in one pass (``x``, ``e`` fp32)."""
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        h = _bf16_bits(v.view(np.uint32))
+        r = np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+        wire[i] = h
+        e[i] = v - r
+        x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def bf16_add_fed(wire, acc, left, e, d):
+    """``bf16_feedback`` on ``acc``, then ``bf16_add``, in one pass."""
+    for i in range(wire.shape[0]):
+        v = np.float32(acc[i] / d + e[i])
+        r = np.uint32(np.uint32(_bf16_bits(v.view(np.uint32))) << np.uint32(16)).view(np.float32)
+        e[i] = v - r
+        w = np.uint32(np.uint32(wire[i]) << np.uint32(16)).view(np.float32)
+        acc[i] = w + r if left else r + w
 
 
 # ----------------------------------------------------------------------------- fp16
@@ -156,6 +234,53 @@ def fp16_decode(wire, out):
 def fp16_round(x):
     for i in range(x.shape[0]):
         x[i] = _fp16_value(_fp16_bits(x[i]))
+
+
+@njit(cache=True, nogil=True)
+def fp16_send(x, wire):
+    for i in range(x.shape[0]):
+        h = _fp16_bits(x[i])
+        wire[i] = h
+        r = _fp16_value(h)
+        if r != x[i]:
+            x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def fp16_add(wire, acc, left):
+    for i in range(wire.shape[0]):
+        w = np.uint32(_fp16_value(wire[i])).view(np.float32)
+        acc[i] = w + acc[i] if left else acc[i] + w
+
+
+@njit(cache=True, nogil=True)
+def fp16_feedback(x, e, d):
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        r = np.uint32(_fp16_value(_fp16_bits(v.view(np.uint32)))).view(np.float32)
+        x[i] = r
+        e[i] = v - r
+
+
+@njit(cache=True, nogil=True)
+def fp16_send_fed(x, wire, e, d):
+    for i in range(x.shape[0]):
+        v = np.float32(x[i] / d + e[i])
+        h = _fp16_bits(v.view(np.uint32))
+        r = np.uint32(_fp16_value(h)).view(np.float32)
+        wire[i] = h
+        e[i] = v - r
+        x[i] = r
+
+
+@njit(cache=True, nogil=True)
+def fp16_add_fed(wire, acc, left, e, d):
+    for i in range(wire.shape[0]):
+        v = np.float32(acc[i] / d + e[i])
+        r = np.uint32(_fp16_value(_fp16_bits(v.view(np.uint32)))).view(np.float32)
+        e[i] = v - r
+        w = np.uint32(_fp16_value(wire[i])).view(np.float32)
+        acc[i] = w + r if left else r + w
 
 
 # ----------------------------------------------------------------------------- int8
@@ -228,6 +353,97 @@ def int8_round(x, lo, cuts):
         i = end
 
 
+@njit(cache=True, nogil=True)
+def int8_send(x, lo, cuts, scales, q):
+    """``int8_encode``, and ``x = R(x)`` in the same pass."""
+    n, i, c = x.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        s = _piece_scale(x, i, end)
+        scales[c] = s
+        for j in range(i, end):
+            q[j] = np.int8(np.rint(x[j] / s)) if s == s else np.int8(0)
+            x[j] = np.float32(q[j] * s)
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_add(scales, q, lo, cuts, acc, left):
+    """``int8_decode`` and the fp32 sum into ``acc`` in one pass (``left``: as ``bf16_add``)."""
+    n, i, c = q.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        s = scales[c]
+        for j in range(i, end):
+            w = np.float32(q[j] * s)
+            acc[j] = w + acc[j] if left else acc[j] + w
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int8_fed_piece(x, e, d, i, end):
+    """Error feedback on one piece: ``v = x / d + e``, ``x = R(v)``, ``e = v - R(v)``."""
+    for j in range(i, end):
+        x[j] = x[j] / d + e[j]
+    s = np.float32(_piece_scale(x, i, end))
+    for j in range(i, end):
+        r = np.float32(np.int8(np.rint(x[j] / s)) * s) if s == s else np.float32(np.nan)
+        e[j] = x[j] - r
+        x[j] = r
+
+
+@njit(cache=True, nogil=True)
+def int8_feedback(x, lo, e, d, cuts):
+    """``v = x / d + e; x = R(v); e = v - R(v)``, piece by piece (``x`` at offset ``lo``)."""
+    n, i = x.shape[0], 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        _int8_fed_piece(x, e, d, i, end)
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_send_fed(x, lo, cuts, scales, q, e, d):
+    """``int8_feedback`` then ``int8_send``, piece by piece (each piece stays in cache)."""
+    n, i, c = x.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        _int8_fed_piece(x, e, d, i, end)
+        s = _piece_scale(x, i, end)
+        scales[c] = s
+        for j in range(i, end):
+            q[j] = np.int8(np.rint(x[j] / s)) if s == s else np.int8(0)
+        c += 1
+        k += 1
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def int8_add_fed(scales, q, lo, cuts, acc, left, e, d):
+    """``int8_feedback`` on ``acc``, then ``int8_add``, piece by piece."""
+    n, i, c = q.shape[0], 0, 0
+    k = np.searchsorted(cuts, lo, side="right")
+    while i < n:
+        end = min(n, cuts[k] - lo)
+        _int8_fed_piece(acc, e, d, i, end)
+        s = scales[c]
+        for j in range(i, end):
+            w = np.float32(q[j] * s)
+            acc[j] = w + acc[j] if left else acc[j] + w
+        c += 1
+        k += 1
+        i = end
+
+
 def cuts(count: int, boundaries=()) -> np.ndarray:
     """int8's pieces of a buffer of ``count`` elements: cut at every multiple of ``CHUNK`` and
     at ``boundaries`` (every slice edge of every rank's schedule), as sorted absolute offsets
@@ -242,6 +458,69 @@ def schedule_cuts(count: int, schedules) -> np.ndarray:
     """``cuts`` for the slice edges of ``schedules`` (those of every rank of one collective)."""
     return cuts(count, {e for sched in schedules for step in sched.steps
                         for op in step for e in (op.lo, op.hi)})
+
+
+def unrounded(count: int, plan) -> list:
+    """The slices ``(lo, hi)`` of a rank's buffer that may not be rounded when its schedule's
+    ``plan`` (``Schedule.plan``) ends, compressed: its input, less every slice it sent since
+    (rounded as sent) or received as a copy (decoded), plus every slice a reduction wrote since
+    (a fresh fp32 sum). Only these need the final ``R`` (``R`` is idempotent)."""
+    edges = sorted({0, count} | {e for recvs, sends in plan for op in recvs + sends
+                                 for e in op[1:3]})
+    at = {e: i for i, e in enumerate(edges)}
+    dirty = np.ones(len(edges) - 1, bool)
+    for recvs, sends in plan:
+        for _, lo, hi in sends:
+            dirty[at[lo]:at[hi]] = False
+        for _, lo, hi, reduce, _, _, into in recvs:
+            if into < 0:                # (into_next: the sum waits in scratch)
+                dirty[at[lo]:at[hi]] = reduce
+    return _merged([(edges[i], edges[i + 1]) for i in np.flatnonzero(dirty)])
+
+
+def first_touches(count: int, plan) -> tuple:
+    """Where error feedback rides on a schedule's first pass over its input: ``(steps,
+    before)``. ``steps[s] = (sends, recvs)`` says, per send and receive of step ``s``
+    (``Schedule.plan``'s order), whether it is the first op of the run to touch every element
+    of its slice and can add the residual in the same pass: a send (``Codec.send``), or a
+    reduction into the buffer (``Codec.add``: not an ``into_next`` one's accumulator, which
+    is decoded into scratch first). ``before``: the slices ``(lo, hi)`` no such op touches
+    first, where the residual is added before the run (``Codec.feedback``). Either way each
+    element gets ``R(x / d + e)`` from the input it was given, as if fed back whole first."""
+    edges = sorted({0, count} | {e for recvs, sends in plan for op in recvs + sends
+                                 for e in op[1:3]})
+    at = {e: i for i, e in enumerate(edges)}
+    toucher = np.full(len(edges) - 1, -1)       # per piece between edges: the first op's id
+    ops = []                                    # per op id: (its pieces, whether it can feed)
+    for recvs, sends in plan:
+        accs = {into for *_, into in recvs}
+        step = [(lo, hi, True) for _, lo, hi in sends]
+        step += [(lo, hi, reduce and scratch_at not in accs) if into < 0 else (lo, lo, False)
+                 for _, lo, hi, reduce, _, scratch_at, into in recvs]   # (into_next: scratch)
+        for lo, hi, can in step:
+            pieces = toucher[at[lo]:at[hi]]
+            pieces[pieces < 0] = len(ops)
+            ops.append((at[lo], at[hi], can))
+    fed = [can and bool((toucher[a:b] == k).all()) for k, (a, b, can) in enumerate(ops)]
+    steps, k = [], 0
+    for recvs, sends in plan:
+        steps.append((tuple(fed[k:k + len(sends)]),
+                      tuple(fed[k + len(sends):k + len(sends) + len(recvs)])))
+        k += len(sends) + len(recvs)
+    before = [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)
+              if toucher[i] < 0 or not fed[toucher[i]]]
+    return tuple(steps), _merged(before)
+
+
+def _merged(slices: list) -> list:
+    """Sorted slices, the adjacent ones joined."""
+    out = []
+    for lo, hi in slices:
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _pieces(lo: int, n: int, cuts: np.ndarray) -> int:
@@ -301,6 +580,53 @@ class Codec:
         else:
             fp16_round(x.view(np.uint32))
 
+    def send(self, x: np.ndarray, lo: int, wire: np.ndarray, cuts=None, fed=None) -> None:
+        """``encode`` and ``round`` in one pass: the sender keeps exactly what it sends.
+        ``fed=(e, divide)``: ``feedback`` on the slice first, in the same pass (``e``: the
+        slice's residual)."""
+        if self.name == "int8":
+            cuts = _default(cuts, lo + x.size)
+            c = 4 * _pieces(lo, x.size, cuts)
+            scales, q = wire[:c].view(np.float32), wire[c:].view(np.int8)
+            if fed is None:
+                int8_send(x, lo, cuts, scales, q)
+            else:
+                int8_send_fed(x, lo, cuts, scales, q, fed[0], np.float32(fed[1]))
+        elif fed is not None:
+            (bf16_send_fed if self.name == "bf16" else fp16_send_fed)(
+                x, wire.view(np.uint16), fed[0], np.float32(fed[1]))
+        else:
+            (bf16_send if self.name == "bf16" else fp16_send)(x.view(np.uint32),
+                                                              wire.view(np.uint16))
+
+    def add(self, wire: np.ndarray, lo: int, acc: np.ndarray, left: bool, cuts=None,
+            fed=None) -> None:
+        """``decode`` and the fp32 sum into ``acc`` in one pass, no scratch: ``acc =
+        decoded + acc`` if ``left`` else ``acc + decoded`` (``Recv.left``'s order).
+        ``fed=(e, divide)``: ``feedback`` on ``acc`` first, in the same pass."""
+        if self.name == "int8":
+            cuts = _default(cuts, lo + acc.size)
+            c = 4 * _pieces(lo, acc.size, cuts)
+            scales, q = wire[:c].view(np.float32), wire[c:].view(np.int8)
+            if fed is None:
+                int8_add(scales, q, lo, cuts, acc, left)
+            else:
+                int8_add_fed(scales, q, lo, cuts, acc, left, fed[0], np.float32(fed[1]))
+        elif fed is not None:
+            (bf16_add_fed if self.name == "bf16" else fp16_add_fed)(
+                wire.view(np.uint16), acc, left, fed[0], np.float32(fed[1]))
+        else:
+            (bf16_add if self.name == "bf16" else fp16_add)(wire.view(np.uint16), acc, left)
+
+    def feedback(self, x: np.ndarray, e: np.ndarray, cuts=None, divide=1, lo: int = 0) -> None:
+        """Error feedback in one pass over the slice ``x`` (offset ``lo``) and its residual
+        ``e``: ``v = x / divide + e``, ``x = R(v)``, ``e = v - R(v)`` (fp32 arithmetic)."""
+        d = np.float32(divide)
+        if self.name == "int8":
+            int8_feedback(x, lo, e, d, _default(cuts, lo + x.size))
+        else:
+            (bf16_feedback if self.name == "bf16" else fp16_feedback)(x, e, d)
+
 
 def _default(given, count: int) -> np.ndarray:
     return cuts(count) if given is None else given
@@ -343,13 +669,59 @@ def warmup() -> None:
     global _warm
     if _warm:
         return
-    x, wire = np.ones(4, np.float32), np.zeros(32, np.uint8)
+    x, e, wire = np.ones(4, np.float32), np.zeros(4, np.float32), np.zeros(32, np.uint8)
     with kernels.file_lock("the compression codecs' kernels"):
         for c in CODECS.values():
-            c.encode(x, 0, wire[:c.wire_bytes(0, 4)])
-            c.decode(wire[:c.wire_bytes(0, 4)], 0, x)
+            w = wire[:c.wire_bytes(0, 4)]
+            c.encode(x, 0, w)
+            c.decode(w, 0, x)
             c.round(x, 0)
+            for fed in (None, (e, 1)):
+                c.send(x, 0, w, None, fed)
+                for left in (False, True):
+                    c.add(w, 0, x, left, None, fed)
+            c.feedback(x, e)
     _warm = True
+
+
+# ----------------------------------------------------------------------------- wire buffers
+
+_spare: dict = {}           # bytes -> wire buffers whose requests are gone, newest size last
+_spare_lock = threading.RLock()          # (a finalizer may run inside wire_buffers)
+SPARE_EACH, SPARE_BYTES = 4, 256 << 20  # kept: at most 4 of a size, 256 MiB in all
+
+
+def wire_buffers(owner, *sizes: int) -> list:
+    """uint8 buffers of ``sizes`` bytes for ``owner`` (a request, which uses them until it is
+    gone), reused from requests gone before: a fresh buffer costs a page fault per 4 KiB the
+    first encode writes, more than the encode itself. ``failed(owner)`` keeps a request's
+    buffers from being reused (an MPI send may still read them)."""
+    bufs = []
+    with _spare_lock:
+        for n in sizes:
+            kept = _spare.get(n)
+            bufs.append(kept.pop() if kept else np.empty(n, np.uint8))
+    owner._wires_reusable = reusable = [True]
+    weakref.finalize(owner, _spare_again, bufs, reusable)
+    return bufs
+
+
+def failed(owner) -> None:
+    """``owner``'s wire buffers are not reused (``wire_buffers``)."""
+    getattr(owner, "_wires_reusable", [False])[0] = False
+
+
+def _spare_again(bufs: list, reusable: list) -> None:
+    if not reusable[0]:
+        return
+    with _spare_lock:
+        for b in bufs:
+            kept = _spare.pop(b.size, [])
+            _spare[b.size] = kept                   # (now the newest size)
+            if len(kept) < SPARE_EACH:
+                kept.append(b)
+        while sum(n * len(kept) for n, kept in _spare.items()) > SPARE_BYTES:
+            del _spare[next(iter(_spare))]          # the oldest size goes first
 
 
 # ----------------------------------------------------------------------------- error feedback
@@ -359,27 +731,34 @@ class ErrorFeedback:
 
     ``ErrorFeedback(n)`` keeps ``n`` fp32 zeros; pass it as ``error_feedback=`` to a compressed
     all-reduce of ``n`` elements (one object per buffer: the residual belongs to that buffer).
+    ``divide=d`` divides each call's input by ``d`` first, in the same pass (a mean taken
+    before the sum, as torch's DDP hooks take it: ``mpicoll.torch.compress_hook``); the
+    residual is then kept in the divided units.
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, *, divide=1):
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
             raise ValueError(f"ErrorFeedback needs an element count >= 0, got {size!r}")
+        if isinstance(divide, bool) or not isinstance(divide, (int, float, np.integer,
+                                                                np.floating)) \
+                or not 0 < divide < np.inf:
+            raise ValueError(f"ErrorFeedback: divide must be a finite number > 0, got "
+                             f"{divide!r}")
         self.residual = np.zeros(int(size), np.float32)
+        self.divide = divide
 
     def __repr__(self) -> str:
-        return f"ErrorFeedback({self.residual.size}, |residual|={np.linalg.norm(self.residual):.3g})"
+        shown = f", divide={self.divide!r}" if self.divide != 1 else ""
+        return (f"ErrorFeedback({self.residual.size}{shown}, "
+                f"|residual|={np.linalg.norm(self.residual):.3g})")
 
     def apply(self, codec: Codec, x: np.ndarray, cuts=None) -> None:
-        """In place: ``x = R(x + e)`` and ``e = (x + e) - R(x + e)`` (``cuts``: the
-        collective's int8 pieces, so that its first sends carry ``R(x + e)`` unchanged)."""
+        """In place, with ``v = x / divide + e``: ``x = R(v)`` and ``e = v - R(v)`` (``cuts``:
+        the collective's int8 pieces, so that its first sends carry ``R(v)`` unchanged)."""
         if x.size != self.residual.size or x.dtype != np.float32:
             raise ValueError(f"ErrorFeedback holds {self.residual.size} fp32 elements, the "
                              f"buffer has {x.size} {x.dtype}")
-        e = self.residual
-        np.add(x, e, out=x)
-        e[...] = x
-        codec.round(x, 0, cuts)
-        np.subtract(e, x, out=e)
+        codec.feedback(x, self.residual, cuts, self.divide)
 
     def reset(self) -> None:
         self.residual[...] = 0

@@ -261,7 +261,7 @@ class Prepared:
                 layout = self.layout
                 layout.copy_in()
                 if error_feedback is not None and self.feedback:
-                    error_feedback.apply(self.plan.codec, layout.work, req.cuts)
+                    req.feed_back(error_feedback)
         elif req is None:
             what, result = f"persistent {self.plan.describe()}", self.layout.result
             req = self.held = Request(what, result=result,

@@ -4,12 +4,13 @@ A ``Request`` runs the same ``Schedule.plan`` as the blocking executor (``execut
 one step at a time, without ever blocking: *post* a step (its receives, then its sends), and on
 each later look *test* them; once all are complete, *reduce* (the numba kernel, ``Recv.left``
 order, as the blocking executor) and post the next step. With a codec
-(``mpicoll.compression``) a send first encodes its slice into a wire buffer and decodes it
-back into the sender's own copy; a receive lands in a wire buffer and is decoded into fp32
-before it is reduced or copied; at the end every rank rounds its whole buffer once more (why:
-``mpicoll.compression``). A request owns its scratch and wire buffers (allocated once,
-when it is made), so requests in flight never share memory, and one request can be started
-again and again (``Buckets`` do: MPI's persistent collectives).
+(``mpicoll.compression``) a send encodes its slice into a wire buffer and rounds the sender's
+own copy in the same pass; a receive lands in a wire buffer and is decoded and summed into
+fp32 in one pass (or decoded, for a copy); at the end every rank rounds what it may hold
+unrounded (why: ``mpicoll.compression``). A request owns its scratch and wire buffers (made
+once, when it is made; wire buffers are reused from requests gone before), so requests in
+flight never share memory, and one request can be started again and again (``Buckets`` do:
+MPI's persistent collectives).
 
 Who looks (``MPICOLL_PROGRESS``):
 
@@ -56,7 +57,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from .. import settings
+from .. import compression, settings
 from ..errors import CommunicatorBroken
 
 __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
@@ -115,6 +116,12 @@ class Request:
         self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
         with priority():                # local work: the progress thread gives way
             self._steps = () if schedule is None else self._prepare(schedule, buf)
+        self._feedback = None           # the ErrorFeedback of the run under way (feed_back)
+        self._unrounded, self._fed_steps, self._fed_before = (), (), ()
+        if codec is not None and schedule is not None and buf is not None:
+            self._unrounded = compression.unrounded(buf.size, schedule.plan)
+            self._fed_steps, self._fed_before = compression.first_touches(buf.size,
+                                                                          schedule.plan)
         self._nsteps = 1 if library is not None or deferred is not None else len(self._steps)
         self._finished = threading.Event()
         self._finished.set()
@@ -147,7 +154,9 @@ class Request:
 
         recv: (peer, array received into, decode (wire, lo, target) or None,
                reduce (acc, incoming, left) or None; acc is the next receive's scratch for
-               ``Recv.into_next``); send: (peer, array sent,
+               ``Recv.into_next``; with a codec, incoming is the wire (``Codec.add``: decoded
+               and summed in one pass) unless the receive is an ``into_next`` one's
+               accumulator, decoded first into scratch); send: (peer, array sent,
                encode (source slice, lo, wire) or None).
         """
         codec, itemsize = self._codec, buf.itemsize
@@ -169,19 +178,23 @@ class Request:
                            for recvs, _ in schedule.plan), default=0)
             need_out = max((slots([(lo, hi - lo) for _, lo, hi in sends])[1]
                             for _, sends in schedule.plan), default=0)
-            wire_in, wire_out = np.empty(need_in, np.uint8), np.empty(need_out, np.uint8)
+            wire_in, wire_out = compression.wire_buffers(self, need_in, need_out)
         steps = []
         for recvs, sends in schedule.plan:
             r_off, _ = slots([(lo, hi - lo) for _, lo, hi, *_ in recvs])
             s_off, _ = slots([(lo, hi - lo) for _, lo, hi in sends])
             step_recvs, step_sends = [], []
+            accs = {into for *_, into in recvs}
             for (src, lo, hi, reduce, left, at, into), off in zip(recvs, r_off):
                 target = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
                 acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
                 red = (acc, target, left) if reduce else None
                 if codec:
                     wire = wire_in[off:off + size(lo, hi - lo)]
-                    step_recvs.append((src, wire, (wire, lo, target), red))
+                    if reduce and at not in accs:
+                        step_recvs.append((src, wire, None, (acc, (wire, lo), left)))
+                    else:
+                        step_recvs.append((src, wire, (wire, lo, target), red))
                 else:
                     step_recvs.append((src, target, None, red))
             for (dst, lo, hi), off in zip(sends, s_off):
@@ -418,11 +431,11 @@ class Request:
             return
         recvs, sends, sent, received = self._steps[self._index]
         pending = [comm.Irecv(into, src, tag) for src, into, _, _ in recvs]
-        for dst, out, enc in sends:
-            if enc is not None:
+        for k, (dst, out, enc) in enumerate(sends):
+            if enc is not None:                 # encoded; the sender keeps what it sends
                 x, lo, wire = enc
-                codec.encode(x, lo, wire, cuts)
-                codec.decode(wire, lo, x, cuts)     # the sender keeps what it sends
+                codec.send(x, lo, wire, cuts, self._fed(self._fed_steps[self._index][0][k],
+                                                        lo, x.size))
             pending.append(comm.Isend(out, dst, tag))
         self._pending = pending
         self._peers = [r[0] for r in recvs] + [s[0] for s in sends]
@@ -430,6 +443,23 @@ class Request:
         traffic["bytes_sent"] += sent
         traffic["bytes_received"] += received
         traffic["messages_sent"] += len(sends)
+
+    def feed_back(self, error_feedback) -> None:
+        """Add ``error_feedback``'s residual into the next run's input (before ``start``): on
+        the slices no first pass of the schedule takes it along now, on the others as the run
+        first sends or reduces them (``compression.first_touches``: one pass fewer)."""
+        e, buf = error_feedback.residual, self._buf
+        if e.size != buf.size or buf.dtype != np.float32:
+            raise ValueError(f"ErrorFeedback holds {e.size} fp32 elements, the buffer has "
+                             f"{buf.size} {buf.dtype}")
+        for lo, hi in self._fed_before:
+            self._codec.feedback(buf[lo:hi], e[lo:hi], self._cuts, error_feedback.divide, lo)
+        self._feedback = error_feedback
+
+    def _fed(self, first: bool, lo: int, n: int):
+        """``Codec.send``/``add``'s ``fed`` for an op that touches its slice first, or None."""
+        ef = self._feedback
+        return (ef.residual[lo:lo + n], ef.divide) if first and ef is not None else None
 
     def _step_bytes(self) -> int:
         """The bytes the current step sends and receives (0 for a library or deferred one)."""
@@ -448,10 +478,14 @@ class Request:
             if dec is not None:         # accumulator is a later receive's scratch
                 wire, lo, target = dec
                 codec.decode(wire, lo, target, cuts)
-        for _, _, _, red in recvs:
+        for k, (_, _, _, red) in enumerate(recvs):
             if red is not None:
                 acc, incoming, left = red
-                if left:                        # acc = op(incoming, acc)
+                if type(incoming) is tuple:     # (wire, lo): decode and sum in one pass
+                    wire, lo = incoming
+                    codec.add(wire, lo, acc, left, cuts,
+                              self._fed(self._fed_steps[self._index][1][k], lo, acc.size))
+                elif left:                      # acc = op(incoming, acc)
                     reduce_into(incoming, acc)
                     acc[...] = incoming
                 else:                           # acc = op(acc, incoming)
@@ -486,10 +520,10 @@ class Request:
             self._post()
 
     def _complete(self) -> None:
-        self._pending = []
+        self._pending, self._feedback = [], None
         try:
-            if self._codec is not None and self._buf is not None:
-                self._codec.round(self._buf, 0, self._cuts)     # see mpicoll.compression
+            for lo, hi in self._unrounded:      # see mpicoll.compression
+                self._codec.round(self._buf[lo:hi], lo, self._cuts)
             if self._on_done is not None:
                 self._on_done()
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
@@ -505,12 +539,13 @@ class Request:
         raw = isinstance(exc, MPI.Exception) and self._call is not None
         if raw:     # the MPI library failed in a step (a dead peer): named, the comm broken
             exc = self._call.interrupted(exc)
-        self._error = exc
+        self._error, self._feedback = exc, None
         self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
         state = self._state
         if self._pending:
             state.abandon(self._pending)        # keep their buffers alive
+            compression.failed(self)            # (and never reuse its wire buffers)
         self._pending = []
         if isinstance(exc, CommunicatorBroken) and not raw:
             return

@@ -6,8 +6,10 @@ The hook all-reduces each gradient bucket (fp32) with ``mpicoll.iallreduce(compr
 bf16 sends half the bytes, int8 a quarter plus one scale per piece, and every hop reduces in
 fp32 (``mpicoll.compression``: why every rank still ends with the same bits). With
 ``error_feedback=True`` each bucket keeps its rounding residual (``mpicoll.ErrorFeedback``)
-and adds it into the next step's gradient. The result is divided by the group size (DDP's
-mean). Buckets that are not fp32 are all-reduced uncompressed.
+and adds it into the next step's gradient. Each rank divides its gradient by the group size
+before the all-reduce (DDP's mean, taken first as torch's own hooks take it: fp16's sum does
+not overflow), with error feedback in the same pass over the bucket. Buckets that are not fp32
+are all-reduced uncompressed.
 
 ``state``: ``None`` (the default group) or a ``ProcessGroupMpicoll``. The algorithm and
 timeout are the group's (``Options``); an algorithm without a schedule (``mpi``, ``shm``)
@@ -49,19 +51,22 @@ def compress_hook(compress: str = "bf16", *, error_feedback: bool = True):
         if algorithm != "auto" and not registry.lookup("allreduce", algorithm).scheduled:
             algorithm = "auto"          # (compression runs a schedule: not mpi's, not shm's)
         kw = {"algorithm": algorithm, "comm": group.comm, "timeout": group._timeout()}
-        if grad.dtype == torch.float32:
+        size = group.size()
+        if grad.dtype != torch.float32:
+            grad.div_(size)
+            request = mpicoll.iallreduce(MPI.IN_PLACE, view, **kw)
+        else:
             ef = None
-            if error_feedback:
+            if error_feedback:          # (divides as it adds the residual: one pass)
                 ef = residuals.get(bucket.index())
                 if ef is None or ef.residual.size != view.size:   # DDP rebuilt its buckets
-                    ef = residuals[bucket.index()] = mpicoll.ErrorFeedback(view.size)
+                    ef = residuals[bucket.index()] = mpicoll.ErrorFeedback(view.size,
+                                                                           divide=size)
+            else:
+                grad.div_(size)
             request = mpicoll.iallreduce(MPI.IN_PLACE, view, compress=compress,
                                          error_feedback=ef, **kw)
-        else:
-            request = mpicoll.iallreduce(MPI.IN_PLACE, view, **kw)
-        size = group.size()
-        work = Work(f"compress_hook({compress!r})", [request], grad,
-                    after=lambda: grad.div_(size))
+        work = Work(f"compress_hook({compress!r})", [request], grad)
         if group.threaded:              # (for drain: get_future() completes it)
             _completer.track(work)
         else:                           # no progress thread: finish here (docs/torch.md)

@@ -11,6 +11,7 @@ import pytest
 from numba import njit
 
 import mpicoll
+from mpicoll import compression
 from mpicoll._runtime.context import state
 from mpicoll.executors import progress
 from mpicoll.registry import COLLECTIVES, lookup
@@ -173,6 +174,11 @@ def test_compressed_allreduce_same_bits_everywhere_and_fewer_bytes(comm, compres
     messages = traffic["messages_sent"] - messages_before
     everyone = comm.allgather(out.tobytes())
     agree(comm, all(b == everyone[0] for b in everyone), "ranks ended with different bits")
+    if compress != "int8":          # the rounded sum (int8's pieces are the schedule's)
+        rounded = out.copy()
+        compression.CODECS[compress].round(rounded)
+        agree(comm, np.array_equal(rounded.view(np.uint32), out.view(np.uint32)),
+              "the result is not rounded")
     if compress == "int8":
         # values + one 4-byte scale per piece: the 256-element chunks, plus at most one more
         # per message and per slice edge of any rank's schedule that falls inside it (<= 2N)
@@ -184,6 +190,31 @@ def test_compressed_allreduce_same_bits_everywhere_and_fewer_bytes(comm, compres
     bound = {"bf16": 2 ** -8, "fp16": 2 ** -11, "int8": 2 ** -7}[compress] * 2 * size
     agree(comm, err < bound, f"relative error {err:.2e} above {bound:.2e}")
     agree(comm, np.abs(plain - exact).max() < 1e-4 * np.abs(exact).max(), "plain result wrong")
+
+
+@pytest.mark.max_ranks(5)
+@pytest.mark.parametrize("compress", ["bf16", "fp16"])
+@pytest.mark.parametrize("algorithm", [a for a in COLLECTIVES["allreduce"]
+                                       if lookup("allreduce", a).scheduled])
+def test_error_feedback_rides_on_the_first_passes_unchanged(comm, compress, algorithm):
+    """The residual added where the run first touches each slice gives the bits of adding it
+    to the whole input first (ErrorFeedback.apply, then the call without it): the result and
+    the residual kept, over three calls, with a divisor."""
+    rank, n = comm.Get_rank(), 50_001
+    rng = np.random.default_rng(rank)
+    fed, first = mpicoll.ErrorFeedback(n, divide=3), mpicoll.ErrorFeedback(n, divide=3)
+    same = True
+    with environment(MPICOLL_RANKS_PER_NODE="2"):
+        for _ in range(3):
+            x = rng.standard_normal(n).astype(np.float32)
+            out = mpicoll.allreduce(x, algorithm=algorithm, comm=comm, compress=compress,
+                                    error_feedback=fed)
+            y = x.copy()
+            first.apply(compression.CODECS[compress], y)
+            want = mpicoll.allreduce(y, algorithm=algorithm, comm=comm, compress=compress)
+            same &= np.array_equal(out.view(np.uint32), want.view(np.uint32)) and \
+                np.array_equal(fed.residual.view(np.uint32), first.residual.view(np.uint32))
+    agree(comm, same and np.abs(fed.residual).max() > 0, "error feedback differs")
 
 
 def test_buckets_average_in_bucket_order(comm):

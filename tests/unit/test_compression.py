@@ -108,6 +108,118 @@ def test_rounding_is_idempotent_on_any_slice(name):
         assert np.array_equal(again.view(np.uint32), r[lo:hi].view(np.uint32)), (lo, hi)
 
 
+@pytest.mark.parametrize("name", sorted(CODECS))
+def test_fused_passes_equal_the_codecs_steps(name):
+    """The one-pass kernels the progress executor runs give the bits of the steps they fuse:
+    send = encode, then decode into the sender's copy; add = decode, then the fp32 sum in
+    either operand order; feedback = x / divide + e, round, the residual (non-finite values too,
+    except int8, whose inputs must be finite)."""
+    codec, lo = CODECS[name], 37
+    x = floats(10 * CHUNK + 3, seed=8, finite=name != "int8")
+    if name == "int8":
+        x = np.random.default_rng(8).standard_normal(x.size).astype(np.float32)
+    cuts = compression.cuts(lo + x.size, (lo + 300, lo + 301, lo + 999))
+    bits = lambda a: a.view(np.uint32)                                 # noqa: E731
+
+    wire, kept = np.zeros(codec.wire_bytes(lo, x.size, cuts), np.uint8), x.copy()
+    codec.send(kept, lo, wire, cuts)
+    want_wire = np.zeros_like(wire)
+    codec.encode(x, lo, want_wire, cuts)
+    decoded = np.empty_like(x)
+    codec.decode(want_wire, lo, decoded, cuts)
+    assert np.array_equal(wire, want_wire) and np.array_equal(bits(kept), bits(decoded))
+
+    acc0 = floats(x.size, seed=9, finite=name != "int8")
+    for left in (False, True):
+        acc = acc0.copy()
+        codec.add(wire, lo, acc, left, cuts)
+        want = decoded + acc0 if left else acc0 + decoded
+        assert np.array_equal(bits(acc), bits(want)), left
+
+    e0 = (x * np.float32(1e-3)).astype(np.float32)
+    for divide in (1, 3):
+        got, e = x.copy(), e0.copy()
+        codec.feedback(got, e, None, divide)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = x / np.float32(divide) + e0
+            r = v.copy()
+            codec.round(r, 0)
+            assert np.array_equal(bits(got), bits(r)) and np.array_equal(bits(e), bits(v - r))
+
+    # send and add with the feedback in the same pass: as feedback on the slice, then the op
+    # (the slice at offset lo: int8's pieces follow cuts)
+    x, e0 = x[:3 * CHUNK], e0[:3 * CHUNK]
+    cuts = compression.cuts(lo + x.size, (lo + 300, lo + 301))
+    fed_x, fed_e, fed_wire = x.copy(), e0.copy(), np.zeros(codec.wire_bytes(lo, x.size, cuts),
+                                                            np.uint8)
+    codec.send(fed_x, lo, fed_wire, cuts, (fed_e, 3))
+    want_x, want_e, want_wire = x.copy(), e0.copy(), np.zeros_like(fed_wire)
+    with np.errstate(over="ignore", invalid="ignore"):
+        codec.feedback(want_x, want_e, cuts, 3, lo)
+        codec.send(want_x, lo, want_wire, cuts)
+        assert np.array_equal(fed_wire, want_wire) and np.array_equal(bits(fed_x), bits(want_x))
+        assert np.array_equal(bits(fed_e), bits(want_e))
+        for left in (False, True):
+            fed_acc, fed_e = acc0[:x.size].copy(), e0.copy()
+            codec.add(want_wire, lo, fed_acc, left, cuts, (fed_e, 3))
+            want_acc, want_e = acc0[:x.size].copy(), e0.copy()
+            codec.feedback(want_acc, want_e, cuts, 3, lo)
+            codec.add(want_wire, lo, want_acc, left, cuts)
+            assert np.array_equal(bits(fed_acc), bits(want_acc)), left
+            assert np.array_equal(bits(fed_e), bits(want_e)), left
+
+
+def test_unrounded_slices_follow_the_schedule():
+    """Only what a reduction wrote last (or no step sent nor copied in) is left for the final
+    rounding: none after ring at 2 ranks, the unsent half after a reduce-scatter's step."""
+    from mpicoll import registry
+    ring = registry.lookup("allreduce", "ring")
+    for rank in range(3):
+        sched = ring.schedule(rank, 3, 30)
+        assert compression.unrounded(30, sched.plan) == []
+    plan = (((1, 0, 5, True, False, 0, -1),), ((1, 5, 10),)),      # send 5:10, reduce 0:5
+    assert compression.unrounded(12, plan) == [(0, 5), (10, 12)]
+    plan = ((((1, 0, 5, False, False, 0, -1),), ((1, 5, 10),)),)    # copy 0:5, send 5:10
+    assert compression.unrounded(12, plan) == [(10, 12)]
+
+
+def test_first_touches_feed_back_where_a_send_or_reduction_comes_first():
+    """Error feedback rides on the op that touches a slice first if it is a send or a
+    reduction into the buffer summed from the wire; elsewhere it is added before the run (a
+    copy overwrites first; an into_next accumulator is decoded into scratch first)."""
+    recv = lambda lo, hi, reduce, at=0, into=-1: (1, lo, hi, reduce, False, at, into)  # noqa
+    plan = (((recv(0, 4, False),), ((1, 4, 8),)),      # copy 0:4, send 4:8
+            ((recv(8, 10, True),), ((1, 0, 10),)))      # send 0:10, then reduce 8:10
+    steps, before = compression.first_touches(12, plan)
+    assert steps == (((True,), (False,)), ((False,), (False,)))
+    assert before == [(0, 4), (8, 12)]
+    plan = (((recv(0, 6, True, 0, 6), recv(0, 6, True, 6)), ()),    # naive's into_next fold
+            ((recv(6, 9, True),), ()))
+    steps, before = compression.first_touches(9, plan)
+    assert steps == (((), (False, False)), ((), (True,))) and before == [(0, 6)]
+
+
+def test_wire_buffers_are_reused_once_their_request_is_gone():
+    """A request gone gives its wire buffers to the next of the same sizes; one that failed
+    (an MPI send may still read them) or lives on does not."""
+    class Owner:
+        pass
+    first = Owner()
+    a, b = compression.wire_buffers(first, 1000, 2000)
+    held = Owner()
+    c, = compression.wire_buffers(held, 1000)
+    assert c is not a
+    del first
+    again = Owner()
+    a2, b2 = compression.wire_buffers(again, 1000, 2000)
+    assert a2 is a and b2 is b
+    compression.failed(again)
+    del again
+    fresh = Owner()
+    a3, = compression.wire_buffers(fresh, 1000)
+    assert a3 is not a and a3 is not c and a3.size == 1000 and a3.dtype == np.uint8
+
+
 def test_wire_bytes_are_half_and_a_quarter_plus_scales():
     for n in (1, 255, 256, 257, 10_000, 1 << 20):
         assert CODECS["bf16"].wire_bytes(0, n) == CODECS["fp16"].wire_bytes(7, n) == 2 * n
@@ -147,6 +259,9 @@ def test_error_feedback_keeps_the_residual():
     assert np.abs(given - sent).max() < np.abs(given - plain).max() / 5
     with pytest.raises(ValueError, match="holds 768"):
         ef.apply(codec, np.zeros(10, np.float32))
+    for bad in (0, -2, np.inf, True, "2"):
+        with pytest.raises(ValueError, match="divide must be a finite number > 0"):
+            ErrorFeedback(n, divide=bad)
 
 
 def test_argument_errors_name_the_problem():
