@@ -55,7 +55,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from .. import kernels, settings
-from .._runtime import loading
+from .._runtime import idle, loading
 from ..schedule import Schedule
 from . import python as python_executor
 from . import segments
@@ -122,6 +122,8 @@ _sched_yield = types.ExternalFunction(_SYMBOL.format("sched_yield"), _i())    # 
 _SIZE_T = (1 << 64) - 1   # mpi4py takes handles as size_t (MPICH's sign-extended)
 DONE = -1               # _loop's result when every step is complete; >= 0: a pending step's row
 SPIN_SECONDS = 0.01     # with a deadline: poll this long in the loop, then let the Watch poll
+CROWDED_SPIN_SECONDS = 20e-6    # ... this long in a crowded process (``idle.crowded``: the Watch
+                                # then sleeps at once: the rank waited for needs the core)
 BUSY_POLLS = 64         # ... the first polls of a step back to back (as MPI_Waitall), then yielding
 CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
 
@@ -424,7 +426,8 @@ class Reusable:
             spin_until = 0.0
         else:
             start = MPI.Wtime()
-            spin_until = start + (SPIN_SECONDS if SPIN_SECONDS < timeout else timeout)
+            spin = CROWDED_SPIN_SECONDS if idle.crowded() else SPIN_SECONDS
+            spin_until = start + (spin if spin < timeout else timeout)
         kernel, combiner = self.kernels
         result = _loop(buf, src, self.scratch, table, -1, requests, work, comm, datatype, tag,
                        kernel, combiner, spin_until)
@@ -462,7 +465,8 @@ def _run_watched(schedule, watch, traffic, buf, src, scratch, table, requests, w
     while True:
         if resume < 0:
             deadline = watch.deadline + offset
-            spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
+            spin_until = min(MPI.Wtime() + (CROWDED_SPIN_SECONDS if idle.crowded() else
+                                            SPIN_SECONDS), deadline)
             result = _loop(buf, src, scratch, table, result, requests, work, comm, datatype,
                            tag, kernel, combiner, spin_until)
             if result >= 0 and MPI.Wtime() >= deadline:

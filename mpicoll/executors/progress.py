@@ -57,6 +57,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from .._runtime import idle
 from ..errors import CommunicatorBroken
 
 __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
@@ -70,6 +71,10 @@ _SLEEP_SHARE, _SLEEP_LONG = 0.125, 0.016    # a long wait sleeps up to 1/8 of it
 _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is alive this often
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 HELP = 100e-6                   # a wait() looks at its request itself this long first
+# A crowded process (``idle.crowded``: more ranks on the node than cores) does not spin: the
+# thread sleeps without yielding first (nor while pipelined), a wait() or start(first=) looks
+# once, then sleeps: the rank waited for most often needs this core (MPICOLL_YIELD_WHEN_IDLE)
+_CROWDED_YIELDS, _CROWDED_HELP = 0, 0.0
 
 _lock = threading.Lock()        # held while any request is advanced or started
 _wake = threading.Condition(_lock)
@@ -305,10 +310,13 @@ class Request:
         """``start``'s bounded look (lock held): whether the request ended within ``seconds``."""
         if self._deferred is not None:  # (it would run whole here)
             return False
-        end = time.perf_counter() + seconds
+        end = time.perf_counter() + (_CROWDED_HELP if idle.crowded() else seconds)
         try:
-            while not self._finished.is_set() and time.perf_counter() < end:
-                if not self._advance():
+            while True:                 # (one look at least)
+                moved = self._advance()
+                if self._finished.is_set() or time.perf_counter() >= end:
+                    break
+                if not moved:
                     os.sched_yield()    # (a peer waiting for a core may take this one)
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
             self._fail(exc)
@@ -351,7 +359,7 @@ class Request:
                 break
             if moved:
                 pause, looks = _SLEEP_MIN, 0
-            elif looks < _YIELDS:
+            elif looks < (_CROWDED_YIELDS if idle.crowded() else _YIELDS):
                 looks += 1
                 os.sched_yield()
             else:
@@ -369,8 +377,8 @@ class Request:
         whole in this thread) nor one that follows another."""
         if self._deferred is not None or self._following:
             return
-        end = time.perf_counter() + HELP
-        while not self._finished.is_set() and time.perf_counter() < end:
+        end = time.perf_counter() + (_CROWDED_HELP if idle.crowded() else HELP)
+        while not self._finished.is_set():
             if _lock.acquire(blocking=False):
                 try:
                     if not self._finished.is_set():
@@ -383,8 +391,9 @@ class Request:
                 finally:
                     _lock.release()
                 _run_ready()
-            if not self._finished.is_set():
-                os.sched_yield()
+            if self._finished.is_set() or time.perf_counter() >= end:
+                return
+            os.sched_yield()
 
     def _tighten(self, timeout) -> None:
         if self._following:             # the request it follows has the deadline
@@ -653,9 +662,11 @@ def _loop() -> None:
         give_way_until = now + GIVE_WAY
         while _callers and time.monotonic() < give_way_until:   # a caller works: let it
             time.sleep(_SLEEP_MIN)
+        crowded = idle.crowded()
         if moved:
             pause, looks, moved_at = _SLEEP_MIN, 0, now
-        elif looks < _YIELDS or pipelined and now - moved_at < SPIN:
+        elif looks < (_CROWDED_YIELDS if crowded else _YIELDS) \
+                or pipelined and not crowded and now - moved_at < SPIN:
             looks += 1
             os.sched_yield()
         else:
