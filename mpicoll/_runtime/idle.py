@@ -4,9 +4,11 @@ on (``MPICOLL_YIELD_WHEN_IDLE``, named after Open MPI's ``mpi_yield_when_idle``)
 Spinning pays on a quiet node with a core per rank: the rank waited for is running, and a flag
 or a message is seen within a microsecond of its arrival. On an oversubscribed node (N = 4 on 2
 cores) the rank waited for is most often descheduled, waiting for the very core the spinner
-holds: every microsecond spun is taken from it. Open MPI then sets ``mpi_yield_when_idle``
-itself (its progress loop calls ``sched_yield``; ``ompi_mpi_oversubscribed``, from the local
-ranks against the slots), and MPICH offers ``MPIR_CVAR_POLLS_BEFORE_YIELD``. Here a *crowded*
+holds: every microsecond spun is taken from it. Open MPI then sets its MCA parameter
+``mpi_yield_when_idle`` itself (its progress loop, ``opal_progress``, calls ``sched_yield``
+when a pass found nothing), MPICH offers ``MPIR_CVAR_POLLS_BEFORE_YIELD``, and UPC++ turns
+``UPCXX_OVERSUBSCRIBED`` on when unset and the ranks on the machine outnumber its CPUs
+(snake0/upcxx-2020.3.2, docs/oversubscription.md). Here a *crowded*
 process's waits spin little or not at all and sleep at once: ``shm``'s flag waits nap on the
 window's futex after ``window.CROWDED_SPIN_SECONDS`` (``window.Patience``), the progress thread
 sleeps without its yields (``progress._YIELDS``), and ``Request.wait`` hands over to it after
