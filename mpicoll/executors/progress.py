@@ -72,9 +72,10 @@ _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is a
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 HELP = 100e-6                   # a wait() looks at its request itself this long first
 # A crowded process (``idle.crowded``: more ranks on the node than cores) does not spin: the
-# thread sleeps without yielding first (nor while pipelined), a wait() or start(first=) looks
-# once, then sleeps: the rank waited for most often needs this core (MPICOLL_YIELD_WHEN_IDLE)
-_CROWDED_YIELDS, _CROWDED_HELP = 0, 0.0
+# thread sleeps without yielding first (nor while pipelined), start(first=) looks once, and a
+# wait() looks for up to _CROWDED_HELP sleeping between looks (10 us doubling), not yielding:
+# the rank waited for most often needs this core (MPICOLL_YIELD_WHEN_IDLE)
+_CROWDED_YIELDS, _CROWDED_HELP = 0, 1e-3
 
 _lock = threading.Lock()        # held while any request is advanced or started
 _wake = threading.Condition(_lock)
@@ -310,7 +311,7 @@ class Request:
         """``start``'s bounded look (lock held): whether the request ended within ``seconds``."""
         if self._deferred is not None:  # (it would run whole here)
             return False
-        end = time.perf_counter() + (_CROWDED_HELP if idle.crowded() else seconds)
+        end = time.perf_counter() + (0.0 if idle.crowded() else seconds)
         try:
             while True:                 # (one look at least)
                 moved = self._advance()
@@ -374,10 +375,13 @@ class Request:
         (when the progress thread is not inside a pass), yielding between looks, before
         sleeping on its event: a small collective then completes here, without two thread
         hand-offs (the waiter's wake-up, the thread's). Not a deferred request (it would run
-        whole in this thread) nor one that follows another."""
+        whole in this thread) nor one that follows another. A crowded process looks for up to
+        ``_CROWDED_HELP``, sleeping between looks instead of yielding."""
         if self._deferred is not None or self._following:
             return
-        end = time.perf_counter() + (_CROWDED_HELP if idle.crowded() else HELP)
+        crowded = idle.crowded()
+        end = time.perf_counter() + (_CROWDED_HELP if crowded else HELP)
+        pause = _SLEEP_MIN
         while not self._finished.is_set():
             if _lock.acquire(blocking=False):
                 try:
@@ -393,7 +397,11 @@ class Request:
                 _run_ready()
             if self._finished.is_set() or time.perf_counter() >= end:
                 return
-            os.sched_yield()
+            if crowded:
+                time.sleep(pause)       # (the rank waited for may need this core)
+                pause *= 2
+            else:
+                os.sched_yield()
 
     def _tighten(self, timeout) -> None:
         if self._following:             # the request it follows has the deadline
