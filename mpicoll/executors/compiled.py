@@ -427,7 +427,7 @@ class Reusable:
             spin_until = 0.0
         else:
             start = MPI.Wtime()
-            spin = CROWDED_SPIN_SECONDS if idle.crowded() else SPIN_SECONDS
+            spin = _spin()
             spin_until = start + (spin if spin < timeout else timeout)
         kernel, combiner = self.kernels
         result = _loop(buf, src, self.scratch, table, -1, requests, work, comm, datatype, tag,
@@ -440,6 +440,12 @@ class Reusable:
         _run_watched(self.schedule, make_watch(start + timeout - MPI.Wtime()), self.traffic, buf,
                      src, self.scratch, *self.rest[:3], comm, datatype, tag, kernel, combiner,
                      result)
+
+
+def _spin() -> float:
+    """How long the loop polls before the Watch does: ``SPIN_SECONDS``, at most
+    ``CROWDED_SPIN_SECONDS`` in a crowded process."""
+    return min(SPIN_SECONDS, CROWDED_SPIN_SECONDS) if idle.crowded() else SPIN_SECONDS
 
 
 def _copy_first(schedule: Schedule, buf: np.ndarray, src: np.ndarray, kept: tuple) -> np.ndarray:
@@ -466,8 +472,7 @@ def _run_watched(schedule, watch, traffic, buf, src, scratch, table, requests, w
     while True:
         if resume < 0:
             deadline = watch.deadline + offset
-            spin_until = min(MPI.Wtime() + (CROWDED_SPIN_SECONDS if idle.crowded() else
-                                            SPIN_SECONDS), deadline)
+            spin_until = min(MPI.Wtime() + _spin(), deadline)
             result = _loop(buf, src, scratch, table, result, requests, work, comm, datatype,
                            tag, kernel, combiner, spin_until)
             if result >= 0 and MPI.Wtime() >= deadline:
