@@ -33,7 +33,7 @@ from mpi4py import MPI
 from .. import settings
 from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
 from ..topology import virtual_nodes
-from . import detector, notice, stragglers
+from . import detector, idle, notice, stragglers
 from .stragglers import RECENT_ENTRIES
 from .tags import tag_space
 from .watch import roll_call_tag
@@ -153,6 +153,7 @@ class CommState:
         hosts, idents = zip(*self.comm.allgather(
             (node_name(), detector.identity() if watching else None)))
         self._nodes[None] = node_layout(hosts)
+        idle.note(next(len(r) for r in self._nodes[None] if self.comm.Get_rank() in r))
         if watching:
             self.idents = list(idents)
             detector.watch(self, self.idents)

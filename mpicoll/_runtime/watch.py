@@ -34,7 +34,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ArgumentMismatch, CollectiveTimeout
-from . import detector, notice
+from . import detector, idle, notice
 from .tags import fields, tag_ub
 from .validate import differences
 
@@ -42,6 +42,7 @@ __all__ = ["Watch", "ROLL_CALL_SECONDS", "LOOK_AFTER", "LOOK_EVERY"]
 
 ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from the others
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
+_CROWDED_SPIN_SECONDS = 20e-6   # ... this long in a crowded process (``idle.crowded``)
 LOOK_AFTER = 0.02           # a wait this long looks for other ranks' notices and strays ...
 LOOK_EVERY = 0.05           # ... and again this often (``Watch.look``)
 _RESERVED = 5               # tags TAG_UB - 4 .. TAG_UB: the detector's agreement and heartbeats,
@@ -96,13 +97,14 @@ class Watch:
         """
         tag = roll_call_tag()
         start, pause = time.monotonic(), 1e-5
+        spin = _CROWDED_SPIN_SECONDS if idle.crowded() else _SPIN_SECONDS
         while not _test(requests) or (
                 heed_roll_call and self.comm.Iprobe(MPI.ANY_SOURCE, tag)):
             now = time.monotonic()
             expired = now > self.deadline
             if expired or self.comm.Iprobe(MPI.ANY_SOURCE, tag):
                 raise self.give_up(requests, step, nsteps, peers, expired)
-            if now - start < _SPIN_SECONDS:
+            if now - start < spin:
                 os.sched_yield()        # let the rank we wait for run, if it shares our core
             else:
                 if now >= self.next_look:

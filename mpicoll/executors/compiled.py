@@ -32,7 +32,8 @@ Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` -- its first ``BUSY_PO
 step back to back, as ``MPI_Waitall`` would, then calling ``sched_yield`` between polls, as the
 Watch does, so that a rank sharing a core with the one it waits for does not hold the core for
 a whole time slice -- until ``MPI_Wtime`` (read every ``CLOCK_POLLS`` polls) passes the end of a
-short spin (at most the call's deadline), then returns the row of the step it is in;
+short spin (``SPIN_SECONDS``; 20 us when the node's ranks outnumber the cores, ``_runtime/idle.py``;
+at most the call's deadline), then returns the row of the step it is in;
 Python hands that step's requests to the ``Watch``, which polls on (sleeping, and answering a
 roll call another rank starts) and raises ``CollectiveTimeout`` naming the step and the missing
 ranks; if the step completes, the loop is entered again to reduce it and go on.
@@ -55,7 +56,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from .. import kernels, settings
-from .._runtime import loading
+from .._runtime import idle, loading
 from ..schedule import Schedule
 from . import python as python_executor
 from . import segments
@@ -122,6 +123,8 @@ _sched_yield = types.ExternalFunction(_SYMBOL.format("sched_yield"), _i())    # 
 _SIZE_T = (1 << 64) - 1   # mpi4py takes handles as size_t (MPICH's sign-extended)
 DONE = -1               # _loop's result when every step is complete; >= 0: a pending step's row
 SPIN_SECONDS = 0.01     # with a deadline: poll this long in the loop, then let the Watch poll
+CROWDED_SPIN_SECONDS = 20e-6    # ... this long in a crowded process (``idle.crowded``: the Watch
+                                # then sleeps at once: the rank waited for needs the core)
 BUSY_POLLS = 64         # ... the first polls of a step back to back (as MPI_Waitall), then yielding
 CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
 
@@ -424,7 +427,8 @@ class Reusable:
             spin_until = 0.0
         else:
             start = MPI.Wtime()
-            spin_until = start + (SPIN_SECONDS if SPIN_SECONDS < timeout else timeout)
+            spin = _spin()
+            spin_until = start + (spin if spin < timeout else timeout)
         kernel, combiner = self.kernels
         result = _loop(buf, src, self.scratch, table, -1, requests, work, comm, datatype, tag,
                        kernel, combiner, spin_until)
@@ -436,6 +440,12 @@ class Reusable:
         _run_watched(self.schedule, make_watch(start + timeout - MPI.Wtime()), self.traffic, buf,
                      src, self.scratch, *self.rest[:3], comm, datatype, tag, kernel, combiner,
                      result)
+
+
+def _spin() -> float:
+    """How long the loop polls before the Watch does: ``SPIN_SECONDS``, at most
+    ``CROWDED_SPIN_SECONDS`` in a crowded process."""
+    return min(SPIN_SECONDS, CROWDED_SPIN_SECONDS) if idle.crowded() else SPIN_SECONDS
 
 
 def _copy_first(schedule: Schedule, buf: np.ndarray, src: np.ndarray, kept: tuple) -> np.ndarray:
@@ -462,7 +472,7 @@ def _run_watched(schedule, watch, traffic, buf, src, scratch, table, requests, w
     while True:
         if resume < 0:
             deadline = watch.deadline + offset
-            spin_until = min(MPI.Wtime() + SPIN_SECONDS, deadline)
+            spin_until = min(MPI.Wtime() + _spin(), deadline)
             result = _loop(buf, src, scratch, table, result, requests, work, comm, datatype,
                            tag, kernel, combiner, spin_until)
             if result >= 0 and MPI.Wtime() >= deadline:

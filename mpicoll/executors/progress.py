@@ -58,6 +58,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import compression, settings
+from .._runtime import idle
 from ..errors import CommunicatorBroken
 
 __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
@@ -71,6 +72,11 @@ _SLEEP_SHARE, _SLEEP_LONG = 0.125, 0.016    # a long wait sleeps up to 1/8 of it
 _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is alive this often
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 HELP = 100e-6                   # a wait() looks at its request itself this long first
+# A crowded process (``idle.crowded``: more ranks on the node than cores) does not spin: the
+# thread sleeps without yielding first (nor while pipelined), start(first=) looks once, and a
+# wait() looks for up to _CROWDED_HELP sleeping between looks (10 us doubling), not yielding:
+# the rank waited for most often needs this core (MPICOLL_YIELD_WHEN_IDLE)
+_CROWDED_YIELDS, _CROWDED_HELP = 0, 1e-3
 
 _lock = threading.Lock()        # held while any request is advanced or started
 _wake = threading.Condition(_lock)
@@ -318,10 +324,13 @@ class Request:
         """``start``'s bounded look (lock held): whether the request ended within ``seconds``."""
         if self._deferred is not None:  # (it would run whole here)
             return False
-        end = time.perf_counter() + seconds
+        end = time.perf_counter() + (0.0 if idle.crowded() else seconds)
         try:
-            while not self._finished.is_set() and time.perf_counter() < end:
-                if not self._advance():
+            while True:                 # (one look at least)
+                moved = self._advance()
+                if self._finished.is_set() or time.perf_counter() >= end:
+                    break
+                if not moved:
                     os.sched_yield()    # (a peer waiting for a core may take this one)
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
             self._fail(exc)
@@ -364,7 +373,7 @@ class Request:
                 break
             if moved:
                 pause, looks = _SLEEP_MIN, 0
-            elif looks < _YIELDS:
+            elif looks < (_CROWDED_YIELDS if idle.crowded() else _YIELDS):
                 looks += 1
                 os.sched_yield()
             else:
@@ -379,11 +388,14 @@ class Request:
         (when the progress thread is not inside a pass), yielding between looks, before
         sleeping on its event: a small collective then completes here, without two thread
         hand-offs (the waiter's wake-up, the thread's). Not a deferred request (it would run
-        whole in this thread) nor one that follows another."""
+        whole in this thread) nor one that follows another. A crowded process looks for up to
+        ``_CROWDED_HELP``, sleeping between looks instead of yielding."""
         if self._deferred is not None or self._following:
             return
-        end = time.perf_counter() + HELP
-        while not self._finished.is_set() and time.perf_counter() < end:
+        crowded = idle.crowded()
+        end = time.perf_counter() + (_CROWDED_HELP if crowded else HELP)
+        pause = _SLEEP_MIN
+        while not self._finished.is_set():
             if _lock.acquire(blocking=False):
                 try:
                     if not self._finished.is_set():
@@ -396,7 +408,12 @@ class Request:
                 finally:
                     _lock.release()
                 _run_ready()
-            if not self._finished.is_set():
+            if self._finished.is_set() or time.perf_counter() >= end:
+                return
+            if crowded:
+                time.sleep(pause)       # (the rank waited for may need this core)
+                pause *= 2
+            else:
                 os.sched_yield()
 
     def _tighten(self, timeout) -> None:
@@ -688,9 +705,11 @@ def _loop() -> None:
         give_way_until = now + GIVE_WAY
         while _callers and time.monotonic() < give_way_until:   # a caller works: let it
             time.sleep(_SLEEP_MIN)
+        crowded = idle.crowded()
         if moved:
             pause, looks, moved_at = _SLEEP_MIN, 0, now
-        elif looks < _YIELDS or pipelined and now - moved_at < SPIN:
+        elif looks < (_CROWDED_YIELDS if crowded else _YIELDS) \
+                or pipelined and not crowded and now - moved_at < SPIN:
             looks += 1
             os.sched_yield()
         else:

@@ -43,13 +43,14 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .._runtime import idle
 from . import probe
 from .kernels import (ABORTED, ANSWER, ARRIVED, BLOCK, FLAGS, LINE, PID, PROBE, REDUCED, missing,
                       publish)
 from .probe import LIBC
 
 __all__ = ["Window", "size_class", "make", "CHUNK_BYTES", "MIN_BYTES", "YIELD_AFTER",
-           "SPIN_SECONDS", "Patience"]
+           "SPIN_SECONDS", "CROWDED_SPIN_SECONDS", "Patience"]
 
 CHUNK_BYTES = 4 << 20       # the largest segment: longer vectors go through in chunks
 MIN_BYTES = 4 << 10         # the smallest size class
@@ -61,7 +62,9 @@ NAP_SPIN_SECONDS = 20e-6    # between looks of this long (``Patience``)
 BELL = REDUCED * LINE + 8   # in each rank's flags: its bell (a futex word), rung by the others
 NAPPING = BELL + 1          # ... nonzero while it naps on the bell
 YIELD_AFTER = 20e-6         # a wait spins this long, then yields the core between polls
-                            # (at once when the node has more ranks than this rank has cores)
+CROWDED_SPIN_SECONDS = 20e-6    # a crowded process (``idle.crowded``: more ranks on the node
+CROWDED_NAP_SECONDS = 50e-6     # than cores) yields at once, spins only this long and then
+                                # naps from this long on (the rank it waits for needs the core)
 NAME_BYTES = 512            # step 1's message: the file's path, or "!" and why it failed
 _MAGIC = 0x6D7069636F6C6C00     # the probe word of rank j: _MAGIC + j
 _made = itertools.count()
@@ -108,8 +111,8 @@ class Window:
         header = FLAGS * size * LINE * 8
         self.flags = memory[:header].view(np.int64)
         self.data = memory[header:header + 2 * size * capacity]
-        # more ranks than cores: the rank waited for may need this core, yield at once
-        self.yield_after = 0.0 if size > len(os.sched_getaffinity(0)) else YIELD_AFTER
+        self.crowded = idle.crowded()   # the rank waited for may need this core (``Patience``)
+        self.yield_after = 0.0 if self.crowded else YIELD_AFTER
         self.iov = np.zeros(4, np.int64)
         self._words = memoryview(self.flags)    # (faster than numpy for a word or two)
         self._address = self.flags.ctypes.data
@@ -318,12 +321,22 @@ class Patience:
     rank's bell (``Window.nap``), which a rank coming to the call rings (``Window.ring``). A
     wait for a late rank then takes well under 1 % of a core instead of all of it, from the
     computation beside it (issue 43; docs/training.md, "What waiting costs"), and sees a rank
-    that came at once, one already in the call at most 1/8 of its lateness late."""
+    that came at once, one already in the call at most 1/8 of its lateness late.
 
-    __slots__ = ("_late_at", "_since", "_window", "_seen")
+    A crowded process (``idle.crowded``: this node's ranks outnumber its cores; the window's
+    ``crowded``) spins only ``CROWDED_SPIN_SECONDS`` before it naps, and its first naps are
+    ``CROWDED_NAP_SECONDS``: the rank it waits for is most often descheduled, waiting for this
+    core (N = 4 on 2 cores), so a spin of 2 ms took the core from it on almost every call. As
+    Open MPI's ``mpi_yield_when_idle``, which it sets itself on an oversubscribed node; a nap
+    rather than a yield, as the phases' flags ring no bell, it ends by its timeout."""
+
+    __slots__ = ("_late_at", "_since", "_window", "_seen", "_spin", "_nap")
 
     def __init__(self, window: Window | None = None):
         self._late_at, self._since, self._window, self._seen = None, 0.0, window, 0
+        crowded = idle.crowded() if window is None else window.crowded
+        self._spin = CROWDED_SPIN_SECONDS if crowded else SPIN_SECONDS
+        self._nap = CROWDED_NAP_SECONDS if crowded else NAP_SECONDS
 
     def late(self, at) -> None:
         """The wait at ``at`` (where the kernel resumes) outlasted its spin."""
@@ -336,7 +349,7 @@ class Patience:
         if window is not None and window.flags is None:
             window = None
         if at == self._late_at:
-            nap = min(NAP_MAX_SECONDS, max(NAP_SECONDS,
+            nap = min(NAP_MAX_SECONDS, max(self._nap,
                                            NAP_SHARE * (time.monotonic() - self._since)))
             if window is None:
                 time.sleep(nap)
@@ -344,7 +357,7 @@ class Patience:
                 window.nap(self._seen, nap)
         if window is not None:          # before the look: a ring after it ends the next nap
             self._seen = window.bell()
-        return MPI.Wtime() + (NAP_SPIN_SECONDS if at == self._late_at else SPIN_SECONDS)
+        return MPI.Wtime() + (NAP_SPIN_SECONDS if at == self._late_at else self._spin)
 
 
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1         # (not FUTEX_PRIVATE: the word is in shared memory)

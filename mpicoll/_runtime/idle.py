@@ -1,0 +1,75 @@
+"""Whether a wait may spin: not when this node's ranks outnumber the cores this process may run
+on (``MPICOLL_YIELD_WHEN_IDLE``, named after Open MPI's ``mpi_yield_when_idle``).
+
+Spinning pays on a quiet node with a core per rank: the rank waited for is running, and a flag
+or a message is seen within a microsecond of its arrival. On an oversubscribed node (N = 4 on 2
+cores) the rank waited for is most often descheduled, waiting for the very core the spinner
+holds: every microsecond spun is taken from it. Open MPI then sets its MCA parameter
+``mpi_yield_when_idle`` itself (its progress loop, ``opal_progress``, calls ``sched_yield``
+when a pass found nothing), MPICH offers ``MPIR_CVAR_POLLS_BEFORE_YIELD``, and UPC++ turns
+``UPCXX_OVERSUBSCRIBED`` on when unset and the ranks on the machine outnumber its CPUs
+(snake0/upcxx-2020.3.2, docs/oversubscription.md). Here a *crowded*
+process's waits spin little or not at all and sleep at once: ``shm``'s flag waits nap on the
+window's futex after ``window.CROWDED_SPIN_SECONDS`` (``window.Patience``), the progress thread
+sleeps without its yields (``progress._YIELDS``), and ``Request.wait`` hands over to it after
+one look (``progress.HELP``). Every wait still returns to Python as often as before (deadlines,
+Ctrl-C, the failure detector).
+
+The ranks on this node: the most any communicator's layout has shown (``note``, from each
+``CommState``'s ``real_nodes``), or the launcher's count if higher
+(MPICH's Hydra: ``MPI_LOCALNRANKS``; Open MPI: ``OMPI_COMM_WORLD_LOCAL_SIZE``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .. import settings
+
+__all__ = ["oversubscribed", "crowded", "note", "ranks_on_node"]
+
+_LAUNCHER_COUNTS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+_noted = 0                      # the most ranks seen on this node
+_crowded = None                 # crowded()'s answer, until a note or settings.reload()
+
+
+def oversubscribed(ranks_on_node: int, cores: int, setting: str = "auto") -> bool:
+    """Whether waits should not spin: ``setting`` ``"1"`` always, ``"0"`` never, ``"auto"``
+    when ``ranks_on_node`` outnumber ``cores``."""
+    if setting != "auto":
+        return setting == "1"
+    return ranks_on_node > cores
+
+
+def ranks_on_node() -> int:
+    """The ranks known on this node: the most ``note`` was told, or the launcher's count."""
+    launched = 0
+    for name in _LAUNCHER_COUNTS:
+        try:
+            launched = int(os.environ[name])
+            break
+        except (KeyError, ValueError):
+            continue
+    return max(_noted, launched, 1)
+
+
+def note(ranks: int) -> None:
+    """A communicator's layout (or a window) has ``ranks`` ranks on this node."""
+    global _noted, _crowded
+    if ranks > _noted:
+        _noted, _crowded = ranks, None
+
+
+def crowded() -> bool:
+    """This process's waits should not spin (``oversubscribed`` on this node; kept)."""
+    global _crowded
+    if _crowded is None:
+        _crowded = oversubscribed(ranks_on_node(), len(os.sched_getaffinity(0)),
+                                  settings.get("MPICOLL_YIELD_WHEN_IDLE"))
+    return _crowded
+
+
+@settings.on_reload
+def _forget() -> None:
+    global _crowded
+    _crowded = None

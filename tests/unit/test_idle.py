@@ -1,0 +1,74 @@
+"""Whether waits spin (``mpicoll._runtime.idle``, ``MPICOLL_YIELD_WHEN_IDLE``): not when this
+node's ranks outnumber the process's cores, or when the setting says 1; as on a quiet node
+otherwise. And what the answer changes: ``shm``'s ``Patience`` spins 20 us, not 2 ms."""
+
+import os
+
+import pytest
+from mpi4py import MPI
+
+from mpicoll import settings
+from mpicoll._runtime import idle
+from mpicoll.shm import window
+from mpicoll.testing import environment
+
+
+@pytest.mark.parametrize("ranks, cores, setting, expected", [
+    (4, 2, "auto", True), (3, 2, "auto", True), (2, 2, "auto", False), (1, 8, "auto", False),
+    (4, 2, "0", False), (1, 8, "1", True), (2, 2, "1", True), (64, 1, "0", False),
+])
+def test_oversubscribed_is_ranks_against_cores_unless_set(ranks, cores, setting, expected):
+    assert idle.oversubscribed(ranks, cores, setting) is expected
+
+
+@pytest.fixture
+def fresh():
+    """No ranks noted (a communicator's layout may have been, in this process), restored after."""
+    saved = idle._noted
+    idle._noted = 0
+    settings.reload()
+    yield
+    idle._noted = saved
+    settings.reload()
+
+
+def test_crowded_follows_the_launcher_the_layout_and_the_setting(fresh):
+    cores = len(os.sched_getaffinity(0))
+    unset = {"MPI_LOCALNRANKS": None, "OMPI_COMM_WORLD_LOCAL_SIZE": None}
+    with environment(MPICOLL_YIELD_WHEN_IDLE=None, **unset):
+        assert idle.ranks_on_node() == 1 and not idle.crowded()
+    with environment(MPICOLL_YIELD_WHEN_IDLE=None, **dict(unset, MPI_LOCALNRANKS=str(cores))):
+        assert not idle.crowded()
+    with environment(MPICOLL_YIELD_WHEN_IDLE=None,
+                     **dict(unset, OMPI_COMM_WORLD_LOCAL_SIZE=str(cores + 1))):
+        assert idle.ranks_on_node() == cores + 1 and idle.crowded()
+    with environment(MPICOLL_YIELD_WHEN_IDLE="0", **dict(unset, MPI_LOCALNRANKS=str(cores + 1))):
+        assert not idle.crowded()
+    with environment(MPICOLL_YIELD_WHEN_IDLE="1", **unset):
+        assert idle.crowded()
+    with environment(MPICOLL_YIELD_WHEN_IDLE=None, **unset):
+        assert not idle.crowded()
+        idle.note(cores + 1)            # a communicator's layout: more ranks here than cores
+        assert idle.crowded()
+        idle.note(1)                    # (the most seen counts)
+        assert idle.crowded()
+
+
+def test_bad_value_names_the_variable(fresh):
+    with environment(MPICOLL_YIELD_WHEN_IDLE="yes"):
+        with pytest.raises(ValueError, match="MPICOLL_YIELD_WHEN_IDLE must be 'auto' or '0' "
+                                             "or '1', got 'yes'"):
+            idle.crowded()
+
+
+def test_crowded_patience_spins_briefly_then_naps_short(fresh):
+    """A crowded wait returns to Python after CROWDED_SPIN_SECONDS (not SPIN_SECONDS), and its
+    first nap is CROWDED_NAP_SECONDS."""
+    with environment(MPICOLL_YIELD_WHEN_IDLE="1"):
+        p = window.Patience()
+        assert p.until(0) - MPI.Wtime() <= window.CROWDED_SPIN_SECONDS
+        assert p._nap == window.CROWDED_NAP_SECONDS
+    with environment(MPICOLL_YIELD_WHEN_IDLE="0"):
+        p = window.Patience()
+        assert p.until(0) - MPI.Wtime() > window.CROWDED_SPIN_SECONDS
+        assert p._nap == window.NAP_SECONDS
