@@ -18,9 +18,10 @@ Who looks (``MPICOLL_PROGRESS``):
   are ``nogil``, so numpy or numba compute in the caller's thread overlaps it. When nothing
   moved it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 1 ms,
   from which a newly started request wakes it at once -- except while a step moves more than
-  ``PIPELINED`` (64 KiB), which MPICH sends through shared memory in pieces, each copied inside
-  a look of both ranks: then it keeps yielding (a thread ready to run gets the core) for up to
-  ``SPIN`` (2 ms) after the last step completed. Past 8 ms without a move the sleeps grow to
+  ``PIPELINED`` (64 KiB), which moves only inside looks of both ranks (MPICH's shared-memory
+  pieces; with its single copy, CMA, the receiver's copy after the handshake): then it keeps
+  yielding (a thread ready to run gets the core) for up to ``SPIN`` (2 ms) after the last step
+  completed (not from a request's start: a late peer costs no spin). Past 8 ms without a move the sleeps grow to
   1/8 of the time waited, up to 16 ms: a request whose peer is 200 ms late costs ~40 looks
   (well under 1 % of a core; docs/training.md, "What waiting costs"), not a core, and a step
   that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most). ``wait()`` drives the
