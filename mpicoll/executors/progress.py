@@ -21,18 +21,18 @@ Who looks (``MPICOLL_PROGRESS``):
   ``PIPELINED`` (64 KiB), which moves only inside looks of both ranks (MPICH's shared-memory
   pieces; with its single copy, CMA, the receiver's copy after the handshake): then it keeps
   yielding (a thread ready to run gets the core) for up to ``SPIN`` (2 ms) after the last step
-  completed (not from a request's start: a late peer costs no spin). Past 8 ms without a move the sleeps grow to
-  1/8 of the time waited, up to 16 ms: a request whose peer is 200 ms late costs ~40 looks
-  (well under 1 % of a core; docs/training.md, "What waiting costs"), not a core, and a step
-  that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most). ``wait()`` drives the
-  requests in flight itself, as ``MPI_Wait`` would, while its request moves -- ``HELP`` (100
-  us) from the call and ``SPIN`` after each of its steps, the thread giving way meanwhile: a
-  collective whose peers are there completes in the waiter, with no thread hand-off -- then
-  sleeps on the request's event, which the thread sets (a caller's thread that waits for a
-  late peer takes no CPU after that). ``Request.then`` functions (torch's ``Work`` futures)
-  run in the thread that ended the request, once it has let the engine go. Needs
-  ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls, its own) while
-  the thread does.
+  completed (not from a request's start: a late peer costs no spin). Past 8 ms without a move
+  the sleeps grow to 1/8 of the time waited, up to 16 ms: a request whose peer is 200 ms late
+  costs ~40 looks (well under 1 % of a core; docs/training.md, "What waiting costs"), not a
+  core, and a step that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most).
+  ``wait()`` drives the requests in flight itself, as ``MPI_Wait`` would, while its request
+  moves -- ``HELP`` (100 us) from the call and ``SPIN`` after each of its steps, the thread
+  giving way meanwhile: a collective whose peers are there completes in the waiter, with no
+  thread hand-off -- then sleeps on the request's event, which the thread sets (a caller's
+  thread that waits for a late peer takes no CPU after that). ``Request.then`` functions
+  (torch's ``Work`` futures) run in the thread that ended the request, once it has let the
+  engine go. Needs ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls,
+  its own) while the thread does.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
   move only inside ``test()``, ``wait()`` and ``waitall()`` (each advances every active
   request, so waiting in any order cannot deadlock). Overlap then depends on how often the
