@@ -18,7 +18,8 @@ batch slicing); the wire bytes per step (this rank's ``bytes_sent``); and
 the loss on the first 4096 training samples after the last step; and how far the weights are
 from one process's on the whole batch, |w - w1| / |w1| over all weights (fp32: summation order
 only; compressed: the rounding on the wire). Before the table, an overlap probe: a 4 MiB
-all-reduce blocking, a numba loop alone, and the loop with an ``iallreduce`` in flight. Configurations:
+all-reduce blocking, a numba loop alone, and the loop with an ``iallreduce`` in flight (in place,
+as the buckets run; with the progress thread's CPU time per call). Configurations:
 
 * ``blocking``: one bucket, all-reduced after the whole backward pass (no overlap);
 * ``bucketed``: ``--bucket-kib`` buckets, each started as soon as its gradients exist;
@@ -242,9 +243,16 @@ def drift(a: list, b: list) -> float:
 
 def overlap_probe(comm, count: int = 1 << 20, repeats: int = 20) -> dict:
     """Medians over ``repeats`` (slowest rank) of: a blocking all-reduce of ``count`` fp32; a
-    nogil numba loop alone; and the loop with an ``iallreduce`` in flight, then ``wait``."""
+    nogil numba loop alone; and the loop with an ``iallreduce`` in flight, then ``wait`` -- both
+    in place, as ``Buckets`` run theirs (out of place on one node ``auto`` would run ``shm``, which
+    a nonblocking call runs whole inside the progress thread: not what a bucket runs); and the
+    progress thread's CPU time per ``iallreduce`` (``progress_cpu``: what the loop beside it may
+    lose where no core is free)."""
     import mpicoll
+    from mpi4py import MPI
     from numba import njit
+
+    from mpicoll.executors import progress
 
     @njit(nogil=True, cache=False)
     def busy(x, rounds):
@@ -254,10 +262,17 @@ def overlap_probe(comm, count: int = 1 << 20, repeats: int = 20) -> dict:
 
     buf, x = np.ones(count, np.float32), np.zeros(1 << 16)
     busy(x, 1)
-    mpicoll.allreduce(buf, comm=comm)
+    mpicoll.allreduce(MPI.IN_PLACE, buf, comm=comm)
+    mpicoll.iallreduce(MPI.IN_PLACE, buf, comm=comm).wait()
     t = time.perf_counter()
     busy(x, 50)
     rounds = max(1, int(50 * 0.01 / (time.perf_counter() - t)))    # about 10 ms of compute
+    rounds = comm.allreduce(rounds, op=MPI.MIN)                     # the same loop everywhere
+
+    def thread_cpu() -> float:
+        t = progress._thread
+        return time.clock_gettime(time.pthread_getcpuclockid(t.ident)) \
+            if t is not None and t.is_alive() else 0.0
 
     def timed(fn):
         times = []
@@ -269,12 +284,16 @@ def overlap_probe(comm, count: int = 1 << 20, repeats: int = 20) -> dict:
         return max(comm.allgather(float(np.median(times))))
 
     def both():
-        req = mpicoll.iallreduce(buf, comm=comm)
+        req = mpicoll.iallreduce(MPI.IN_PLACE, buf, comm=comm)
         busy(x, rounds)
         req.wait()
 
-    return {"count": count, "comm": timed(lambda: mpicoll.allreduce(buf, comm=comm)),
-            "compute": timed(lambda: busy(x, rounds)), "both": timed(both)}
+    cpu0 = thread_cpu()
+    result = {"count": count,
+              "comm": timed(lambda: mpicoll.allreduce(MPI.IN_PLACE, buf, comm=comm)),
+              "compute": timed(lambda: busy(x, rounds)), "both": timed(both)}
+    result["progress_cpu"] = max(comm.allgather((thread_cpu() - cpu0) / repeats))
+    return result
 
 
 # ----------------------------------------------------------------------------- elastic
@@ -605,7 +624,8 @@ def main() -> None:
         f"{1e3 * probe['comm']:.2f} ms, numba compute alone {1e3 * probe['compute']:.2f} ms, "
         f"compute with the iallreduce in flight then wait {1e3 * probe['both']:.2f} ms "
         f"(sum of the two: {1e3 * (probe['comm'] + probe['compute']):.2f} ms; "
-        f"{100 * hidden:.0f} % of the communication hidden)")
+        f"{100 * hidden:.0f} % of the communication hidden; the progress thread's CPU "
+        f"{1e3 * probe['progress_cpu']:.2f} ms per iallreduce)")
     say("\n" + table(rows).rstrip("\n"))
     say(f"\none process on batch {args.batch}: final loss {single['final_loss']:.4f}")
     if comm.Get_rank() == 0:
