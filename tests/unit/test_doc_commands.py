@@ -290,6 +290,8 @@ CHEAP = {
     "docs/results/wait_cost-np2-futex-after.json":
         "python jobs/experiments/wait_cost.py --table docs/results/wait_cost-np2-futex-before.json "
         "docs/results/wait_cost-np2-futex-after.json",
+    "mpiexec -n 2 python -m mpi4py jobs/experiments/compress_cost.py --mib 8,16,46,64 --rounds 7":
+        "mpiexec -n 2 python -m mpi4py jobs/experiments/compress_cost.py --mib 1 --rounds 1",
     "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json docs/torch/ddp-np2.png":
         "python jobs/experiments/ddp_bench.py --plot docs/results/ddp-np2.json ddp-np2.png",
 }
