@@ -26,11 +26,11 @@ Who looks (``MPICOLL_PROGRESS``):
   the sleeps grow to 1/8 of the time waited, up to 16 ms: a request whose peer is 200 ms late
   costs ~40 looks (well under 1 % of a core; docs/training.md, "What waiting costs"), not a
   core, and a step that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most).
-  ``wait()`` drives the requests in flight itself, as ``MPI_Wait`` would, while its request
-  moves -- ``HELP`` (100 us) from the call and ``SPIN`` after each of its steps, the thread
-  giving way meanwhile: a collective whose peers are there completes in the waiter, with no
-  thread hand-off -- then sleeps on the request's event, which the thread sets (a caller's
-  thread that waits for a late peer takes no CPU after that). ``Request.then`` functions
+  ``wait()`` looks at its own request for up to ``HELP`` (100 us; a crowded process,
+  ``idle.crowded``, up to 1 ms with sleeps between looks): a collective whose peers are there
+  completes in the waiter, with no thread hand-off -- then sleeps on the request's event,
+  which the thread sets (a caller's thread that waits for a late peer takes no CPU after
+  that). ``Request.then`` functions
   (torch's ``Work`` futures) run in the thread that ended the request, once it has let the
   engine go. Needs ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls,
   its own) while the thread does.
@@ -387,42 +387,42 @@ class Request:
         return self.result
 
     def _help(self) -> None:
-        """Thread mode: drive the requests in flight from the waiting thread while this one
-        moves, as ``MPI_Wait`` would, before sleeping on its event: for ``HELP`` (100 us, and at
-        least ``_YIELDS`` looks: a loaded machine's yields are slow) from the call, and ``SPIN``
-        (2 ms) after each of its steps completed, yielding between looks; the progress thread
-        gives way meanwhile (``priority``). The waiter then finishes its request with no thread
-        hand-offs, at its own pace, not at that of a progress thread backed off to millisecond
-        sleeps while the peer was late; a request whose peer is late (no step moves) costs the
-        waiter only ``HELP``. A crowded process (``idle.crowded``: more ranks than cores) looks
-        for up to ``_CROWDED_HELP``, sleeping between looks (10 us, doubling) instead of
-        yielding, and does not extend it when a step moves: the rank waited for may need this
-        core. Not for a deferred request (it would run whole in this thread) nor one that
-        follows another; deferred ones in flight are left to the thread."""
+        """Thread mode: look at this request from the waiting thread for up to ``HELP`` seconds
+        (when the progress thread is not inside a pass), yielding between looks, before
+        sleeping on its event: a small collective then completes here, without two thread
+        hand-offs (the waiter's wake-up, the thread's). Only this request: a waiter that drove
+        every request in flight, and kept yielding for ``SPIN`` after each step as ``MPI_Wait``
+        would, cost a torch matmul beside it +6.9 % against +2.8-4.1 % (``wait_cost.py``,
+        ``ring``, N = 2, quiet, in turns; docs/training.md), each look taking the GIL from it.
+        A crowded process (``idle.crowded``: more ranks than cores) looks for up to
+        ``_CROWDED_HELP``, sleeping between looks (10 us, doubling) instead of yielding: the
+        rank waited for may need this core. Not a deferred request (it would run whole in this
+        thread) nor one that follows another."""
         if self._deferred is not None or self._following:
             return
         crowded = idle.crowded()
-        least = 1 if crowded else _YIELDS
-        with priority():
-            end = time.perf_counter() + (_CROWDED_HELP if crowded else HELP)
-            index, looks, pause = self._index, 0, _SLEEP_MIN
-            while not self._finished.is_set() and (time.perf_counter() < end or looks < least):
-                looks += 1
-                if _lock.acquire(blocking=False):
-                    try:
-                        _progress(whole=False)
-                    finally:
-                        _lock.release()
-                    _run_ready()
-                if self._index != index and not crowded:    # it moved (here or in the thread)
-                    end, index = time.perf_counter() + SPIN, self._index
-                if self._finished.is_set():
-                    break
-                if crowded:
-                    time.sleep(pause)       # (the rank waited for may need this core)
-                    pause *= 2
-                else:
-                    os.sched_yield()
+        end = time.perf_counter() + (_CROWDED_HELP if crowded else HELP)
+        pause = _SLEEP_MIN
+        while not self._finished.is_set():
+            if _lock.acquire(blocking=False):
+                try:
+                    if not self._finished.is_set():
+                        try:
+                            self._advance()
+                        except BaseException as exc:    # noqa: BLE001 - raised by wait()
+                            self._fail(exc)
+                        if self._finished.is_set() and self in _active:
+                            _active.remove(self)
+                finally:
+                    _lock.release()
+                _run_ready()
+            if self._finished.is_set() or time.perf_counter() >= end:
+                return
+            if crowded:
+                time.sleep(pause)       # (the rank waited for may need this core)
+                pause *= 2
+            else:
+                os.sched_yield()
 
     def _tighten(self, timeout) -> None:
         if self._following:             # the request it follows has the deadline
