@@ -33,7 +33,8 @@ from mpi4py import MPI
 from .. import settings
 from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
 from ..topology import virtual_nodes
-from . import detector, idle, notice, stragglers
+from .. import idle
+from . import detector, notice, stragglers
 from .stragglers import RECENT_ENTRIES
 from .tags import tag_space
 from .watch import roll_call_tag

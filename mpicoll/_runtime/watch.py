@@ -34,7 +34,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ArgumentMismatch, CollectiveTimeout
-from . import detector, idle, notice
+from .. import idle
+from . import detector, notice
 from .tags import fields, tag_ub
 from .validate import differences
 

@@ -32,7 +32,7 @@ Timeouts. With a ``watch`` the loop polls ``MPI_Testall`` -- its first ``BUSY_PO
 step back to back, as ``MPI_Waitall`` would, then calling ``sched_yield`` between polls, as the
 Watch does, so that a rank sharing a core with the one it waits for does not hold the core for
 a whole time slice -- until ``MPI_Wtime`` (read every ``CLOCK_POLLS`` polls) passes the end of a
-short spin (``SPIN_SECONDS``; 20 us when the node's ranks outnumber the cores, ``_runtime/idle.py``;
+short spin (``SPIN_SECONDS``; 20 us when the node's ranks outnumber the cores, ``mpicoll/idle.py``;
 at most the call's deadline), then returns the row of the step it is in;
 Python hands that step's requests to the ``Watch``, which polls on (sleeping, and answering a
 roll call another rank starts) and raises ``CollectiveTimeout`` naming the step and the missing
@@ -56,7 +56,8 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from .. import kernels, settings
-from .._runtime import idle, loading
+from .. import idle
+from .._runtime import loading
 from ..schedule import Schedule
 from . import python as python_executor
 from . import segments

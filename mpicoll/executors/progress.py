@@ -61,7 +61,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import compression, settings
-from .._runtime import idle
+from .. import idle
 from ..errors import CommunicatorBroken
 
 __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]

@@ -55,7 +55,7 @@ Waiting: a wait spins for 20 us, then yields the core between polls, and returns
 after 2 ms (``transport._late``); while the rank it waits for is late it then naps between
 short looks (``window.Patience``: 1 ms, growing to 1/8 of the lateness, at most 16 ms) on a
 futex in the window that a rank coming to the call wakes (``Window.ring``). When the node's
-ranks outnumber this process's cores (``MPICOLL_YIELD_WHEN_IDLE``, ``_runtime/idle.py``) a
+ranks outnumber this process's cores (``MPICOLL_YIELD_WHEN_IDLE``, ``mpicoll/idle.py``) a
 wait yields at once, returns after 20 us and naps from 50 us: the rank it waits for needs the
 core. A rank that died or gave up ends the call at once with ``CommunicatorBroken``; with a deadline,
 ``Watch.overdue`` raises ``CollectiveTimeout`` naming the ranks whose flags are missing. Details, cost and measurements: docs/algorithms.md ("shm"),

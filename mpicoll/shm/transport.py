@@ -9,7 +9,7 @@ Waiting. A rank coming to the call rings the bells of the window (``Window.ring`
 that waited so long that it naps (``window.Patience``) wakes at once, not at its nap's end.
 
 Failures. Every wait returns to Python after SPIN_SECONDS (CROWDED_SPIN_SECONDS when the
-node's ranks outnumber the cores: ``_runtime/idle.py``), then after each nap
+node's ranks outnumber the cores: ``mpicoll/idle.py``), then after each nap
 (``window.Patience``) while it lasts (``_late``): first the call's
 deadline, if any (``Watch.overdue``: past it, or when another rank's roll call has come, the
 roll call names the ranks whose flags are missing); then the ranks of the window: one whose

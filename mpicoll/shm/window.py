@@ -43,7 +43,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .._runtime import idle
+from .. import idle
 from . import probe
 from .kernels import (ABORTED, ANSWER, ARRIVED, BLOCK, FLAGS, LINE, PID, PROBE, REDUCED, missing,
                       publish)

@@ -1,4 +1,4 @@
-"""Whether waits spin (``mpicoll._runtime.idle``, ``MPICOLL_YIELD_WHEN_IDLE``): not when this
+"""Whether waits spin (``mpicoll.idle``, ``MPICOLL_YIELD_WHEN_IDLE``): not when this
 node's ranks outnumber the process's cores, or when the setting says 1; as on a quiet node
 otherwise. And what the answer changes: ``shm``'s ``Patience`` spins 20 us, not 2 ms."""
 
@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 from mpicoll import settings
-from mpicoll._runtime import idle
+from mpicoll import idle
 from mpicoll.shm import window
 from mpicoll.testing import environment
 

@@ -11,8 +11,8 @@ when a pass found nothing), MPICH offers ``MPIR_CVAR_POLLS_BEFORE_YIELD``, and U
 (snake0/upcxx-2020.3.2, docs/oversubscription.md). Here a *crowded*
 process's waits spin little or not at all and sleep at once: ``shm``'s flag waits nap on the
 window's futex after ``window.CROWDED_SPIN_SECONDS`` (``window.Patience``), the progress thread
-sleeps without its yields (``progress._YIELDS``), and ``Request.wait`` hands over to it after
-one look (``progress.HELP``). Every wait still returns to Python as often as before (deadlines,
+sleeps without its yields (``progress._CROWDED_YIELDS``), and ``Request.wait`` looks for up to
+``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield. Every wait still returns to Python as often as before (deadlines,
 Ctrl-C, the failure detector).
 
 The ranks on this node: the most any communicator's layout has shown (``note``, from each
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from .. import settings
+from . import settings
 
 __all__ = ["oversubscribed", "crowded", "note", "ranks_on_node"]
 
