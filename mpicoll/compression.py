@@ -25,7 +25,8 @@ same ``v`` may differ only in that one of them has since sent it (``R(v)``) and 
 (``v``) -- recursive doubling's fold of a non-power-of-two size does exactly that -- and (3)
 maps both to ``R(v)``: the one that sent it holds ``R(v)`` already, and ``R`` would not change
 it (which is why (3) may skip every slice sent or copied since its last reduction). So the
-result is the rounded final sum, identical everywhere.
+result is the rounded final sum, identical everywhere. On one rank nothing is sent, so nothing is rounded: the
+result is the input, and error feedback's residual stays as it was.
 
 What a call moves through memory (bf16, ring at 2 ranks, per rank, in units of the fp32
 buffer's size: a read and a write of it are 2): ``Codec.send`` of each half reads it and writes

@@ -1,7 +1,8 @@
 """A communicator's first nonblocking call, started without blocking (issue 18).
 
 The first mpicoll call on a communicator makes mpicoll's duplicate of it and finds its node
-layout (``CommState.ready``: the presence check, ``MPI_Comm_idup``, ``MPI_Comm_split_type``).
+layout (``CommState.ready``: the presence check, ``MPI_Comm_idup``, one ``allgather`` of the
+ranks' node names).
 That waits for every rank, and the plan of the call needs the node layout. A nonblocking call
 must still return at once: this valid MPI program must complete ::
 

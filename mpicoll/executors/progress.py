@@ -60,13 +60,12 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from .. import compression, settings
-from .. import idle
+from .. import compression, idle, settings
 from ..errors import CommunicatorBroken
+from .step import posted_steps
 
 __all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
 
-_ALIGN = 8                      # wire slots start at multiples of 8 bytes
 _YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
 PIPELINED = 64 << 10            # a step moving more bytes than this ...
 SPIN = 2e-3                     # ... keeps the thread yielding this long after a step completed
@@ -124,7 +123,8 @@ class Request:
         self._deferred = deferred       # deferred(watch): the whole collective, run at once
         self._codec, self._reduce, self._library, self._on_done = codec, reduce_into, library, on_done
         with priority():                # local work: the progress thread gives way
-            self._steps = () if schedule is None else self._prepare(schedule, buf)
+            self._steps = () if schedule is None else \
+                posted_steps(schedule, buf, codec, cuts, owner=self)
         self._feedback = None           # the ErrorFeedback of the run under way (feed_back)
         self._unrounded, self._fed_steps, self._fed_before = (), (), ()
         if codec is not None and schedule is not None and buf is not None:
@@ -157,65 +157,6 @@ class Request:
         return f"<mpicoll Request {self.what}: {state}>"
 
     # ------------------------------------------------------------------------- set-up (once)
-
-    def _prepare(self, schedule, buf: np.ndarray) -> tuple:
-        """Per step: (recvs, sends, bytes_sent, bytes_received), with every view made here.
-
-        recv: (peer, array received into, decode (wire, lo, target) or None,
-               reduce (acc, incoming, left) or None; acc is the next receive's scratch for
-               ``Recv.into_next``; with a codec, incoming is the wire (``Codec.add``: decoded
-               and summed in one pass) unless the receive is an ``into_next`` one's
-               accumulator, decoded first into scratch); send: (peer, array sent,
-               encode (source slice, lo, wire) or None).
-        """
-        codec, itemsize = self._codec, buf.itemsize
-        scratch = np.empty(schedule.scratch_elements, buf.dtype)
-
-        def size(lo, n):
-            return codec.wire_bytes(lo, n, self._cuts) if codec else n * itemsize
-
-        def slots(extents):             # byte offsets of aligned slots, and their total
-            offsets, total = [], 0
-            for lo, n in extents:
-                offsets.append(total)
-                total += -(-size(lo, n) // _ALIGN) * _ALIGN
-            return offsets, total
-
-        wire_in = wire_out = None
-        if codec:
-            need_in = max((slots([(lo, hi - lo) for _, lo, hi, *_ in recvs])[1]
-                           for recvs, _ in schedule.plan), default=0)
-            need_out = max((slots([(lo, hi - lo) for _, lo, hi in sends])[1]
-                            for _, sends in schedule.plan), default=0)
-            wire_in, wire_out = compression.wire_buffers(self, need_in, need_out)
-        steps = []
-        for recvs, sends in schedule.plan:
-            r_off, _ = slots([(lo, hi - lo) for _, lo, hi, *_ in recvs])
-            s_off, _ = slots([(lo, hi - lo) for _, lo, hi in sends])
-            step_recvs, step_sends = [], []
-            accs = {into for *_, into in recvs}
-            for (src, lo, hi, reduce, left, at, into), off in zip(recvs, r_off):
-                target = scratch[at:at + hi - lo] if reduce else buf[lo:hi]
-                acc = buf[lo:hi] if into < 0 else scratch[into:into + hi - lo]
-                red = (acc, target, left) if reduce else None
-                if codec:
-                    wire = wire_in[off:off + size(lo, hi - lo)]
-                    if reduce and at not in accs:
-                        step_recvs.append((src, wire, None, (acc, (wire, lo), left)))
-                    else:
-                        step_recvs.append((src, wire, (wire, lo, target), red))
-                else:
-                    step_recvs.append((src, target, None, red))
-            for (dst, lo, hi), off in zip(sends, s_off):
-                if codec:
-                    wire = wire_out[off:off + size(lo, hi - lo)]
-                    step_sends.append((dst, wire, (buf[lo:hi], lo, wire)))
-                else:
-                    step_sends.append((dst, buf[lo:hi], None))
-            steps.append((tuple(step_recvs), tuple(step_sends),
-                          sum(size(lo, hi - lo) for _, lo, hi in sends),
-                          sum(size(lo, hi - lo) for _, lo, hi, *_ in recvs)))
-        return tuple(steps)
 
     # --- mpicoll.Comm (issue 21): its requests are MPI generalized requests, completed here
     def when_done(self, fn) -> None:

@@ -25,7 +25,8 @@ from mpi4py import MPI
 import mpicoll
 from mpicoll import registry
 
-from .backend import ProcessGroupMpicoll, Work, _completer, tensor_view
+from .backend import ProcessGroupMpicoll, tensor_view
+from .work import Work, _completer
 
 __all__ = ["compress_hook"]
 
