@@ -12,8 +12,8 @@ when a pass found nothing), MPICH offers ``MPIR_CVAR_POLLS_BEFORE_YIELD``, and U
 process's waits spin little or not at all and sleep at once: ``shm``'s flag waits nap on the
 window's futex after ``window.CROWDED_SPIN_SECONDS`` (``window.Patience``), the progress thread
 sleeps without its yields (``progress._CROWDED_YIELDS``), and ``Request.wait`` looks for up to
-``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield. Every wait still returns to Python as often as before (deadlines,
-Ctrl-C, the failure detector).
+``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield. Every wait
+still returns to Python as often as before (deadlines, Ctrl-C, the failure detector).
 
 The ranks on this node: the most any communicator's layout has shown (``note``, from each
 ``CommState``'s ``real_nodes``), or the launcher's count if higher

@@ -30,10 +30,9 @@ from collections import OrderedDict
 import numpy as np
 from mpi4py import MPI
 
-from .. import settings
+from .. import idle, settings
 from ..errors import CollectiveTimeout, CommunicatorBroken, ConcurrentCall
 from ..topology import virtual_nodes
-from .. import idle
 from . import detector, notice, stragglers
 from .stragglers import RECENT_ENTRIES
 from .tags import tag_space

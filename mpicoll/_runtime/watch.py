@@ -33,8 +33,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ArgumentMismatch, CollectiveTimeout
 from .. import idle
+from ..errors import ArgumentMismatch, CollectiveTimeout
 from . import detector, notice
 from .tags import fields, tag_ub
 from .validate import differences

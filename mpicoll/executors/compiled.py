@@ -55,8 +55,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from .. import kernels, settings
-from .. import idle
+from .. import idle, kernels, settings
 from .._runtime import loading
 from ..schedule import Schedule
 from . import python as python_executor

@@ -30,10 +30,9 @@ Who looks (``MPICOLL_PROGRESS``):
   ``idle.crowded``, up to 1 ms with sleeps between looks): a collective whose peers are there
   completes in the waiter, with no thread hand-off -- then sleeps on the request's event,
   which the thread sets (a caller's thread that waits for a late peer takes no CPU after
-  that). ``Request.then`` functions
-  (torch's ``Work`` futures) run in the thread that ended the request, once it has let the
-  engine go. Needs ``MPI_THREAD_MULTIPLE``: the caller may use MPI (mpicoll's blocking calls,
-  its own) while the thread does.
+  that). ``Request.then`` functions (torch's ``Work`` futures) run in the thread that ended
+  the request, once it has let the engine go. Needs ``MPI_THREAD_MULTIPLE``: the caller may
+  use MPI (mpicoll's blocking calls, its own) while the thread does.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
   move only inside ``test()``, ``wait()`` and ``waitall()`` (each advances every active
   request, so waiting in any order cannot deadlock). Overlap then depends on how often the
@@ -623,12 +622,11 @@ def _run_ready() -> None:
             traceback.print_exc()
 
 
-def _progress(whole: bool = True) -> bool:
-    """Advance every active request once (lock held); drop the finished ones. ``whole=False``:
-    not the deferred ones (they run whole: the progress thread's)."""
+def _progress() -> bool:
+    """Advance every active request once (lock held); drop the finished ones."""
     moved = False
     for req in list(_active):
-        if not req.done and (whole or req._deferred is None):
+        if not req.done:
             try:
                 moved |= req._advance()
             except BaseException as exc:    # noqa: BLE001 - kept for wait() to raise
