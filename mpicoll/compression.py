@@ -106,9 +106,7 @@ def unrounded(count: int, plan) -> list:
     ``plan`` (``Schedule.plan``) ends, compressed: its input, less every slice it sent since
     (rounded as sent) or received as a copy (decoded), plus every slice a reduction wrote since
     (a fresh fp32 sum). Only these need the final ``R`` (``R`` is idempotent)."""
-    edges = sorted({0, count} | {e for recvs, sends in plan for op in recvs + sends
-                                 for e in op[1:3]})
-    at = {e: i for i, e in enumerate(edges)}
+    edges, at = _edges(count, plan)
     dirty = np.ones(len(edges) - 1, bool)
     for recvs, sends in plan:
         for _, lo, hi in sends:
@@ -128,9 +126,7 @@ def first_touches(count: int, plan) -> tuple:
     is decoded into scratch first). ``before``: the slices ``(lo, hi)`` no such op touches
     first, where the residual is added before the run (``Codec.feedback``). Either way each
     element gets ``R(x / d + e)`` from the input it was given, as if fed back whole first."""
-    edges = sorted({0, count} | {e for recvs, sends in plan for op in recvs + sends
-                                 for e in op[1:3]})
-    at = {e: i for i, e in enumerate(edges)}
+    edges, at = _edges(count, plan)
     toucher = np.full(len(edges) - 1, -1)       # per piece between edges: the first op's id
     ops = []                                    # per op id: (its pieces, whether it can feed)
     for recvs, sends in plan:
@@ -151,6 +147,15 @@ def first_touches(count: int, plan) -> tuple:
     before = [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)
               if toucher[i] < 0 or not fed[toucher[i]]]
     return tuple(steps), _merged(before)
+
+
+def _edges(count: int, plan) -> tuple:
+    """Every slice edge of ``plan``'s sends and receives, with 0 and ``count``, sorted; and
+    each edge's index: the pieces between them are what ``unrounded`` and ``first_touches``
+    follow."""
+    edges = sorted({0, count} | {e for recvs, sends in plan for op in recvs + sends
+                                 for e in op[1:3]})
+    return edges, {e: i for i, e in enumerate(edges)}
 
 
 def _merged(slices: list) -> list:
@@ -396,10 +401,14 @@ class ErrorFeedback:
     def apply(self, codec: Codec, x: np.ndarray, cuts=None) -> None:
         """In place, with ``v = x / divide + e``: ``x = R(v)`` and ``e = v - R(v)`` (``cuts``:
         the collective's int8 pieces, so that its first sends carry ``R(v)`` unchanged)."""
+        self.check(x)
+        codec.feedback(x, self.residual, cuts, self.divide)
+
+    def check(self, x: np.ndarray) -> None:
+        """Raise ``ValueError`` unless ``x`` is an fp32 buffer of the residual's size."""
         if x.size != self.residual.size or x.dtype != np.float32:
             raise ValueError(f"ErrorFeedback holds {self.residual.size} fp32 elements, the "
                              f"buffer has {x.size} {x.dtype}")
-        codec.feedback(x, self.residual, cuts, self.divide)
 
     def reset(self) -> None:
         self.residual[...] = 0

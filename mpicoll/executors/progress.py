@@ -414,9 +414,7 @@ class Request:
         the slices no first pass of the schedule takes it along now, on the others as the run
         first sends or reduces them (``compression.first_touches``: one pass fewer)."""
         e, buf = error_feedback.residual, self._buf
-        if e.size != buf.size or buf.dtype != np.float32:
-            raise ValueError(f"ErrorFeedback holds {e.size} fp32 elements, the buffer has "
-                             f"{buf.size} {buf.dtype}")
+        error_feedback.check(buf)
         for lo, hi in self._fed_before:
             self._codec.feedback(buf[lo:hi], e[lo:hi], self._cuts, error_feedback.divide, lo)
         self._feedback = error_feedback
