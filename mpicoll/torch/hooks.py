@@ -60,7 +60,8 @@ def compress_hook(compress: str = "bf16", *, error_feedback: bool = True):
             ef = None
             if error_feedback:          # (divides as it adds the residual: one pass)
                 ef = residuals.get(bucket.index())
-                if ef is None or ef.residual.size != view.size:   # DDP rebuilt its buckets
+                if ef is None or ef.residual.size != view.size or ef.divide != size:
+                    # (DDP rebuilt its buckets, or the group is another size: a new mean)
                     ef = residuals[bucket.index()] = mpicoll.ErrorFeedback(view.size,
                                                                            divide=size)
             else:
