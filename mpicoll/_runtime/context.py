@@ -139,13 +139,17 @@ class CommState:
             self._dup.Wait()
         else:
             watch.wait([self._dup], "MPI_Comm_idup (mpicoll's duplicate of the communicator)")
-        self._dup = None
         # MPI may have given the duplicate the context id of a communicator freed before, on
         # which a failed call left messages this rank never received (sent after it freed
         # that one, so not drained then). No rank can have sent on the duplicate yet (each
         # first joins node_layout's collectives on it): every message found now is such a one.
         drain(self.comm, (MPI.ANY_TAG,))
+        # made, then no Idup pending: ``start`` (the caller's thread, whose next nonblocking
+        # call may come right now) sees one or the other, never neither -- it once saw neither
+        # here and started a second MPI_Comm_idup, on that rank alone: the set-up then used a
+        # duplicate MPICH had not finished (an assertion in csel.c) or waited for ever
         self.made = True
+        self._dup = None
         notice.register(self.comm, self)
         # one allgather on the duplicate, no communicator made (MPI_Comm_split_type was one,
         # run by the background thread: all ranks hung in it, issue 40)

@@ -161,3 +161,47 @@ def _with_the_set_up_pending(comm, calls: int, meanwhile, after=lambda st: None)
     if comm.rank != size - 1 and not problems and pending == 0:
         problems.append("the set-up was never pending: the test tested nothing")
     agree(comm, not problems, f"rank {comm.rank}: {problems}")
+
+
+@pytest.mark.timeout(120)
+def test_a_call_while_the_set_up_ends_starts_no_second_duplicate(comm, monkeypatch):
+    """A second first call made just as the set-up's ``MPI_Comm_idup`` completed (the set-up
+    thread held there, in ``drain``, until the call returned) joins the set-up; it starts no
+    second ``MPI_Comm_idup``. That happened between the Idup's completion and ``made``: on one
+    rank of a CI run, and 2 of 4 loops of 150 fresh communicators at N = 5, the set-up then
+    used a duplicate MPICH had not finished (an assertion in csel.c, the job aborted) or hung."""
+    import threading
+
+    from mpicoll._runtime import context
+    inside, go = threading.Event(), threading.Event()
+    real_drain = context.drain
+
+    def held_drain(c, tags):
+        if threading.current_thread().name == "mpicoll-setup":
+            inside.set()
+            go.wait(DEADLINE)
+        return real_drain(c, tags)
+    monkeypatch.setattr(context, "drain", held_drain)
+    size, problems = comm.size, []
+    fresh = comm.Dup()
+    try:
+        x = np.full(64, float(comm.rank + 1))
+        first = mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, timeout=DEADLINE)
+        st = known(fresh)
+        duplicate = st.comm
+        if not inside.wait(DEADLINE):
+            problems.append("the set-up never reached drain")
+        second = mpicoll.iallreduce(x, np.empty_like(x), comm=fresh, timeout=DEADLINE)
+        if st.comm is not duplicate:
+            problems.append("a second MPI_Comm_idup replaced the duplicate")
+        go.set()
+        for req in (first, second):
+            got = req.wait()
+            if not np.all(got == size * (size + 1) / 2):
+                problems.append(f"got {got[:3]}")
+    except Exception as exc:        # noqa: BLE001 - agreed on below
+        problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        go.set()
+        fresh.Free()
+    agree(comm, not problems, f"rank {comm.rank}: {problems}")
