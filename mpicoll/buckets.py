@@ -36,11 +36,20 @@ in the signature whose hash is in its messages' tags, so ranks built with other 
 ``bucket_bytes`` that cut other buckets) never match each other's messages: every rank raises
 ``ArgumentMismatch`` naming the field, found while they wait (no extra message per step).
 A step that fails on one rank -- ``wait()`` with an array never marked ready -- still runs every
-bucket (so no rank waits for a missing one), and ``wait()`` then agrees, with one small
-all-reduce, whether every rank completed its step: if not, every rank raises ``ValueError``
-naming the ranks, and every rank's state is reset for the next step. A step that raises
+bucket (so no rank waits for a missing one), and ``wait()`` agrees, with one small
+``MPI_Iallreduce`` started after the last bucket, whether every rank completed its step: if
+not, every rank raises ``ValueError`` naming the ranks, and every rank's state is reset for the
+next step. A step that raises
 (``ready`` or ``wait``) first settles the buckets it started, so the next step starts afresh
 (on a communicator the failure broke, its first ``ready`` raises ``CommunicatorBroken``).
+
+Who moves the buckets (``progress``): ``"thread"``, the progress thread, while the caller
+computes; ``"caller"``, the caller itself, inside ``ready`` (one look at the buckets in flight,
+oldest first) and ``wait`` -- MPI's progress rule, as MPICH moves an ``MPI_Iallreduce`` only
+inside MPI calls. ``"auto"`` (the default) is ``"caller"`` where the node has no core to spare
+(as many ranks as cores: ``idle.full``), where a progress thread would take its time from the
+compute beside it (docs/training.md, "End to end"), and where the engine has no thread
+(``MPICOLL_PROGRESS=caller``); else ``"thread"``. ``b.progress`` says which was chosen.
 
 ``compress`` and ``error_feedback`` apply per bucket (one ``ErrorFeedback`` residual each).
 ``average=True`` divides by the number of ranks when a bucket's all-reduce completes (sum of a
@@ -57,10 +66,11 @@ from typing import NoReturn
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, compression, ops, plan
+from . import buffers, compression, idle, ops, plan
 from ._runtime.call import Call
 from ._runtime.context import attach
 from .errors import CommunicatorBroken
+from .executors import progress as engine
 from .executors.progress import Request
 from .reproducible.forms import dispatch, spelled
 
@@ -74,7 +84,7 @@ class Buckets:
                  comm=None, algorithm="auto", compress=None, error_feedback=False,
                  timeout=None, on_timeout=None, validate=None,
                  gradient_as_bucket_view: bool = False, reproducible=False,
-                 first_bucket_bytes: int = 1 << 20):
+                 first_bucket_bytes: int = 1 << 20, progress: str = "auto"):
         arrays = [buffers.array(a, f"arrays[{i}]", writable=True)
                   for i, a in enumerate(_sequence(arrays))]
         if not arrays:
@@ -84,6 +94,8 @@ class Buckets:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.op = ops.name(op)
+        if progress not in ("auto", "thread", "caller"):
+            raise ValueError(f"progress must be 'auto', 'thread' or 'caller', got {progress!r}")
         if error_feedback and compress is None:
             raise ValueError("error_feedback=True needs a compress= mode")
         # (op, dtype, average, compress, algorithm, reproducible: each bucket's plan checks them)
@@ -156,6 +168,17 @@ class Buckets:
         self._ready = np.zeros(len(arrays), bool)
         self._missing = [len(m) for m in self.buckets]
         self._launched = 0
+        # Who advances the buckets' requests: the progress thread, or this caller inside
+        # ready() and wait() -- where the node has no core to spare (idle.full: as many ranks
+        # as cores), since the thread would take its time from the compute beside it
+        self.progress = progress if progress != "auto" else \
+            "caller" if idle.full() or engine.mode() == "caller" else "thread"
+        # the step's agreement (wait): every rank's count of arrays not marked ready, MAX
+        self._flags = np.zeros(self.comm.Get_size(), np.int32)
+        self._agreement = Request("Buckets' step agreement (MPI_Iallreduce)", result=self._flags,
+                                  library=lambda comm: comm.Iallreduce(MPI.IN_PLACE, self._flags,
+                                                                       op=MPI.MAX))
+        self._agreeing = False
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{f.nbytes}" for f in self.flat)
@@ -190,6 +213,9 @@ class Buckets:
             while self._launched < len(self.buckets) and self._missing[self._launched] == 0:
                 self._launch(self._launched)
                 self._launched += 1
+            if self.progress == "caller":       # one look at those in flight, oldest first
+                for prepared in self._prepared[:self._launched]:
+                    prepared.held.drive()
         except BaseException as exc:
             self._failed(exc)
 
@@ -204,15 +230,21 @@ class Buckets:
             while self._launched < len(self.buckets):      # run them all: no rank waits
                 self._launch(self._launched)
                 self._launched += 1
+            self._start_agreement(missing)  # after the last bucket on every rank: same order
             for prepared in self._prepared:
                 prepared.wait()
+            self._end_agreement()
         except BaseException as exc:
             self._failed(exc)
         self._reset()
         if not self._as_view:
             for view, array in zip(self._slots, self._arrays):
                 np.copyto(array, view)
-        self._agree_step(missing)
+        if self._flags.any():
+            mine = f"; here arrays {missing} were not marked ready()" if missing else ""
+            raise ValueError(f"Buckets: rank(s) {np.flatnonzero(self._flags).tolist()} did not "
+                             f"mark every array ready() this step: its results are not valid on "
+                             f"any rank{mine}")
 
     def _failed(self, exc: BaseException) -> NoReturn:
         """The step raised ``exc``: settle it, and raise ``exc`` -- or, where ``exc`` says the
@@ -228,40 +260,49 @@ class Buckets:
         fail by themselves (the next step raises ``CommunicatorBroken``) -- reset the state for
         the next step, and return the first error of those buckets, if any."""
         broken, first = attach(self.comm).broken, None
-        for prepared in self._prepared[:self._launched]:
-            if broken and not prepared.held.done:
+        held = [prepared.held for prepared in self._prepared[:self._launched]]
+        for req in held + ([self._agreement] if self._agreeing else []):
+            if broken and not req.done:
+                if self.progress == "caller":       # (nobody else would ever look at it)
+                    req.give_up(CommunicatorBroken(f"{req.what}: given up, the communicator "
+                                                   f"broke ({broken})"))
                 continue
             try:
-                prepared.wait()
+                req.wait()
             except Exception as exc:        # noqa: BLE001 - returned
                 first = first or exc
         self._reset()
         return first
 
     def _reset(self) -> None:
+        self._agreeing = False
         self._ready[:] = False
         self._missing = [len(m) for m in self.buckets]
         self._launched = 0
 
-    def _agree_step(self, missing: list) -> None:
-        """Raise ``ValueError`` on every rank if any rank missed a ``ready`` this step."""
-        if self.comm.Get_size() == 1 and not missing:
+    def _start_agreement(self, missing: list) -> None:
+        """Start the step's agreement: whether every rank marked every array ready (one small
+        ``MPI_Iallreduce``, MAX, on mpicoll's duplicate, under the call's deadline). Started
+        once the buckets are, it overlaps their waits: a blocking one after them cost a
+        synchronisation more per step (~1 ms at 4 ranks on 2 cores)."""
+        self._flags[:] = 0
+        if self.comm.Get_size() == 1:
+            self._flags[0] = len(missing)
             return
-        from .api import allreduce          # the plain call, on the library's own algorithm
+        self._flags[self.comm.Get_rank()] = len(missing)
         timeout, on_timeout, _ = self._options
-        flags = np.zeros(self.comm.Get_size(), np.int32)
-        flags[self.comm.Get_rank()] = len(missing)
-        allreduce(MPI.IN_PLACE, flags, op=MPI.MAX, algorithm="mpi", comm=self.comm,
-                  timeout=timeout, on_timeout=on_timeout)
-        if flags.any():
-            mine = f"; here arrays {missing} were not marked ready()" if missing else ""
-            raise ValueError(f"Buckets: rank(s) {np.flatnonzero(flags).tolist()} did not mark "
-                             f"every array ready() this step: its results are not valid on any "
-                             f"rank{mine}")
+        with Call("allreduce", "mpi", self.comm, timeout, on_timeout, None) as call:
+            self._agreement.start(call, call.open().traffic, keep=self.progress == "caller")
+            self._agreeing = True
+
+    def _end_agreement(self) -> None:
+        if self._agreeing:
+            self._agreement.wait()
+            self._agreeing = False
 
     def _launch(self, k: int) -> None:
         with self._call() as call:
-            self._prepared[k].start(call, self.feedback[k])
+            self._prepared[k].start(call, self.feedback[k], keep=self.progress == "caller")
 
 
 def _job_request(job, flat: np.ndarray, on_done):

@@ -26,7 +26,7 @@ import os
 
 from . import settings
 
-__all__ = ["oversubscribed", "crowded", "note", "ranks_on_node"]
+__all__ = ["oversubscribed", "crowded", "full", "note", "ranks_on_node", "progress_mode"]
 
 _LAUNCHER_COUNTS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 _noted = 0                      # the most ranks seen on this node
@@ -67,6 +67,33 @@ def crowded() -> bool:
         _crowded = oversubscribed(ranks_on_node(), len(os.sched_getaffinity(0)),
                                   settings.get("MPICOLL_YIELD_WHEN_IDLE"))
     return _crowded
+
+
+def full() -> bool:
+    """No core to spare on this node: its ranks at least as many as the cores this process may
+    run on (``crowded`` or just full). A progress thread then computes on a core a rank's
+    compute needs: ``Buckets`` advance their requests in the caller's own calls instead."""
+    return crowded() or ranks_on_node() >= len(os.sched_getaffinity(0))
+
+
+def progress_mode() -> str:
+    """``"thread"`` or ``"caller"``: who advances nonblocking requests (``MPICOLL_PROGRESS``;
+    executors/progress.py's doc); ``thread`` needs ``MPI_THREAD_MULTIPLE``."""
+    from mpi4py import MPI
+    wanted = settings.get("MPICOLL_PROGRESS")
+    if wanted == "caller":
+        return "caller"
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_MULTIPLE:
+        if wanted == "thread":
+            names = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
+                     MPI.THREAD_SERIALIZED: "SERIALIZED"}
+            raise RuntimeError(
+                f"MPICOLL_PROGRESS=thread needs MPI_THREAD_MULTIPLE, but MPI was initialised "
+                f"with MPI_THREAD_{names.get(level, level)}; set mpi4py.rc.thread_level = "
+                "'multiple' before importing mpi4py.MPI, or use MPICOLL_PROGRESS=caller")
+        return "caller"
+    return "thread"
 
 
 @settings.on_reload

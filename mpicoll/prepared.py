@@ -248,12 +248,13 @@ class Prepared:
         self.held = self.request(call, layout) if req is None else req
         return self
 
-    def start(self, call: Call, error_feedback=None, first: float = 0.0) -> Request:
+    def start(self, call: Call, error_feedback=None, first: float = 0.0,
+              keep: bool = False) -> Request:
         """Start the held request on ``call`` (its tag and deadline) and return it; ``wait``
         completes it. Held (``hold``): the agreement step first, the input copied in, error
         feedback's residual added (compression needs a schedule: ``plan._check``). Bound
         (``bind``): the bound run in the progress engine, or the MPI library's nonblocking
-        collective, on the bind's agreement. ``first``: as ``Request.start``'s."""
+        collective, on the bind's agreement. ``first``, ``keep``: as ``Request.start``'s."""
         req = self.held
         if self._each:
             self.plan.agree(call, **self._signed)
@@ -268,7 +269,7 @@ class Prepared:
                                       deferred=lambda watch: self.run_bound(call, False)) \
                 if self.nonblocking is None else \
                 Request(what, result=result, library=self.nonblocking)
-        return req.start(call, call.open().traffic, first)
+        return req.start(call, call.open().traffic, first, keep)
 
     def wait(self):
         """Complete the run ``start`` started; returns the result (raises its error)."""

@@ -15,29 +15,27 @@ MPI's persistent collectives).
 Who looks (``MPICOLL_PROGRESS``):
 
 * ``thread`` -- one daemon *progress thread* per process advances every active request. It
-  holds the GIL only between MPI calls (mpi4py releases it inside them) and the numba kernels
-  are ``nogil``, so numpy or numba compute in the caller's thread overlaps it. When nothing
-  moved it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 1 ms,
-  from which a newly started request wakes it at once -- except while a step moves more than
-  ``PIPELINED`` (64 KiB), which moves only inside looks of both ranks (MPICH's shared-memory
-  pieces; with its single copy, CMA, the receiver's copy after the handshake): then it keeps
-  yielding (a thread ready to run gets the core) for up to ``SPIN`` (2 ms) after the last step
-  completed (not from a request's start: a late peer costs no spin). Past 8 ms without a move
-  the sleeps grow to 1/8 of the time waited, up to 16 ms: a request whose peer is 200 ms late
-  costs ~40 looks (well under 1 % of a core; docs/training.md, "What waiting costs"), not a
-  core, and a step that waited ``t`` is seen up to max(1 ms, t/8) late (16 ms at most).
-  ``wait()`` looks at its own request for up to ``HELP`` (100 us; a crowded process,
-  ``idle.crowded``, up to 1 ms with sleeps between looks): a collective whose peers are there
-  completes in the waiter, with no thread hand-off -- then sleeps on the request's event,
-  which the thread sets (a caller's thread that waits for a late peer takes no CPU after
-  that). ``Request.then`` functions (torch's ``Work`` futures) run in the thread that ended
-  the request, once it has let the engine go. Needs ``MPI_THREAD_MULTIPLE``: the caller may
-  use MPI (mpicoll's blocking calls, its own) while the thread does.
+  holds the GIL only between MPI calls (mpi4py releases it inside them; the numba kernels are
+  ``nogil``), so numpy or numba compute in the caller's thread overlaps it. When nothing moved
+  it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 1 ms (a newly
+  started request wakes it at once) -- except while a step moves more than ``PIPELINED`` (64
+  KiB), which moves only inside looks of both ranks (MPICH's shared-memory pieces, or its CMA
+  copy after the handshake): then it keeps yielding for up to ``SPIN`` (2 ms) after the last
+  step completed. Past 8 ms without a move the sleeps grow to 1/8 of the time waited, up to 16
+  ms: a request whose peer is 200 ms late costs ~40 looks, not a core (docs/training.md, "What
+  waiting costs"). ``wait()`` looks at its own request for up to ``HELP`` (100 us; crowded,
+  ``idle.crowded``, up to 1 ms with sleeps between looks), so a collective whose peers are there
+  completes in the waiter, then sleeps on the request's event, which the thread sets.
+  ``Request.then`` functions (torch's ``Work`` futures) run in the thread that ended the
+  request, once it let the engine go. Needs ``MPI_THREAD_MULTIPLE``.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
   move only inside ``test()``, ``wait()`` and ``waitall()`` (each advances every active
   request, so waiting in any order cannot deadlock). Overlap then depends on how often the
   caller looks. This is what ``auto`` (the default) picks when ``MPI.Query_thread()`` is below
   ``MPI_THREAD_MULTIPLE``; asking for ``thread`` there raises ``RuntimeError``.
+
+A request started with ``keep=True`` (``Buckets`` on a node with no core to spare) is its
+caller's in either mode: the thread never looks at it; it moves in ``drive``, ``test``, ``wait``.
 
 Every request in flight has its own tag (``CommState.next_number``, ``_runtime/tags.py``), so
 several on one communicator never take each other's messages and complete in any wait order. A
@@ -59,7 +57,8 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from .. import compression, idle, settings
+from .. import compression, idle
+from ..idle import progress_mode as mode
 from ..errors import CommunicatorBroken
 from .step import posted_steps
 
@@ -87,24 +86,6 @@ _active: list = []
 _ready: list = []               # (fn, error) of Request.then, run once _lock is let go
 _thread: threading.Thread | None = None
 _stopping = False
-
-
-def mode() -> str:
-    """``"thread"`` or ``"caller"``: who advances requests (see the module's doc)."""
-    wanted = settings.get("MPICOLL_PROGRESS")
-    if wanted == "caller":
-        return "caller"
-    level = MPI.Query_thread()
-    if level < MPI.THREAD_MULTIPLE:
-        if wanted == "thread":
-            names = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
-                     MPI.THREAD_SERIALIZED: "SERIALIZED"}
-            raise RuntimeError(
-                f"MPICOLL_PROGRESS=thread needs MPI_THREAD_MULTIPLE, but MPI was initialised "
-                f"with MPI_THREAD_{names.get(level, level)}; set mpi4py.rc.thread_level = "
-                "'multiple' before importing mpi4py.MPI, or use MPICOLL_PROGRESS=caller")
-        return "caller"
-    return "thread"
 
 
 class Request:
@@ -138,6 +119,7 @@ class Request:
         self._tag, self._index, self._pending, self._peers = 0, 0, [], []
         self._when_done: list = []      # mpicoll.Comm's hook (when_done)
         self._following = False         # (following)
+        self._kept = False              # advanced by its caller only (start(keep=True))
 
     @property
     def call(self):
@@ -159,10 +141,9 @@ class Request:
 
     # --- mpicoll.Comm (issue 21): its requests are MPI generalized requests, completed here
     def when_done(self, fn) -> None:
-        """Call ``fn(error)`` once, when the request completes (``error`` None) or fails, from
-        the thread that finishes it (the progress thread, or the caller's inside ``test`` or
-        ``wait``) just before ``done`` turns True; at once if it is done already. ``fn`` must not
-        raise nor call mpicoll."""
+        """Call ``fn(error)`` once, as the request completes (``error`` None) or fails, in the
+        thread that ends it, just before ``done`` turns True (at once if done already); ``fn``
+        must not raise nor call mpicoll."""
         with _turn():
             if not self._finished.is_set():
                 self._when_done.append(fn)
@@ -182,8 +163,8 @@ class Request:
 
     def release(self) -> None:
         """Return once the progress thread's pass is over: it then holds no reference to this
-        finished request, so the caller's thread is the one that frees its buffers (a buffer
-        exporter may check its reference counts: mpi4py's DLPack test arrays do)."""
+        finished request, so the caller's thread frees its buffers (mpi4py's DLPack test
+        arrays check their reference counts)."""
         with _turn():
             pass
 
@@ -232,11 +213,13 @@ class Request:
 
     # ------------------------------------------------------------------------- running
 
-    def start(self, call, traffic: dict, first: float = 0.0) -> "Request":
+    def start(self, call, traffic: dict, first: float = 0.0, keep: bool = False) -> "Request":
         """Start (again) on ``call``'s communicator and tag, under its deadline; returns self.
         ``first``: seconds this thread advances the request itself before it hands it to the
         progress thread (a small call whose peers are already there ends here, and the thread
-        is not woken); a failure met then is the request's, which ``wait`` raises."""
+        is not woken); a failure met then is the request's, which ``wait`` raises. ``keep``:
+        the caller advances it, never the thread -- in ``drive``, ``test`` and ``wait``, as
+        MPI's progress rule has it (``Buckets`` on a node with no core to spare)."""
         progress = mode()
         st = call.open()
         with _turn():                   # (the posts below are local: nonblocking calls)
@@ -246,6 +229,7 @@ class Request:
             traffic["internode_bytes"] += self._internode
             self._tag, self._watch = call.tag, call.watch
             self._error, self._index, self._pending, self._peers = None, 0, [], []
+            self._kept = keep
             self._finished.clear()
             if self._nsteps == 0:
                 self._complete()
@@ -257,7 +241,9 @@ class Request:
                 raise
             if first and self._first(first):
                 return self
-            _active.append(self)
+            _active.append(self)        # (kept: for finish_deferred, settle and _fail's eyes)
+            if keep:
+                return self
             _wake.notify()
         if progress == "thread":
             _ensure_thread()
@@ -286,23 +272,54 @@ class Request:
 
     def test(self) -> bool:
         """Advance (in ``caller`` mode) and say whether the request is done; raises its error."""
-        if not self._finished.is_set() and mode() == "caller":
-            with _turn():
-                _progress()
+        if not self._finished.is_set():
+            if self._kept:
+                self.drive()
+            elif mode() == "caller":
+                with _turn():
+                    _progress()
         if self._error is not None:
             raise self._error
         return self._finished.is_set()
 
+    def drive(self) -> bool:
+        """A kept request (``start(keep=True)``): look at it once, here; returns whether
+        anything moved. (Others: False; the engine advances them.)"""
+        if not self._kept or self._finished.is_set():
+            return False
+        with _turn():
+            return self._look()
+
+    def give_up(self, error: BaseException) -> None:
+        """Fail this request now with ``error`` if still in flight (a kept one whose
+        communicator broke: nobody would look at it again)."""
+        with _turn():
+            self._fail(error)
+            if self in _active:
+                _active.remove(self)
+
+    def _look(self) -> bool:
+        """One look at this request alone, here (lock held); dropped from the engine once it
+        ended. Returns whether anything moved (its failure is kept for ``wait``)."""
+        if self._finished.is_set():
+            return False
+        try:
+            moved = self._advance()
+        except BaseException as exc:    # noqa: BLE001 - raised by wait()
+            self._fail(exc)
+            moved = True
+        if self._finished.is_set() and self in _active:
+            _active.remove(self)
+        return moved
+
     def wait(self, timeout=None):
         """Block until done and return the result (``recvbuf``); raise the request's error.
-
-        ``timeout`` (seconds) tightens the request's deadline to now + timeout: past it the
-        collective fails as a blocking call's would (``CollectiveTimeout`` naming the missing
-        ranks; the communicator is broken).
-        """
+        ``timeout`` (seconds) tightens the deadline to now + timeout: past it the collective
+        fails as a blocking call's would (``CollectiveTimeout``; the communicator broken)."""
         if timeout is not None and not self._finished.is_set():
             self._tighten(timeout)
-        threaded = mode() == "thread" and threading.current_thread() is not _thread
+        threaded = mode() == "thread" and threading.current_thread() is not _thread \
+            and not self._kept
         if not self._finished.is_set() and threaded:    # (a then() fn may wait, in the thread)
             self._help()
         while not self._finished.is_set() and _thread is not None and _thread.is_alive() \
@@ -310,8 +327,11 @@ class Request:
             self._finished.wait(_WAKE_CHECK)
         pause, looks = _SLEEP_MIN, 0
         while not self._finished.is_set():      # caller mode: the caller advances
-            with _turn():               # the caller helps: it would only sleep otherwise
-                moved = _progress()
+            if self._kept:              # (only itself: no request of the thread's)
+                moved = self.drive()
+            else:
+                with _turn():           # the caller helps: it would only sleep otherwise
+                    moved = _progress()
             if self._finished.is_set():
                 break
             if moved:
@@ -328,15 +348,12 @@ class Request:
 
     def _help(self) -> None:
         """Thread mode: look at this request from the waiting thread for up to ``HELP`` seconds
-        (when the progress thread is not inside a pass), yielding between looks, before
-        sleeping on its event: a small collective then completes here, without two thread
-        hand-offs (the waiter's wake-up, the thread's). Only this request: a waiter that drove
-        every request in flight, and kept yielding for ``SPIN`` after each step as ``MPI_Wait``
-        would, cost a torch matmul beside it +6.9 % against +2.8-4.1 % (``wait_cost.py``,
-        ``ring``, N = 2, quiet, in turns; docs/training.md), each look taking the GIL from it.
-        A crowded process (``idle.crowded``: more ranks than cores) looks for up to
-        ``_CROWDED_HELP``, sleeping between looks (10 us, doubling) instead of yielding: the
-        rank waited for may need this core. Not a deferred request (it would run whole in this
+        (when the progress thread is not inside a pass), yielding between looks, before sleeping
+        on its event: a small collective then completes here, without two thread hand-offs.
+        Only this request (a waiter that drove every request in flight, as ``MPI_Wait`` does,
+        cost a torch matmul beside it more: docs/training.md). A crowded process
+        (``idle.crowded``) looks for up to ``_CROWDED_HELP``, sleeping between looks: the rank
+        waited for may need this core. Not a deferred request (it would run whole in this
         thread) nor one that follows another."""
         if self._deferred is not None or self._following:
             return
@@ -346,13 +363,7 @@ class Request:
         while not self._finished.is_set():
             if _lock.acquire(blocking=False):
                 try:
-                    if not self._finished.is_set():
-                        try:
-                            self._advance()
-                        except BaseException as exc:    # noqa: BLE001 - raised by wait()
-                            self._fail(exc)
-                        if self._finished.is_set() and self in _active:
-                            _active.remove(self)
+                    self._look()
                 finally:
                     _lock.release()
                 _run_ready()
@@ -524,13 +535,12 @@ class Request:
 
 def busy() -> bool:
     """Whether any request is in flight (on any communicator)."""
-    return bool(_active)
+    return any(not r.done for r in _active)
 
 
 def finish_deferred(state) -> None:
-    """Complete the deferred requests in flight on ``state``'s communicator: the progress
-    thread runs each whole, with the communicator's scratch and shared-memory window, which a
-    blocking call on it uses too, so it must not overtake them; their errors stay theirs."""
+    """Complete the deferred requests in flight on ``state``'s communicator (each runs whole,
+    with the scratch and window a blocking call on it uses too); their errors stay theirs."""
     if not _active:
         return
     for req in [r for r in _active if r._state is state and r._deferred is not None]:
@@ -541,12 +551,9 @@ def finish_deferred(state) -> None:
 
 
 def settle(state, why: str) -> None:
-    """Before ``state``'s communicator is freed (``_runtime.context.settle``, issue #22):
-    complete every request in flight on it -- the user frees it on every rank, so the others'
-    requests progress too -- under its own deadline (600 s for one without), so that none is
-    left to touch the freed communicator. One that cannot complete fails with its error
-    (``CollectiveTimeout``; the others on it then with ``CommunicatorBroken``), which its
-    ``wait`` raises."""
+    """Before ``state``'s communicator is freed (issue #22): complete every request in flight
+    on it under its own deadline (600 s for one without), so none is left to touch the freed
+    communicator; one that cannot fails with its error, which its ``wait`` raises."""
     for req in [r for r in list(_active) if r._state is state and not r.done]:
         try:
             req.wait(timeout=None if req._watch is not None else 600.0)
@@ -567,16 +574,12 @@ def waitall(requests) -> list:
 class priority:
     """``with priority():`` -- the caller's thread does local work for a request (makes it,
     starts it, takes ``_lock``) and the progress thread keeps off the GIL and ``_lock`` for up to
-    GIVE_WAY seconds after each of its passes, until the caller is done.
-
-    Why: the progress thread runs Python between MPI calls. While requests keep moving it holds
-    the GIL almost all the time, and a caller's thread that lets the GIL go (every mpi4py call,
-    every large numpy operation) waits up to the interpreter's switch interval (5 ms) to get it
-    back; ``threading.Lock`` is not fair either, so the thread retakes ``_lock`` the instant it
-    lets go. On an oversubscribed node (4 ranks on 2 cores under Slurm) that kept one rank's
-    ``iallreduce`` calls in start() for tens of seconds while the other ranks waited on it.
-    Only local work takes it (never a wait for other ranks: their requests may need this
-    thread's passes), and the give-way is bounded all the same. Nested uses count.
+    GIVE_WAY seconds after each of its passes, until the caller is done. Why: while requests
+    keep moving the thread holds the GIL almost all the time, a caller's thread that lets it go
+    waits up to the interpreter's switch interval (5 ms) to get it back, and ``threading.Lock``
+    is not fair: on 4 ranks on 2 cores that kept one rank's ``iallreduce`` calls in start() for
+    tens of seconds while the other ranks waited on it. Only local work takes it (never a wait
+    for other ranks: their requests may need this thread's passes). Nested uses count.
     """
 
     def __enter__(self):
@@ -621,10 +624,11 @@ def _run_ready() -> None:
 
 
 def _progress() -> bool:
-    """Advance every active request once (lock held); drop the finished ones."""
+    """Advance every active request once (lock held), but those their callers keep; drop the
+    finished ones."""
     moved = False
     for req in list(_active):
-        if not req.done:
+        if not req.done and not req._kept:
             try:
                 moved |= req._advance()
             except BaseException as exc:    # noqa: BLE001 - kept for wait() to raise
@@ -639,14 +643,14 @@ def _loop() -> None:
     stepped_at = -SPIN          # when a step last completed: only that keeps the thread yielding
     while True:
         with _lock:
-            while not _active and not _stopping:
+            while not _stopping and all(r._kept for r in _active):    # (none, or callers')
                 _wake.wait()
                 moved_at = time.monotonic()
             if _stopping:
                 return
             moved = _progress()
             active = len(_active)
-            pipelined = any(r._step_bytes() > PIPELINED for r in _active)
+            pipelined = any(r._step_bytes() > PIPELINED for r in _active if not r._kept)
         _run_ready()
         now = time.monotonic()
         give_way_until = now + GIVE_WAY

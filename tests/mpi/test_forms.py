@@ -260,11 +260,12 @@ def test_start_then_ssend_completes_on_a_fresh_communicator(comm, collective):
         fresh.Free()
 
 
-def test_buckets_missed_ready_raises_on_every_rank_then_recovers(comm):
+@pytest.mark.parametrize("who", ["thread", "caller"])
+def test_buckets_missed_ready_raises_on_every_rank_then_recovers(comm, who):
     """Rank 0 misses ``ready(1)`` once: every rank raises (no rank gets a wrong sum silently),
-    and the next step is right everywhere."""
+    and the next step is right everywhere; with either progress."""
     g = [np.full(5, comm.rank + 1.0), np.full(3, comm.rank + 1.0)]
-    b = mpicoll.Buckets(g, 16, average=False, comm=comm)
+    b = mpicoll.Buckets(g, 16, average=False, comm=comm, progress=who)
     assert len(b.buckets) == 2
     b.ready(0)
     if comm.rank != 0:

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 from numba import njit
 
 import mpicoll
@@ -221,14 +222,17 @@ def test_error_feedback_rides_on_the_first_passes_unchanged(comm, compress, algo
     agree(comm, same and np.abs(fed.residual).max() > 0, "error feedback differs")
 
 
-def test_buckets_average_in_bucket_order(comm):
+@pytest.mark.parametrize("who", ["thread", "caller"])
+def test_buckets_average_in_bucket_order(comm, who):
     """Gradients ready in a different order on each rank: buckets still start in bucket order
-    (no mismatched tags) and hold the exact average."""
+    (no mismatched tags) and hold the exact average -- advanced by the progress thread, or by
+    the caller in ready() and wait() (``progress="caller"``)."""
     size, rank = comm.Get_size(), comm.Get_rank()
     shapes = [(64, 33), (33,), (33, 100), (100,), (100, 10), (10,)]
     params = [np.zeros(s, np.float64) for s in shapes]
-    b = mpicoll.Buckets(params, bucket_bytes=30_000, comm=comm, gradient_as_bucket_view=True)
-    assert len(b.buckets) > 2
+    b = mpicoll.Buckets(params, bucket_bytes=30_000, comm=comm, gradient_as_bucket_view=True,
+                        progress=who)
+    assert len(b.buckets) > 2 and b.progress == who
     for step in range(3):
         order = np.random.default_rng(rank + 10 * step).permutation(len(shapes))
         for i in order:
@@ -273,3 +277,32 @@ def test_request_timeout_names_the_missing_rank(comm):
         except mpicoll.CommunicatorBroken:
             pass
     agree(comm, ok, msg)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_kept_request_moves_only_when_its_caller_looks(comm, keep):
+    """``Request.start(keep=True)`` (what ``Buckets`` do on a node with no core to spare): the
+    progress thread never advances it -- still in flight 0.3 s after the last rank started,
+    where the thread finishes one it was given -- and ``wait()`` completes it here."""
+    from mpicoll._runtime.call import Call
+    if comm.Get_size() == 1 or progress.mode() != "thread":
+        pytest.skip("needs two ranks and the progress thread")
+    flags = np.full(4, comm.Get_rank(), np.int32)
+    req = progress.Request("a test's MPI_Iallreduce", result=flags,
+                           library=lambda c: c.Iallreduce(MPI.IN_PLACE, flags, op=MPI.MAX))
+    if comm.Get_rank() == comm.Get_size() - 1:
+        time.sleep(0.2)                 # the others start first, and cannot finish at once
+    other = progress.Request("the thread's MPI_Ibarrier", library=lambda c: c.Ibarrier())
+    with Call("allreduce", "mpi", comm, 30.0, None, None) as call:
+        req.start(call, call.open().traffic, keep=keep)
+    with Call("barrier", "mpi", comm, 30.0, None, None) as call:
+        other.start(call, call.open().traffic)          # (keeps the thread looking)
+    comm.Barrier()                      # every rank started; now nobody looks for 0.3 s
+    time.sleep(0.3)
+    done_alone, other_done = req.done, other.done
+    got = req.wait()
+    other.wait()
+    agree(comm, np.all(got == comm.Get_size() - 1), f"got {got}")
+    last = comm.Get_rank() == comm.Get_size() - 1       # (its start may have finished it)
+    agree(comm, other_done and (done_alone if not keep else not done_alone or last),
+          f"keep={keep}: done before wait() {done_alone}, the thread's request {other_done}")
