@@ -15,6 +15,10 @@ sleeps without its yields (``progress._CROWDED_YIELDS``), and ``Request.wait`` l
 ``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield. Every wait
 still returns to Python as often as before (deadlines, Ctrl-C, the failure detector).
 
+Beside it, two answers the same facts give: whether the node has no core to spare at all
+(``full``: ranks at least the cores, so ``Buckets`` move their requests in the caller's calls),
+and who advances nonblocking requests (``progress_mode``, ``MPICOLL_PROGRESS``).
+
 The ranks on this node: the most any communicator's layout has shown (``note``, from each
 ``CommState``'s ``real_nodes``), or the launcher's count if higher
 (MPICH's Hydra: ``MPI_LOCALNRANKS``; Open MPI: ``OMPI_COMM_WORLD_LOCAL_SIZE``).

@@ -535,7 +535,7 @@ class Request:
 
 def busy() -> bool:
     """Whether any request is in flight (on any communicator)."""
-    return any(not r.done for r in _active)
+    return bool(_active) and any(not r.done for r in _active)     # (a plain call asks)
 
 
 def finish_deferred(state) -> None:
