@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from . import buffers, cache, compression, plan
 from ._runtime.call import Call
-from .executors.progress import Request, waitall
+from .executors.progress import Request
 from .registry import ALLREDUCE
 from .reproducible.forms import dispatch
 
@@ -162,6 +162,11 @@ def bcast(buf, root=0, *, algorithm="auto", comm=None, timeout=None, on_timeout=
 
 
 # ----------------------------------------------------------------------------- nonblocking
+
+def waitall(requests) -> list:
+    """Wait for every request (in the order given: any order is safe); return their results."""
+    return [r.wait() for r in requests]
+
 
 def iallreduce(sendbuf, recvbuf=None, *, op=MPI.SUM, algorithm="auto", comm=None,
                inner: str | None = None, outer: str | None = None, order: str | None = None,

@@ -12,7 +12,9 @@ when a pass found nothing), MPICH offers ``MPIR_CVAR_POLLS_BEFORE_YIELD``, and U
 process's waits spin little or not at all and sleep at once: ``shm``'s flag waits nap on the
 window's futex after ``window.CROWDED_SPIN_SECONDS`` (``window.Patience``), the progress thread
 sleeps without its yields (``progress._CROWDED_YIELDS``), and ``Request.wait`` looks for up to
-``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield. Every wait
+``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield (a caller
+that moves its own requests, ``Buckets`` on a full node, still yields: it has nothing else to
+run, and sleeps delay every step; ``progress._WAIT_YIELDS``). Every wait
 still returns to Python as often as before (deadlines, Ctrl-C, the failure detector).
 
 Beside it, two answers the same facts give: whether the node has no core to spare at all

@@ -257,6 +257,7 @@ class Prepared:
         collective, on the bind's agreement. ``first``, ``keep``: as ``Request.start``'s."""
         req = self.held
         if self._each:
+            call.in_request = True      # (a hash check is the request's first step)
             self.plan.agree(call, **self._signed)
             if self.copies:
                 layout = self.layout

@@ -29,8 +29,9 @@ Who looks (``MPICOLL_PROGRESS``):
   ``Request.then`` functions (torch's ``Work`` futures) run in the thread that ended the
   request, once it let the engine go. Needs ``MPI_THREAD_MULTIPLE``.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
-  move only inside ``test()``, ``wait()`` and ``waitall()`` (each advances every active
-  request, so waiting in any order cannot deadlock). Overlap then depends on how often the
+  move only inside ``test()``, ``wait()`` and ``api.waitall()`` (each advances every active
+  request, so waiting in any order cannot deadlock; a ``wait`` yields the core between looks
+  for ``_WAIT_YIELDS`` looks without a move, then sleeps 10 us doubling to 1 ms). Overlap then depends on how often the
   caller looks. This is what ``auto`` (the default) picks when ``MPI.Query_thread()`` is below
   ``MPI_THREAD_MULTIPLE``; asking for ``thread`` there raises ``RuntimeError``.
 
@@ -62,7 +63,7 @@ from ..idle import progress_mode as mode
 from ..errors import CommunicatorBroken
 from .step import posted_steps
 
-__all__ = ["Request", "waitall", "mode", "finish_deferred", "busy", "settle"]
+__all__ = ["Request", "mode", "finish_deferred", "busy", "settle"]
 
 _YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
 PIPELINED = 64 << 10            # a step moving more bytes than this ...
@@ -73,10 +74,14 @@ _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is a
 GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 HELP = 100e-6                   # a wait() looks at its request itself this long first
 # A crowded process (``idle.crowded``: more ranks on the node than cores) does not spin: the
-# thread sleeps without yielding first (nor while pipelined), start(first=) looks once, and a
-# wait() looks for up to _CROWDED_HELP sleeping between looks (10 us doubling), not yielding:
-# the rank waited for most often needs this core (MPICOLL_YIELD_WHEN_IDLE)
+# thread sleeps without yielding first (nor while pipelined), start(first=) looks once, a wait()
+# looks for up to _CROWDED_HELP sleeping between looks (10 us doubling): the rank waited for
+# most often needs this core (MPICOLL_YIELD_WHEN_IDLE) ...
 _CROWDED_YIELDS, _CROWDED_HELP = 0, 1e-3
+# ... but a caller that waits on requests it moves itself (caller mode, kept ones) has nothing
+# else to run: it yields between looks this many times before sleeping, crowded too (a sleep
+# wakes 50-100 us late and delays every later step; MPICH's waits yield: docs/training.md)
+_WAIT_YIELDS = 200
 
 _lock = threading.Lock()        # held while any request is advanced or started
 _wake = threading.Condition(_lock)
@@ -112,11 +117,14 @@ class Request:
             self._fed_steps, self._fed_before = compression.first_touches(buf.size,
                                                                           schedule.plan)
         self._nsteps = 1 if library is not None or deferred is not None else len(self._steps)
+        if library is not None:         # the hash check a start may owe: mine, then MAX's
+            self._mine, self._extremes = np.zeros(2, np.int64), np.zeros(2, np.int64)
         self._finished = threading.Event()
         self._finished.set()
         self._error: BaseException | None = None
         self._call = self._state = self._watch = self._traffic = None
         self._tag, self._index, self._pending, self._peers = 0, 0, [], []
+        self._later: list = []          # a library call's posted with its check (_post)
         self._when_done: list = []      # mpicoll.Comm's hook (when_done)
         self._following = False         # (following)
         self._kept = False              # advanced by its caller only (start(keep=True))
@@ -162,9 +170,8 @@ class Request:
         fn(self._error)
 
     def release(self) -> None:
-        """Return once the progress thread's pass is over: it then holds no reference to this
-        finished request, so the caller's thread frees its buffers (mpi4py's DLPack test
-        arrays check their reference counts)."""
+        """Return once the thread's pass is over: it then holds no reference to this finished
+        request, so the caller frees its buffers (mpi4py's DLPack tests count references)."""
         with _turn():
             pass
 
@@ -230,6 +237,9 @@ class Request:
             self._tag, self._watch = call.tag, call.watch
             self._error, self._index, self._pending, self._peers = None, 0, [], []
             self._kept = keep
+            if self._library is not None:       # (Call.library_hash: 0, none owed)
+                h = call.library_hash()
+                self._nsteps, self._mine[:] = 1 + bool(h), (h, -h)
             self._finished.clear()
             if self._nsteps == 0:
                 self._complete()
@@ -336,7 +346,7 @@ class Request:
                 break
             if moved:
                 pause, looks = _SLEEP_MIN, 0
-            elif looks < (_CROWDED_YIELDS if idle.crowded() else _YIELDS):
+            elif looks < _WAIT_YIELDS:
                 looks += 1
                 os.sched_yield()
             else:
@@ -347,14 +357,11 @@ class Request:
         return self.result
 
     def _help(self) -> None:
-        """Thread mode: look at this request from the waiting thread for up to ``HELP`` seconds
-        (when the progress thread is not inside a pass), yielding between looks, before sleeping
-        on its event: a small collective then completes here, without two thread hand-offs.
-        Only this request (a waiter that drove every request in flight, as ``MPI_Wait`` does,
-        cost a torch matmul beside it more: docs/training.md). A crowded process
-        (``idle.crowded``) looks for up to ``_CROWDED_HELP``, sleeping between looks: the rank
-        waited for may need this core. Not a deferred request (it would run whole in this
-        thread) nor one that follows another."""
+        """Thread mode: the waiting thread looks at this request alone (a waiter that drove all,
+        as ``MPI_Wait`` does, cost a torch matmul beside it more: docs/training.md) for up to
+        ``HELP`` s when the thread is not in a pass, yielding between looks (crowded: up to
+        ``_CROWDED_HELP``, sleeping), then sleeps on its event: a small collective ends here,
+        without two hand-offs. Not a deferred request (it would run whole here) nor a follower."""
         if self._deferred is not None or self._following:
             return
         crowded = idle.crowded()
@@ -402,8 +409,12 @@ class Request:
         if self._deferred is not None:          # run by _advance, not posted
             self._pending, self._peers = [], []
             return
-        if self._library is not None:
-            self._pending, self._peers = [self._library(comm)], []
+        if self._library is not None:   # both at the start, in the order every rank starts
+            if self._index == 0:        # calls (MPI's rule): the hash check owed, the call
+                self._later = [self._library(comm)]
+                if self._nsteps == 2:
+                    self._later.insert(0, comm.Iallreduce(self._mine, self._extremes, MPI.MAX))
+            self._pending, self._peers = [self._later.pop(0)], []
             return
         recvs, sends, sent, received = self._steps[self._index]
         pending = [comm.Irecv(into, src, tag) for src, into, _, _ in recvs]
@@ -445,6 +456,9 @@ class Request:
 
     def _finish_step(self) -> None:
         if self._library is not None:
+            largest, smallest = int(self._extremes[0]), -int(self._extremes[1])
+            if self._index < self._nsteps - 1 and largest != smallest:
+                raise self._call.hash_mismatch(largest, smallest, int(self._mine[0]))
             return
         codec, reduce_into, cuts = self._codec, self._reduce, self._cuts
         recvs = self._steps[self._index][0]
@@ -517,10 +531,10 @@ class Request:
         self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
         state = self._state
-        if self._pending:
-            state.abandon(self._pending)        # keep their buffers alive
+        if self._pending or self._later:
+            state.abandon(self._pending + self._later)  # keep their buffers alive
             compression.failed(self)            # (and never reuse its wire buffers)
-        self._pending = []
+        self._pending, self._later = [], []
         if isinstance(exc, CommunicatorBroken) and not raw:
             return
         if self._call is not None and not raw:
@@ -562,11 +576,6 @@ def settle(state, why: str) -> None:
         if not req.done:
             with _turn():
                 req._fail(CommunicatorBroken(f"{req.what}: {why}"))
-
-
-def waitall(requests) -> list:
-    """Wait for every request (in the order given: any order is safe); return their results."""
-    return [r.wait() for r in requests]
 
 
 # ----------------------------------------------------------------------------- the engine

@@ -256,10 +256,66 @@ def test_validate_catches_mismatched_nonblocking_calls(comm):
                       compress="bf16" if rank else "int8", match="compress")
 
 
+@pytest.mark.parametrize("who", ["thread", "caller"])
+def test_a_library_start_under_a_deadline_does_not_wait_for_the_others(comm, who):
+    """``algorithm="mpi"`` under a deadline checks the arguments' hash across the ranks; a
+    nonblocking start leaves that check to its request (started with the collective), so
+    it returns while a rank is still 0.5 s away -- the check used to wait for it -- and
+    the result is exact, also through ``Buckets``' requests started again each step, moved
+    by the progress thread or by the caller."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size == 1:
+        pytest.skip("needs another rank to wait for")
+    mpicoll.allreduce(np.ones(4), comm=comm)                   # mpicoll's duplicate exists
+    n = 1000
+    comm.Barrier()
+    if rank == size - 1:
+        time.sleep(0.5)
+    t0 = time.monotonic()
+    req = mpicoll.iallreduce(exact_input(rank, n, np.float64, "sum"), algorithm="mpi",
+                             comm=comm, timeout=60)
+    started = time.monotonic() - t0
+    out = req.wait()
+    ok = rank == size - 1 or started < 0.25
+    agree(comm, ok and np.array_equal(out, exact_result(size, n, np.float64, "sum")),
+          f"start took {started:.3f} s (the last rank 0.5 s late), or a wrong result")
+    grads = [np.zeros(300), np.zeros(200)]
+    b = mpicoll.Buckets(grads, 1024, algorithm="mpi", comm=comm, timeout=60, progress=who)
+    for step in range(3):
+        for i in (1, 0):
+            grads[i][:] = rank + step
+            b.ready(i)
+        b.wait()
+        want = (size - 1) / 2 + step                            # (the average)
+        agree(comm, all(np.all(g == want) for g in grads), f"step {step}: wrong averages")
+
+
+def test_a_library_start_with_other_arguments_fails_on_every_rank(comm):
+    """Ranks that start ``algorithm="mpi"`` with different counts under a deadline: every
+    rank's ``wait`` raises ``ArgumentMismatch`` at once (not at the deadline) naming the
+    arguments it passed, and the communicator is broken (other calls may have started since:
+    ``Call.hash_mismatch``)."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size == 1:
+        pytest.skip("needs two ranks to disagree")
+    n = 10 if rank else 11
+    t0 = time.monotonic()
+    req = mpicoll.iallreduce(np.ones(n), algorithm="mpi", comm=comm, timeout=60)
+    try:
+        req.wait()
+        ok, msg = False, "no ArgumentMismatch"
+    except mpicoll.ArgumentMismatch as exc:
+        ok = exc.in_flight and f"count={n}" in str(exc) and time.monotonic() - t0 < 30
+        msg = str(exc)
+    if not broken(comm):
+        ok, msg = False, "the communicator was used again"
+    agree(comm, ok, msg)
+
+
 def test_request_timeout_names_the_missing_rank(comm):
     """Rank 0 never starts the call: the others' requests fail with CollectiveTimeout naming
     it, within the deadline, and their communicator is broken afterwards."""
-    size, rank = comm.Get_size(), comm.Get_rank()
+    rank = comm.Get_rank()
     mpicoll.allreduce(np.ones(4), comm=comm)                   # mpicoll's duplicate exists
     if rank == 0:
         ok, msg = True, ""
@@ -271,12 +327,19 @@ def test_request_timeout_names_the_missing_rank(comm):
             ok, msg = False, "no timeout"
         except mpicoll.CollectiveTimeout as exc:
             ok, msg = 0 in exc.missing and time.monotonic() - t0 < 10, str(exc)
-        try:
-            mpicoll.iallreduce(np.ones(4), comm=comm)
+        if not broken(comm):
             ok, msg = False, "a broken communicator was used again"
-        except mpicoll.CommunicatorBroken:
-            pass
     agree(comm, ok, msg)
+
+
+def broken(comm) -> bool:
+    """Whether a new call on ``comm`` raises ``CommunicatorBroken`` as it starts (on a usable
+    communicator the request started is left to complete)."""
+    try:
+        mpicoll.iallreduce(np.ones(4), comm=comm)
+    except mpicoll.CommunicatorBroken:
+        return True
+    return False
 
 
 @pytest.mark.parametrize("keep", [False, True])
