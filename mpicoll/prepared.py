@@ -256,8 +256,8 @@ class Prepared:
         (``bind``): the bound run in the progress engine, or the MPI library's nonblocking
         collective, on the bind's agreement. ``first``, ``keep``: as ``Request.start``'s."""
         req = self.held
-        if self._each:
-            call.in_request = True      # (a hash check is the request's first step)
+        if self._each:      # started again (Buckets, torch): the MPI library's argument
+            call.in_request = req.call is not None      # check in the request, not a wait
             self.plan.agree(call, **self._signed)
             if self.copies:
                 layout = self.layout

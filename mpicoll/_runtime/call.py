@@ -22,10 +22,12 @@ messages; the roll call then names who passed what (``ArgumentMismatch``). The M
 collectives (``algorithm="mpi"``) take no tag: under a deadline, without ``validate``, ``agree``
 runs one small ``MPI_Iallreduce`` of the hash instead (MAX of it and of its negation), and on a
 mismatch every rank raises ``ArgumentMismatch`` (MPICH's nonblocking collectives otherwise
-return a wrong result silently when counts differ). A nonblocking start (``in_request``) does
-not wait for that: its request posts the hash's ``MPI_Iallreduce`` with the collective and
-checks it first (``library_hash``); a mismatch then fails the request on every rank and breaks
-the communicator (``hash_mismatch``), as a nonblocking schedule's does.
+return a wrong result silently when counts differ). A held call started again (``Buckets``'
+buckets, the torch backend's kept calls: ``in_request``; their first start checks as any call)
+does not wait for that: its request posts the check's ``MPI_Iallreduce`` with the collective and
+checks it first (``library_check``: with ``validate``'s fingerprint, so the error names the
+differing arguments' extremes); a mismatch then fails the request on every rank and breaks the
+communicator (``check_failed``), as a nonblocking schedule's does.
 
 On the way out the call handles failures:
 
@@ -87,7 +89,7 @@ class Call:
         self.chained = 0                            # the signature's hash folded with the history
         self.number, self.signature = -1, None      # the call's number, its tags.Signature
         self._agreed_on = None                      # agree's (algorithm, fields)
-        # a nonblocking start (``Prepared.start``): the MPI library's hash check under a
+        # a held call's later start (``Prepared.start``): the MPI library's hash check under a
         # deadline is then its request's first step (``owed``), not a wait here
         self.in_request = self.owed = False
         self.watch, self.timeout, self.on_timeout = None, None, "exception"
@@ -187,28 +189,33 @@ class Call:
         agree_library_hash(self.open().comm, self.collective, self._agreed_on,
                            self.signature.hashed, self._unlabel, self.watch)
 
-    def library_hash(self) -> int:
-        """The hash ``agree_library_hash`` would exchange for this call (its signature's, folded
-        with the history before it), which its request exchanges first (``progress.Request``:
-        one ``MPI_Iallreduce``, MAX of it and of its negation); 0 when none is owed."""
+    def library_check(self) -> list | None:
+        """What a request that owes this call's argument check (``owed``) exchanges first, with
+        one ``MPI_Iallreduce`` (MAX of it and of its negation: ``progress.Request``): the
+        fingerprint ``validate=True`` checks, and the hash ``agree_library_hash`` would check
+        (the signature's, folded with the history before it); None when none is owed."""
         if not self.owed:
-            return 0
+            return None
         self.open()
-        return (self.signature.hashed ^ self._unlabel[0]) or 1
+        algorithm, fields = self._agreed_on
+        return validate.fingerprint(self.collective, algorithm, timeout=True, **fields) + [
+            (self.signature.hashed ^ self._unlabel[0]) or 1]
 
-    def hash_mismatch(self, largest: int, smallest: int, mine: int) -> ArgumentMismatch:
-        """The error of a request whose hash check (``library_hash``) found the ranks' hashes
-        differ. Every rank found it, in the same step, and none started the collective; but
-        other calls may have started since on some ranks, so nothing more is exchanged (as
-        ``disagree`` would) and the communicator is broken (``in_flight``): each rank names
-        the arguments it passed; ``validate=True`` names every rank's, before the start."""
+    def check_failed(self, high, low, mine) -> ArgumentMismatch:
+        """The error of a request whose check (``library_check``) found the ranks differ
+        (``high``, ``low``: each entry's largest and smallest over the ranks). Every rank found
+        it, in the same step, and none started the collective; but other calls may have
+        started since on some ranks, so nothing more is exchanged (as ``disagree`` would) and
+        the communicator is broken (``in_flight``). Named: each differing argument's largest
+        and smallest value and this rank's; ``validate=True`` names every rank's."""
+        named = validate.spread(high, low, mine) or [
+            "the same arguments, but their earlier calls on this communicator differ (a call "
+            "made on some ranks only, or with other arguments, that completed anyway)"]
         return ArgumentMismatch(
-            f"{self.collective}: the ranks started it with different arguments, or after "
-            "different calls on this communicator (the argument check of the MPI library's "
-            f"nonblocking collective under a deadline: MPI_Iallreduce gave {largest} and "
-            f"{smallest} as the largest and smallest hash, this rank's is {mine}); this rank "
-            f"passed: {self.signature.text}; the communicator is broken (validate=True names "
-            "every rank's arguments before the start)", in_flight=True)
+            f"{self.collective} {self._agreed_on[0]}: the ranks started it with different "
+            "arguments (the argument check of the MPI library's nonblocking collective under a "
+            f"deadline): {'; '.join(named)}; the communicator is broken (validate=True names "
+            "every rank's arguments, before the start)", in_flight=True)
 
     def disagree(self, step: str, seen: str = "") -> NoReturn:
         """The ranks' signature hashes differ (every rank found out, so this is collective):

@@ -90,6 +90,15 @@ def check(comm: MPI.Intracomm, fp: list, watch=None, how: str = "validate=True")
     raise mismatch(_COLLECTIVES[fp[0]], table, how)
 
 
+def spread(high, low, mine) -> list[str]:
+    """The fields whose largest value over the ranks (``high``) differs from the smallest
+    (``low``), shown with both and with this rank's (``mine``: fingerprints, as ``check``'s
+    MAX exchange gives them, without the table of every rank's)."""
+    return [f"{f}: {_show(f, high)} and {_show(f, low)} (the largest and smallest over the "
+            f"ranks; this rank passed {_show(f, mine)})"
+            for i, f in enumerate(FIELDS[:-1]) if high[i] != low[i]]
+
+
 def wait(request, watch, step: str) -> None:
     if watch is None:
         request.Wait()

@@ -31,9 +31,9 @@ Who looks (``MPICOLL_PROGRESS``):
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
   move only inside ``test()``, ``wait()`` and ``api.waitall()`` (each advances every active
   request, so waiting in any order cannot deadlock; a ``wait`` yields the core between looks
-  for ``_WAIT_YIELDS`` looks without a move, then sleeps 10 us doubling to 1 ms). Overlap then depends on how often the
-  caller looks. This is what ``auto`` (the default) picks when ``MPI.Query_thread()`` is below
-  ``MPI_THREAD_MULTIPLE``; asking for ``thread`` there raises ``RuntimeError``.
+  for ``_WAIT_YIELDS`` looks without a move, then sleeps 10 us doubling to 1 ms). Overlap
+  depends on how often the caller looks. ``auto`` (the default) picks it when
+  ``MPI.Query_thread()`` is below ``MPI_THREAD_MULTIPLE``, where ``thread`` raises RuntimeError.
 
 A request started with ``keep=True`` (``Buckets`` on a node with no core to spare) is its
 caller's in either mode: the thread never looks at it; it moves in ``drive``, ``test``, ``wait``.
@@ -117,8 +117,7 @@ class Request:
             self._fed_steps, self._fed_before = compression.first_touches(buf.size,
                                                                           schedule.plan)
         self._nsteps = 1 if library is not None or deferred is not None else len(self._steps)
-        if library is not None:         # the hash check a start may owe: mine, then MAX's
-            self._mine, self._extremes = np.zeros(2, np.int64), np.zeros(2, np.int64)
+        self._mine = self._extremes = None  # a library call's check (Call.library_check)
         self._finished = threading.Event()
         self._finished.set()
         self._error: BaseException | None = None
@@ -160,9 +159,8 @@ class Request:
 
     def then(self, fn) -> None:
         """Call ``fn(error)`` once, when the request completes (``error`` None) or fails: from
-        the thread that finishes it once that thread has let the engine go (so ``fn`` may call
-        mpicoll, start requests, even wait), or at once if it is done already. What torch's
-        ``Work`` completes its future with, without a thread of its own."""
+        the thread that ends it once it let the engine go (``fn`` may call mpicoll, even wait),
+        or at once if done already. What torch's ``Work`` completes its future with."""
         with _turn():
             if not self._finished.is_set():
                 self._when_done.append(lambda error: _ready.append((fn, error)))
@@ -222,11 +220,10 @@ class Request:
 
     def start(self, call, traffic: dict, first: float = 0.0, keep: bool = False) -> "Request":
         """Start (again) on ``call``'s communicator and tag, under its deadline; returns self.
-        ``first``: seconds this thread advances the request itself before it hands it to the
-        progress thread (a small call whose peers are already there ends here, and the thread
-        is not woken); a failure met then is the request's, which ``wait`` raises. ``keep``:
-        the caller advances it, never the thread -- in ``drive``, ``test`` and ``wait``, as
-        MPI's progress rule has it (``Buckets`` on a node with no core to spare)."""
+        ``first``: seconds this thread advances it before handing it to the thread (a small
+        call whose peers are there ends here, the thread not woken); a failure met then is the
+        request's, which ``wait`` raises. ``keep``: the caller advances it, never the thread --
+        in ``drive``, ``test``, ``wait`` (MPI's rule; ``Buckets`` on a full node)."""
         progress = mode()
         st = call.open()
         with _turn():                   # (the posts below are local: nonblocking calls)
@@ -237,9 +234,13 @@ class Request:
             self._tag, self._watch = call.tag, call.watch
             self._error, self._index, self._pending, self._peers = None, 0, [], []
             self._kept = keep
-            if self._library is not None:       # (Call.library_hash: 0, none owed)
-                h = call.library_hash()
-                self._nsteps, self._mine[:] = 1 + bool(h), (h, -h)
+            if self._library is not None:       # the check this start owes, if any
+                check = call.library_check()
+                self._nsteps = 1 if check is None else 2
+                if check is not None:           # (its buffers made once: always one size)
+                    if self._mine is None:
+                        self._mine, self._extremes = np.empty((2, 2 * len(check)), np.int64)
+                    self._mine[:] = check + [-v for v in check]
             self._finished.clear()
             if self._nsteps == 0:
                 self._complete()
@@ -301,8 +302,7 @@ class Request:
             return self._look()
 
     def give_up(self, error: BaseException) -> None:
-        """Fail this request now with ``error`` if still in flight (a kept one whose
-        communicator broke: nobody would look at it again)."""
+        """Fail it now with ``error`` if still in flight (a kept one on a broken communicator)."""
         with _turn():
             self._fail(error)
             if self in _active:
@@ -455,10 +455,10 @@ class Request:
         return step[2] + step[3]
 
     def _finish_step(self) -> None:
-        if self._library is not None:
-            largest, smallest = int(self._extremes[0]), -int(self._extremes[1])
-            if self._index < self._nsteps - 1 and largest != smallest:
-                raise self._call.hash_mismatch(largest, smallest, int(self._mine[0]))
+        if self._library is not None:   # (the check: every entry's max, then -min)
+            k, high = self._mine.size // 2 if self._index < self._nsteps - 1 else 0, self._extremes
+            if k and not np.array_equal(high[:k], -high[k:]):
+                raise self._call.check_failed(high[:k], -high[k:], self._mine[:k])
             return
         codec, reduce_into, cuts = self._codec, self._reduce, self._cuts
         recvs = self._steps[self._index][0]

@@ -109,14 +109,16 @@ def test_rank_that_dies_mid_call(tmp_path, how, algorithm):
         # Hydra sometimes SIGKILLs the survivors of a killed rank even with -disable-auto-cleanup
         # (about 1 launch in 5 here): that also ends the job, but it is not what is under test.
         # It may kill one survivor only, after the other wrote its rows (seen once in CI: rank 0
-        # done, rank 1 silent): launch again while either is silent; a survivor that never
-        # writes for a reason of ours fails all four launches.
+        # done, rank 1 silent), and once under a loaded CI after a rank's exit too (rank 1
+        # done, rank 0 silent, the proxy's "demux engine error waiting for event"): launch
+        # again while either is silent; a survivor that never writes for a reason of ours
+        # fails all four launches.
         out = tmp_path / f"attempt{attempt}"
         out.mkdir()
         proc, elapsed, rows = launch(FAULTS / "faults.py", [how, "--timeout", str(TIMEOUT),
                                                              "--algorithms", algorithm],
                                      out, cleanup=False)
-        if how == "exit" or rows.get(0) and rows.get(1):
+        if rows.get(0) and rows.get(1):
             break
     assert rows.get(2) and rows[2][-1].get("dies") == how, (rows, output(proc))
     for rank in (0, 1):

@@ -257,56 +257,59 @@ def test_validate_catches_mismatched_nonblocking_calls(comm):
 
 
 @pytest.mark.parametrize("who", ["thread", "caller"])
-def test_a_library_start_under_a_deadline_does_not_wait_for_the_others(comm, who):
-    """``algorithm="mpi"`` under a deadline checks the arguments' hash across the ranks; a
-    nonblocking start leaves that check to its request (started with the collective), so
-    it returns while a rank is still 0.5 s away -- the check used to wait for it -- and
-    the result is exact, also through ``Buckets``' requests started again each step, moved
-    by the progress thread or by the caller."""
+def test_a_library_bucket_started_again_does_not_wait_for_the_others(comm, who):
+    """``algorithm="mpi"`` under a deadline checks its arguments across the ranks; a held call
+    started again (a ``Buckets``' bucket after its first step) leaves that check to its request
+    (posted with the collective), so ``ready`` returns while a rank is still 0.5 s away -- the
+    check used to wait for it -- and the averages are exact, the buckets moved by the progress
+    thread or by the caller."""
     size, rank = comm.Get_size(), comm.Get_rank()
     if size == 1:
         pytest.skip("needs another rank to wait for")
-    mpicoll.allreduce(np.ones(4), comm=comm)                   # mpicoll's duplicate exists
-    n = 1000
-    comm.Barrier()
-    if rank == size - 1:
-        time.sleep(0.5)
-    t0 = time.monotonic()
-    req = mpicoll.iallreduce(exact_input(rank, n, np.float64, "sum"), algorithm="mpi",
-                             comm=comm, timeout=60)
-    started = time.monotonic() - t0
-    out = req.wait()
-    ok = rank == size - 1 or started < 0.25
-    agree(comm, ok and np.array_equal(out, exact_result(size, n, np.float64, "sum")),
-          f"start took {started:.3f} s (the last rank 0.5 s late), or a wrong result")
     grads = [np.zeros(300), np.zeros(200)]
     b = mpicoll.Buckets(grads, 1024, algorithm="mpi", comm=comm, timeout=60, progress=who)
     for step in range(3):
+        comm.Barrier()
+        if step == 2 and rank == size - 1:
+            time.sleep(0.5)
+        t0 = time.monotonic()
         for i in (1, 0):
             grads[i][:] = rank + step
             b.ready(i)
+        started = time.monotonic() - t0
         b.wait()
         want = (size - 1) / 2 + step                            # (the average)
         agree(comm, all(np.all(g == want) for g in grads), f"step {step}: wrong averages")
+    agree(comm, rank == size - 1 or started < 0.25,
+          f"the buckets' starts took {started:.3f} s (the last rank 0.5 s late)")
 
 
-def test_a_library_start_with_other_arguments_fails_on_every_rank(comm):
-    """Ranks that start ``algorithm="mpi"`` with different counts under a deadline: every
-    rank's ``wait`` raises ``ArgumentMismatch`` at once (not at the deadline) naming the
-    arguments it passed, and the communicator is broken (other calls may have started since:
-    ``Call.hash_mismatch``)."""
+def test_a_library_bucket_started_out_of_order_fails_on_every_rank(comm):
+    """Two ``Buckets`` of ``algorithm="mpi"`` (10 and 11 elements), stepped in turn once, then
+    rank 0 steps the second first: the checks inside the requests see the counts differ, so
+    every rank's ``wait`` raises ``ArgumentMismatch`` at once (not at the deadline) naming the
+    count's largest and smallest value and its own, and the communicator is broken (other
+    calls may have started since: ``Call.check_failed``)."""
     size, rank = comm.Get_size(), comm.Get_rank()
     if size == 1:
         pytest.skip("needs two ranks to disagree")
-    n = 10 if rank else 11
+    both = [mpicoll.Buckets([np.ones(n)], 1 << 20, algorithm="mpi", comm=comm, timeout=60,
+                            progress="caller") for n in (10, 11)]
+    for b in both:
+        b.ready(0)
+        b.wait()
+    first = both[1] if rank == 0 else both[0]
+    mine = 11 if rank == 0 else 10
     t0 = time.monotonic()
-    req = mpicoll.iallreduce(np.ones(n), algorithm="mpi", comm=comm, timeout=60)
     try:
-        req.wait()
+        first.ready(0)
+        first.wait()
         ok, msg = False, "no ArgumentMismatch"
     except mpicoll.ArgumentMismatch as exc:
-        ok = exc.in_flight and f"count={n}" in str(exc) and time.monotonic() - t0 < 30
-        msg = str(exc)
+        text = str(exc)
+        ok = exc.in_flight and time.monotonic() - t0 < 30 and "count: 11 and 10" in text and \
+            f"this rank passed {mine}" in text
+        msg = text
     if not broken(comm):
         ok, msg = False, "the communicator was used again"
     agree(comm, ok, msg)
