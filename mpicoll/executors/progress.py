@@ -78,9 +78,8 @@ HELP = 100e-6                   # a wait() looks at its request itself this long
 # looks for up to _CROWDED_HELP sleeping between looks (10 us doubling): the rank waited for
 # most often needs this core (MPICOLL_YIELD_WHEN_IDLE) ...
 _CROWDED_YIELDS, _CROWDED_HELP = 0, 1e-3
-# ... but a caller that waits on requests it moves itself (caller mode, kept ones) has nothing
-# else to run: it yields between looks this many times before sleeping, crowded too (a sleep
-# wakes 50-100 us late and delays every later step; MPICH's waits yield: docs/training.md)
+# ... but a caller waiting on requests it moves itself (caller mode, kept ones) has nothing else
+# to run: it yields this many looks before it sleeps, crowded too (docs/training.md)
 _WAIT_YIELDS = 200
 
 _lock = threading.Lock()        # held while any request is advanced or started
@@ -455,10 +454,11 @@ class Request:
         return step[2] + step[3]
 
     def _finish_step(self) -> None:
-        if self._library is not None:   # (the check: every entry's max, then -min)
-            k, high = self._mine.size // 2 if self._index < self._nsteps - 1 else 0, self._extremes
-            if k and not np.array_equal(high[:k], -high[k:]):
-                raise self._call.check_failed(high[:k], -high[k:], self._mine[:k])
+        if self._library is not None:
+            if self._index < self._nsteps - 1:  # the check: every entry's max, then -min
+                k, high = self._mine.size // 2, self._extremes
+                if not np.array_equal(high[:k], -high[k:]):
+                    raise self._call.check_failed(high[:k], -high[k:], self._mine[:k])
             return
         codec, reduce_into, cuts = self._codec, self._reduce, self._cuts
         recvs = self._steps[self._index][0]
