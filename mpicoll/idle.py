@@ -11,10 +11,12 @@ when a pass found nothing), MPICH offers ``MPIR_CVAR_POLLS_BEFORE_YIELD``, and U
 (snake0/upcxx-2020.3.2, docs/oversubscription.md). Here a *crowded*
 process's waits spin little or not at all and sleep at once: ``shm``'s flag waits nap on the
 window's futex after ``window.CROWDED_SPIN_SECONDS`` (``window.Patience``), the progress thread
-sleeps without its yields (``progress._CROWDED_YIELDS``), and ``Request.wait`` looks for up to
-``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield (a caller
-that moves its own requests, ``Buckets`` on a full node, still yields: it has nothing else to
-run, and sleeps delay every step; ``progress._WAIT_YIELDS``). Every wait
+sleeps without its yields (``engine._CROWDED_YIELDS``), and ``Request.wait`` looks for up to
+``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield; the blocking
+executors' polls hand over to the ``Watch`` after 20 us, whose first 2 ms of sleeps are 10 us
+naps (MPI moves a collective only inside this rank's polls: ``watch._CROWDED_NAPS_SECONDS``).
+(A caller that moves its own requests, ``Buckets`` on a full node, still yields: it has
+nothing else to run, and sleeps delay every step; ``progress._WAIT_YIELDS``.) Every wait
 still returns to Python as often as before (deadlines, Ctrl-C, the failure detector).
 
 Beside it, two answers the same facts give: whether the node has no core to spare at all

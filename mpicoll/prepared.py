@@ -499,7 +499,8 @@ class _Library(Prepared):
                 if not st.broken:           # before any transfer: as if not called (Call's)
                     st.rewind(before)
                 raise
-            watch.wait([comm.Iallreduce(sendbuf, recvbuf, op=self.mpi_op)], "MPI_Iallreduce")
+            watch.wait([comm.Iallreduce(sendbuf, recvbuf, op=self.mpi_op)], "MPI_Iallreduce",
+                       keep=(sendbuf, recvbuf))
         except BaseException as exc:
             self._failed(st, watch, exc)
 

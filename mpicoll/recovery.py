@@ -26,12 +26,14 @@ import numpy as np
 from mpi4py import MPI
 
 from ._runtime import context, detector, stragglers
+from ._runtime.watch import kept
 from .errors import CollectiveTimeout
 
 __all__ = ["shrink", "stats", "revoke", "is_revoked", "agree", "get_failed", "ack_failed"]
 
 SHRINK_TAG = 7700           # MPI_Comm_create_group's tag: SHRINK_TAG + how many ranks failed
-_ABANDONED: list = []       # the groups of creates left behind on a dead member (never freed)
+_ABANDONED: list = []       # the groups of creates left behind on a dead member (never freed),
+                            # and agree's collectives left unfinished, with their buffers
 
 stats = stragglers.stats
 _mpi = stragglers.communicator
@@ -163,21 +165,22 @@ def agree(comm, flag: int, *, timeout: float | None = None) -> int:
     comm = _mpi(comm)
     w = _watched(comm)
     end = _deadline(timeout)
-    value = np.array([int(flag)], np.int64)
-    result = np.empty(1, np.int64)
     while True:
         failed = detector.settle(w) if w is not None else frozenset()
         survivors = shrink(comm, timeout=max(end - time.monotonic(), 1e-3))
+        value, result = np.array([int(flag)], np.int64), np.empty(1, np.int64)
         request = survivors.Iallreduce(value, result, op=MPI.BAND)
         while not request.Test():
             if w is not None and w.known - failed:
                 break                       # a death meanwhile: again, without it
             if time.monotonic() > end:
+                _ABANDONED.append(kept([request], (value, result)))
                 raise CollectiveTimeout("agree", "MPI_Iallreduce over the survivors", 0)
             time.sleep(1e-4)
         else:
             survivors.Free()
             break
+        _ABANDONED.append(kept([request], (value, result)))     # (MPI may still write them)
     agreed = int(result[0])
     if w is not None and len(w.known) > w.acked:
         error = detector.failure(context.known(comm), "agree")

@@ -252,7 +252,7 @@ def overlap_probe(comm, count: int = 1 << 20, repeats: int = 20) -> dict:
     from mpi4py import MPI
     from numba import njit
 
-    from mpicoll.executors import progress
+    from mpicoll.executors import engine
 
     @njit(nogil=True, cache=False)
     def busy(x, rounds):
@@ -270,7 +270,7 @@ def overlap_probe(comm, count: int = 1 << 20, repeats: int = 20) -> dict:
     rounds = comm.allreduce(rounds, op=MPI.MIN)                     # the same loop everywhere
 
     def thread_cpu() -> float:
-        t = progress._thread
+        t = engine._thread
         return time.clock_gettime(time.pthread_getcpuclockid(t.ident)) \
             if t is not None and t.is_alive() else 0.0
 

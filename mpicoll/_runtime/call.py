@@ -236,7 +236,8 @@ class Call:
         if self.watch is None:
             blocking(comm, *args, **kwargs)
         else:
-            self.watch.wait([nonblocking(comm, *args, **kwargs)], "MPI_" + nonblocking.__name__)
+            self.watch.wait([nonblocking(comm, *args, **kwargs)], "MPI_" + nonblocking.__name__,
+                            keep=args)
 
     def __enter__(self) -> "Call":
         if self.error is not None:          # a bad option of this call: as a bad argument
@@ -349,7 +350,8 @@ def agree_library_hash(comm: MPI.Intracomm, collective: str, agreed_on: tuple, h
     # the largest hash, ArgumentMismatch "their hashes differ" for equal arguments)
     extremes, mine = np.empty(2, np.int64), np.array([h, -h], np.int64)
     validate.wait(comm.Iallreduce(mine, extremes, op=MPI.MAX), watch,
-                  "the argument check of the MPI library's collective (MPI_Iallreduce)")
+                  "the argument check of the MPI library's collective (MPI_Iallreduce)",
+                  (mine, extremes))
     if extremes[0] != -extremes[1]:
         disagree(comm, collective, agreed_on, True, watch,
                  "the argument check of the MPI library's collective under a deadline",
@@ -372,7 +374,7 @@ def disagree(comm: MPI.Intracomm, collective: str, agreed_on: tuple, timed: bool
         mine = np.array([history, zlib.crc32(previous.encode())], np.int64)
         table = np.empty((comm.Get_size(), 2), np.int64)
         validate.wait(comm.Iallgather(mine, table), watch,
-                      "the report of the earlier calls (MPI_Iallgather)")
+                      "the report of the earlier calls (MPI_Iallgather)", (mine, table))
         if len(set(table[:, 0].tolist())) > 1:
             raise ArgumentMismatch(
                 f"{collective} {algorithm}: the ranks passed the same arguments, but their "

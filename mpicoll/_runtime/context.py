@@ -503,6 +503,11 @@ def release(items: list) -> list:
     ``comm.Dup()``s ran out of communicators after ~2000 failures."""
     kept = []
     for item in items:
+        if isinstance(item, tuple):             # (requests, buffers): collectives' buffers,
+            requests = release(item[0])         # kept while a request is unfinished (watch.kept)
+            if requests:
+                kept.append((requests, item[1]))
+            continue
         if not isinstance(item, MPI.Request):
             kept.append(item)                   # a buffer (or a handle array)
             continue

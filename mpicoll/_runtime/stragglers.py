@@ -19,6 +19,7 @@ from mpi4py import MPI
 from .. import settings
 from ..errors import CollectiveTimeout
 from . import notice
+from .watch import kept
 
 __all__ = ["stats", "deadline", "communicator", "STRAGGLER_MIN", "write_at_exit",
            "RECENT_ENTRIES"]
@@ -62,15 +63,15 @@ def stats(comm=None, *, window: int = RECENT_ENTRIES,
     dup, end = st.comm, deadline(timeout)
     clocks = np.empty((5, size))
     for k in range(5):
-        _wait(dup.Ibarrier(), end, st)
+        _wait(dup.Ibarrier(), end, st, ())
         mine = np.array([time.monotonic()])
-        _wait(dup.Iallgather(mine, clocks[k]), end, st)
+        _wait(dup.Iallgather(mine, clocks[k]), end, st, (mine, clocks))
     offsets = np.median(clocks - clocks[:, :1], axis=0)         # rank r's clock - rank 0's
     n = min(window, RECENT_ENTRIES)
     mine = np.array([st.calls] + [st.entered[c & RECENT_ENTRIES_MASK]
                                   for c in range(st.calls - n + 1, st.calls + 1)])
     table = np.empty((size, n + 1))
-    _wait(dup.Iallgather(mine, table), end, st)
+    _wait(dup.Iallgather(mine, table), end, st, (mine, table))
     calls = int(table[:, 0].min())
     n = min(n, calls, *(int(c) for c in table[:, 0]))
     times = table[:, -n:] - offsets[:, None] if n else np.empty((size, 0))
@@ -89,13 +90,20 @@ def stats(comm=None, *, window: int = RECENT_ENTRIES,
     return {"straggler": straggler, "calls": n, "ranks": ranks}
 
 
-def _wait(request: MPI.Request, end: float, st) -> None:
-    while not request.Test():
-        if st.watched is not None and st.watched.known:
-            st.check("mpicoll.stats")
-        if time.monotonic() > end:
-            raise CollectiveTimeout("mpicoll.stats", "its exchange of arrival times", 0)
-        time.sleep(1e-4)
+def _wait(request: MPI.Request, end: float, st, buffers: tuple) -> None:
+    """Complete ``stats``' collective ``request`` on ``buffers``; if it fails, keep both alive
+    and break the communicator (the collective left pending would match another's later)."""
+    try:
+        while not request.Test():
+            if st.watched is not None and st.watched.known:
+                st.check("mpicoll.stats")
+            if time.monotonic() > end:
+                raise CollectiveTimeout("mpicoll.stats", "its exchange of arrival times", 0)
+            time.sleep(1e-4)
+    except BaseException as exc:
+        st.abandon([kept([request], buffers)])
+        st.mark_broken(f"{type(exc).__name__}: {exc}")
+        raise
 
 
 _registered = False

@@ -81,12 +81,13 @@ def check(comm: MPI.Intracomm, fp: list, watch=None, how: str = "validate=True")
     # a nonblocking collective's buffers alive, and Open MPI read a freed one in its progress)
     extremes, both = np.empty(2 * k, np.int64), np.array(fp + [-v for v in fp], np.int64)
     wait(comm.Iallreduce(both, extremes, op=MPI.MAX), watch,
-         "the validate=True check (MPI_Iallreduce)")
+         "the validate=True check (MPI_Iallreduce)", (both, extremes))
     high = extremes.tolist()
     if high[:k] == [-v for v in high[k:]]:          # every field's max == its min
         return
     table, mine = np.empty((comm.Get_size(), k), np.int64), np.array(fp, np.int64)
-    wait(comm.Iallgather(mine, table), watch, "the validate=True report (MPI_Iallgather)")
+    wait(comm.Iallgather(mine, table), watch, "the validate=True report (MPI_Iallgather)",
+         (mine, table))
     raise mismatch(_COLLECTIVES[fp[0]], table, how)
 
 
@@ -99,11 +100,13 @@ def spread(high, low, mine) -> list[str]:
             for i, f in enumerate(FIELDS[:-1]) if high[i] != low[i]]
 
 
-def wait(request, watch, step: str) -> None:
+def wait(request, watch, step: str, keep: tuple) -> None:
+    """Complete the collective ``request`` on the buffers ``keep`` (kept alive with it if the
+    wait under ``watch``'s deadline gives up: ``Watch.wait``)."""
     if watch is None:
         request.Wait()
     else:
-        watch.wait([request], step)
+        watch.wait([request], step, keep=keep)
 
 
 def _show(field: str, row) -> str:

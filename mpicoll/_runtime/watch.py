@@ -22,7 +22,9 @@ raises ``ArgumentMismatch`` naming who passed what, instead of ``CollectiveTimeo
 The roll call travels on mpicoll's private duplicate of the communicator -- except while that
 duplicate is being created (the first call on a communicator), when it uses the caller's.
 Requests left unfinished are kept in ``abandoned`` so their buffers stay alive: MPI may still
-write into them if a missing rank turns up later.
+write into them if a missing rank turns up later. mpi4py keeps a point-to-point request's buffer
+alive, but not a nonblocking collective's (``MPI_Iallreduce`` ...): those are kept beside their
+requests (``wait``'s ``keep``, ``kept``).
 """
 
 from __future__ import annotations
@@ -43,11 +45,20 @@ __all__ = ["Watch", "ROLL_CALL_SECONDS", "LOOK_AFTER", "LOOK_EVERY"]
 
 ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from the others
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
-_CROWDED_SPIN_SECONDS = 20e-6   # ... this long in a crowded process (``idle.crowded``)
+_CROWDED_SPIN_SECONDS = 20e-6   # ... this long in a crowded process (``idle.crowded``), whose
+_CROWDED_NAPS_SECONDS = 2e-3    # sleeps stay at 10 us for this long, then double
 LOOK_AFTER = 0.02           # a wait this long looks for other ranks' notices and strays ...
 LOOK_EVERY = 0.05           # ... and again this often (``Watch.look``)
 _RESERVED = 5               # tags TAG_UB - 4 .. TAG_UB: the detector's agreement and heartbeats,
                             # notices, presence check, roll call
+
+
+def kept(requests, buffers) -> tuple:
+    """An item of ``abandoned`` (and ``CommState.abandoned``) that keeps ``buffers`` alive while
+    any of ``requests`` is unfinished (``context.release``): the buffers of nonblocking
+    collectives, which mpi4py does not keep alive -- without this, a rank that arrives after
+    the others gave up completes the collective into memory freed and maybe reused."""
+    return list(requests), tuple(buffers)
 
 
 def roll_call_tag() -> int:
@@ -90,15 +101,27 @@ class Watch:
     def abandoned(self, value: list) -> None:
         self._abandoned = value
 
-    def wait(self, requests, step, nsteps: int = 0, peers=(), heed_roll_call=False) -> None:
+    def wait(self, requests, step, nsteps: int = 0, peers=(), heed_roll_call=False,
+             keep=()) -> None:
         """Complete ``requests``, or (deadline passed, or a roll call came) raise CollectiveTimeout.
 
         ``step`` is the step index (of ``nsteps``) or a phrase; ``peers`` the rank of each request.
         ``heed_roll_call``: raise if a roll call came even when the requests are complete.
+        ``keep``: the buffers of the collectives among ``requests``, kept alive with them if
+        the wait raises.
         """
+        try:
+            self._wait(requests, step, nsteps, peers, heed_roll_call)
+        except BaseException:
+            if keep:
+                self.abandoned.append(kept(requests, keep))
+            raise
+
+    def _wait(self, requests, step, nsteps: int, peers, heed_roll_call: bool) -> None:
         tag = roll_call_tag()
         start, pause = time.monotonic(), 1e-5
-        spin = _CROWDED_SPIN_SECONDS if idle.crowded() else _SPIN_SECONDS
+        naps = idle.crowded()       # (the MPI library moves a collective only inside a poll:
+        spin = _CROWDED_SPIN_SECONDS if naps else _SPIN_SECONDS     # naps, not long sleeps)
         while not _test(requests) or (
                 heed_roll_call and self.comm.Iprobe(MPI.ANY_SOURCE, tag)):
             now = time.monotonic()
@@ -111,7 +134,8 @@ class Watch:
                 if now >= self.next_look:
                     self.look(now, requests, step, nsteps, peers)
                 time.sleep(pause)
-                pause = min(2 * pause, 1e-3)
+                if not naps or now - start > _CROWDED_NAPS_SECONDS:
+                    pause = min(2 * pause, 1e-3)
 
     def poll(self, requests, step, nsteps: int = 0, peers=()) -> bool:
         """One look, for the progress executor: True when ``requests`` are complete; raise

@@ -124,7 +124,7 @@ _SIZE_T = (1 << 64) - 1   # mpi4py takes handles as size_t (MPICH's sign-extende
 DONE = -1               # _loop's result when every step is complete; >= 0: a pending step's row
 SPIN_SECONDS = 0.01     # with a deadline: poll this long in the loop, then let the Watch poll
 CROWDED_SPIN_SECONDS = 20e-6    # ... this long in a crowded process (``idle.crowded``: the Watch
-                                # then sleeps at once: the rank waited for needs the core)
+                                # then naps: the rank waited for needs the core)
 BUSY_POLLS = 64         # ... the first polls of a step back to back (as MPI_Waitall), then yielding
 CLOCK_POLLS = 16        # ... reading MPI_Wtime every 16th poll only
 

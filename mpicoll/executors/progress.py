@@ -14,18 +14,13 @@ MPI's persistent collectives).
 
 Who looks (``MPICOLL_PROGRESS``):
 
-* ``thread`` -- one daemon *progress thread* per process advances every active request. It
+* ``thread`` -- one daemon *progress thread* per process advances every active request
+  (``executors/engine.py``: the thread, its lock, and how it backs off when nothing moves). It
   holds the GIL only between MPI calls (mpi4py releases it inside them; the numba kernels are
-  ``nogil``), so numpy or numba compute in the caller's thread overlaps it. When nothing moved
-  it backs off: ``sched_yield`` for a few looks, then sleeps of 10 us doubling to 1 ms (a newly
-  started request wakes it at once) -- except while a step moves more than ``PIPELINED`` (64
-  KiB), which moves only inside looks of both ranks (MPICH's shared-memory pieces, or its CMA
-  copy after the handshake): then it keeps yielding for up to ``SPIN`` (2 ms) after the last
-  step completed. Past 8 ms without a move the sleeps grow to 1/8 of the time waited, up to 16
-  ms: a request whose peer is 200 ms late costs ~40 looks, not a core (docs/training.md, "What
-  waiting costs"). ``wait()`` looks at its own request for up to ``HELP`` (100 us; crowded,
-  ``idle.crowded``, up to 1 ms with sleeps between looks), so a collective whose peers are there
-  completes in the waiter, then sleeps on the request's event, which the thread sets.
+  ``nogil``), so numpy or numba compute in the caller's thread overlaps it. ``wait()`` looks
+  at its own request for up to ``HELP`` (100 us; crowded, ``idle.crowded``, up to 1 ms with
+  sleeps between looks), so a collective whose peers are there completes in the waiter, then
+  sleeps on the request's event, which the thread sets.
   ``Request.then`` functions (torch's ``Work`` futures) run in the thread that ended the
   request, once it let the engine go. Needs ``MPI_THREAD_MULTIPLE``.
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
@@ -49,47 +44,33 @@ with ``CommunicatorBroken``.
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
-import traceback
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import compression, idle
 from ..idle import progress_mode as mode
+from .._runtime.watch import Watch, kept
 from ..errors import CommunicatorBroken
+from .engine import (SLEEP_MIN, active, advance_all, ensure_thread, in_thread, lock, priority,
+                     ready, run_ready, thread_alive, turn, wake)
 from .step import posted_steps
 
 __all__ = ["Request", "mode", "finish_deferred", "busy", "settle"]
 
-_YIELDS = 20                    # looks with sched_yield before the thread starts sleeping
-PIPELINED = 64 << 10            # a step moving more bytes than this ...
-SPIN = 2e-3                     # ... keeps the thread yielding this long after a step completed
-_SLEEP_MIN, _SLEEP_MAX = 1e-5, 1e-3
-_SLEEP_SHARE, _SLEEP_LONG = 0.125, 0.016    # a long wait sleeps up to 1/8 of it, up to 16 ms
 _WAKE_CHECK = 0.05              # a wait() sleeping on the thread checks it is alive this often
-GIVE_WAY = 2e-3                 # the longest the thread stays out of a caller's way per pass
 HELP = 100e-6                   # a wait() looks at its request itself this long first
-# A crowded process (``idle.crowded``: more ranks on the node than cores) does not spin: the
-# thread sleeps without yielding first (nor while pipelined), start(first=) looks once, a wait()
-# looks for up to _CROWDED_HELP sleeping between looks (10 us doubling): the rank waited for
-# most often needs this core (MPICOLL_YIELD_WHEN_IDLE) ...
-_CROWDED_YIELDS, _CROWDED_HELP = 0, 1e-3
+# A crowded process (``idle.crowded``: more ranks on the node than cores) does not spin (nor
+# does the thread: ``engine``): start(first=) looks once, a wait() looks for up to _CROWDED_HELP
+# sleeping between looks (10 us doubling): the rank waited for most often needs this core
+# (MPICOLL_YIELD_WHEN_IDLE) ...
+_CROWDED_HELP = 1e-3
 # ... but a caller waiting on requests it moves itself (caller mode, kept ones) has nothing else
 # to run: it yields this many looks before it sleeps, crowded too (docs/training.md)
 _WAIT_YIELDS = 200
-
-_lock = threading.Lock()        # held while any request is advanced or started
-_wake = threading.Condition(_lock)
-_callers = 0                    # callers' threads inside mpicoll (see priority)
-_callers_lock = threading.Lock()
-_active: list = []
-_ready: list = []               # (fn, error) of Request.then, run once _lock is let go
-_thread: threading.Thread | None = None
-_stopping = False
 
 
 class Request:
@@ -150,7 +131,7 @@ class Request:
         """Call ``fn(error)`` once, as the request completes (``error`` None) or fails, in the
         thread that ends it, just before ``done`` turns True (at once if done already); ``fn``
         must not raise nor call mpicoll."""
-        with _turn():
+        with turn():
             if not self._finished.is_set():
                 self._when_done.append(fn)
                 return
@@ -160,16 +141,16 @@ class Request:
         """Call ``fn(error)`` once, when the request completes (``error`` None) or fails: from
         the thread that ends it once it let the engine go (``fn`` may call mpicoll, even wait),
         or at once if done already. What torch's ``Work`` completes its future with."""
-        with _turn():
+        with turn():
             if not self._finished.is_set():
-                self._when_done.append(lambda error: _ready.append((fn, error)))
+                self._when_done.append(lambda error: ready.append((fn, error)))
                 return
         fn(self._error)
 
     def release(self) -> None:
         """Return once the thread's pass is over: it then holds no reference to this finished
         request, so the caller frees its buffers (mpi4py's DLPack tests count references)."""
-        with _turn():
+        with turn():
             pass
 
     def _call_when_done(self) -> None:
@@ -186,22 +167,22 @@ class Request:
         that thread hands it (``adopt``), or fails with the error it met (``refuse``)."""
         req = cls(what, result=result)
         req._following, req._inner, req._state, req._nsteps = True, None, state, 1
-        with _turn():
+        with turn():
             req._finished.clear()
-            _active.append(req)
-            _wake.notify()
-        _ensure_thread()
+            active.append(req)
+            wake.notify()
+        ensure_thread()
         return req
 
     def adopt(self, inner: "Request") -> None:
-        with _turn():
+        with turn():
             self._inner = inner
-            _wake.notify()
+            wake.notify()
 
     def refuse(self, error: BaseException) -> None:
-        with _turn():
+        with turn():
             self._inner = error
-            _wake.notify()
+            wake.notify()
 
     def _follow(self) -> bool:
         inner = self._inner
@@ -225,7 +206,7 @@ class Request:
         in ``drive``, ``test``, ``wait`` (MPI's rule; ``Buckets`` on a full node)."""
         progress = mode()
         st = call.open()
-        with _turn():                   # (the posts below are local: nonblocking calls)
+        with turn():                   # (the posts below are local: nonblocking calls)
             if not self._finished.is_set():
                 raise RuntimeError(f"{self.what}: start() while the request is still in flight")
             self._call, self._state, self._traffic = call, st, traffic
@@ -251,12 +232,12 @@ class Request:
                 raise
             if first and self._first(first):
                 return self
-            _active.append(self)        # (kept: for finish_deferred, settle and _fail's eyes)
+            active.append(self)        # (kept: for finish_deferred, settle and _fail's eyes)
             if keep:
                 return self
-            _wake.notify()
+            wake.notify()
         if progress == "thread":
-            _ensure_thread()
+            ensure_thread()
         return self
 
     def _first(self, seconds: float) -> bool:
@@ -286,8 +267,8 @@ class Request:
             if self._kept:
                 self.drive()
             elif mode() == "caller":
-                with _turn():
-                    _progress()
+                with turn():
+                    advance_all()
         if self._error is not None:
             raise self._error
         return self._finished.is_set()
@@ -297,15 +278,15 @@ class Request:
         anything moved. (Others: False; the engine advances them.)"""
         if not self._kept or self._finished.is_set():
             return False
-        with _turn():
+        with turn():
             return self._look()
 
     def give_up(self, error: BaseException) -> None:
         """Fail it now with ``error`` if still in flight (a kept one on a broken communicator)."""
-        with _turn():
+        with turn():
             self._fail(error)
-            if self in _active:
-                _active.remove(self)
+            if self in active:
+                active.remove(self)
 
     def _look(self) -> bool:
         """One look at this request alone, here (lock held); dropped from the engine once it
@@ -317,8 +298,8 @@ class Request:
         except BaseException as exc:    # noqa: BLE001 - raised by wait()
             self._fail(exc)
             moved = True
-        if self._finished.is_set() and self in _active:
-            _active.remove(self)
+        if self._finished.is_set() and self in active:
+            active.remove(self)
         return moved
 
     def wait(self, timeout=None):
@@ -327,24 +308,23 @@ class Request:
         fails as a blocking call's would (``CollectiveTimeout``; the communicator broken)."""
         if timeout is not None and not self._finished.is_set():
             self._tighten(timeout)
-        threaded = mode() == "thread" and threading.current_thread() is not _thread \
-            and not self._kept
+        threaded = mode() == "thread" and not in_thread() and not self._kept
         if not self._finished.is_set() and threaded:    # (a then() fn may wait, in the thread)
             self._help()
-        while not self._finished.is_set() and _thread is not None and _thread.is_alive() \
-                and threaded:           # the thread advances it (and its deadline)
+        while not self._finished.is_set() and threaded and thread_alive():
+            # the thread advances it (and its deadline)
             self._finished.wait(_WAKE_CHECK)
-        pause, looks = _SLEEP_MIN, 0
+        pause, looks = SLEEP_MIN, 0
         while not self._finished.is_set():      # caller mode: the caller advances
             if self._kept:              # (only itself: no request of the thread's)
                 moved = self.drive()
             else:
-                with _turn():           # the caller helps: it would only sleep otherwise
-                    moved = _progress()
+                with turn():           # the caller helps: it would only sleep otherwise
+                    moved = advance_all()
             if self._finished.is_set():
                 break
             if moved:
-                pause, looks = _SLEEP_MIN, 0
+                pause, looks = SLEEP_MIN, 0
             elif looks < _WAIT_YIELDS:
                 looks += 1
                 os.sched_yield()
@@ -365,14 +345,14 @@ class Request:
             return
         crowded = idle.crowded()
         end = time.perf_counter() + (_CROWDED_HELP if crowded else HELP)
-        pause = _SLEEP_MIN
+        pause = SLEEP_MIN
         while not self._finished.is_set():
-            if _lock.acquire(blocking=False):
+            if lock.acquire(blocking=False):
                 try:
                     self._look()
                 finally:
-                    _lock.release()
-                _run_ready()
+                    lock.release()
+                run_ready()
             if self._finished.is_set() or time.perf_counter() >= end:
                 return
             if crowded:
@@ -388,11 +368,10 @@ class Request:
                 inner._tighten(timeout)
             return
         from .._runtime.call import _timeout
-        from .._runtime.watch import Watch
         seconds = _timeout(timeout, "timeout")
         if seconds is None:
             return
-        with _turn():
+        with turn():
             if self._finished.is_set():
                 return
             if self._watch is None:
@@ -531,15 +510,16 @@ class Request:
         self._call_when_done()          # mpicoll.Comm's hunk
         self._finished.set()
         state = self._state
-        if self._pending or self._later:
-            state.abandon(self._pending + self._later)  # keep their buffers alive
+        if self._pending or self._later:    # keep them and their buffers alive (a library
+            state.abandon([kept(self._pending + self._later,    # call's: mpi4py does not)
+                                (self._library, self._mine, self._extremes))])
             compression.failed(self)            # (and never reuse its wire buffers)
         self._pending, self._later = [], []
         if isinstance(exc, CommunicatorBroken) and not raw:
             return
         if self._call is not None and not raw:
             self._call._failed(exc)             # broken; abort if on_timeout="abort"
-        for other in list(_active):     # (a follower takes its own request's error)
+        for other in list(active):     # (a follower takes its own request's error)
             if other is not self and other._state is state and not other.done \
                     and not other._following:
                 other._fail(CommunicatorBroken(
@@ -549,15 +529,15 @@ class Request:
 
 def busy() -> bool:
     """Whether any request is in flight (on any communicator)."""
-    return bool(_active) and any(not r.done for r in _active)     # (a plain call asks)
+    return bool(active) and any(not r.done for r in active)     # (a plain call asks)
 
 
 def finish_deferred(state) -> None:
     """Complete the deferred requests in flight on ``state``'s communicator (each runs whole,
     with the scratch and window a blocking call on it uses too); their errors stay theirs."""
-    if not _active:
+    if not active:
         return
-    for req in [r for r in _active if r._state is state and r._deferred is not None]:
+    for req in [r for r in active if r._state is state and r._deferred is not None]:
         try:
             req.wait()
         except Exception:       # noqa: BLE001 - its owner's wait() raises it
@@ -568,133 +548,11 @@ def settle(state, why: str) -> None:
     """Before ``state``'s communicator is freed (issue #22): complete every request in flight
     on it under its own deadline (600 s for one without), so none is left to touch the freed
     communicator; one that cannot fails with its error, which its ``wait`` raises."""
-    for req in [r for r in list(_active) if r._state is state and not r.done]:
+    for req in [r for r in list(active) if r._state is state and not r.done]:
         try:
             req.wait(timeout=None if req._watch is not None else 600.0)
         except BaseException:           # noqa: BLE001 - kept in the request for wait()
             pass
         if not req.done:
-            with _turn():
+            with turn():
                 req._fail(CommunicatorBroken(f"{req.what}: {why}"))
-
-
-# ----------------------------------------------------------------------------- the engine
-
-class priority:
-    """``with priority():`` -- the caller's thread does local work for a request (makes it,
-    starts it, takes ``_lock``) and the progress thread keeps off the GIL and ``_lock`` for up to
-    GIVE_WAY seconds after each of its passes, until the caller is done. Why: while requests
-    keep moving the thread holds the GIL almost all the time, a caller's thread that lets it go
-    waits up to the interpreter's switch interval (5 ms) to get it back, and ``threading.Lock``
-    is not fair: on 4 ranks on 2 cores that kept one rank's ``iallreduce`` calls in start() for
-    tens of seconds while the other ranks waited on it. Only local work takes it (never a wait
-    for other ranks: their requests may need this thread's passes). Nested uses count.
-    """
-
-    def __enter__(self):
-        global _callers
-        with _callers_lock:
-            _callers += 1
-
-    def __exit__(self, *exc) -> None:
-        global _callers
-        with _callers_lock:
-            _callers -= 1
-
-
-class _turn(priority):
-    """``with _turn():`` -- ``_lock``, taken by a caller's thread, with ``priority``."""
-
-    def __enter__(self):
-        super().__enter__()
-        try:
-            _lock.acquire()
-        except BaseException:           # (a KeyboardInterrupt while waiting for it)
-            super().__exit__()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        _lock.release()
-        super().__exit__()
-        _run_ready()
-
-
-def _run_ready() -> None:
-    """Run the ``Request.then`` functions whose requests have ended (``_lock`` not held)."""
-    while _ready:
-        try:
-            fn, error = _ready.pop(0)
-        except IndexError:              # (another thread took the last one)
-            return
-        try:
-            fn(error)
-        except Exception:               # noqa: BLE001 - not the engine's, nor its caller's
-            traceback.print_exc()
-
-
-def _progress() -> bool:
-    """Advance every active request once (lock held), but those their callers keep; drop the
-    finished ones."""
-    moved = False
-    for req in list(_active):
-        if not req.done and not req._kept:
-            try:
-                moved |= req._advance()
-            except BaseException as exc:    # noqa: BLE001 - kept for wait() to raise
-                req._fail(exc)
-                moved = True
-    _active[:] = [r for r in _active if not r.done]
-    return moved
-
-
-def _loop() -> None:
-    pause, looks, moved_at = _SLEEP_MIN, 0, time.monotonic()
-    stepped_at = -SPIN          # when a step last completed: only that keeps the thread yielding
-    while True:
-        with _lock:
-            while not _stopping and all(r._kept for r in _active):    # (none, or callers')
-                _wake.wait()
-                moved_at = time.monotonic()
-            if _stopping:
-                return
-            moved = _progress()
-            active = len(_active)
-            pipelined = any(r._step_bytes() > PIPELINED for r in _active if not r._kept)
-        _run_ready()
-        now = time.monotonic()
-        give_way_until = now + GIVE_WAY
-        while _callers and time.monotonic() < give_way_until:   # a caller works: let it
-            time.sleep(_SLEEP_MIN)
-        crowded = idle.crowded()
-        if moved:
-            pause, looks, moved_at, stepped_at = _SLEEP_MIN, 0, now, now
-        elif looks < (_CROWDED_YIELDS if crowded else _YIELDS) \
-                or pipelined and not crowded and now - stepped_at < SPIN:
-            looks += 1
-            os.sched_yield()
-        else:
-            with _lock:                 # a request started meanwhile wakes it (start: notify)
-                woken = len(_active) != active or _stopping or _wake.wait(pause)
-            if woken:
-                pause, looks, moved_at = _SLEEP_MIN, 0, time.monotonic()
-            else:
-                waited = time.monotonic() - moved_at
-                pause = min(2 * pause, _SLEEP_LONG, max(_SLEEP_MAX, _SLEEP_SHARE * waited))
-
-
-def _ensure_thread() -> None:
-    global _thread
-    if _thread is None or not _thread.is_alive():
-        _thread = threading.Thread(target=_loop, name="mpicoll-progress", daemon=True)
-        _thread.start()
-
-
-@atexit.register
-def _stop() -> None:
-    """Stop the thread before mpi4py's own atexit hook finalizes MPI (hooks run last-first)."""
-    global _stopping
-    with _lock:
-        _stopping = True
-        _wake.notify()
-    if _thread is not None:
-        _thread.join(timeout=5)

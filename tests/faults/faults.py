@@ -129,10 +129,10 @@ def dies(world, timeout, algorithm, how) -> None:
     elif world.Get_rank() == FAULTY:        # dies in a Watch.wait, mid-schedule
         real_wait = watch.Watch.wait
 
-        def dying_wait(self, requests, step, nsteps=0, *args):
+        def dying_wait(self, requests, step, nsteps=0, *args, **kwargs):
             if isinstance(step, str) or step == min(1, nsteps - 1):      # mid-schedule
                 die(step)
-            return real_wait(self, requests, step, nsteps, *args)
+            return real_wait(self, requests, step, nsteps, *args, **kwargs)
 
         watch.Watch.wait = dying_wait
     report(comm, "allreduce", algorithm, False,

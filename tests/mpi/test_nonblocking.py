@@ -4,6 +4,7 @@ without the caller looking; caller-driven progress works too; compressed all-red
 the same bits on every rank and its byte counters show the narrower wire; Buckets reduce in
 bucket order; validate and timeouts behave as for blocking calls."""
 
+import gc
 import time
 
 import numpy as np
@@ -312,6 +313,45 @@ def test_a_library_bucket_started_out_of_order_fails_on_every_rank(comm):
         msg = text
     if not broken(comm):
         ok, msg = False, "the communicator was used again"
+    agree(comm, ok, msg)
+
+
+def test_a_call_given_up_leaves_no_write_into_freed_memory(comm):
+    """The last rank calls ``allreduce(algorithm="mpi")`` only after the others gave up on it
+    (``CollectiveTimeout`` in its argument check, an ``MPI_Iallreduce``): their check is still
+    posted in MPI, and the late rank's completes it. mpi4py does not keep a nonblocking
+    collective's buffers alive, so mpicoll must: memory the others allocate after giving up
+    (small arrays, where numpy reuses freed ones) is not written into. (Before: one of 128 such
+    arrays read [1, -1], the check's result.)"""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size == 1:
+        pytest.skip("needs a late rank")
+    late = size - 1
+    x, out = np.ones(100), np.empty(100)
+    mpicoll.allreduce(x, out, algorithm="mpi", comm=comm, timeout=60)
+    ok, msg = True, ""
+    if rank != late:
+        try:
+            mpicoll.allreduce(x, out, algorithm="mpi", comm=comm, timeout=1.0)
+            ok, msg = False, "no CollectiveTimeout"
+        except mpicoll.CollectiveTimeout:
+            pass
+        gc.collect()
+        probes = [np.full(k, -7, np.int64) for k in (2, 4) for _ in range(64)]
+    comm.Barrier()                              # (MPI's own: the others have given up)
+    if rank == late:
+        try:
+            mpicoll.allreduce(x, out, algorithm="mpi", comm=comm, timeout=2.0)
+            ok, msg = False, "the late rank's call completed"
+        except (mpicoll.CollectiveTimeout, mpicoll.CommunicatorBroken, mpicoll.PeerError):
+            pass
+    comm.Barrier()                              # (MPI progress: the late rank's messages in)
+    if rank != late:
+        for _ in range(100):
+            comm.Iprobe()
+        written = [p.tolist() for p in probes if np.any(p != -7)]
+        if written:
+            ok, msg = False, f"memory allocated after the give-up was written into: {written}"
     agree(comm, ok, msg)
 
 

@@ -72,3 +72,39 @@ def test_crowded_patience_spins_briefly_then_naps_short(fresh):
         p = window.Patience()
         assert p.until(0) - MPI.Wtime() > window.CROWDED_SPIN_SECONDS
         assert p._nap == window.NAP_SECONDS
+
+
+class _Clock:
+    """A fake ``time`` for ``Watch.wait``: ``sleep`` advances ``monotonic`` and is recorded."""
+
+    def __init__(self):
+        self.now, self.sleeps = 1000.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_a_crowded_watch_naps_10us_for_2ms_then_doubles(fresh, monkeypatch, setting):
+    """MPI moves a library collective only inside a poll of every rank, so a crowded process's
+    Watch keeps its sleeps at 10 us for its first 2 ms (they used to double to 1 ms at once:
+    ``algorithm="mpi"`` took 4 ms a call at N = 4 on 2 cores), then doubles them as a quiet
+    node's does after its 10 ms of yields."""
+    from mpicoll._runtime import watch
+    clock = _Clock()
+    monkeypatch.setattr(watch, "time", clock)
+    monkeypatch.setattr(watch.os, "sched_yield", lambda: setattr(clock, "now", clock.now + 1e-6))
+    monkeypatch.setattr(watch, "_test", lambda requests: clock.now > 1000.0 + 0.02)
+    with environment(MPICOLL_YIELD_WHEN_IDLE=setting):
+        watch.Watch(60.0, "test", MPI.COMM_SELF).wait([None], "a step")
+    sleeps = clock.sleeps
+    if setting == "1":
+        naps = [s for s in sleeps if s == 1e-5]
+        assert len(naps) >= 0.002 / 1e-5 - 5 and sleeps[:len(naps)] == naps
+        assert max(sleeps) == 1e-3          # (then doubled, up to 1 ms)
+    else:
+        assert sleeps[:3] == [1e-5, 2e-5, 4e-5]     # (after 10 ms of yields)
