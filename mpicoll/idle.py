@@ -14,9 +14,10 @@ window's futex after ``window.CROWDED_SPIN_SECONDS`` (``window.Patience``), the 
 sleeps without its yields (``engine._CROWDED_YIELDS``), and ``Request.wait`` looks for up to
 ``progress._CROWDED_HELP`` (1 ms) sleeping between looks, where it would yield; the blocking
 executors' polls hand over to the ``Watch`` after 20 us, whose first 2 ms of sleeps are 10 us
-naps (MPI moves a collective only inside this rank's polls: ``watch._CROWDED_NAPS_SECONDS``).
-(A caller that moves its own requests, ``Buckets`` on a full node, still yields: it has
-nothing else to run, and sleeps delay every step; ``progress._WAIT_YIELDS``.) Every wait
+naps (MPI moves a collective only inside this rank's polls: ``NAPS_SECONDS``), as are a
+caller's between looks at requests it moves itself (``Buckets`` on a full node; a quiet node's
+caller yields ``progress._WAIT_YIELDS`` looks: a crowded one's yield would hand the core to
+another job for a time slice, docs/training.md). Every wait
 still returns to Python as often as before (deadlines, Ctrl-C, the failure detector).
 
 Beside it, two answers the same facts give: whether the node has no core to spare at all
@@ -34,7 +35,11 @@ import os
 
 from . import settings
 
-__all__ = ["oversubscribed", "crowded", "full", "note", "ranks_on_node", "progress_mode"]
+__all__ = ["oversubscribed", "crowded", "full", "note", "ranks_on_node", "progress_mode",
+           "NAPS_SECONDS"]
+
+NAPS_SECONDS = 2e-3             # a crowded wait on MPI requests sleeps 10 us this long, then
+                                # doubles its sleeps (MPI moves only inside this rank's polls)
 
 _LAUNCHER_COUNTS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 _noted = 0                      # the most ranks seen on this node

@@ -208,8 +208,9 @@ LIBRARY = (
             "first nonblocking call", _choice("auto", "thread", "caller")),
     Setting("MPICOLL_YIELD_WHEN_IDLE", "auto | 0 | 1", "auto",
             "whether waits spin (as Open MPI's `mpi_yield_when_idle`): `1` never (a `shm` flag "
-            "wait naps on a futex after 20 us, the progress thread sleeps at once), `0` as on a "
-            "quiet node (spin up to 2 ms), `auto` never when this node's ranks outnumber the "
+            "wait naps on a futex after 20 us, the progress thread sleeps at once, waits on MPI "
+            "requests nap 10 us), `0` as on a quiet node (spin up to 2 ms: the fastest where "
+            "nothing else runs on the node), `auto` never when this node's ranks outnumber the "
             "cores this process may run on", "first wait", _choice("auto", "0", "1")),
     Setting("MPICOLL_HEARTBEAT", "seconds (or 200ms); 0: off", 0.2,
             "the failure detector's period: a rank that dies is named on every survivor "

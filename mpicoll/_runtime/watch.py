@@ -46,7 +46,7 @@ __all__ = ["Watch", "ROLL_CALL_SECONDS", "LOOK_AFTER", "LOOK_EVERY"]
 ROLL_CALL_SECONDS = 0.5     # how long a rank that gave up waits to hear from the others
 _SPIN_SECONDS = 0.01        # poll (yielding the core) this long, then sleep 10 us .. 1 ms per poll
 _CROWDED_SPIN_SECONDS = 20e-6   # ... this long in a crowded process (``idle.crowded``), whose
-_CROWDED_NAPS_SECONDS = 2e-3    # sleeps stay at 10 us for this long, then double
+                                # sleeps stay at 10 us for ``idle.NAPS_SECONDS``, then double
 LOOK_AFTER = 0.02           # a wait this long looks for other ranks' notices and strays ...
 LOOK_EVERY = 0.05           # ... and again this often (``Watch.look``)
 _RESERVED = 5               # tags TAG_UB - 4 .. TAG_UB: the detector's agreement and heartbeats,
@@ -134,7 +134,7 @@ class Watch:
                 if now >= self.next_look:
                     self.look(now, requests, step, nsteps, peers)
                 time.sleep(pause)
-                if not naps or now - start > _CROWDED_NAPS_SECONDS:
+                if not naps or now - start > idle.NAPS_SECONDS:
                     pause = min(2 * pause, 1e-3)
 
     def poll(self, requests, step, nsteps: int = 0, peers=()) -> bool:

@@ -26,7 +26,8 @@ Who looks (``MPICOLL_PROGRESS``):
 * ``caller`` -- no thread: a request's first step is posted when it starts and later steps
   move only inside ``test()``, ``wait()`` and ``api.waitall()`` (each advances every active
   request, so waiting in any order cannot deadlock; a ``wait`` yields the core between looks
-  for ``_WAIT_YIELDS`` looks without a move, then sleeps 10 us doubling to 1 ms). Overlap
+  for ``_WAIT_YIELDS`` looks without a move -- crowded, ``idle.crowded``, it naps 10 us for
+  ``idle.NAPS_SECONDS`` instead -- then sleeps 10 us doubling to 1 ms). Overlap
   depends on how often the caller looks. ``auto`` (the default) picks it when
   ``MPI.Query_thread()`` is below ``MPI_THREAD_MULTIPLE``, where ``thread`` raises RuntimeError.
 
@@ -68,8 +69,9 @@ HELP = 100e-6                   # a wait() looks at its request itself this long
 # sleeping between looks (10 us doubling): the rank waited for most often needs this core
 # (MPICOLL_YIELD_WHEN_IDLE) ...
 _CROWDED_HELP = 1e-3
-# ... but a caller waiting on requests it moves itself (caller mode, kept ones) has nothing else
-# to run: it yields this many looks before it sleeps, crowded too (docs/training.md)
+# ... and a caller waiting on requests it moves itself (caller mode, kept ones) naps 10 us
+# between looks for ``idle.NAPS_SECONDS`` after each move (a quiet node's yields this many looks:
+# a crowded one's yields cost a time slice of any other job on the node; docs/training.md)
 _WAIT_YIELDS = 200
 
 
@@ -314,7 +316,8 @@ class Request:
         while not self._finished.is_set() and threaded and thread_alive():
             # the thread advances it (and its deadline)
             self._finished.wait(_WAKE_CHECK)
-        pause, looks = SLEEP_MIN, 0
+        naps = idle.crowded()           # (naps between looks, where a quiet node yields)
+        pause, looks, since = SLEEP_MIN, 0, time.monotonic()
         while not self._finished.is_set():      # caller mode: the caller advances
             if self._kept:              # (only itself: no request of the thread's)
                 moved = self.drive()
@@ -324,8 +327,10 @@ class Request:
             if self._finished.is_set():
                 break
             if moved:
-                pause, looks = SLEEP_MIN, 0
-            elif looks < _WAIT_YIELDS:
+                pause, looks, since = SLEEP_MIN, 0, time.monotonic()
+            elif naps and time.monotonic() - since < idle.NAPS_SECONDS:
+                self._finished.wait(SLEEP_MIN)
+            elif not naps and looks < _WAIT_YIELDS:
                 looks += 1
                 os.sched_yield()
             else:

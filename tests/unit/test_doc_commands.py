@@ -416,6 +416,8 @@ EXEMPT = {
         _TORCH,
     "mpiexec -n 4 python -m mpi4py jobs/experiments/torch_call_cost.py --label after --json "
     "docs/results/torch_call_cost-np4-idle-after-1.json": _TORCH,
+    "mpiexec -n 4 python -m mpi4py jobs/experiments/torch_call_cost.py --label after --json "
+    "docs/results/torch_call_cost-np4-quiet-after-1.json": _TORCH,
     "mpiexec -n 4 python -m mpi4py jobs/experiments/ddp_bench.py --steps 10 --outdir docs/results":
         _TORCH,
     "sbatch -N 2 --ntasks-per-node=2 slurm/fault_matrix.sbatch":

@@ -108,3 +108,44 @@ def test_a_crowded_watch_naps_10us_for_2ms_then_doubles(fresh, monkeypatch, sett
         assert max(sleeps) == 1e-3          # (then doubled, up to 1 ms)
     else:
         assert sleeps[:3] == [1e-5, 2e-5, 4e-5]     # (after 10 ms of yields)
+
+
+class _Finished:
+    """A fake ``Request._finished``: ``wait`` advances the fake clock and is recorded; set once
+    the clock passes ``end``."""
+
+    def __init__(self, clock, end):
+        self.clock, self.end, self.waits = clock, end, []
+
+    def is_set(self) -> bool:
+        return self.clock.now > self.end
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.clock.now += seconds
+        return self.is_set()
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_a_crowded_caller_naps_between_looks_where_a_quiet_one_yields(fresh, monkeypatch,
+                                                                       setting):
+    """A caller waiting on a request it moves itself (a kept one: ``Buckets`` on a full node)
+    yields between looks on a quiet node, but naps 10 us for ``NAPS_SECONDS`` on a crowded one:
+    there a yield hands the core to another job's process for a time slice (``train_dp``'s ring
+    buckets at N = 4 beside two CPU-bound processes: 24 ms a step with yields, 12 with naps)."""
+    from mpicoll.executors import progress
+    clock, yields = _Clock(), []
+    monkeypatch.setattr(progress, "time", clock)
+    monkeypatch.setattr(progress.os, "sched_yield",
+                        lambda: (yields.append(1), setattr(clock, "now", clock.now + 1e-6)))
+    req = progress.Request("a kept request")
+    req._kept, req._finished = True, _Finished(clock, 1000.0 + 0.01)
+    monkeypatch.setattr(req, "drive", lambda: False)
+    with environment(MPICOLL_YIELD_WHEN_IDLE=setting):
+        req.wait()
+    waits = req._finished.waits
+    if setting == "1":
+        assert not yields and waits[:100] == [progress.SLEEP_MIN] * 100
+        assert len([w for w in waits if w == progress.SLEEP_MIN]) >= idle.NAPS_SECONDS / 1e-5 - 5
+    else:
+        assert len(yields) == progress._WAIT_YIELDS and waits[:3] == [1e-5, 2e-5, 4e-5]
