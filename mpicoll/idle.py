@@ -36,10 +36,17 @@ import os
 from . import settings
 
 __all__ = ["oversubscribed", "crowded", "full", "note", "ranks_on_node", "progress_mode",
-           "NAPS_SECONDS"]
+           "NAPS_SECONDS", "next_pause"]
 
 NAPS_SECONDS = 2e-3             # a crowded wait on MPI requests sleeps 10 us this long, then
                                 # doubles its sleeps (MPI moves only inside this rank's polls)
+
+
+def next_pause(pause: float, waited: float, naps: bool) -> float:
+    """The sleep after one of ``pause`` s in a wait on MPI requests that has lasted ``waited``
+    s: the same for ``NAPS_SECONDS`` when ``naps`` (a crowded process), else twice as long, up
+    to 1 ms."""
+    return pause if naps and waited < NAPS_SECONDS else min(2 * pause, 1e-3)
 
 _LAUNCHER_COUNTS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 _noted = 0                      # the most ranks seen on this node

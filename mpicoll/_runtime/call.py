@@ -196,10 +196,10 @@ class Call:
         (the signature's, folded with the history before it); None when none is owed."""
         if not self.owed:
             return None
-        self.open()
+        self.open()                     # (labelled: ``chained`` is set)
         algorithm, fields = self._agreed_on
         return validate.fingerprint(self.collective, algorithm, timeout=True, **fields) + [
-            (self.signature.hashed ^ self._unlabel[0]) or 1]
+            self.chained]
 
     def check_failed(self, high, low, mine) -> ArgumentMismatch:
         """The error of a request whose check (``library_check``) found the ranks differ

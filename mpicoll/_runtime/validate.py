@@ -79,7 +79,7 @@ def check(comm: MPI.Intracomm, fp: list, watch=None, how: str = "validate=True")
     k = len(fp)
     # (the send buffers are named, so they live until the wait returns: mpi4py does not keep
     # a nonblocking collective's buffers alive, and Open MPI read a freed one in its progress)
-    extremes, both = np.empty(2 * k, np.int64), np.array(fp + [-v for v in fp], np.int64)
+    extremes, both = np.empty(2 * k, np.int64), np.array(both_signs(fp), np.int64)
     wait(comm.Iallreduce(both, extremes, op=MPI.MAX), watch,
          "the validate=True check (MPI_Iallreduce)", (both, extremes))
     high = extremes.tolist()
@@ -89,6 +89,12 @@ def check(comm: MPI.Intracomm, fp: list, watch=None, how: str = "validate=True")
     wait(comm.Iallgather(mine, table), watch, "the validate=True report (MPI_Iallgather)",
          (mine, table))
     raise mismatch(_COLLECTIVES[fp[0]], table, how)
+
+
+def both_signs(values: list) -> list:
+    """``values`` and their negations: one ``MPI_Iallreduce`` with ``MPI_MAX`` of this gives
+    every entry's largest value and (negated) its smallest over the ranks."""
+    return values + [-v for v in values]
 
 
 def spread(high, low, mine) -> list[str]:

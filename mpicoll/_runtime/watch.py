@@ -134,8 +134,7 @@ class Watch:
                 if now >= self.next_look:
                     self.look(now, requests, step, nsteps, peers)
                 time.sleep(pause)
-                if not naps or now - start > idle.NAPS_SECONDS:
-                    pause = min(2 * pause, 1e-3)
+                pause = idle.next_pause(pause, now - start, naps)
 
     def poll(self, requests, step, nsteps: int = 0, peers=()) -> bool:
         """One look, for the progress executor: True when ``requests`` are complete; raise

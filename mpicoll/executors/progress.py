@@ -54,6 +54,7 @@ from mpi4py import MPI
 
 from .. import compression, idle
 from ..idle import progress_mode as mode
+from .._runtime import validate
 from .._runtime.watch import Watch, kept
 from ..errors import CommunicatorBroken
 from .engine import (SLEEP_MIN, active, advance_all, ensure_thread, in_thread, lock, priority,
@@ -208,7 +209,7 @@ class Request:
         in ``drive``, ``test``, ``wait`` (MPI's rule; ``Buckets`` on a full node)."""
         progress = mode()
         st = call.open()
-        with turn():                   # (the posts below are local: nonblocking calls)
+        with turn():                    # (the posts below are local: nonblocking calls)
             if not self._finished.is_set():
                 raise RuntimeError(f"{self.what}: start() while the request is still in flight")
             self._call, self._state, self._traffic = call, st, traffic
@@ -222,7 +223,7 @@ class Request:
                 if check is not None:           # (its buffers made once: always one size)
                     if self._mine is None:
                         self._mine, self._extremes = np.empty((2, 2 * len(check)), np.int64)
-                    self._mine[:] = check + [-v for v in check]
+                    self._mine[:] = validate.both_signs(check)
             self._finished.clear()
             if self._nsteps == 0:
                 self._complete()
@@ -322,20 +323,18 @@ class Request:
             if self._kept:              # (only itself: no request of the thread's)
                 moved = self.drive()
             else:
-                with turn():           # the caller helps: it would only sleep otherwise
+                with turn():            # the caller helps: it would only sleep otherwise
                     moved = advance_all()
             if self._finished.is_set():
                 break
             if moved:
                 pause, looks, since = SLEEP_MIN, 0, time.monotonic()
-            elif naps and time.monotonic() - since < idle.NAPS_SECONDS:
-                self._finished.wait(SLEEP_MIN)
             elif not naps and looks < _WAIT_YIELDS:
                 looks += 1
                 os.sched_yield()
             else:
                 self._finished.wait(pause)
-                pause = min(2 * pause, 1e-3)
+                pause = idle.next_pause(pause, time.monotonic() - since, naps)
         if self._error is not None:
             raise self._error
         return self.result
@@ -524,7 +523,7 @@ class Request:
             return
         if self._call is not None and not raw:
             self._call._failed(exc)             # broken; abort if on_timeout="abort"
-        for other in list(active):     # (a follower takes its own request's error)
+        for other in list(active):      # (a follower takes its own request's error)
             if other is not self and other._state is state and not other.done \
                     and not other._following:
                 other._fail(CommunicatorBroken(
